@@ -1,0 +1,1 @@
+//! The slothqueue library facade.

@@ -1,0 +1,2 @@
+//! The slothqueue binary.
+fn main() {}

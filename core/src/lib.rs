@@ -1,0 +1,31 @@
+//! The heart of slothqueue: the job, the policy, and the state machine as
+//! pure functions, plus the [`Store`] trait every backend implements.
+//!
+//! Nothing in this crate performs I/O, reads a clock or spawns anything:
+//! every transition takes `now` (and the liveness judge's verdict) as an
+//! argument and returns a decision. That is what lets the same functions be
+//! unit-tested exhaustively, drive every backend, and serve as the reference
+//! model in property tests.
+
+pub mod job;
+pub mod liveness;
+pub mod machine;
+pub mod policy;
+pub mod store;
+pub mod time;
+
+pub use job::{
+    DEFAULT_QUEUE, Event, EventKind, Fence, Job, JobId, JobState, Lease, NewJob, Owner, SHELL_KIND,
+    UnknownState,
+};
+pub use liveness::{ClockOnly, Liveness, LivenessJudge};
+pub use machine::{
+    ClaimOutcome, Completion, Failure, HeartbeatAck, PushPlan, ReclaimReason, Transition,
+    TransitionError,
+};
+pub use policy::Policy;
+pub use store::{
+    ClaimFilter, Claimed, ListFilter, ListOrder, PurgeFilter, Pushed, RunnerActivity, RunnerRecord,
+    Stats, Store, StoreError,
+};
+pub use time::{Clock, ManualClock, SystemClock, Timestamp};

@@ -1,0 +1,497 @@
+//! The state machine: every transition a pure function of
+//! (job, input, now, policy) that returns the new job and the events to
+//! append, or says why it refuses.
+//!
+//! Stores call these inside one transaction: read the job, apply the
+//! function, write the result with the old owner and attempt in the write's
+//! condition, append the events. Nothing here reads a clock or touches I/O,
+//! so the same functions serve as the reference model in tests.
+
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use crate::job::{Event, EventKind, Fence, Job, JobId, JobState, Lease, NewJob, Owner, SHELL_KIND};
+use crate::liveness::Liveness;
+use crate::policy::Policy;
+use crate::time::Timestamp;
+
+/// A transition's result: the job as it must be written, and the events to
+/// append to its trail (possibly none, as for a heartbeat).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    /// The job after the transition.
+    pub job: Job,
+    /// The events, in order.
+    pub events: Vec<Event>,
+}
+
+/// Why a transition refused; it changed nothing.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransitionError {
+    /// The caller is not (or no longer) the owner of this attempt.
+    #[error("lease lost: job #{id} is no longer held by this owner")]
+    LeaseLost {
+        /// The job.
+        id: JobId,
+    },
+    /// The job is in a state where this action makes no sense.
+    #[error("cannot {action} job #{id}: it is {state}")]
+    InvalidTransition {
+        /// The job.
+        id: JobId,
+        /// Its current state.
+        state: JobState,
+        /// What was attempted (`cancel`, `retry`, `claim`).
+        action: &'static str,
+    },
+    /// A new job was malformed.
+    #[error("invalid job: {0}")]
+    InvalidJob(String),
+}
+
+/// Longest queue, kind or idempotency key accepted.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// Checks a new job before anything is written.
+pub fn validate(new: &NewJob) -> Result<(), TransitionError> {
+    let bad = |m: String| Err(TransitionError::InvalidJob(m));
+    for (what, name) in [("queue", &new.queue), ("kind", &new.kind)] {
+        if !is_plain_name(name) {
+            return bad(format!(
+                "{what} `{name}` must be 1 to {MAX_NAME_LEN} characters of letters, digits, `-`, `_` or `.`, not starting with `.`"
+            ));
+        }
+    }
+    if let Some(key) = &new.idempotency_key {
+        if key.is_empty() || key.len() > MAX_NAME_LEN || key.chars().any(char::is_control) {
+            return bad(format!(
+                "idempotency key must be 1 to {MAX_NAME_LEN} printable characters"
+            ));
+        }
+    }
+    if new.max_attempts == Some(0) {
+        return bad("max attempts must be at least 1".to_owned());
+    }
+    if new.kind == SHELL_KIND {
+        match new.payload.get("command").and_then(|c| c.as_str()) {
+            None => return bad("a shell job needs a payload with a string `command`".to_owned()),
+            Some(c) if c.trim().is_empty() => return bad("the command is empty".to_owned()),
+            Some(c) if c.contains('\0') => return bad("the command contains a NUL byte".to_owned()),
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// A queue, kind or handler name: safe as a file name inside a directory.
+pub fn is_plain_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_NAME_LEN
+        && !s.starts_with('.')
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// SHA-256 of the payload's canonical JSON (object keys sorted), hex.
+pub fn payload_hash(payload: &serde_json::Value) -> String {
+    // serde_json's default map is ordered by key, so serialising is canonical.
+    let bytes = serde_json::to_vec(payload).unwrap_or_default();
+    let digest = Sha256::digest(&bytes);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A freshly pushed job with id `id`.
+pub fn create(id: JobId, new: &NewJob, now: Timestamp, policy: &Policy) -> Transition {
+    let job = Job {
+        id,
+        queue: new.queue.clone(),
+        kind: new.kind.clone(),
+        payload: new.payload.clone(),
+        priority: new.priority,
+        state: JobState::Pending,
+        attempts: 0,
+        max_attempts: new.max_attempts.unwrap_or(policy.default_max_attempts).max(1),
+        max_runtime: new.max_runtime,
+        not_before: new.not_before.unwrap_or(now),
+        lease: None,
+        idempotency_key: new.idempotency_key.clone(),
+        payload_hash: payload_hash(&new.payload),
+        cancel_requested: false,
+        last_error: None,
+        result: None,
+        exit_code: None,
+        created_at: now,
+        started_at: None,
+        finished_at: None,
+    };
+    Transition { job, events: vec![Event::new(id, EventKind::Pushed, now)] }
+}
+
+/// What `push` must do given the job that currently holds the new job's
+/// idempotency key, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PushPlan {
+    /// Same key, same payload: return this existing job, write nothing.
+    Duplicate(JobId),
+    /// Insert the new job; first write `displaced` (the old holder of the
+    /// key, which loses it and, if still pending, is superseded).
+    Insert {
+        /// The old key holder after the change.
+        displaced: Option<Transition>,
+    },
+}
+
+/// Decides a push against the current holder of its key (the newer wins).
+pub fn plan_push(new: &NewJob, holder: Option<&Job>, new_id: JobId, now: Timestamp) -> PushPlan {
+    let Some(old) = holder else { return PushPlan::Insert { displaced: None } };
+    if old.payload_hash == payload_hash(&new.payload) && old.kind == new.kind {
+        return PushPlan::Duplicate(old.id);
+    }
+    let mut job = old.clone();
+    job.idempotency_key = None;
+    let mut events = Vec::new();
+    if job.state == JobState::Pending {
+        job.state = JobState::Cancelled;
+        job.finished_at = Some(now);
+        events.push(
+            Event::new(job.id, EventKind::Superseded, now)
+                .saying(format!("superseded by #{new_id}")),
+        );
+    }
+    PushPlan::Insert { displaced: Some(Transition { job, events }) }
+}
+
+/// Why a running job may be taken from its owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReclaimReason {
+    /// The lease ran out and the owner could not be checked.
+    LeaseExpired,
+    /// The owner is certainly dead.
+    OwnerDead,
+}
+
+impl ReclaimReason {
+    /// The words the trail uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReclaimReason::LeaseExpired => "lease expired",
+            ReclaimReason::OwnerDead => "owner dead",
+        }
+    }
+}
+
+/// Whether a running job may be taken from its owner at `now`, given what
+/// the liveness judge said about the owner.
+pub fn reclaimable(job: &Job, now: Timestamp, owner: Liveness) -> Option<ReclaimReason> {
+    let lease = job.lease.as_ref().filter(|_| job.state == JobState::Running)?;
+    match owner {
+        Liveness::Alive => None,
+        Liveness::Gone => Some(ReclaimReason::OwnerDead),
+        Liveness::Unknown => (lease.until < now).then_some(ReclaimReason::LeaseExpired),
+    }
+}
+
+/// The result of offering a candidate job to a claimer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The claimer now holds the job.
+    Claimed(Transition),
+    /// The job could not be handed out and ended instead (out of attempts
+    /// after its lease expired, or cancelled while its owner was gone);
+    /// the store writes this and looks for another candidate.
+    Retired(Transition),
+}
+
+/// Claims `job` for `owner`: a due pending job, or a running job whose
+/// owner is gone or whose lease expired (`owner_liveness` is the judge's
+/// answer about the current lease holder; ignored for pending jobs).
+pub fn claim(
+    job: &Job,
+    owner: &Owner,
+    now: Timestamp,
+    policy: &Policy,
+    owner_liveness: Liveness,
+) -> Result<ClaimOutcome, TransitionError> {
+    let mut events = Vec::new();
+    match job.state {
+        JobState::Pending if job.not_before <= now => {}
+        JobState::Running => {
+            let Some(reason) = reclaimable(job, now, owner_liveness) else {
+                return Err(invalid(job, "claim"));
+            };
+            if let Some(ended) = retire_abandoned(job, now, reason) {
+                return Ok(ClaimOutcome::Retired(ended));
+            }
+            events.push(reclaimed_event(job, now, reason));
+        }
+        _ => return Err(invalid(job, "claim")),
+    }
+    let mut next = job.clone();
+    next.state = JobState::Running;
+    next.attempts = job.attempts.saturating_add(1);
+    next.started_at = Some(now);
+    next.lease = Some(Lease {
+        owner: owner.clone(),
+        attempt: next.attempts,
+        until: now.saturating_add(policy.lease_ttl),
+        child_pgid: None,
+    });
+    events.push(Event::new(job.id, EventKind::Claimed, now).by(&owner.id, next.attempts));
+    Ok(ClaimOutcome::Claimed(Transition { job: next, events }))
+}
+
+/// The sweep form of reclaim: a running job whose owner is certainly gone
+/// goes back to pending (or ends, if it has no attempts left or a cancel
+/// was requested). Returns `None` when the job must be left alone.
+pub fn reclaim_dead(job: &Job, now: Timestamp, owner_liveness: Liveness) -> Option<Transition> {
+    if owner_liveness != Liveness::Gone {
+        return None;
+    }
+    let reason = reclaimable(job, now, owner_liveness)?;
+    if let Some(ended) = retire_abandoned(job, now, reason) {
+        return Some(ended);
+    }
+    let mut next = job.clone();
+    next.state = JobState::Pending;
+    next.lease = None;
+    Some(Transition { job: next, events: vec![reclaimed_event(job, now, reason)] })
+}
+
+fn reclaimed_event(job: &Job, now: Timestamp, reason: ReclaimReason) -> Event {
+    let mut e = Event::new(job.id, EventKind::Reclaimed, now).saying(reason.as_str());
+    if let Some(l) = &job.lease {
+        e = e.by(&l.owner.id, l.attempt);
+    }
+    e
+}
+
+/// An abandoned running job that must not run again: cancelled while its
+/// owner was away, or out of attempts.
+fn retire_abandoned(job: &Job, now: Timestamp, reason: ReclaimReason) -> Option<Transition> {
+    let mut next = job.clone();
+    next.lease = None;
+    next.finished_at = Some(now);
+    let mut event = reclaimed_event(job, now, reason);
+    if job.cancel_requested {
+        next.state = JobState::Cancelled;
+        event.kind = EventKind::Cancelled;
+        event.message = Some(format!("cancelled ({} while cancel was requested)", reason.as_str()));
+    } else if job.attempts >= job.max_attempts {
+        next.state = JobState::Failed;
+        let why = match reason {
+            ReclaimReason::LeaseExpired => format!("lease expired after {} attempts", job.attempts),
+            ReclaimReason::OwnerDead => format!("owner died after {} attempts", job.attempts),
+        };
+        next.last_error = Some(why.clone());
+        event.kind = EventKind::Expired;
+        event.message = Some(why);
+    } else {
+        return None;
+    }
+    Some(Transition { job: next, events: vec![event] })
+}
+
+/// What a heartbeat tells its owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeartbeatAck {
+    /// The lease now runs until this instant.
+    pub lease_until: Timestamp,
+    /// A user asked to cancel the job: kill it and report it failed.
+    pub cancel_requested: bool,
+}
+
+/// Extends the owner's lease to `now + lease_ttl`; also after expiry, as long
+/// as nobody reclaimed the job (slow is not gone). `child_pgid` records the
+/// job's process group once it has one.
+pub fn heartbeat(
+    job: &Job,
+    fence: &Fence,
+    now: Timestamp,
+    policy: &Policy,
+    child_pgid: Option<i32>,
+) -> Result<(Transition, HeartbeatAck), TransitionError> {
+    check_owner(job, fence)?;
+    let mut next = job.clone();
+    let until = now.saturating_add(policy.lease_ttl);
+    if let Some(lease) = next.lease.as_mut() {
+        lease.until = until;
+        if child_pgid.is_some() {
+            lease.child_pgid = child_pgid;
+        }
+    }
+    let ack = HeartbeatAck { lease_until: until, cancel_requested: job.cancel_requested };
+    Ok((Transition { job: next, events: Vec::new() }, ack))
+}
+
+/// What a successful attempt reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Completion {
+    /// A short summary, such as the last line of output.
+    pub result: Option<String>,
+    /// The process's exit code, if it was one.
+    pub exit_code: Option<i32>,
+}
+
+/// What a failed attempt reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Failure {
+    /// Why it failed, in one line.
+    pub error: String,
+    /// The process's exit code, if it exited.
+    pub exit_code: Option<i32>,
+}
+
+/// The owner finished the job.
+pub fn complete(
+    job: &Job,
+    fence: &Fence,
+    done: &Completion,
+    now: Timestamp,
+) -> Result<Transition, TransitionError> {
+    check_owner(job, fence)?;
+    let mut next = job.clone();
+    next.state = JobState::Done;
+    next.lease = None;
+    next.result = done.result.clone();
+    next.exit_code = done.exit_code;
+    next.last_error = None;
+    next.finished_at = Some(now);
+    let mut event = Event::new(job.id, EventKind::Completed, now).by(&fence.owner, fence.attempt);
+    event.message = done.result.clone();
+    Ok(Transition { job: next, events: vec![event] })
+}
+
+/// The owner's attempt failed: retry after `backoff(attempts)`, or end in
+/// `failed` when no attempts are left, or in `cancelled` when a cancel was
+/// requested (the owner killed the job because of it).
+pub fn fail(
+    job: &Job,
+    fence: &Fence,
+    failure: &Failure,
+    now: Timestamp,
+    policy: &Policy,
+) -> Result<Transition, TransitionError> {
+    check_owner(job, fence)?;
+    let mut next = job.clone();
+    next.lease = None;
+    next.last_error = Some(failure.error.clone());
+    next.exit_code = failure.exit_code;
+    next.result = None;
+    let mut event = Event::new(job.id, EventKind::Failed, now)
+        .by(&fence.owner, fence.attempt)
+        .saying(failure.error.clone());
+    if job.cancel_requested {
+        next.state = JobState::Cancelled;
+        next.finished_at = Some(now);
+        event.kind = EventKind::Cancelled;
+    } else if job.attempts >= job.max_attempts {
+        next.state = JobState::Failed;
+        next.finished_at = Some(now);
+    } else {
+        let retry_at = now.saturating_add(policy.backoff(job.id, job.attempts));
+        next.state = JobState::Pending;
+        next.not_before = retry_at;
+        event.retry_at = Some(retry_at);
+    }
+    Ok(Transition { job: next, events: vec![event] })
+}
+
+/// The owner hands the job back (a clean shutdown): pending, due now, and
+/// the attempt is not charged. A job whose cancel was requested ends
+/// `cancelled` instead.
+pub fn release(job: &Job, fence: &Fence, now: Timestamp) -> Result<Transition, TransitionError> {
+    check_owner(job, fence)?;
+    let mut next = job.clone();
+    next.lease = None;
+    let mut event = Event::new(job.id, EventKind::Released, now).by(&fence.owner, fence.attempt);
+    if job.cancel_requested {
+        next.state = JobState::Cancelled;
+        next.finished_at = Some(now);
+        event.kind = EventKind::Cancelled;
+        event.message = Some("cancelled while being released".to_owned());
+    } else {
+        next.state = JobState::Pending;
+        next.attempts = job.attempts.saturating_sub(1);
+        next.not_before = now;
+    }
+    Ok(Transition { job: next, events: vec![event] })
+}
+
+/// A user cancels: a pending job ends at once; a running job is flagged and
+/// its owner ends it; a terminal job refuses.
+pub fn cancel(job: &Job, now: Timestamp) -> Result<Transition, TransitionError> {
+    let mut next = job.clone();
+    let event = match job.state {
+        JobState::Pending => {
+            next.state = JobState::Cancelled;
+            next.finished_at = Some(now);
+            Event::new(job.id, EventKind::Cancelled, now)
+        }
+        JobState::Running if job.cancel_requested => {
+            return Ok(Transition { job: next, events: Vec::new() });
+        }
+        JobState::Running => {
+            next.cancel_requested = true;
+            Event::new(job.id, EventKind::CancelRequested, now)
+        }
+        _ => return Err(invalid(job, "cancel")),
+    };
+    Ok(Transition { job: next, events: vec![event] })
+}
+
+/// A user retries a failed or cancelled job: pending, due now, attempts reset.
+pub fn retry(job: &Job, now: Timestamp) -> Result<Transition, TransitionError> {
+    if !matches!(job.state, JobState::Failed | JobState::Cancelled) {
+        return Err(invalid(job, "retry"));
+    }
+    let mut next = job.clone();
+    next.state = JobState::Pending;
+    next.attempts = 0;
+    next.not_before = now;
+    next.cancel_requested = false;
+    next.finished_at = None;
+    Ok(Transition { job: next, events: vec![Event::new(job.id, EventKind::Retried, now)] })
+}
+
+/// The state a trail leads to, replaying its events from nothing; `None`
+/// for an empty trail. A store's trail must always replay to its job's state.
+pub fn replay(events: &[Event]) -> Option<JobState> {
+    let mut state = None;
+    for e in events {
+        state = match e.kind {
+            EventKind::Pushed | EventKind::Released | EventKind::Retried | EventKind::Reclaimed => {
+                Some(JobState::Pending)
+            }
+            EventKind::Claimed => Some(JobState::Running),
+            EventKind::Failed if e.retry_at.is_some() => Some(JobState::Pending),
+            EventKind::Failed | EventKind::Expired => Some(JobState::Failed),
+            EventKind::Completed => Some(JobState::Done),
+            EventKind::Cancelled | EventKind::Superseded => Some(JobState::Cancelled),
+            EventKind::CancelRequested => state,
+        };
+    }
+    state
+}
+
+/// How long a job still has to wait at `now` (zero when due).
+pub fn wait_time(job: &Job, now: Timestamp) -> Duration {
+    job.not_before.duration_since(now)
+}
+
+fn check_owner(job: &Job, fence: &Fence) -> Result<(), TransitionError> {
+    match &job.lease {
+        Some(l)
+            if job.state == JobState::Running
+                && l.owner.id == fence.owner
+                && l.attempt == fence.attempt =>
+        {
+            Ok(())
+        }
+        _ => Err(TransitionError::LeaseLost { id: job.id }),
+    }
+}
+
+fn invalid(job: &Job, action: &'static str) -> TransitionError {
+    TransitionError::InvalidTransition { id: job.id, state: job.state, action }
+}

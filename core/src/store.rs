@@ -1,0 +1,368 @@
+//! **API Boundary.** The `Store` trait every backend implements, and the
+//! one error type they all answer with.
+//!
+//! Every method is one atomic transaction. Owner-side writes (`heartbeat`,
+//! `complete`, `fail`, `release`) carry a [`Fence`] and change nothing unless
+//! the job is still running under exactly that owner and attempt. The
+//! conformance suite in `slothqueue-tests` is the executable form of these
+//! contracts; a backend is correct when it passes all of it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::job::{Event, Fence, Job, JobId, JobState, NewJob, Owner};
+use crate::liveness::LivenessJudge;
+use crate::machine::{Completion, Failure, HeartbeatAck, TransitionError};
+use crate::time::Timestamp;
+
+/// The result of a push.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pushed {
+    /// The job now holding the request's idempotency key (or the new job).
+    pub job: Job,
+    /// `false` when an identical job with the same key already existed and
+    /// nothing was written.
+    pub created: bool,
+    /// The pending job this push superseded, if any.
+    pub superseded: Option<JobId>,
+}
+
+/// Which jobs a claim may take.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimFilter {
+    /// Only these queues; empty means every queue.
+    pub queues: Vec<String>,
+    /// Only these kinds; `None` means every kind.
+    pub kinds: Option<Vec<String>>,
+}
+
+impl ClaimFilter {
+    /// Whether `job` passes the filter.
+    pub fn admits(&self, job: &Job) -> bool {
+        (self.queues.is_empty() || self.queues.iter().any(|q| *q == job.queue))
+            && self.kinds.as_ref().is_none_or(|ks| ks.iter().any(|k| *k == job.kind))
+    }
+}
+
+/// A successful claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claimed {
+    /// The job, now running under the claimer's lease.
+    pub job: Job,
+    /// The proof of ownership for every later write.
+    pub fence: Fence,
+    /// Set when the job was taken back from a previous owner.
+    pub reclaimed_from: Option<Owner>,
+}
+
+/// The order `list` returns jobs in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ListOrder {
+    /// Newest first (highest id first). `cursor` returns ids below it.
+    #[default]
+    Newest,
+    /// Oldest first. `cursor` returns ids above it.
+    Oldest,
+    /// The order claims would take them: priority, `not_before`, id.
+    /// `cursor` is not allowed with this order.
+    DueFirst,
+}
+
+/// Which jobs `list` returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    /// Only this state.
+    pub state: Option<JobState>,
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// At most this many.
+    pub limit: Option<usize>,
+    /// Resume after this id (see [`ListOrder`]).
+    pub cursor: Option<JobId>,
+    /// The order.
+    pub order: ListOrder,
+}
+
+/// Counts per state and what is due.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Jobs waiting, due or not.
+    pub pending: u64,
+    /// Jobs under a lease.
+    pub running: u64,
+    /// Jobs completed.
+    pub done: u64,
+    /// Jobs out of attempts.
+    pub failed: u64,
+    /// Jobs cancelled or superseded.
+    pub cancelled: u64,
+    /// Pending jobs with `not_before <= now`.
+    pub due_now: u64,
+    /// The earliest `not_before` among pending jobs not yet due.
+    pub next_due: Option<Timestamp>,
+}
+
+/// What `purge` deletes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PurgeFilter {
+    /// Also delete pending jobs (never running ones).
+    pub include_pending: bool,
+    /// Only jobs that finished (or, for pending, were created) before this.
+    pub older_than: Option<Timestamp>,
+}
+
+/// What a runner is doing, recorded so `status` and `show` can explain why a
+/// job is not running.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "activity", rename_all = "snake_case")]
+pub enum RunnerActivity {
+    /// Looking for work.
+    Starting,
+    /// Running a job.
+    Running {
+        /// The job.
+        job: JobId,
+    },
+    /// Held by a gate.
+    Gated {
+        /// The gate's last reading, e.g. `load 3.20 >= ceiling 2.00`.
+        reading: String,
+        /// Since when.
+        since: Timestamp,
+    },
+    /// Nothing due; sleeping until `until` (or a poll).
+    Idle {
+        /// When it will look again.
+        until: Option<Timestamp>,
+    },
+}
+
+/// A live runner's record in the store.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunnerRecord {
+    /// The runner's identity (the same as its leases').
+    pub owner: Owner,
+    /// The queues it serves; empty for all.
+    pub queues: Vec<String>,
+    /// When it started.
+    pub started_at: Timestamp,
+    /// When it last wrote this record.
+    pub updated_at: Timestamp,
+    /// What it is doing.
+    pub activity: RunnerActivity,
+}
+
+/// Every way a store operation can fail. Matching on the variant, not the
+/// message, is the contract; backend errors are mapped onto these at the
+/// boundary.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No job with this id.
+    #[error("no job #{0}")]
+    NotFound(JobId),
+    /// The caller's fence no longer matches: the job was reclaimed, finished
+    /// or released. Nothing was changed.
+    #[error("lease lost: job #{id} is no longer held by this owner")]
+    LeaseLost {
+        /// The job.
+        id: JobId,
+    },
+    /// The job's state does not allow the operation.
+    #[error("cannot {action} job #{id}: it is {state}")]
+    InvalidTransition {
+        /// The job.
+        id: JobId,
+        /// Its state.
+        state: JobState,
+        /// The operation.
+        action: &'static str,
+    },
+    /// The request itself is malformed; nothing was written.
+    #[error("{0}")]
+    InvalidInput(String),
+    /// Another process held the queue's write lock for longer than the wait.
+    #[error("queue file is busy: another process held it for {waited:?}; try again")]
+    Busy {
+        /// How long this call waited.
+        waited: Duration,
+    },
+    /// The file is not a slothqueue queue, or is damaged.
+    #[error(
+        "{path}: not a slothqueue queue or damaged ({detail}); restore it from a backup or point --db elsewhere"
+    )]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The file was written by a newer slothqueue.
+    #[error(
+        "{path}: created by a newer slothqueue (schema {found} > {supported}); upgrade slothqueue to open it"
+    )]
+    SchemaTooNew {
+        /// The file.
+        path: PathBuf,
+        /// The file's schema version.
+        found: u32,
+        /// The newest this build understands.
+        supported: u32,
+    },
+    /// The disk is full.
+    #[error("no space left on device ({0})")]
+    DiskFull(PathBuf),
+    /// Another I/O failure.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A backend failure with no better mapping.
+    #[error("storage error: {0}")]
+    Backend(String),
+}
+
+impl StoreError {
+    /// Whether trying the same call again later may succeed.
+    pub fn is_temporary(&self) -> bool {
+        matches!(self, StoreError::Busy { .. } | StoreError::DiskFull(_))
+    }
+}
+
+impl From<TransitionError> for StoreError {
+    fn from(e: TransitionError) -> Self {
+        match e {
+            TransitionError::LeaseLost { id } => StoreError::LeaseLost { id },
+            TransitionError::InvalidTransition { id, state, action } => {
+                StoreError::InvalidTransition { id, state, action }
+            }
+            TransitionError::InvalidJob(m) => StoreError::InvalidInput(m),
+        }
+    }
+}
+
+/// A durable job queue. Object-safe: the runner and the CLI hold an
+/// `Arc<dyn Store>` and never learn which backend they got.
+///
+/// Time (`now`) and the judge of owner liveness are arguments, never read
+/// inside, so every contract can be tested with a manual clock.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Adds a job (see [`crate::machine::plan_push`] for the idempotency
+    /// rule). Ids increase and are never reused, even after a purge.
+    async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError>;
+
+    /// Adds many jobs in one transaction: all or none. Invalid input in any
+    /// element rejects the whole batch.
+    async fn push_many(&self, jobs: Vec<NewJob>, now: Timestamp)
+    -> Result<Vec<Pushed>, StoreError>;
+
+    /// Hands the best available job to `owner`: a due pending job, or a
+    /// running job whose owner `judge` says is gone, or whose lease expired
+    /// while the judge could not tell. Order: highest priority, earliest
+    /// `not_before`, lowest id. Jobs found abandoned with no attempts left
+    /// (or with a cancel requested) are ended on the way. Among racing
+    /// claimers each job goes to exactly one. `None` when nothing is due.
+    async fn claim(
+        &self,
+        owner: &Owner,
+        filter: &ClaimFilter,
+        now: Timestamp,
+        judge: &dyn LivenessJudge,
+    ) -> Result<Option<Claimed>, StoreError>;
+
+    /// Extends the lease held under `fence` (also after expiry, if nobody
+    /// reclaimed the job); records the child's process group when given.
+    /// `LeaseLost` for anyone else, with nothing changed.
+    async fn heartbeat(
+        &self,
+        id: JobId,
+        fence: &Fence,
+        child_pgid: Option<i32>,
+        now: Timestamp,
+    ) -> Result<HeartbeatAck, StoreError>;
+
+    /// Marks the job done. `LeaseLost` unless `fence` still holds it.
+    async fn complete(
+        &self,
+        id: JobId,
+        fence: &Fence,
+        done: Completion,
+        now: Timestamp,
+    ) -> Result<Job, StoreError>;
+
+    /// Records a failed attempt: retry later, `failed`, or `cancelled` if a
+    /// cancel was requested. `LeaseLost` unless `fence` still holds it.
+    async fn fail(
+        &self,
+        id: JobId,
+        fence: &Fence,
+        failure: Failure,
+        now: Timestamp,
+    ) -> Result<Job, StoreError>;
+
+    /// Returns the job to pending without charging the attempt.
+    async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError>;
+
+    /// Cancels a pending job, or requests cancellation of a running one.
+    /// `InvalidTransition` for a terminal job, `NotFound` for none.
+    async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError>;
+
+    /// Puts a failed or cancelled job back to pending with attempts reset.
+    async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError>;
+
+    /// One job. `NotFound` when there is none.
+    async fn get(&self, id: JobId) -> Result<Job, StoreError>;
+
+    /// The job's trail, oldest first. `NotFound` when there is no such job.
+    async fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError>;
+
+    /// Jobs matching `filter`.
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError>;
+
+    /// Counts per state, due now and next due.
+    async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError>;
+
+    /// The earliest `not_before` of any pending job (due or not), or the
+    /// earliest lease expiry of a running one, whichever comes first: when
+    /// a sleeping runner should look again.
+    async fn next_due(&self) -> Result<Option<Timestamp>, StoreError>;
+
+    /// Sends every running job whose owner `judge` says is gone back to
+    /// pending with a `reclaimed` event (or ends it, as `claim` would).
+    /// Returns the jobs as they were before, leases included, so the caller
+    /// can kill an orphaned process group.
+    async fn reclaim_dead(
+        &self,
+        now: Timestamp,
+        judge: &dyn LivenessJudge,
+    ) -> Result<Vec<Job>, StoreError>;
+
+    /// Deletes terminal jobs (and pending ones if asked), with their
+    /// trails; never running ones. Returns the ids deleted.
+    async fn purge(&self, filter: &PurgeFilter) -> Result<Vec<JobId>, StoreError>;
+
+    /// Writes a job and its trail exactly as given (export/import between
+    /// backends). `InvalidInput` if the id is taken; later pushes get ids
+    /// above every imported one.
+    async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError>;
+
+    /// Records or refreshes a runner's record.
+    async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError>;
+
+    /// Forgets a runner (it stopped).
+    async fn remove_runner(&self, owner_id: &str) -> Result<(), StoreError>;
+
+    /// Every recorded runner, live or not (the caller judges).
+    async fn runners(&self) -> Result<Vec<RunnerRecord>, StoreError>;
+}
