@@ -138,7 +138,7 @@ pub enum PushPlan {
     /// key, which loses it and, if still pending, is superseded).
     Insert {
         /// The old key holder after the change.
-        displaced: Option<Transition>,
+        displaced: Option<Box<Transition>>,
     },
 }
 
@@ -159,7 +159,7 @@ pub fn plan_push(new: &NewJob, holder: Option<&Job>, new_id: JobId, now: Timesta
                 .saying(format!("superseded by #{new_id}")),
         );
     }
-    PushPlan::Insert { displaced: Some(Transition { job, events }) }
+    PushPlan::Insert { displaced: Some(Box::new(Transition { job, events })) }
 }
 
 /// Why a running job may be taken from its owner.

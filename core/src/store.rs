@@ -42,8 +42,8 @@ pub struct ClaimFilter {
 impl ClaimFilter {
     /// Whether `job` passes the filter.
     pub fn admits(&self, job: &Job) -> bool {
-        (self.queues.is_empty() || self.queues.iter().any(|q| *q == job.queue))
-            && self.kinds.as_ref().is_none_or(|ks| ks.iter().any(|k| *k == job.kind))
+        (self.queues.is_empty() || self.queues.contains(&job.queue))
+            && self.kinds.as_ref().is_none_or(|ks| ks.contains(&job.kind))
     }
 }
 
