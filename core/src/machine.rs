@@ -495,3 +495,291 @@ fn check_owner(job: &Job, fence: &Fence) -> Result<(), TransitionError> {
 fn invalid(job: &Job, action: &'static str) -> TransitionError {
     TransitionError::InvalidTransition { id: job.id, state: job.state, action }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: Timestamp = Timestamp::from_millis(1_700_000_000_000);
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    fn pushed(id: JobId) -> Job {
+        create(id, &NewJob::shell("true", "/"), T0, &Policy::default()).job
+    }
+
+    fn claimed(job: &Job, owner: &str, now: Timestamp) -> Job {
+        match claim(job, &Owner::named(owner), now, &Policy::default(), Liveness::Unknown) {
+            Ok(ClaimOutcome::Claimed(t)) => t.job,
+            other => panic!("expected a claim, got {other:?}"),
+        }
+    }
+
+    fn fence(job: &Job) -> Fence {
+        job.lease.as_ref().map(Lease::fence).expect("running job has a lease")
+    }
+
+    fn kinds(t: &Transition) -> Vec<EventKind> {
+        t.events.iter().map(|e| e.kind).collect()
+    }
+
+    #[test]
+    fn create_applies_policy_defaults_and_records_pushed() {
+        let t = create(7, &NewJob::shell("echo hi", "/tmp"), T0, &Policy::default());
+        assert_eq!(t.job.state, JobState::Pending);
+        assert_eq!(t.job.max_attempts, 3);
+        assert_eq!(t.job.not_before, T0);
+        assert_eq!(kinds(&t), vec![EventKind::Pushed]);
+    }
+
+    #[test]
+    fn validate_rejects_bad_input() {
+        let ok = NewJob::shell("true", "/");
+        assert!(validate(&ok).is_ok());
+        assert!(validate(&NewJob::shell("  ", "/")).is_err());
+        assert!(validate(&NewJob::shell("a\0b", "/")).is_err());
+        assert!(validate(&ok.clone().queue("../etc")).is_err());
+        assert!(validate(&ok.clone().queue("")).is_err());
+        assert!(validate(&ok.clone().max_attempts(0)).is_err());
+        assert!(validate(&NewJob::new("shell", serde_json::json!({}))).is_err());
+        assert!(validate(&NewJob::new("backup", serde_json::json!(null))).is_ok());
+    }
+
+    #[test]
+    fn claim_takes_only_due_jobs() {
+        let job = Job { not_before: T0.saturating_add(secs(10)), ..pushed(1) };
+        let early = claim(&job, &Owner::named("a"), T0, &Policy::default(), Liveness::Unknown);
+        assert!(matches!(early, Err(TransitionError::InvalidTransition { action: "claim", .. })));
+        let on_time = claimed(&job, "a", T0.saturating_add(secs(10)));
+        assert_eq!(on_time.state, JobState::Running);
+        assert_eq!(on_time.attempts, 1);
+        let lease = on_time.lease.expect("lease");
+        assert_eq!(lease.until, T0.saturating_add(secs(70)));
+        assert_eq!(lease.attempt, 1);
+    }
+
+    #[test]
+    fn reclaim_needs_expiry_unless_owner_gone_and_never_when_alive() {
+        let job = claimed(&pushed(1), "a", T0);
+        let p = Policy::default();
+        let b = Owner::named("b");
+        let before_expiry = T0.saturating_add(secs(30));
+        assert!(claim(&job, &b, before_expiry, &p, Liveness::Unknown).is_err());
+        assert!(matches!(
+            claim(&job, &b, before_expiry, &p, Liveness::Gone),
+            Ok(ClaimOutcome::Claimed(_))
+        ));
+        let long_after = T0.saturating_add(secs(3600));
+        assert!(
+            claim(&job, &b, long_after, &p, Liveness::Alive).is_err(),
+            "a live owner is slow, not gone"
+        );
+        match claim(&job, &b, long_after, &p, Liveness::Unknown) {
+            Ok(ClaimOutcome::Claimed(t)) => {
+                assert_eq!(kinds(&t), vec![EventKind::Reclaimed, EventKind::Claimed]);
+                assert_eq!(t.job.attempts, 2);
+                assert_eq!(t.events[0].message.as_deref(), Some("lease expired"));
+            }
+            other => panic!("expected reclaim, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn expired_lease_without_attempts_left_fails() {
+        let mut job = pushed(1);
+        job.max_attempts = 1;
+        let job = claimed(&job, "a", T0);
+        let later = T0.saturating_add(secs(61));
+        match claim(&job, &Owner::named("b"), later, &Policy::default(), Liveness::Unknown) {
+            Ok(ClaimOutcome::Retired(t)) => {
+                assert_eq!(t.job.state, JobState::Failed);
+                assert_eq!(t.job.last_error.as_deref(), Some("lease expired after 1 attempts"));
+                assert_eq!(kinds(&t), vec![EventKind::Expired]);
+                assert!(t.job.lease.is_none());
+            }
+            other => panic!("expected retirement, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn heartbeat_is_for_the_owner_only_and_survives_expiry() {
+        let job = claimed(&pushed(1), "a", T0);
+        let p = Policy::default();
+        let late = T0.saturating_add(secs(500));
+        let (t, ack) =
+            heartbeat(&job, &fence(&job), late, &p, Some(4242)).expect("owner may heartbeat late");
+        assert_eq!(ack.lease_until, late.saturating_add(secs(60)));
+        assert!(!ack.cancel_requested);
+        assert_eq!(t.job.lease.as_ref().and_then(|l| l.child_pgid), Some(4242));
+        assert!(t.events.is_empty());
+        let stranger = Fence { owner: "b".into(), attempt: 1 };
+        assert_eq!(
+            heartbeat(&job, &stranger, late, &p, None),
+            Err(TransitionError::LeaseLost { id: 1 })
+        );
+        let stale = Fence { owner: "a".into(), attempt: 0 };
+        assert!(heartbeat(&job, &stale, late, &p, None).is_err());
+    }
+
+    #[test]
+    fn complete_records_result_and_refuses_strangers() {
+        let job = claimed(&pushed(1), "a", T0);
+        let done = Completion { result: Some("moved 4 files".into()), exit_code: Some(0) };
+        let stranger = Fence { owner: "b".into(), attempt: 1 };
+        assert!(complete(&job, &stranger, &done, T0).is_err());
+        let t = complete(&job, &fence(&job), &done, T0).expect("owner completes");
+        assert_eq!(t.job.state, JobState::Done);
+        assert_eq!(t.job.result.as_deref(), Some("moved 4 files"));
+        assert!(t.job.lease.is_none());
+        assert_eq!(t.job.finished_at, Some(T0));
+        assert!(complete(&t.job, &fence(&job), &done, T0).is_err(), "twice is refused");
+    }
+
+    #[test]
+    fn failures_back_off_two_four_eight_then_fail() {
+        let p = Policy::default();
+        let mut job = pushed(1);
+        let mut now = T0;
+        for expected in [2, 4] {
+            job = claimed(&job, "a", now);
+            let t = fail(
+                &job,
+                &fence(&job),
+                &Failure { error: "boom".into(), exit_code: Some(1) },
+                now,
+                &p,
+            )
+            .expect("owner fails");
+            assert_eq!(t.job.state, JobState::Pending);
+            assert_eq!(t.job.not_before.duration_since(now), secs(expected));
+            assert_eq!(t.events[0].retry_at, Some(t.job.not_before));
+            now = t.job.not_before;
+            job = t.job;
+        }
+        job = claimed(&job, "a", now);
+        let t = fail(
+            &job,
+            &fence(&job),
+            &Failure { error: "boom".into(), exit_code: Some(1) },
+            now,
+            &p,
+        )
+        .expect("owner fails");
+        assert_eq!(t.job.state, JobState::Failed);
+        assert_eq!(t.job.last_error.as_deref(), Some("boom"));
+        assert_eq!(t.events[0].retry_at, None);
+        // The third delay would have been 8 s: check the formula directly.
+        assert_eq!(p.backoff(1, 3), secs(8));
+    }
+
+    #[test]
+    fn release_does_not_charge_the_attempt() {
+        let job = claimed(&pushed(1), "a", T0);
+        let later = T0.saturating_add(secs(5));
+        let t = release(&job, &fence(&job), later).expect("owner releases");
+        assert_eq!(t.job.state, JobState::Pending);
+        assert_eq!(t.job.attempts, 0);
+        assert_eq!(t.job.not_before, later);
+        assert_eq!(kinds(&t), vec![EventKind::Released]);
+    }
+
+    #[test]
+    fn cancel_pending_running_and_terminal() {
+        let t = cancel(&pushed(1), T0).expect("pending cancels");
+        assert_eq!(t.job.state, JobState::Cancelled);
+        assert!(matches!(
+            cancel(&t.job, T0),
+            Err(TransitionError::InvalidTransition { action: "cancel", .. })
+        ));
+
+        let running = claimed(&pushed(2), "a", T0);
+        let t = cancel(&running, T0).expect("running accepts a request");
+        assert_eq!(t.job.state, JobState::Running);
+        assert!(t.job.cancel_requested);
+        assert_eq!(kinds(&t), vec![EventKind::CancelRequested]);
+        let again = cancel(&t.job, T0).expect("asking twice is harmless");
+        assert!(again.events.is_empty());
+        let (_, ack) = heartbeat(&t.job, &fence(&t.job), T0, &Policy::default(), None).expect("hb");
+        assert!(ack.cancel_requested);
+        let ended = fail(
+            &t.job,
+            &fence(&t.job),
+            &Failure { error: "cancelled".into(), exit_code: None },
+            T0,
+            &Policy::default(),
+        )
+        .expect("owner reports the kill");
+        assert_eq!(ended.job.state, JobState::Cancelled);
+    }
+
+    #[test]
+    fn retry_resets_attempts_for_failed_and_cancelled_only() {
+        let mut job = pushed(1);
+        job.state = JobState::Failed;
+        job.attempts = 3;
+        job.last_error = Some("x".into());
+        let t = retry(&job, T0).expect("failed retries");
+        assert_eq!((t.job.state, t.job.attempts, t.job.not_before), (JobState::Pending, 0, T0));
+        assert!(retry(&pushed(2), T0).is_err());
+        let running = claimed(&pushed(3), "a", T0);
+        assert!(retry(&running, T0).is_err());
+    }
+
+    #[test]
+    fn push_plan_dedups_or_supersedes() {
+        let old = create(1, &NewJob::shell("a", "/").key("k"), T0, &Policy::default()).job;
+        assert_eq!(
+            plan_push(&NewJob::shell("a", "/").key("k"), Some(&old), 2, T0),
+            PushPlan::Duplicate(1)
+        );
+        match plan_push(&NewJob::shell("b", "/").key("k"), Some(&old), 2, T0) {
+            PushPlan::Insert { displaced: Some(t) } => {
+                assert_eq!(t.job.state, JobState::Cancelled);
+                assert_eq!(t.job.idempotency_key, None);
+                assert_eq!(kinds(&t), vec![EventKind::Superseded]);
+            }
+            other => panic!("expected supersede, got {other:?}"),
+        }
+        let running = claimed(&old, "a", T0);
+        match plan_push(&NewJob::shell("b", "/").key("k"), Some(&running), 2, T0) {
+            PushPlan::Insert { displaced: Some(t) } => {
+                assert_eq!(
+                    t.job.state,
+                    JobState::Running,
+                    "a running job keeps running; only the key moves"
+                );
+                assert!(t.events.is_empty());
+            }
+            other => panic!("expected key move, got {other:?}"),
+        }
+        assert_eq!(
+            plan_push(&NewJob::shell("b", "/"), None, 2, T0),
+            PushPlan::Insert { displaced: None }
+        );
+    }
+
+    #[test]
+    fn reclaim_dead_only_for_gone_owners() {
+        let job = claimed(&pushed(1), "a", T0);
+        assert!(reclaim_dead(&job, T0, Liveness::Alive).is_none());
+        assert!(reclaim_dead(&job, T0.saturating_add(secs(999)), Liveness::Unknown).is_none());
+        let t = reclaim_dead(&job, T0, Liveness::Gone).expect("gone owner is reclaimed");
+        assert_eq!(t.job.state, JobState::Pending);
+        assert_eq!(t.job.attempts, 1, "the next claim counts the new attempt");
+        assert_eq!(t.events[0].message.as_deref(), Some("owner dead"));
+    }
+
+    #[test]
+    fn replay_follows_every_path() {
+        let job = claimed(&pushed(1), "a", T0);
+        let mut trail = create(1, &NewJob::shell("true", "/"), T0, &Policy::default()).events;
+        trail.push(Event::new(1, EventKind::Claimed, T0));
+        assert_eq!(replay(&trail), Some(JobState::Running));
+        let t = complete(&job, &fence(&job), &Completion::default(), T0).expect("complete");
+        trail.extend(t.events);
+        assert_eq!(replay(&trail), Some(JobState::Done));
+        assert_eq!(replay(&[]), None);
+    }
+}
