@@ -1,0 +1,112 @@
+//! `cargo xtask conformance`: run the shared Store suite on each backend
+//! and print one table, so a scenario that passes on one backend and fails
+//! on another is seen at a glance.
+
+use std::collections::BTreeMap;
+
+use crate::run;
+
+/// The backends and the package whose `tests/conformance.rs` instantiates
+/// the suite for each.
+const BACKENDS: &[(&str, &str)] =
+    &[("sqlite", "slothqueue-store-sqlite"), ("redb", "slothqueue-store-redb")];
+
+struct Outcome {
+    passed: usize,
+    failed: usize,
+    seconds: f64,
+    failures: Vec<String>,
+}
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    let only = match args {
+        [] => None,
+        [flag, name] if flag == "--store" => match BACKENDS.iter().find(|(b, _)| b == name) {
+            Some(b) => Some(b.0),
+            None => return Err(format!("unknown store `{name}` (expected sqlite or redb)")),
+        },
+        _ => return Err("usage: cargo xtask conformance [--store sqlite|redb]".to_owned()),
+    };
+    let mut results = BTreeMap::new();
+    let mut scenarios: BTreeMap<String, BTreeMap<&str, bool>> = BTreeMap::new();
+    for (backend, package) in BACKENDS.iter().filter(|(b, _)| only.is_none_or(|o| o == *b)) {
+        let (ok, stdout) = run::cargo_capture(&["test", "-p", package, "--test", "conformance"])?;
+        let outcome = parse(&stdout, &mut scenarios, backend);
+        if !ok && outcome.failed == 0 {
+            return Err(format!("{backend}: the conformance tests did not run (build failure?)"));
+        }
+        results.insert(*backend, outcome);
+    }
+    println!();
+    println!("| backend | scenarios | passed | failed | time |");
+    println!("|---|---:|---:|---:|---:|");
+    for (backend, o) in &results {
+        println!(
+            "| {backend} | {} | {} | {} | {:.2}s |",
+            o.passed + o.failed,
+            o.passed,
+            o.failed,
+            o.seconds
+        );
+    }
+    let mismatched: Vec<_> = scenarios
+        .iter()
+        .filter(|(_, by)| by.values().any(|ok| !ok))
+        .map(|(name, by)| {
+            let cells: Vec<String> = by
+                .iter()
+                .map(|(b, ok)| format!("{b}: {}", if *ok { "ok" } else { "FAILED" }))
+                .collect();
+            format!("  {name} ({})", cells.join(", "))
+        })
+        .collect();
+    if !mismatched.is_empty() {
+        println!("failing scenarios:");
+        for line in &mismatched {
+            println!("{line}");
+        }
+    }
+    let failed: usize = results.values().map(|o| o.failed).sum();
+    for (backend, o) in &results {
+        for f in &o.failures {
+            eprintln!("{backend}: FAILED {f}");
+        }
+    }
+    if failed > 0 { Err(format!("{failed} conformance scenario(s) failed")) } else { Ok(()) }
+}
+
+/// Reads libtest's output: `test module::name ... ok` lines and the final
+/// `test result:` line with its time.
+fn parse<'a>(
+    stdout: &str,
+    scenarios: &mut BTreeMap<String, BTreeMap<&'a str, bool>>,
+    backend: &'a str,
+) -> Outcome {
+    let mut o = Outcome { passed: 0, failed: 0, seconds: 0.0, failures: Vec::new() };
+    for line in stdout.lines() {
+        if let Some(rest) = line.strip_prefix("test ")
+            && let Some((name, verdict)) = rest.split_once(" ... ")
+        {
+            let name = name.rsplit("::").next().unwrap_or(name).to_owned();
+            if name.starts_with("__") {
+                continue; // the multi-process suite's child entry point
+            }
+            let ok = verdict.starts_with("ok");
+            if !ok && !verdict.starts_with("FAILED") {
+                continue; // ignored
+            }
+            if ok {
+                o.passed += 1;
+            } else {
+                o.failed += 1;
+                o.failures.push(name.clone());
+            }
+            scenarios.entry(name).or_default().insert(backend, ok);
+        }
+        if let Some(idx) = line.find("finished in ") {
+            let t = &line[idx + "finished in ".len()..];
+            o.seconds += t.trim_end_matches('s').trim().parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    o
+}

@@ -1,0 +1,61 @@
+//! Running cargo from xtask, echoing each command like a shell would.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// The workspace root: xtask lives one level below it.
+pub fn project_root() -> PathBuf {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.parent().map(PathBuf::from).unwrap_or(here)
+}
+
+fn cargo_command() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
+}
+
+/// Runs `cargo <args>` with inherited output; an error if it fails.
+pub fn cargo(args: &[&str]) -> Result<(), String> {
+    cargo_env(args, &[])
+}
+
+/// As [`cargo`], with extra environment variables.
+pub fn cargo_env(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
+    println!("$ cargo {}", args.join(" "));
+    let status = cargo_command()
+        .args(args)
+        .envs(env.iter().copied())
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`cargo {}` failed ({status})", args.join(" ")))
+    }
+}
+
+/// Runs `cargo <args>` and returns its stdout; stderr passes through.
+pub fn cargo_output(args: &[&str]) -> Result<String, String> {
+    let out = cargo_command()
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("`cargo {}` failed ({})", args.join(" "), out.status));
+    }
+    String::from_utf8(out.stdout)
+        .map_err(|_| format!("`cargo {}` printed non-UTF-8", args.join(" ")))
+}
+
+/// Runs `cargo <args>`, teeing stdout to ours, and returns (success, stdout).
+pub fn cargo_capture(args: &[&str]) -> Result<(bool, String), String> {
+    println!("$ cargo {}", args.join(" "));
+    let out = cargo_command()
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    print!("{text}");
+    Ok((out.status.success(), text))
+}
