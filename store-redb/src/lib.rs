@@ -1,1 +1,81 @@
-//! Placeholder until this crate lands.
+//! slothqueue's [`Store`](slothqueue_core::Store) on [redb], a pure-Rust
+//! embedded key-value store: one file, no C toolchain, ACID transactions.
+//!
+//! # Why the tables look the way they do
+//!
+//! redb is an ordered key-value store, so every question the queue asks
+//! often has to be a point lookup or the start of a range scan; anything
+//! else would cost a scan of every job. The tables (see `schema.rs`):
+//!
+//! | table | key → value | why |
+//! |---|---|---|
+//! | `slothqueue_meta` | name → `u64` | schema version, next id (never reused), the ready watermark |
+//! | `jobs` | id → JSON [`Job`](slothqueue_core::Job) | the rows; JSON so a new field is a serde default, not a migration |
+//! | `ready` | (queue, kind, priority flipped, `not_before`, id) → () | pending jobs already due at the watermark, in claim order per (queue, kind) |
+//! | `pending_by_time` | (`not_before`, id) → (queue, kind, priority) | every pending job by due time: promotion into `ready`, `next_due`, `due_now` |
+//! | `running` | id → lease end | the few running jobs, for reclaim and `next_due` |
+//! | `idempotency_keys` | key → id | which job holds a key |
+//! | `events` | (job id, seq) → JSON [`Event`](slothqueue_core::Event) | the append-only trail, read by one range scan |
+//! | `state_counts` | state → count | `status` without a scan |
+//! | `runners` | owner id → JSON [`RunnerRecord`](slothqueue_core::RunnerRecord) | who is running |
+//!
+//! A claim is a few O(log n) seeks even with a million pending jobs: the
+//! best due job of each (queue, kind) pair is the first `ready` entry
+//! under that prefix. `ready` holds exactly the pending jobs whose
+//! `not_before` is at or below a stored *watermark*, the latest `now` any
+//! push or claim has seen; a claim first moves the jobs that became due
+//! since then from `pending_by_time` into `ready` (each job moves once), so
+//! jobs scheduled for the future never sit in front of due ones. If the
+//! clock steps backwards, the few `ready` heads that are not due at the
+//! earlier `now` are skipped a priority level at a time. Every index is
+//! written in the same write transaction as the job row, by one function
+//! that removes the old row's entries and adds the new row's.
+//!
+//! # Transactions and the fence
+//!
+//! Every operation is one redb write transaction: read the row, apply the
+//! pure transition from [`slothqueue_core::machine`], write the row and its
+//! index entries, append the events, commit. redb allows one write
+//! transaction at a time across every process sharing the file, and a write
+//! transaction starts from the latest commit, so the owner and attempt the
+//! transition checks (the fence) cannot change between the read and the
+//! write: the transaction is the `WHERE owner = ? AND attempt = ?` of the
+//! SQL backend.
+//!
+//! # Several processes, several handles
+//!
+//! The file is opened with [`redb::ConcurrencyMode::MultiWriter`] (redb
+//! 4.5+): a runner, `add`, `status` and `serve` all hold it at once, taking
+//! turns at writing. redb's locks are open-file-description locks, so two
+//! [`RedbStore`]s on one file in one process behave like two processes and
+//! need no shared registry. A write that finds another process writing
+//! retries with backoff for [`RedbOptions::lock_timeout`], then answers
+//! [`StoreError::Busy`](slothqueue_core::StoreError::Busy).
+//!
+//! # Durability
+//!
+//! Every commit is [`redb::Durability::Immediate`]: fsynced, with redb's
+//! 2-phase commit, before the call returns. redb refuses its only faster
+//! setting, `Durability::None`, on a file shared between processes (a
+//! commit held in one process's memory would be invisible to the others),
+//! so [`DurabilityMode::Eventual`] is accepted but commits durably too; see
+//! its documentation.
+//!
+//! # Bad files
+//!
+//! Before redb may write anything, the file is sniffed (redb's magic
+//! number) and opened read-only to check the schema version: a foreign
+//! file (SQLite, random bytes), a truncated or damaged one, or one from a
+//! newer slothqueue is refused with a typed error and left byte-for-byte
+//! unchanged. A file a crash left needing repair is first repaired in a
+//! copy-on-write overlay in memory; only if that succeeds is the real file
+//! opened (and repaired) for writing.
+
+#![deny(missing_docs)]
+
+mod error;
+mod schema;
+mod store;
+
+pub use schema::{SCHEMA_VERSION, sniff};
+pub use store::{DurabilityMode, RedbOptions, RedbStore};

@@ -1,0 +1,528 @@
+//! The file format: table definitions, the meta table and its schema
+//! version, migrations, and the open probe that vets a file before redb is
+//! allowed to write to it.
+//!
+//! Table definitions are part of the file format: a name, key type or value
+//! type changed here is a new schema version with a migration.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use redb::{
+    Builder, ConcurrencyMode, Database, ReadableDatabase, ReadableTable, StorageBackend,
+    TableDefinition, TableHandle, WriteTransaction,
+};
+use slothqueue_core::StoreError;
+
+use crate::error::{Failure, corrupt, io as io_error, panic_message};
+use crate::store::patiently;
+
+/// The schema this build writes. A file with a higher version is refused
+/// ([`StoreError::SchemaTooNew`]); a lower one is migrated on open.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// redb's magic number, the first bytes of every redb file (redb 1.0 and
+/// later; `MAGICNUMBER` in redb's `header.rs`).
+const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+
+/// The first bytes of every SQLite 3 database, to name the mistake.
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// Whether `header` (a file's first bytes) starts like a redb file, so the
+/// CLI can pick the backend of an existing file by its content.
+pub fn sniff(header: &[u8]) -> bool {
+    header.starts_with(&REDB_MAGIC)
+}
+
+/// Name → value; the schema version, the next id and the ready watermark.
+/// Its name doubles as slothqueue's mark on the file.
+pub(crate) const META: TableDefinition<'static, &str, u64> = TableDefinition::new("slothqueue_meta");
+/// Job id → the [`slothqueue_core::Job`] as JSON.
+pub(crate) const JOBS: TableDefinition<'static, i64, &[u8]> = TableDefinition::new("jobs");
+/// (queue, kind, [`priority_key`], not_before, id) → (): the pending jobs
+/// with `not_before <= watermark`, in claim order under each (queue, kind).
+pub(crate) const READY: TableDefinition<'static, ReadyKey, ()> = TableDefinition::new("ready");
+/// (not_before, id) → (queue, kind, priority): every pending job, by due
+/// time, with what its `READY` key needs.
+pub(crate) const PENDING: TableDefinition<'static, (i64, i64), (&str, &str, i32)> =
+    TableDefinition::new("pending_by_time");
+/// Job id → lease end (ms): the running jobs.
+pub(crate) const RUNNING: TableDefinition<'static, i64, i64> = TableDefinition::new("running");
+/// Idempotency key → the id of the job holding it.
+pub(crate) const KEYS: TableDefinition<'static, &str, i64> = TableDefinition::new("idempotency_keys");
+/// (job id, seq) → the [`slothqueue_core::Event`] as JSON.
+pub(crate) const EVENTS: TableDefinition<'static, (i64, u32), &[u8]> = TableDefinition::new("events");
+/// State name → how many jobs are in it.
+pub(crate) const COUNTS: TableDefinition<'static, &str, u64> = TableDefinition::new("state_counts");
+/// Owner id → the [`slothqueue_core::RunnerRecord`] as JSON.
+pub(crate) const RUNNERS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("runners");
+
+/// The `READY` key: queue, kind, priority (flipped), not_before, id.
+pub(crate) type ReadyKey = (&'static str, &'static str, u32, i64, i64);
+
+/// Meta: the schema version.
+pub(crate) const META_SCHEMA_VERSION: &str = "schema_version";
+/// Meta: the id the next push gets; only ever grows.
+pub(crate) const META_NEXT_ID: &str = "next_id";
+/// Meta: every pending job with `not_before` at or below this is in `READY`.
+pub(crate) const META_WATERMARK: &str = "ready_watermark";
+
+/// Every table slothqueue writes, for the open check.
+const TABLE_NAMES: [&str; 9] = [
+    "slothqueue_meta",
+    "jobs",
+    "ready",
+    "pending_by_time",
+    "running",
+    "idempotency_keys",
+    "events",
+    "state_counts",
+    "runners",
+];
+
+/// Priority as a key that sorts the highest priority first: the sign bit
+/// flipped makes `i32` order unsigned, and the complement reverses it.
+pub(crate) fn priority_key(priority: i32) -> u32 {
+    !((priority as u32) ^ 0x8000_0000)
+}
+
+/// An `i64` stored in a `u64` meta value, order-preserving.
+pub(crate) fn i64_to_meta(v: i64) -> u64 {
+    (v as u64) ^ (1 << 63)
+}
+
+/// The inverse of [`i64_to_meta`].
+pub(crate) fn i64_from_meta(v: u64) -> i64 {
+    (v ^ (1 << 63)) as i64
+}
+
+/// redb's page cache per handle. Small: the CLI opens, does one thing and
+/// exits, and in multi-writer mode another process's commit empties the
+/// cache anyway.
+const CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+/// The builder every writable and probing open uses: multi-writer, so that
+/// a runner, `add`, `status` and `serve` share the file.
+pub(crate) fn builder() -> Builder {
+    let mut b = Builder::new();
+    b.set_concurrency_mode(ConcurrencyMode::MultiWriter).set_cache_size(CACHE_BYTES);
+    b
+}
+
+/// What the probe found in an existing redb file.
+enum Found {
+    /// A redb file with no tables: a queue created but never initialised.
+    Empty,
+    /// slothqueue's tables at this schema version.
+    Version(u64),
+}
+
+/// Opens (creating if missing or empty) the queue at `path` for writing,
+/// after vetting it: a file that is foreign, damaged or from a newer
+/// slothqueue is refused before redb may write a byte.
+pub(crate) fn open_database(path: &Path, lock_timeout: Duration) -> Result<Database, StoreError> {
+    let fresh = prepare_file(path)?;
+    let found = if fresh { Found::Empty } else { probe(path, lock_timeout)? };
+    let db = open_writable(path, lock_timeout)?;
+    match found {
+        Found::Version(v) if v == u64::from(SCHEMA_VERSION) => {}
+        _ => initialise(&db, path, lock_timeout)?,
+    }
+    Ok(db)
+}
+
+/// Creates the parent directory and an empty 0600 file when there is no
+/// file; answers whether the queue is new (missing or zero bytes), and
+/// refuses a file that is too short or not redb without opening it in redb.
+fn prepare_file(path: &Path) -> Result<bool, StoreError> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Err(corrupt(path, "a directory, not a queue file")),
+        Ok(m) if m.len() == 0 => Ok(true),
+        Ok(_) => {
+            let mut header = [0u8; 16];
+            let mut f = File::open(path).map_err(|e| io_error(path, "opening", e))?;
+            let n = read_up_to(&mut f, &mut header).map_err(|e| io_error(path, "reading", e))?;
+            let header = &header[..n];
+            if sniff(header) {
+                Ok(false)
+            } else if header == SQLITE_MAGIC {
+                Err(corrupt(path, "a SQLite database, not a redb queue (use the sqlite backend)"))
+            } else {
+                Err(corrupt(path, "not a redb file"))
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| io_error(dir, "creating directory", e))?;
+            }
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| io_error(path, "creating", e))?;
+            Ok(true)
+        }
+        Err(e) => Err(io_error(path, "reading", e)),
+    }
+}
+
+fn read_up_to(f: &mut File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match f.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+/// Reads the schema version without writing: a read-only open beside
+/// whatever processes share the file. A file a crash left needing repair
+/// cannot be opened read-only; it is repaired in a memory overlay instead,
+/// so a damaged file is still refused untouched.
+fn probe(path: &Path, lock_timeout: Duration) -> Result<Found, StoreError> {
+    let opened = patiently(lock_timeout, || guarded(|| Ok(builder().open_read_only(path)?)));
+    let found = match opened {
+        Ok(ro) => guarded(|| inspect(&ro)),
+        Err(Failure::Redb(redb::Error::RepairAborted)) => dry_run_repair(path),
+        Err(e) => Err(e),
+    }
+    .map_err(|e| e.into_store(path))?;
+    match found {
+        Found::Version(v) if v > u64::from(SCHEMA_VERSION) => Err(StoreError::SchemaTooNew {
+            path: path.to_owned(),
+            found: u32::try_from(v).unwrap_or(u32::MAX),
+            supported: SCHEMA_VERSION,
+        }),
+        Found::Version(0) => Err(corrupt(path, "schema version 0")),
+        found => Ok(found),
+    }
+}
+
+/// Runs `f`, turning a panic inside redb (which it allows itself on files
+/// altered outside redb) into a corrupt-file error.
+pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(panic) => Err(Failure::Damaged(format!("redb gave up: {}", panic_message(&*panic)))),
+    }
+}
+
+fn inspect(db: &impl ReadableDatabase) -> Result<Found, Failure> {
+    let txn = db.begin_read()?;
+    let names: Vec<String> = txn.list_tables()?.map(|t| t.name().to_owned()).collect();
+    if names.is_empty() {
+        return Ok(Found::Empty);
+    }
+    if !names.iter().any(|n| n == META.name()) {
+        return Err(Failure::Damaged(format!(
+            "a redb database of another program (tables: {})",
+            names.join(", ")
+        )));
+    }
+    let meta = txn.open_table(META)?;
+    let Some(version) = meta.get(META_SCHEMA_VERSION)?.map(|v| v.value()) else {
+        return Err(Failure::Damaged("the meta table has no schema version".to_owned()));
+    };
+    if version == u64::from(SCHEMA_VERSION) {
+        for name in TABLE_NAMES {
+            if !names.iter().any(|n| n == name) {
+                return Err(Failure::Damaged(format!("table `{name}` is missing")));
+            }
+        }
+    }
+    Ok(Found::Version(version))
+}
+
+/// Opens the file for writing in multi-writer mode. redb's open waits,
+/// without a limit, for another process's write transaction to end; the
+/// open runs on its own thread so that this call gives up after
+/// `lock_timeout` (the thread closes the database when it gets it).
+pub(crate) fn open_writable(path: &Path, lock_timeout: Duration) -> Result<Database, StoreError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let owned = path.to_owned();
+    std::thread::Builder::new()
+        .name("slothqueue-redb-open".to_owned())
+        .spawn(move || {
+            let r = patiently(lock_timeout, || guarded(|| Ok(builder().create(&owned)?)));
+            // Nobody listening means the caller gave up; dropping closes it.
+            let _ = tx.send(r);
+        })
+        .map_err(|e| io_error(path, "starting the open", e))?;
+    match rx.recv_timeout(lock_timeout.saturating_add(Duration::from_millis(100))) {
+        Ok(r) => r.map_err(|e| e.into_store(path)),
+        Err(_) => Err(StoreError::Busy { waited: lock_timeout }),
+    }
+}
+
+/// Creates the tables and records the schema version in a new queue, or
+/// migrates an older one; whichever process gets the write lock first does
+/// it, the others find it done.
+fn initialise(db: &Database, path: &Path, lock_timeout: Duration) -> Result<(), StoreError> {
+    let txn = patiently(lock_timeout, || Ok(db.try_begin_write()?)).map_err(|e| e.into_store(path))?;
+    initialise_in(&txn, path)?;
+    txn.commit().map_err(|e| Failure::from(e).into_store(path))
+}
+
+fn initialise_in(txn: &WriteTransaction, path: &Path) -> Result<(), StoreError> {
+    let step = || -> Result<(), Failure> {
+        let others: Vec<String> = txn
+            .list_tables()?
+            .map(|t| t.name().to_owned())
+            .filter(|n| !TABLE_NAMES.contains(&n.as_str()))
+            .collect();
+        let mut meta = txn.open_table(META)?;
+        let version = meta.get(META_SCHEMA_VERSION)?.map(|v| v.value());
+        match version {
+            None if !others.is_empty() => {
+                return Err(Failure::Damaged(format!(
+                    "a redb database of another program (tables: {})",
+                    others.join(", ")
+                )));
+            }
+            None => {
+                meta.insert(META_SCHEMA_VERSION, u64::from(SCHEMA_VERSION))?;
+                meta.insert(META_NEXT_ID, 1)?;
+                meta.insert(META_WATERMARK, i64_to_meta(i64::MIN))?;
+            }
+            Some(v) if v > u64::from(SCHEMA_VERSION) => {
+                return Err(Failure::Store(StoreError::SchemaTooNew {
+                    path: path.to_owned(),
+                    found: u32::try_from(v).unwrap_or(u32::MAX),
+                    supported: SCHEMA_VERSION,
+                }));
+            }
+            Some(v) => {
+                let mut v = v;
+                while v < u64::from(SCHEMA_VERSION) {
+                    let Some(migrate) = usize::try_from(v).ok().and_then(|i| MIGRATIONS.get(i))
+                    else {
+                        return Err(Failure::Damaged(format!("no migration from schema {v}")));
+                    };
+                    migrate(txn)?;
+                    v += 1;
+                    meta.insert(META_SCHEMA_VERSION, v)?;
+                }
+            }
+        }
+        drop(meta);
+        // Opening a table in a write transaction creates it.
+        txn.open_table(JOBS)?;
+        txn.open_table(READY)?;
+        txn.open_table(PENDING)?;
+        txn.open_table(RUNNING)?;
+        txn.open_table(KEYS)?;
+        txn.open_table(EVENTS)?;
+        txn.open_table(COUNTS)?;
+        txn.open_table(RUNNERS)?;
+        Ok(())
+    };
+    step().map_err(|e| e.into_store(path))
+}
+
+/// `MIGRATIONS[v]` turns schema `v` into `v + 1`, inside the opening write
+/// transaction (all or nothing). Version 1 is the first, so index 0 is
+/// never used; a v1 → v2 change adds its function at index 1.
+type Migration = fn(&WriteTransaction) -> Result<(), Failure>;
+const MIGRATIONS: &[Migration] = &[no_migration];
+
+fn no_migration(_: &WriteTransaction) -> Result<(), Failure> {
+    Err(Failure::Damaged("schema version 0 was never written".to_owned()))
+}
+
+/// Repairs a file a crash left unclean in a copy-on-write overlay, reading
+/// the file and keeping every write in memory, then reads the schema
+/// version from the repaired image. The real file is untouched whatever
+/// happens; if this succeeds, the real open repairs it the same way.
+fn dry_run_repair(path: &Path) -> Result<Found, Failure> {
+    let file = File::open(path)?;
+    let overlay = Overlay::new(file)?;
+    guarded(|| {
+        let db = Builder::new().create_with_backend(overlay)?;
+        inspect(&db)
+    })
+}
+
+/// The overlay's unit of copy-on-write.
+const BLOCK: u64 = 4096;
+
+/// A [`StorageBackend`] that reads a file and keeps writes in memory. It
+/// takes no locks (redb then runs without any, in exclusive mode): it is
+/// private to one probe and never touches the file.
+#[derive(Debug)]
+struct Overlay {
+    base: File,
+    state: Mutex<OverlayState>,
+}
+
+#[derive(Debug)]
+struct OverlayState {
+    /// The image's length.
+    len: u64,
+    /// Bytes of the file at or past this offset read as zero (the image
+    /// was shrunk below them at some point).
+    base_visible: u64,
+    /// Written blocks, by block number.
+    blocks: HashMap<u64, Box<[u8]>>,
+}
+
+impl Overlay {
+    fn new(base: File) -> io::Result<Self> {
+        let len = base.metadata()?.len();
+        Ok(Overlay {
+            base,
+            state: Mutex::new(OverlayState { len, base_visible: len, blocks: HashMap::new() }),
+        })
+    }
+
+    fn lock(&self) -> io::Result<std::sync::MutexGuard<'_, OverlayState>> {
+        self.state.lock().map_err(|_| io::Error::other("overlay lock poisoned"))
+    }
+
+    /// The current content of block `n` (whole, zero past the end).
+    fn block(&self, st: &OverlayState, n: u64) -> io::Result<Box<[u8]>> {
+        if let Some(b) = st.blocks.get(&n) {
+            return Ok(b.clone());
+        }
+        let mut buf = vec![0u8; BLOCK as usize].into_boxed_slice();
+        let start = n * BLOCK;
+        let visible = st.base_visible.min(st.len);
+        if start < visible {
+            let want = usize::try_from((visible - start).min(BLOCK)).unwrap_or(BLOCK as usize);
+            self.base.read_exact_at(&mut buf[..want], start)?;
+        }
+        Ok(buf)
+    }
+}
+
+impl StorageBackend for Overlay {
+    fn len(&self) -> Result<u64, io::Error> {
+        Ok(self.lock()?.len)
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
+        let st = self.lock()?;
+        let end = offset.checked_add(out.len() as u64).filter(|e| *e <= st.len);
+        if end.is_none() {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end"));
+        }
+        let mut done = 0usize;
+        while done < out.len() {
+            let pos = offset + done as u64;
+            let (n, within) = (pos / BLOCK, (pos % BLOCK) as usize);
+            let take = (BLOCK as usize - within).min(out.len() - done);
+            let block = self.block(&st, n)?;
+            out[done..done + take].copy_from_slice(&block[within..within + take]);
+            done += take;
+        }
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> Result<(), io::Error> {
+        let mut st = self.lock()?;
+        if len < st.len {
+            // Zero what lies past the new end, so growing again reads zeros.
+            let last = len / BLOCK;
+            let cut = (len % BLOCK) as usize;
+            if cut != 0 {
+                let mut b = self.block(&st, last)?;
+                b[cut..].fill(0);
+                st.blocks.insert(last, b);
+            }
+            let first_gone = len.div_ceil(BLOCK);
+            st.blocks.retain(|n, _| *n < first_gone);
+            st.base_visible = st.base_visible.min(len);
+        }
+        st.len = len;
+        Ok(())
+    }
+
+    fn sync_data(&self) -> Result<(), io::Error> {
+        Ok(())
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
+        let mut st = self.lock()?;
+        let mut done = 0usize;
+        while done < data.len() {
+            let pos = offset + done as u64;
+            let (n, within) = (pos / BLOCK, (pos % BLOCK) as usize);
+            let take = (BLOCK as usize - within).min(data.len() - done);
+            let mut block = self.block(&st, n)?;
+            block[within..within + take].copy_from_slice(&data[done..done + take]);
+            st.blocks.insert(n, block);
+            done += take;
+        }
+        st.len = st.len.max(offset + data.len() as u64);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priority_key_puts_the_highest_priority_first() {
+        let ps = [i32::MIN, -5, -1, 0, 1, 9, i32::MAX];
+        for w in ps.windows(2) {
+            assert!(priority_key(w[0]) > priority_key(w[1]), "{} vs {}", w[0], w[1]);
+        }
+    }
+
+    #[test]
+    fn meta_i64_round_trips_in_order() {
+        let vs = [i64::MIN, -1, 0, 1, i64::MAX];
+        for w in vs.windows(2) {
+            assert!(i64_to_meta(w[0]) < i64_to_meta(w[1]));
+        }
+        for v in vs {
+            assert_eq!(i64_from_meta(i64_to_meta(v)), v);
+        }
+    }
+
+    #[test]
+    fn sniff_knows_redb_and_nothing_else() {
+        assert!(sniff(&REDB_MAGIC));
+        assert!(!sniff(SQLITE_MAGIC));
+        assert!(!sniff(b"redb"));
+        assert!(!sniff(b""));
+    }
+
+    #[test]
+    fn overlay_reads_through_and_keeps_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let content: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&p, &content).unwrap();
+        let o = Overlay::new(File::open(&p).unwrap()).unwrap();
+        let mut buf = vec![0u8; 5000];
+        o.read(3000, &mut buf).unwrap();
+        assert_eq!(buf, content[3000..8000]);
+        o.write(4090, &[7u8; 20]).unwrap();
+        o.read(4080, &mut buf[..40]).unwrap();
+        assert_eq!(&buf[..10], &content[4080..4090]);
+        assert_eq!(&buf[10..30], &[7u8; 20]);
+        o.set_len(4095).unwrap();
+        o.set_len(9000).unwrap();
+        o.read(4090, &mut buf[..10]).unwrap();
+        assert_eq!(&buf[..5], &[7u8; 5]);
+        assert_eq!(&buf[5..10], &[0u8; 5]);
+        let mut tail = vec![1u8; 100];
+        o.read(8900, &mut tail).unwrap();
+        assert!(tail.iter().all(|b| *b == 0));
+        assert!(o.read(8950, &mut tail).is_err());
+        assert_eq!(std::fs::read(&p).unwrap(), content, "the file is untouched");
+    }
+}
