@@ -1,1 +1,52 @@
-//! Placeholder until this crate lands.
+//! Runs slothqueue jobs, politely and safely, one at a time.
+//!
+//! The [`Runner`] loop is: pick (is anything due?) → gates (is the machine
+//! quiet enough?) → claim → execute with heartbeats → record → cooldown.
+//! Around it sit the pieces that make a job queue on one machine
+//! trustworthy:
+//!
+//! - **Process groups.** Every command runs as the leader of its own group,
+//!   and every stop (max runtime, cancel, lost lease, shutdown) signals the
+//!   whole group — TERM, a grace period, then KILL — so no grandchild
+//!   survives its job ([`process`]).
+//! - **Owners that can be judged.** A runner's [`Owner`](slothqueue_core::Owner)
+//!   records host, boot id, pid and process start time, and [`ProcJudge`]
+//!   reads `/proc` to tell a slow owner (alive, never robbed) from a dead
+//!   one (its job is reclaimed at once, its orphaned group killed first).
+//! - **Signals.** SIGTERM and SIGINT, also when inherited as ignored, stop the
+//!   running job's group and hand the job back without charging the attempt
+//!   ([`unix_signals`]).
+//! - **Gates.** Load average, CPU pressure and AC power, each reading
+//!   reported while the runner waits ([`gate`]).
+//!
+//! The library never prints: everything a user should see arrives as a
+//! [`RunnerEvent`] through a [`Reporter`], whose `Display` is the exact line
+//! the CLI shows. Time is injected: wall time through the
+//! [`Clock`](slothqueue_core::Clock) in [`RunnerConfig`], awake time
+//! (max runtime, heartbeats, gate intervals) through tokio's timers, so tests
+//! can pause it.
+
+#![deny(missing_docs)]
+
+mod error;
+mod event;
+pub mod exec;
+mod fmt;
+pub mod gate;
+mod logfile;
+mod owner;
+pub mod process;
+mod runner;
+mod signal;
+
+pub use error::RunnerError;
+pub use event::{Reporter, RetryPlan, RunnerEvent};
+pub use exec::{
+    ExecContext, ExecOutcome, Executor, HandlerDirExecutor, ShellExecutor, StopListener,
+    StopReason, StopRequest, handler_fn,
+};
+pub use fmt::{format_duration, format_timestamp};
+pub use gate::{AcPowerGate, Gate, GateReading, LoadGate, LoadProbe, PressureGate};
+pub use owner::{ProcJudge, this_process_owner};
+pub use runner::{Mode, RunSummary, Runner, RunnerConfig};
+pub use signal::{ShutdownSignal, ShutdownTrigger, unix_signals};

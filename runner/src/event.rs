@@ -1,0 +1,264 @@
+//! What the runner tells its user, one line per event.
+//!
+//! The library never prints; the CLI prints each event's `Display`, which is
+//! exactly the line users see (see the seed transcript). Keeping the words
+//! here, next to the data, means every front end says the same thing.
+
+use std::fmt;
+use std::time::Duration;
+
+use slothqueue_core::JobId;
+
+use crate::fmt::format_duration;
+use crate::runner::RunSummary;
+
+/// When a failed job will run again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryPlan {
+    /// The attempt that just failed (1-based).
+    pub attempt: u32,
+    /// The most attempts the job may have.
+    pub max_attempts: u32,
+    /// How long until it is due again.
+    pub delay: Duration,
+}
+
+/// One thing the runner did or saw.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum RunnerEvent {
+    /// Jobs of dead owners went back to pending (their orphaned process
+    /// groups killed first).
+    Reclaimed {
+        /// The jobs, by id.
+        jobs: Vec<JobId>,
+        /// `(job, pgid)` of every orphaned group that was killed.
+        killed_groups: Vec<(JobId, i32)>,
+    },
+    /// A gate holds; the runner waits `wait` and checks again.
+    Gated {
+        /// The gate's reading, e.g. `load 26.59 >= ceiling 25.00`.
+        reading: String,
+        /// The wait before the next check.
+        wait: Duration,
+    },
+    /// A gate that held has opened; the job starts.
+    GateOpened {
+        /// The reading, e.g. `load 24.42 < ceiling 25.00`.
+        reading: String,
+    },
+    /// A job completed.
+    Done {
+        /// The job.
+        job: JobId,
+        /// How long the attempt took (awake time).
+        elapsed: Duration,
+    },
+    /// An attempt failed.
+    Failed {
+        /// The job.
+        job: JobId,
+        /// How long the attempt took.
+        elapsed: Duration,
+        /// The short reason: `exit code 3`, or the error.
+        reason: String,
+        /// Set when the job will be tried again.
+        retry: Option<RetryPlan>,
+    },
+    /// A job was cancelled while it ran; its process group was killed.
+    Cancelled {
+        /// The job.
+        job: JobId,
+        /// How long it ran.
+        elapsed: Duration,
+    },
+    /// Another owner took the job (or it ended) while it ran here: it was
+    /// killed and not recorded as completed.
+    LeaseLost {
+        /// The job.
+        job: JobId,
+        /// How long it ran.
+        elapsed: Duration,
+    },
+    /// The runner was told to stop: the job was killed and handed back to
+    /// pending without charging the attempt.
+    Released {
+        /// The job.
+        job: JobId,
+        /// How long it ran.
+        elapsed: Duration,
+    },
+    /// Something went wrong that the runner survives (a busy queue file, a
+    /// failing `--on-finish`, a missed heartbeat).
+    Warning {
+        /// What happened, in one line.
+        message: String,
+    },
+    /// The run ended.
+    Finished(RunSummary),
+}
+
+impl RunnerEvent {
+    /// Warnings belong on stderr; everything else on stdout.
+    pub fn is_warning(&self) -> bool {
+        matches!(self, RunnerEvent::Warning { .. })
+    }
+}
+
+impl fmt::Display for RunnerEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunnerEvent::Reclaimed { jobs, .. } => {
+                let ids: Vec<String> = jobs.iter().map(|id| format!("#{id}")).collect();
+                write!(f, "reclaimed {} stale job(s): {}", jobs.len(), ids.join(", "))
+            }
+            RunnerEvent::Gated { reading, wait } => {
+                write!(f, "{reading} — waiting {}", format_duration(*wait))
+            }
+            RunnerEvent::GateOpened { reading } => write!(f, "{reading} — starting"),
+            RunnerEvent::Done { job, elapsed } => {
+                write!(f, "job #{job} done in {:.2}s", elapsed.as_secs_f64())
+            }
+            RunnerEvent::Failed { job, elapsed, reason, retry: None } => {
+                write!(f, "job #{job} FAILED in {:.2}s ({reason})", elapsed.as_secs_f64())
+            }
+            RunnerEvent::Failed { job, elapsed, reason, retry: Some(r) } => write!(
+                f,
+                "job #{job} failed in {:.2}s ({reason}) — retry {}/{} in {}",
+                elapsed.as_secs_f64(),
+                r.attempt,
+                r.max_attempts,
+                format_duration(r.delay)
+            ),
+            RunnerEvent::Cancelled { job, elapsed } => {
+                write!(f, "job #{job} cancelled in {:.2}s", elapsed.as_secs_f64())
+            }
+            RunnerEvent::LeaseLost { job, elapsed } => write!(
+                f,
+                "job #{job} lost its lease after {:.1}s — killed, not completed",
+                elapsed.as_secs_f64()
+            ),
+            RunnerEvent::Released { job, elapsed } => write!(
+                f,
+                "job #{job} interrupted after {:.2}s — returned to pending",
+                elapsed.as_secs_f64()
+            ),
+            RunnerEvent::Warning { message } => write!(f, "warning: {message}"),
+            RunnerEvent::Finished(s) => {
+                let word = if s.interrupted { "interrupted" } else { "finished" };
+                write!(f, "{word}: {} done, {} failed", s.done, s.failed)?;
+                if s.cancelled > 0 {
+                    write!(f, ", {} cancelled", s.cancelled)?;
+                }
+                if s.lost > 0 {
+                    write!(f, ", {} lost", s.lost)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Where the runner's events go. The CLI prints them; tests collect them.
+///
+/// Implemented for closures `Fn(RunnerEvent)` and for an unbounded tokio
+/// channel sender (a closed channel drops events: the runner must not stop
+/// working because nobody listens).
+pub trait Reporter: Send + Sync {
+    /// Takes one event. Must not block for long: the runner calls it inline.
+    fn report(&self, event: RunnerEvent);
+}
+
+impl<F: Fn(RunnerEvent) + Send + Sync> Reporter for F {
+    fn report(&self, event: RunnerEvent) {
+        self(event)
+    }
+}
+
+impl Reporter for tokio::sync::mpsc::UnboundedSender<RunnerEvent> {
+    fn report(&self, event: RunnerEvent) {
+        let _ = self.send(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn lines_match_the_transcript() {
+        let cases = [
+            (
+                RunnerEvent::Gated { reading: "load 26.59 >= ceiling 25.00".into(), wait: ms(1000) },
+                "load 26.59 >= ceiling 25.00 — waiting 1s",
+            ),
+            (
+                RunnerEvent::GateOpened { reading: "load 24.42 < ceiling 25.00".into() },
+                "load 24.42 < ceiling 25.00 — starting",
+            ),
+            (RunnerEvent::Done { job: 2, elapsed: ms(50) }, "job #2 done in 0.05s"),
+            (
+                RunnerEvent::Failed {
+                    job: 3,
+                    elapsed: ms(70),
+                    reason: "exit code 3".into(),
+                    retry: None,
+                },
+                "job #3 FAILED in 0.07s (exit code 3)",
+            ),
+            (
+                RunnerEvent::Failed {
+                    job: 3,
+                    elapsed: ms(70),
+                    reason: "exit code 1".into(),
+                    retry: Some(RetryPlan { attempt: 1, max_attempts: 3, delay: ms(2000) }),
+                },
+                "job #3 failed in 0.07s (exit code 1) — retry 1/3 in 2s",
+            ),
+            (
+                RunnerEvent::Failed {
+                    job: 1,
+                    elapsed: ms(2040),
+                    reason: "timeout: exceeded max runtime of 2s (process group killed)".into(),
+                    retry: None,
+                },
+                "job #1 FAILED in 2.04s (timeout: exceeded max runtime of 2s (process group killed))",
+            ),
+            (RunnerEvent::Cancelled { job: 5, elapsed: ms(1200) }, "job #5 cancelled in 1.20s"),
+            (
+                RunnerEvent::LeaseLost { job: 6, elapsed: ms(3100) },
+                "job #6 lost its lease after 3.1s — killed, not completed",
+            ),
+            (
+                RunnerEvent::Reclaimed { jobs: vec![4], killed_groups: vec![] },
+                "reclaimed 1 stale job(s): #4",
+            ),
+            (
+                RunnerEvent::Reclaimed { jobs: vec![4, 7], killed_groups: vec![(4, 99)] },
+                "reclaimed 2 stale job(s): #4, #7",
+            ),
+            (
+                RunnerEvent::Finished(RunSummary { done: 1, failed: 2, ..RunSummary::default() }),
+                "finished: 1 done, 2 failed",
+            ),
+        ];
+        for (event, line) in cases {
+            assert_eq!(event.to_string(), line);
+        }
+    }
+
+    #[test]
+    fn closures_and_channels_are_reporters() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        tx.report(RunnerEvent::Done { job: 1, elapsed: ms(1) });
+        assert!(rx.try_recv().is_ok());
+        let seen = std::sync::Mutex::new(Vec::new());
+        let f = |e: RunnerEvent| seen.lock().unwrap().push(e.to_string());
+        f.report(RunnerEvent::Warning { message: "x".into() });
+        assert_eq!(seen.lock().unwrap().as_slice(), ["warning: x"]);
+    }
+}

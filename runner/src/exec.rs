@@ -1,0 +1,560 @@
+//! Executors: what runs a job of a given kind.
+//!
+//! The runner owns the policy (max runtime, heartbeats, cancel, lost lease,
+//! shutdown) and tells an executor to stop through its [`ExecContext`]; an
+//! executor owns the mechanism (a process group to signal, a future to
+//! finish). So every executor gets the same timeouts and the same stop
+//! semantics, and a library user's async handler is a first-class citizen
+//! next to shell commands and handler directories.
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use slothqueue_core::machine::is_plain_name;
+use slothqueue_core::{Job, Timestamp};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
+
+use crate::error::RunnerError;
+use crate::fmt::format_timestamp;
+use crate::logfile::{Capture, JobLog};
+use crate::process::{prepare_child, stop_group};
+
+/// How long to wait for the last output after a job's group is gone.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
+/// Why the runner wants a job to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The job exceeded its max runtime.
+    Timeout,
+    /// A user cancelled the job.
+    Cancelled,
+    /// Another owner took the job; its results would be refused.
+    LeaseLost,
+    /// The runner is shutting down; the job goes back to pending.
+    Shutdown,
+}
+
+/// A request to stop the current job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StopRequest {
+    /// Why.
+    pub reason: StopReason,
+    /// Skip the grace period: kill now (a second Ctrl-C).
+    pub immediate: bool,
+}
+
+/// Tells an executor when to stop. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct StopListener {
+    rx: watch::Receiver<Option<StopRequest>>,
+}
+
+impl StopListener {
+    pub(crate) fn new(rx: watch::Receiver<Option<StopRequest>>) -> Self {
+        StopListener { rx }
+    }
+
+    /// A listener nobody will ever stop.
+    pub fn never() -> Self {
+        let (_tx, rx) = watch::channel(None);
+        StopListener { rx }
+    }
+
+    /// The request so far, if any.
+    pub fn current(&self) -> Option<StopRequest> {
+        *self.rx.borrow()
+    }
+
+    /// Resolves when a stop is requested (at once if it already was).
+    pub async fn requested(&mut self) -> StopRequest {
+        let got = self.rx.wait_for(Option::is_some).await.ok().and_then(|r| *r);
+        match got {
+            Some(r) => r,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Resolves when the stop became immediate: kill without grace.
+    pub async fn immediate(&mut self) {
+        if self.rx.wait_for(|r| r.is_some_and(|r| r.immediate)).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// What an executor gets besides the job.
+#[derive(Debug)]
+pub struct ExecContext {
+    pub(crate) attempt: u32,
+    pub(crate) stop: StopListener,
+    pub(crate) pgid: watch::Sender<Option<i32>>,
+    pub(crate) log_dir: PathBuf,
+    pub(crate) log_cap: u64,
+    pub(crate) kill_grace: Duration,
+    pub(crate) started_at: Timestamp,
+}
+
+impl ExecContext {
+    /// A context for running an executor outside a runner (tests, tools):
+    /// never stopped, logs into `log_dir`.
+    pub fn standalone(log_dir: impl Into<PathBuf>, attempt: u32, now: Timestamp) -> Self {
+        let (pgid, _) = watch::channel(None);
+        ExecContext {
+            attempt,
+            stop: StopListener::never(),
+            pgid,
+            log_dir: log_dir.into(),
+            log_cap: crate::runner::DEFAULT_LOG_CAP,
+            kill_grace: crate::runner::DEFAULT_KILL_GRACE,
+            started_at: now,
+        }
+    }
+
+    /// The attempt number (the claim's fencing token), 1-based.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Fires when the runner wants the job stopped; an executor must then
+    /// stop within the kill grace (or at once when the request is
+    /// immediate), or the runner abandons it.
+    pub fn stop(&self) -> StopListener {
+        self.stop.clone()
+    }
+
+    /// Records the process group the job runs in, so that it can be killed
+    /// by a successor if this runner dies. Call it as soon as the child
+    /// exists.
+    pub fn report_pgid(&self, pgid: i32) {
+        self.pgid.send_replace(Some(pgid));
+    }
+
+    /// Where the job's output log goes.
+    pub fn log_path(&self, job: &Job) -> PathBuf {
+        crate::logfile::log_path(&self.log_dir, job.id)
+    }
+
+    /// TERM first, KILL after this long.
+    pub fn kill_grace(&self) -> Duration {
+        self.kill_grace
+    }
+}
+
+/// How an attempt ended, as the executor saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExecOutcome {
+    /// The job did its work.
+    Success {
+        /// A short summary (the last line of output).
+        result: Option<String>,
+        /// The process's exit code, if there was a process.
+        exit_code: Option<i32>,
+    },
+    /// The job failed on its own.
+    Failure {
+        /// Why, in one line (`exit code 3: no such file`).
+        error: String,
+        /// The process's exit code, if it exited.
+        exit_code: Option<i32>,
+    },
+    /// The executor stopped the job because the runner asked; the runner
+    /// knows why and words it (`timeout: exceeded max runtime of 2s
+    /// (process group killed)`).
+    Stopped {
+        /// What was done to stop it, e.g. `process group killed`.
+        detail: String,
+    },
+}
+
+impl ExecOutcome {
+    /// A success with a result.
+    pub fn success(result: impl Into<String>) -> Self {
+        ExecOutcome::Success { result: Some(result.into()), exit_code: None }
+    }
+
+    /// A failure with an error.
+    pub fn failure(error: impl Into<String>) -> Self {
+        ExecOutcome::Failure { error: error.into(), exit_code: None }
+    }
+}
+
+/// Runs jobs of one or more kinds.
+#[async_trait]
+pub trait Executor: Send + Sync {
+    /// Runs one attempt of `job`. Must watch `ctx.stop()` and stop when
+    /// asked, returning [`ExecOutcome::Stopped`].
+    async fn execute(&self, job: &Job, ctx: ExecContext) -> ExecOutcome;
+}
+
+/// An executor from an async function, for library users' handlers.
+///
+/// The function gets its own copy of the job. It should watch
+/// `ctx.stop()`; if it ignores it, the runner drops the future after the
+/// kill grace.
+pub fn handler_fn<F, Fut>(f: F) -> Arc<dyn Executor>
+where
+    F: Fn(Job, ExecContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ExecOutcome> + Send + 'static,
+{
+    Arc::new(FnExecutor(f))
+}
+
+struct FnExecutor<F>(F);
+
+#[async_trait]
+impl<F, Fut> Executor for FnExecutor<F>
+where
+    F: Fn(Job, ExecContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ExecOutcome> + Send + 'static,
+{
+    async fn execute(&self, job: &Job, ctx: ExecContext) -> ExecOutcome {
+        (self.0)(job.clone(), ctx).await
+    }
+}
+
+/// Runs `shell` jobs: `sh -c <command>` in the recorded `cwd`, with the
+/// payload's `env`, stdin from `/dev/null`, output to the job's log.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShellExecutor;
+
+#[async_trait]
+impl Executor for ShellExecutor {
+    async fn execute(&self, job: &Job, ctx: ExecContext) -> ExecOutcome {
+        let Some(command) = job.command() else {
+            return ExecOutcome::failure(format!(
+                "job #{} has no `command` in its payload; nothing to run",
+                job.id
+            ));
+        };
+        let cwd = match job.payload.get("cwd") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(dir)) => {
+                if !Path::new(dir).is_dir() {
+                    return ExecOutcome::failure(format!(
+                        "working directory {dir} no longer exists (recorded when the job was added)"
+                    ));
+                }
+                Some(PathBuf::from(dir))
+            }
+            Some(_) => return ExecOutcome::failure("`cwd` in the payload must be a string"),
+        };
+        let mut env = Vec::new();
+        match job.payload.get("env") {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::Object(vars)) => {
+                for (k, v) in vars {
+                    if k.is_empty() || k.contains('=') || k.contains('\0') {
+                        return ExecOutcome::failure(format!(
+                            "environment variable name `{k}` is not valid"
+                        ));
+                    }
+                    let v = match v {
+                        serde_json::Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    if v.contains('\0') {
+                        return ExecOutcome::failure(format!(
+                            "environment variable `{k}` contains a NUL byte"
+                        ));
+                    }
+                    env.push((k.clone(), v));
+                }
+            }
+            Some(_) => return ExecOutcome::failure("`env` in the payload must be an object"),
+        }
+        let spec = ProcessSpec {
+            program: PathBuf::from("sh"),
+            args: vec!["-c".into(), command.into()],
+            cwd,
+            env,
+            stdin: None,
+            what: format!("sh -c {command}"),
+        };
+        run_process(job, spec, ctx).await
+    }
+}
+
+/// Runs a job of kind `K` as the executable `DIR/K`, with the payload JSON
+/// on stdin and `SLOTHQUEUE_JOB_ID`, `SLOTHQUEUE_ATTEMPT` and
+/// `SLOTHQUEUE_KIND` in the environment.
+///
+/// Nothing outside `DIR` ever runs: `K` must be a plain name (no `/`, no
+/// leading `.`), and `DIR/K` resolved through symlinks must still lie in
+/// `DIR` resolved.
+#[derive(Clone, Debug)]
+pub struct HandlerDirExecutor {
+    dir: PathBuf,
+    kinds: Vec<String>,
+}
+
+impl HandlerDirExecutor {
+    /// Opens a handler directory and lists its handlers (executable files
+    /// with plain names). The list is fixed for the runner's lifetime: the
+    /// runner only claims kinds it can run.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, RunnerError> {
+        let given = dir.as_ref();
+        let dir = given.canonicalize().map_err(|e| {
+            RunnerError::io(format!("cannot open handler directory {}", given.display()), e)
+        })?;
+        if !dir.is_dir() {
+            return Err(RunnerError::Handler(format!(
+                "handler directory {} is not a directory",
+                given.display()
+            )));
+        }
+        let entries = std::fs::read_dir(&dir).map_err(|e| {
+            RunnerError::io(format!("cannot list handler directory {}", dir.display()), e)
+        })?;
+        let mut this = HandlerDirExecutor { dir, kinds: Vec::new() };
+        let mut kinds: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|name| this.resolve(name).is_ok())
+            .collect();
+        kinds.sort();
+        this.kinds = kinds;
+        Ok(this)
+    }
+
+    /// The directory, resolved.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The kinds this directory handles (its executables' names).
+    pub fn kinds(&self) -> &[String] {
+        &self.kinds
+    }
+
+    /// The executable for `kind`, or why there is none.
+    pub fn resolve(&self, kind: &str) -> Result<PathBuf, RunnerError> {
+        if !is_plain_name(kind) {
+            return Err(RunnerError::Handler(format!(
+                "handler name `{kind}` is not a plain name (letters, digits, `-`, `_`, `.`)"
+            )));
+        }
+        let path = self.dir.join(kind);
+        let real = path.canonicalize().map_err(|e| {
+            RunnerError::Handler(format!("no handler `{kind}` in {}: {e}", self.dir.display()))
+        })?;
+        if !real.starts_with(&self.dir) {
+            return Err(RunnerError::Handler(format!(
+                "handler `{kind}` resolves to {}, outside {}; refusing to run it",
+                real.display(),
+                self.dir.display()
+            )));
+        }
+        let meta = real.metadata().map_err(|e| {
+            RunnerError::Handler(format!("cannot inspect handler {}: {e}", real.display()))
+        })?;
+        if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+            return Err(RunnerError::Handler(format!(
+                "handler {} is not an executable file",
+                real.display()
+            )));
+        }
+        Ok(real)
+    }
+}
+
+#[async_trait]
+impl Executor for HandlerDirExecutor {
+    async fn execute(&self, job: &Job, ctx: ExecContext) -> ExecOutcome {
+        let program = match self.resolve(&job.kind) {
+            Ok(p) => p,
+            Err(e) => return ExecOutcome::failure(e.to_string()),
+        };
+        let stdin = match serde_json::to_vec(&job.payload) {
+            Ok(mut bytes) => {
+                bytes.push(b'\n');
+                bytes
+            }
+            Err(e) => return ExecOutcome::failure(format!("cannot encode the payload: {e}")),
+        };
+        let spec = ProcessSpec {
+            what: program.display().to_string(),
+            program,
+            args: Vec::new(),
+            cwd: None,
+            env: Vec::new(),
+            stdin: Some(stdin),
+        };
+        run_process(job, spec, ctx).await
+    }
+}
+
+/// A process to run for a job.
+pub(crate) struct ProcessSpec {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    pub cwd: Option<PathBuf>,
+    pub env: Vec<(String, String)>,
+    pub stdin: Option<Vec<u8>>,
+    /// How the log header names it.
+    pub what: String,
+}
+
+/// Runs `spec` as the leader of a new process group, output to the job's
+/// log, until it exits or the runner asks it to stop.
+pub(crate) async fn run_process(job: &Job, spec: ProcessSpec, mut ctx: ExecContext) -> ExecOutcome {
+    let header = format!(
+        "--- job #{} attempt {}/{} started {}: {} ---",
+        job.id,
+        ctx.attempt,
+        job.max_attempts,
+        format_timestamp(ctx.started_at),
+        spec.what
+    );
+    let mut env = spec.env;
+    env.push(("SLOTHQUEUE_JOB_ID".into(), job.id.to_string()));
+    env.push(("SLOTHQUEUE_ATTEMPT".into(), ctx.attempt.to_string()));
+    env.push(("SLOTHQUEUE_KIND".into(), job.kind.clone()));
+    env.push(("SLOTHQUEUE_QUEUE".into(), job.queue.clone()));
+    let log = JobLog::open(&ctx.log_dir, job.id, ctx.log_cap, &header);
+    let (log, log_warning) = match log {
+        Ok(l) => (Some(l), None),
+        Err(e) => (None, Some(format!("cannot open log in {}: {e}", ctx.log_dir.display()))),
+    };
+    let mut cmd = tokio::process::Command::new(&spec.program);
+    cmd.args(&spec.args);
+    let (outcome, log_error) = spawn_and_wait(cmd, spec.cwd, env, spec.stdin, log, &mut ctx).await;
+    match (outcome, log_warning.or(log_error)) {
+        (ExecOutcome::Failure { error, exit_code }, Some(w)) => {
+            ExecOutcome::Failure { error: format!("{error} ({w})"), exit_code }
+        }
+        (o, _) => o,
+    }
+}
+
+/// Environment variables the runner's own environment must not pass on:
+/// anything of slothqueue's (an HTTP token, the queue path) is not the
+/// job's business. Jobs get their own `SLOTHQUEUE_*` variables instead.
+fn scrub_env(cmd: &mut tokio::process::Command) {
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SLOTHQUEUE_") {
+            cmd.env_remove(k);
+        }
+    }
+}
+
+async fn spawn_and_wait(
+    mut cmd: tokio::process::Command,
+    cwd: Option<PathBuf>,
+    env: Vec<(String, String)>,
+    stdin: Option<Vec<u8>>,
+    log: Option<JobLog>,
+    ctx: &mut ExecContext,
+) -> (ExecOutcome, Option<String>) {
+    let failure = |m: String| (ExecOutcome::failure(m), None);
+    scrub_env(&mut cmd);
+    cmd.envs(env);
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    // One pipe for stdout and stderr keeps their order in the log.
+    let (reader, writer) = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => return failure(format!("cannot create a pipe for output: {e}")),
+    };
+    let writer2 = match writer.try_clone() {
+        Ok(w) => w,
+        Err(e) => return failure(format!("cannot create a pipe for output: {e}")),
+    };
+    cmd.stdout(Stdio::from(writer)).stderr(Stdio::from(writer2));
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    cmd.kill_on_drop(false);
+    prepare_child(&mut cmd);
+    let spawned = cmd.spawn();
+    let program = cmd.as_std().get_program().to_string_lossy().into_owned();
+    // Drop our copies of the write end now, so the reader sees the end of
+    // output when the job's processes are gone.
+    drop(cmd);
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => return failure(format!("cannot start {program}: {e}")),
+    };
+    let Some(pgid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
+        return failure("the job's process vanished before it could be tracked".to_owned());
+    };
+    let mut guard = GroupGuard { pgid, armed: true };
+    ctx.report_pgid(pgid);
+    let capture = Capture::start(std::fs::File::from(reader), log);
+    if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        // Written beside the job, so a handler that never reads stdin
+        // cannot block the runner; a closed pipe is the handler's choice.
+        tokio::spawn(async move {
+            let _ = pipe.write_all(&bytes).await;
+            let _ = pipe.shutdown().await;
+        });
+    }
+    let grace = ctx.kill_grace;
+    let result = tokio::select! {
+        status = child.wait() => Ok(status),
+        request = ctx.stop.requested() => Err(request),
+    };
+    let outcome = match result {
+        Ok(status) => {
+            // The leader is gone; a `cmd &` it left behind is still the
+            // job's and ends with it.
+            if crate::process::group_alive(pgid) {
+                stop_group(pgid, None, grace, Some(&mut ctx.stop)).await;
+            }
+            Ok(status)
+        }
+        Err(_) => {
+            stop_group(pgid, Some(&mut child), grace, Some(&mut ctx.stop)).await;
+            Err(())
+        }
+    };
+    guard.armed = false;
+    let captured = match capture {
+        Ok(c) => c.finish(OUTPUT_DRAIN).await,
+        Err(_) => Default::default(),
+    };
+    let outcome = match outcome {
+        Err(()) => ExecOutcome::Stopped { detail: "process group killed".into() },
+        Ok(Err(e)) => ExecOutcome::failure(format!("lost track of the job's process: {e}")),
+        Ok(Ok(status)) => {
+            let last = captured.last_line;
+            match (status.code(), status.signal()) {
+                (Some(0), _) => ExecOutcome::Success { result: last, exit_code: Some(0) },
+                (Some(code), _) => ExecOutcome::Failure {
+                    error: match last {
+                        Some(l) => format!("exit code {code}: {l}"),
+                        None => format!("exit code {code}"),
+                    },
+                    exit_code: Some(code),
+                },
+                (None, Some(sig)) => ExecOutcome::Failure {
+                    error: format!("killed by signal {sig}"),
+                    exit_code: None,
+                },
+                (None, None) => ExecOutcome::failure(format!("ended with {status}")),
+            }
+        }
+    };
+    (outcome, captured.log_error)
+}
+
+/// Kills the job's group if the future running it is dropped (the runner
+/// abandoned it, or its task was aborted): no job outlives its executor.
+struct GroupGuard {
+    pgid: i32,
+    armed: bool,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            crate::process::signal_group(self.pgid, rustix::process::Signal::KILL);
+        }
+    }
+}

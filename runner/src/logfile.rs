@@ -1,0 +1,194 @@
+//! Per-job log files: the child's stdout and stderr, size-capped, plus the
+//! last non-empty line as the job's one-line story.
+//!
+//! The pipe is read on a plain thread, not a tokio task: a process that
+//! escaped its group (`setsid`) may hold the pipe open forever, and a
+//! blocking read must then neither stall the runtime's shutdown nor the
+//! runner — the runner waits a bounded time for the end of output and goes
+//! on with what it has.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use slothqueue_core::JobId;
+
+/// Longest line kept as a result or error summary, in bytes read.
+const MAX_LINE: usize = 4096;
+/// Longest summary stored, in characters.
+const MAX_SUMMARY: usize = 500;
+
+/// The log file of job `id` in `dir`.
+pub(crate) fn log_path(dir: &Path, id: JobId) -> PathBuf {
+    dir.join(format!("{id}.log"))
+}
+
+/// A log file opened for appending, with how much more it may grow.
+pub(crate) struct JobLog {
+    file: File,
+    remaining: u64,
+    cap: u64,
+}
+
+impl JobLog {
+    /// Opens (creating `dir` and the file, private to the user: output may
+    /// hold secrets) and writes `header` as its own line. The header is
+    /// written even past the cap so every attempt leaves a trace.
+    pub(crate) fn open(dir: &Path, id: JobId, cap: u64, header: &str) -> std::io::Result<JobLog> {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(log_path(dir, id))?;
+        let used = file.metadata()?.len();
+        file.write_all(format!("{header}\n").as_bytes())?;
+        Ok(JobLog { file, remaining: cap.saturating_sub(used), cap })
+    }
+
+    fn write(&mut self, bytes: &[u8], capped: &mut bool) -> std::io::Result<()> {
+        if *capped {
+            return Ok(());
+        }
+        let take = usize::try_from(self.remaining).unwrap_or(usize::MAX).min(bytes.len());
+        self.file.write_all(&bytes[..take])?;
+        self.remaining -= take as u64;
+        if take < bytes.len() {
+            *capped = true;
+            let note = format!(
+                "\n[slothqueue: log reached its cap of {} bytes; further output discarded]\n",
+                self.cap
+            );
+            self.file.write_all(note.as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+/// What the reader saw so far.
+#[derive(Debug, Default)]
+struct Tail {
+    current: Vec<u8>,
+    last: Option<String>,
+    log_error: Option<String>,
+}
+
+impl Tail {
+    fn push(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if b == b'\n' || b == b'\r' {
+                self.end_line();
+            } else if self.current.len() < MAX_LINE {
+                self.current.push(b);
+            }
+        }
+    }
+
+    fn end_line(&mut self) {
+        let line = String::from_utf8_lossy(&self.current);
+        let line = line.trim();
+        if !line.is_empty() {
+            self.last = Some(line.chars().take(MAX_SUMMARY).collect());
+        }
+        self.current.clear();
+    }
+}
+
+/// What a finished capture reports.
+#[derive(Debug, Default)]
+pub(crate) struct Captured {
+    /// The last non-empty line of output.
+    pub last_line: Option<String>,
+    /// Writing the log failed (the output was still read and summarised).
+    pub log_error: Option<String>,
+}
+
+/// A running capture of one pipe.
+pub(crate) struct Capture {
+    tail: Arc<Mutex<Tail>>,
+    done: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl Capture {
+    /// Starts reading `pipe` into `log` (if any) on its own thread.
+    pub(crate) fn start(mut pipe: File, mut log: Option<JobLog>) -> std::io::Result<Capture> {
+        let tail = Arc::new(Mutex::new(Tail::default()));
+        let (tx, done) = tokio::sync::oneshot::channel();
+        let shared = Arc::clone(&tail);
+        std::thread::Builder::new().name("slothqueue-log".into()).spawn(move || {
+            let mut buf = [0u8; 8192];
+            let mut capped = false;
+            loop {
+                let n = match pipe.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                };
+                let mut tail = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                tail.push(&buf[..n]);
+                if let Some(l) = log.as_mut() {
+                    if let Err(e) = l.write(&buf[..n], &mut capped) {
+                        tail.log_error = Some(format!("cannot write the job's log: {e}"));
+                        log = None;
+                    }
+                }
+            }
+            shared.lock().unwrap_or_else(PoisonError::into_inner).end_line();
+            let _ = tx.send(());
+        })?;
+        Ok(Capture { tail, done })
+    }
+
+    /// Waits up to `wait` for the end of output (every writer closed), then
+    /// reports what was seen. A writer that escaped the job's group may keep
+    /// the pipe open; the thread then keeps draining it into the log.
+    pub(crate) async fn finish(self, wait: Duration) -> Captured {
+        let _ = tokio::time::timeout(wait, self.done).await;
+        let mut tail = self.tail.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut last_line = tail.last.clone();
+        if !tail.current.is_empty() {
+            let partial = String::from_utf8_lossy(&tail.current).trim().to_owned();
+            if !partial.is_empty() {
+                last_line = Some(partial.chars().take(MAX_SUMMARY).collect());
+            }
+        }
+        Captured { last_line, log_error: tail.log_error.take() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_keeps_the_last_non_empty_line() {
+        let mut t = Tail::default();
+        t.push(b"first\nsecond\n\n   \n");
+        assert_eq!(t.last.as_deref(), Some("second"));
+        t.push(b"progress 10%\rprogress 100%\r\n");
+        assert_eq!(t.last.as_deref(), Some("progress 100%"));
+    }
+
+    #[test]
+    fn log_stops_at_the_cap_with_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = JobLog::open(dir.path(), 7, 10, "--- header ---").unwrap();
+        let mut capped = false;
+        log.write(b"0123456789abcdef", &mut capped).unwrap();
+        log.write(b"more", &mut capped).unwrap();
+        assert!(capped);
+        let text = std::fs::read_to_string(log_path(dir.path(), 7)).unwrap();
+        // The header counts against later attempts' room, not this one's.
+        assert!(text.starts_with("--- header ---\n0123456789\n[slothqueue: log reached its cap"));
+        assert!(!text.contains("abcdef") && !text.contains("more"));
+        // A second attempt's output finds the file full.
+        let mut again = JobLog::open(dir.path(), 7, 10, "--- again ---").unwrap();
+        let mut capped = false;
+        again.write(b"x", &mut capped).unwrap();
+        assert!(capped);
+    }
+}

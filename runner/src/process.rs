@@ -1,0 +1,270 @@
+//! Process groups: reading `/proc`, signalling whole groups safely, and
+//! starting children in a clean state.
+//!
+//! Every job runs as the leader of its own process group, so stopping a job
+//! means signalling the group: a pipeline or a `cmd &` inside the job dies
+//! with it. Three rules keep that safe:
+//!
+//! - never signal a pgid `<= 1` or the runner's own group (a bug there would
+//!   kill the runner, the user's shell, or everything);
+//! - signal our own child's group *before* reaping its leader: until the
+//!   leader is reaped its pid (and so the pgid) cannot be reused; after that,
+//!   only surviving members pin the pgid, and a group with no members simply
+//!   answers "no such process";
+//! - a group is gone when no *live* process has that pgid: zombies are
+//!   ignored, because whether they are reaped depends on who adopted them.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rustix::process::{Pid, Signal};
+use slothqueue_core::Timestamp;
+use tokio::process::Child;
+use tokio::time::Instant;
+
+use crate::exec::StopListener;
+
+/// How often a dying group is looked at.
+const POLL: Duration = Duration::from_millis(20);
+/// How long a KILLed group may take to disappear before we stop waiting
+/// (a process in uninterruptible sleep dies only when its I/O ends).
+const AFTER_KILL: Duration = Duration::from_secs(5);
+/// Linux reports process start times in clock ticks of `USER_HZ`, which is
+/// 100 on every architecture Linux supports for user space.
+const CLOCK_TICKS_PER_SECOND: u64 = 100;
+
+/// The fields of `/proc/<pid>/stat` the runner uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProcStat {
+    /// `R`, `S`, `D`, `Z`, …
+    pub state: char,
+    /// The process group.
+    pub pgrp: i32,
+    /// Start time in clock ticks after boot (field 22).
+    pub starttime: u64,
+}
+
+/// Parses `/proc/<pid>/stat`. The command name (field 2) may contain spaces
+/// and parentheses, so the fields are counted after the *last* `)`.
+pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `fields[0]` is field 3 (state), so field N is `fields[N - 3]`.
+    Some(ProcStat {
+        state: fields.first()?.chars().next()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        starttime: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// `/proc/<pid>/stat`, parsed; `None` when there is no such process.
+pub(crate) fn proc_stat(pid: i32) -> Option<ProcStat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The boot time, in seconds since the epoch (`btime` in `/proc/stat`).
+fn boot_time() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    text.lines().find_map(|l| l.strip_prefix("btime ")).and_then(|v| v.trim().parse().ok())
+}
+
+/// When a process started, in wall-clock time (second precision at best:
+/// `btime` is whole seconds).
+pub(crate) fn process_started_at(stat: &ProcStat) -> Option<Timestamp> {
+    let boot_ms = i64::try_from(boot_time()?.checked_mul(1000)?).ok()?;
+    let ms = i64::try_from(stat.starttime.checked_mul(1000)? / CLOCK_TICKS_PER_SECOND).ok()?;
+    Some(Timestamp::from_millis(boot_ms.checked_add(ms)?))
+}
+
+/// The live (not zombie) processes whose process group is `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    members_in(Path::new("/proc"), pgid)
+}
+
+fn members_in(proc_root: &Path, pgid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir(proc_root) else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat"))
+                .ok()
+                .and_then(|t| parse_stat(&t))
+                .is_some_and(|s| s.pgrp == pgid && !matches!(s.state, 'Z' | 'X'))
+        })
+        .collect()
+}
+
+/// Whether any live process is in group `pgid`.
+pub fn group_alive(pgid: i32) -> bool {
+    let Some(pid) = Pid::from_raw(pgid) else { return false };
+    // Cheap check first: no process at all has this pgid.
+    match rustix::process::test_kill_process_group(pid) {
+        Err(rustix::io::Errno::SRCH) => false,
+        _ => !group_members(pgid).is_empty(),
+    }
+}
+
+/// Whether the runner may ever signal group `pgid`: never 0, 1, negative,
+/// or the runner's own group.
+pub fn may_signal_group(pgid: i32) -> bool {
+    pgid > 1 && rustix::process::getpgrp().as_raw_nonzero().get() != pgid
+}
+
+/// Sends `sig` to every process of group `pgid`, if allowed. Returns whether
+/// the signal went anywhere (`false` also for "no such group").
+pub(crate) fn signal_group(pgid: i32, sig: Signal) -> bool {
+    if !may_signal_group(pgid) {
+        return false;
+    }
+    let Some(pid) = Pid::from_raw(pgid) else { return false };
+    rustix::process::kill_process_group(pid, sig).is_ok()
+}
+
+/// Stops a process group: TERM, up to `grace` for it to go, then KILL.
+///
+/// With `child` (our own child, the group's leader) the leader is reaped as
+/// part of waiting, after the group was signalled. `stop`, when given, can
+/// cut the grace short: a request marked immediate (a second Ctrl-C) sends
+/// KILL at once. Returns the leader's exit status when it was reaped here.
+pub(crate) async fn stop_group(
+    pgid: i32,
+    mut child: Option<&mut Child>,
+    grace: Duration,
+    mut stop: Option<&mut StopListener>,
+) -> Option<std::process::ExitStatus> {
+    let immediate = stop.as_ref().is_some_and(|s| s.current().is_some_and(|r| r.immediate));
+    let mut killed = immediate || grace.is_zero();
+    signal_group(pgid, if killed { Signal::KILL } else { Signal::TERM });
+    let mut deadline = Instant::now() + if killed { AFTER_KILL } else { grace };
+    let mut status = None;
+    let mut reaped = child.is_none();
+    loop {
+        if reaped && !group_alive(pgid) {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            if killed {
+                return status; // unkillable for now (uninterruptible sleep); give up waiting
+            }
+            signal_group(pgid, Signal::KILL);
+            killed = true;
+            deadline = Instant::now() + AFTER_KILL;
+            continue;
+        }
+        tokio::select! {
+            st = wait_leader(&mut child), if !reaped => {
+                reaped = true;
+                status = st;
+            }
+            () = wait_immediate(&mut stop), if !killed => {
+                signal_group(pgid, Signal::KILL);
+                killed = true;
+                deadline = Instant::now() + AFTER_KILL;
+            }
+            () = tokio::time::sleep(POLL) => {}
+        }
+    }
+}
+
+async fn wait_leader(child: &mut Option<&mut Child>) -> Option<std::process::ExitStatus> {
+    match child {
+        Some(c) => c.wait().await.ok(),
+        None => std::future::pending().await,
+    }
+}
+
+async fn wait_immediate(stop: &mut Option<&mut StopListener>) {
+    match stop {
+        Some(s) => s.immediate().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Prepares a command to start in a clean state: its own process group
+/// (the child leads it), and default dispositions for signals a job expects
+/// to be able to receive.
+///
+/// Signals *ignored* in the runner stay ignored across `exec` — a runner
+/// started in the background or by some supervisors has SIGINT (or
+/// SIGTERM) ignored, and its jobs would then survive the TERM that stops
+/// them. std already resets the signal mask and SIGPIPE; this resets the
+/// rest, except SIGHUP: a runner started under `nohup` passes that choice on
+/// to its jobs on purpose.
+pub(crate) fn prepare_child(cmd: &mut tokio::process::Command) {
+    cmd.process_group(0);
+    #[expect(
+        unsafe_code,
+        reason = "pre_exec runs between fork and exec; the closure only calls \
+                  signal(2) with SIG_DFL and pthread_sigmask, both async-signal-safe, \
+                  touches no memory of the parent and cannot panic"
+    )]
+    // SAFETY: see the reason above. `signal` with SIG_DFL installs no
+    // handler, and `pthread_sigmask` with an emptied set only unblocks.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in 1..32 {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP && sig != libc::SIGHUP {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+            }
+            let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+            if libc::sigemptyset(set.as_mut_ptr()) == 0 {
+                libc::pthread_sigmask(libc::SIG_SETMASK, set.as_ptr(), std::ptr::null_mut());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Decides whether an orphaned group recorded in a dead owner's lease may
+/// be killed: its pgid must still belong to the job's processes.
+///
+/// If the group's leader still exists, it must have started no earlier than
+/// the job's claim (minus `slack` for clock and `btime` rounding); an older
+/// process with that pid is an unrelated one and is left alone. If the
+/// leader is gone but live members with that pgid remain, the pgid cannot
+/// have been reused (Linux does not hand out a pid still used as a pgid), so
+/// they are the job's.
+pub(crate) fn orphan_group_is_jobs(pgid: i32, claimed_at: Option<Timestamp>, slack: Duration) -> bool {
+    if !may_signal_group(pgid) {
+        return false;
+    }
+    match proc_stat(pgid) {
+        Some(leader) => {
+            let (Some(claimed), Some(started)) = (claimed_at, process_started_at(&leader)) else {
+                return false;
+            };
+            started >= claimed.saturating_sub(slack) && group_alive(pgid)
+        }
+        None => group_alive(pgid),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_parsing_counts_after_the_last_paren() {
+        let line = "4242 (we)ird (name)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100";
+        let s = parse_stat(line).unwrap();
+        assert_eq!(s, ProcStat { state: 'S', pgrp: 4242, starttime: 987_654 });
+        assert!(parse_stat("garbage").is_none());
+        assert!(parse_stat("1 (x) S 1").is_none());
+    }
+
+    #[test]
+    fn never_signals_init_or_its_own_group() {
+        assert!(!may_signal_group(0));
+        assert!(!may_signal_group(1));
+        assert!(!may_signal_group(-5));
+        assert!(!may_signal_group(rustix::process::getpgrp().as_raw_nonzero().get()));
+        assert!(!signal_group(1, Signal::TERM));
+    }
+
+    #[test]
+    fn this_process_started_recently_and_in_the_past() {
+        let me = proc_stat(std::process::id() as i32).unwrap();
+        let started = process_started_at(&me).unwrap();
+        assert!(started.as_millis() > 1_600_000_000_000);
+    }
+}
