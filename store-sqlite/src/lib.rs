@@ -1,1 +1,32 @@
-//! Placeholder until this crate lands.
+//! slothqueue's [`Store`](slothqueue_core::Store) on SQLite: one file, any
+//! number of processes, no daemon.
+//!
+//! The choices, and why:
+//!
+//! - **SQLite is bundled.** Older system SQLite builds have a WAL bug when
+//!   several processes write, and a runner, `add` and `serve` all write.
+//! - **WAL journal** by default: readers never block the writer, so
+//!   `status` never waits behind a runner's commit.
+//! - **`synchronous=FULL`** by default: an acknowledged `add` survives a
+//!   power cut. [`Synchronous::Normal`] trades the last few commits before
+//!   an OS crash for speed (never corruption).
+//! - **Writes begin `BEGIN IMMEDIATE`** with a busy timeout: a deferred
+//!   transaction that upgrades to a write skips SQLite's busy handler and
+//!   fails at once, and a CLI call must wait its turn, not fail because a
+//!   runner is alive. Waiting longer than the timeout is
+//!   [`StoreError::Busy`](slothqueue_core::StoreError::Busy).
+//! - **A read-only probe before opening.** A foreign, damaged or too-new
+//!   file is refused without a byte changed and without `-wal`/`-shm`
+//!   files left beside it; see [`SqliteStore::open`].
+//! - **Every transition is the core's.** The store reads rows, calls
+//!   `slothqueue_core::machine`, and writes the result with the old state,
+//!   owner and attempt in the `UPDATE`'s condition.
+
+#![deny(missing_docs)]
+
+mod error;
+mod schema;
+mod store;
+
+pub use schema::{APPLICATION_ID, SCHEMA_VERSION, sniff};
+pub use store::{Journal, SqliteOptions, SqliteStore, Synchronous};

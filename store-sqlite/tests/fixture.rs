@@ -1,0 +1,229 @@
+//! The schema-v1 fixture, `tests/data/v1.sqlite`: a small queue written by
+//! this crate at schema version 1, with jobs in every state and their
+//! trails. Every later version must open a copy and read it back exactly,
+//! forever; that is what "an older file is migrated" means in practice.
+//!
+//! `build` below is how the file was made. It is run again only with
+//! `SLOTHQUEUE_WRITE_FIXTURE=1`, and refuses once the schema is past 1,
+//! since a v1 fixture can only be written by a v1 build.
+
+#![expect(clippy::unwrap_used, reason = "helpers of tests: a failure is a panic")]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::Connection;
+use slothqueue_core::{
+    ClaimFilter, ClockOnly, Completion, EventKind, Failure, JobState, NewJob, Owner,
+    RunnerActivity, RunnerRecord, Stats, Store, Timestamp,
+};
+use slothqueue_store_sqlite::{APPLICATION_ID, SCHEMA_VERSION, SqliteOptions, SqliteStore};
+
+fn t(secs: i64) -> Timestamp {
+    Timestamp::from_millis(1_700_000_000_000 + secs * 1000)
+}
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/v1.sqlite")
+}
+
+fn owner_a() -> Owner {
+    Owner {
+        id: "runner-a-4242-1".into(),
+        host: "laptop".into(),
+        boot_id: Some("0f1e2d3c-boot".into()),
+        pid: Some(4242),
+        pid_start_time: Some(123_456_789),
+    }
+}
+
+fn runner_record() -> RunnerRecord {
+    RunnerRecord {
+        owner: owner_a(),
+        queues: vec!["default".into()],
+        started_at: t(0),
+        updated_at: t(2),
+        activity: RunnerActivity::Running { job: 1 },
+    }
+}
+
+fn only(queue: &str) -> ClaimFilter {
+    ClaimFilter { queues: vec![queue.into()], kinds: None }
+}
+
+/// Writes the fixture's story into a new queue at `path`.
+async fn build(path: &Path) {
+    let s = SqliteStore::open(path, SqliteOptions::default()).unwrap();
+    let a = owner_a();
+    let b = Owner::named("runner-b");
+    let any = ClaimFilter::default();
+    let failure = |e: &str, code| Failure { error: e.into(), exit_code: Some(code) };
+
+    // #1 running under a's lease, with its child's process group.
+    s.push(NewJob::shell("sleep 600", "/home/u"), t(0)).await.unwrap();
+    let c = s.claim(&a, &any, t(1), &ClockOnly).await.unwrap().unwrap();
+    s.heartbeat(c.job.id, &c.fence, Some(777), t(2)).await.unwrap();
+    s.put_runner(&runner_record()).await.unwrap();
+    // #2 done, holding key k1.
+    s.push(NewJob::shell("echo ok", "/home/u").key("k1"), t(10)).await.unwrap();
+    let c = s.claim(&b, &only("default"), t(11), &ClockOnly).await.unwrap().unwrap();
+    let done = Completion { result: Some("ok".into()), exit_code: Some(0) };
+    s.complete(c.job.id, &c.fence, done, t(12)).await.unwrap();
+    // #3 failed, out of attempts.
+    s.push(NewJob::shell("exit 3", "/").max_attempts(1), t(20)).await.unwrap();
+    let c = s.claim(&b, &any, t(21), &ClockOnly).await.unwrap().unwrap();
+    s.fail(c.job.id, &c.fence, failure("exit code 3", 3), t(22)).await.unwrap();
+    // #4 pending again after a failure, retrying 2 s later.
+    s.push(NewJob::shell("flaky", "/"), t(30)).await.unwrap();
+    let c = s.claim(&b, &any, t(31), &ClockOnly).await.unwrap().unwrap();
+    s.fail(c.job.id, &c.fence, failure("exit code 1", 1), t(32)).await.unwrap();
+    // #5 cancelled while pending.
+    s.push(NewJob::shell("never", "/"), t(40)).await.unwrap();
+    s.cancel(5, t(41)).await.unwrap();
+    // #6 superseded by #7, which takes its key.
+    s.push(NewJob::shell("v1", "/").key("k2"), t(50)).await.unwrap();
+    s.push(NewJob::shell("v2", "/").key("k2"), t(51)).await.unwrap();
+    // #8 a delayed handler job in another queue.
+    let mail = NewJob::new("send", serde_json::json!({"to": "a@example.org", "n": [1, 2]}))
+        .queue("mail")
+        .priority(5)
+        .max_runtime(Some(Duration::from_secs(2)))
+        .not_before(t(3600));
+    s.push(mail, t(60)).await.unwrap();
+    // #9 running with a cancel requested.
+    s.push(NewJob::shell("long", "/").queue("slow"), t(70)).await.unwrap();
+    let c = s.claim(&b, &only("slow"), t(71), &ClockOnly).await.unwrap().unwrap();
+    assert_eq!(c.job.id, 9);
+    s.cancel(9, t(72)).await.unwrap();
+    // #10 failed, then retried.
+    s.push(NewJob::shell("again", "/").queue("slow").max_attempts(1), t(80)).await.unwrap();
+    let c = s.claim(&b, &only("slow"), t(81), &ClockOnly).await.unwrap().unwrap();
+    s.fail(c.job.id, &c.fence, failure("exit code 2", 2), t(82)).await.unwrap();
+    s.retry(10, t(83)).await.unwrap();
+    drop(s);
+    // Compact, and in rollback-journal mode so that reading the committed
+    // file read-only leaves no `-wal`/`-shm` beside it in the repository.
+    let conn = Connection::open(path).unwrap();
+    conn.execute_batch("VACUUM").unwrap();
+    conn.query_row("PRAGMA journal_mode = DELETE", [], |_| Ok(())).unwrap();
+}
+
+/// What the fixture holds; true of the committed file forever.
+async fn check(s: &SqliteStore) {
+    use EventKind::{CancelRequested, Claimed, Completed, Pushed, Retried, Superseded};
+    use JobState::{Done, Pending, Running};
+    s.check_integrity().unwrap();
+    let expected = [
+        (1, Running, vec![Pushed, Claimed]),
+        (2, Done, vec![Pushed, Claimed, Completed]),
+        (3, JobState::Failed, vec![Pushed, Claimed, EventKind::Failed]),
+        (4, Pending, vec![Pushed, Claimed, EventKind::Failed]),
+        (5, JobState::Cancelled, vec![Pushed, EventKind::Cancelled]),
+        (6, JobState::Cancelled, vec![Pushed, Superseded]),
+        (7, Pending, vec![Pushed]),
+        (8, Pending, vec![Pushed]),
+        (9, Running, vec![Pushed, Claimed, CancelRequested]),
+        (10, Pending, vec![Pushed, Claimed, EventKind::Failed, Retried]),
+    ];
+    for (id, state, kinds) in expected {
+        let job = s.get(id).await.unwrap();
+        assert_eq!(job.state, state, "#{id}");
+        let trail = s.events(id).await.unwrap();
+        assert_eq!(trail.iter().map(|e| e.kind).collect::<Vec<_>>(), kinds, "#{id}");
+        assert!(trail.iter().all(|e| e.job_id == id));
+        assert_eq!(slothqueue_core::machine::replay(&trail), Some(state), "#{id} trail replays");
+    }
+
+    let j1 = s.get(1).await.unwrap();
+    let lease = j1.lease.clone().unwrap();
+    assert_eq!(lease.owner, owner_a());
+    assert_eq!((lease.attempt, lease.until, lease.child_pgid), (1, t(62), Some(777)));
+    assert_eq!(j1.command(), Some("sleep 600"));
+    assert_eq!(j1.payload["cwd"], "/home/u");
+    assert_eq!((j1.attempts, j1.max_attempts, j1.started_at), (1, 3, Some(t(1))));
+
+    let j2 = s.get(2).await.unwrap();
+    assert_eq!(j2.idempotency_key.as_deref(), Some("k1"));
+    assert_eq!(
+        (j2.result.as_deref(), j2.exit_code, j2.finished_at),
+        (Some("ok"), Some(0), Some(t(12)))
+    );
+    assert!(j2.lease.is_none());
+
+    let j3 = s.get(3).await.unwrap();
+    assert_eq!((j3.last_error.as_deref(), j3.exit_code), (Some("exit code 3"), Some(3)));
+    assert_eq!((j3.attempts, j3.max_attempts), (1, 1));
+
+    let j4 = s.get(4).await.unwrap();
+    assert_eq!((j4.not_before, j4.attempts), (t(34), 1));
+    let failed = &s.events(4).await.unwrap()[2];
+    assert_eq!(failed.retry_at, Some(t(34)));
+    assert_eq!(failed.owner.as_deref(), Some("runner-b"));
+    assert_eq!((failed.attempt, failed.message.as_deref()), (Some(1), Some("exit code 1")));
+
+    let (j6, j7) = (s.get(6).await.unwrap(), s.get(7).await.unwrap());
+    assert_eq!((j6.idempotency_key, j7.idempotency_key.as_deref()), (None, Some("k2")));
+    assert_eq!(s.events(6).await.unwrap()[1].message.as_deref(), Some("superseded by #7"));
+
+    let j8 = s.get(8).await.unwrap();
+    assert_eq!((j8.queue.as_str(), j8.kind.as_str(), j8.priority), ("mail", "send", 5));
+    assert_eq!(j8.payload, serde_json::json!({"to": "a@example.org", "n": [1, 2]}));
+    assert_eq!(
+        (j8.max_runtime, j8.not_before, j8.created_at),
+        (Some(Duration::from_secs(2)), t(3600), t(60))
+    );
+
+    assert!(s.get(9).await.unwrap().cancel_requested);
+    let j10 = s.get(10).await.unwrap();
+    assert_eq!((j10.attempts, j10.not_before, j10.finished_at), (0, t(83), None));
+
+    assert_eq!(s.runners().await.unwrap(), vec![runner_record()]);
+    let stats = s.stats(t(100)).await.unwrap();
+    let want = Stats {
+        pending: 4,
+        running: 2,
+        done: 1,
+        failed: 1,
+        cancelled: 2,
+        due_now: 3,
+        next_due: Some(t(3600)),
+    };
+    assert_eq!(stats, want);
+    assert_eq!(s.next_due().await.unwrap(), Some(t(34)));
+}
+
+#[tokio::test]
+async fn the_v1_fixture_reads_back() {
+    if std::env::var_os("SLOTHQUEUE_WRITE_FIXTURE").is_some() {
+        assert_eq!(SCHEMA_VERSION, 1, "a v1 fixture can only be written by a v1 build");
+        let _ = fs::remove_file(fixture());
+        fs::create_dir_all(fixture().parent().unwrap()).unwrap();
+        build(&fixture()).await;
+    }
+    let raw = Connection::open_with_flags(fixture(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY);
+    let raw = raw.unwrap();
+    let app: i32 = raw.query_row("PRAGMA application_id", [], |r| r.get(0)).unwrap();
+    let version: u32 = raw.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!((app, version), (APPLICATION_ID, 1), "the committed fixture is schema v1");
+    drop(raw);
+
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("v1.sqlite");
+    fs::copy(fixture(), &copy).unwrap();
+    let s = SqliteStore::open(&copy, SqliteOptions::default()).unwrap();
+    check(&s).await;
+    // And it stays a working queue: new ids go above the old ones.
+    assert_eq!(s.push(NewJob::shell("new", "/"), t(200)).await.unwrap().job.id, 11);
+    drop(s);
+    let s = SqliteStore::open(&copy, SqliteOptions::default()).unwrap();
+    assert_eq!(s.get(11).await.unwrap().created_at, t(200));
+}
+
+#[tokio::test]
+async fn the_builder_still_tells_the_same_story() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fresh.sqlite");
+    build(&path).await;
+    check(&SqliteStore::open(&path, SqliteOptions::default()).unwrap()).await;
+}
