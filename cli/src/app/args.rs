@@ -1,0 +1,368 @@
+//! The command line as clap sees it: raw, typed arguments with their help.
+//!
+//! This is step one of two. Value parsers here reject what is wrong in a
+//! single value (a duration, an id, a state); everything that needs several
+//! values or the environment (which queue file, a command or a handler
+//! kind, the current directory) is decided in `config`, so that nothing
+//! runs before the whole invocation is known to be valid.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use slothqueue::{Backend, JobId, JobState};
+
+use super::duration;
+
+/// Printed under `--help`: the exit codes scripts can rely on.
+const EXIT_CODES: &str = "\
+Exit codes:
+  0    success
+  1    run: at least one attempt failed; other commands: an unexpected error (I/O, storage)
+  2    bad input: unknown flag, invalid value, malformed import (nothing was written)
+  3    not found: no such job, or no queue file for a command that needs one
+  4    not allowed now: the job's state forbids it (e.g. cancelling a finished job)
+  5    the queue file stayed busy (locked by another process) for too long; try again
+  6    the queue file cannot be used: foreign, damaged, from a newer slothqueue, or
+       in a backend this build was compiled without
+  130  run: interrupted by SIGINT or SIGTERM (the running job went back to pending)
+
+The queue file: --db, else $SLOTHQUEUE_DB, else $XDG_DATA_HOME/slothqueue/queue.db
+(~/.local/share/slothqueue/queue.db).";
+
+/// A durable background-job queue for one machine.
+///
+/// Jobs wait in one file (SQLite or redb); `slothqueue run` starts them one
+/// at a time, in priority order, only while the machine is quiet enough,
+/// and a crashed runner's job is picked up again by the next one. Delivery
+/// is at least once.
+#[derive(Debug, Parser)]
+#[command(name = "slothqueue", version, after_long_help = EXIT_CODES, max_term_width = 100)]
+pub struct Cli {
+    /// The queue file (created on first `add` or `run`).
+    #[arg(long, global = true, value_name = "PATH", env = "SLOTHQUEUE_DB")]
+    pub db: Option<PathBuf>,
+
+    /// Storage engine for a new queue file; an existing file's own header
+    /// always wins. Default: redb for a `.redb` name, else sqlite.
+    #[arg(long, global = true, value_name = "BACKEND", value_parser = parse_backend)]
+    pub backend: Option<Backend>,
+
+    /// Print JSON instead of text, for scripts (field names as in the job
+    /// table of the design: snake_case, times in UTC milliseconds).
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Queue a shell command (or, with --kind, a job for a handler).
+    #[command(allow_negative_numbers = true)]
+    Add(AddArgs),
+    /// Run due jobs one at a time, politely, until none is due.
+    Run(RunArgs),
+    /// Counts per state, what is due, and the live runners.
+    Status,
+    /// One row per job.
+    List(ListArgs),
+    /// One job, its event trail, and why it is not running (if it is not).
+    Show(IdArg),
+    /// The captured output of a job.
+    Logs(LogsArgs),
+    /// Cancel a pending job, or ask the runner to stop a running one.
+    Cancel(IdArg),
+    /// Put a failed or cancelled job back in the queue, attempts reset.
+    Retry(IdArg),
+    /// Delete finished jobs (done, failed, cancelled); never running ones.
+    Clear(ClearArgs),
+    /// Write every job with its events as JSON lines to stdout.
+    Export,
+    /// Read jobs written by `export` (also from the other backend).
+    Import(ImportArgs),
+    /// Print shell completions.
+    Completions(CompletionsArgs),
+    /// Show slothqueue's stories with real processes in a temp dir (< 30 s).
+    Demo,
+    /// Serve the HTTP API (not built yet).
+    #[command(hide = true)]
+    Serve {
+        /// Ignored: the command is not built yet.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        rest: Vec<OsString>,
+    },
+}
+
+/// `add`.
+#[derive(Debug, Args)]
+pub struct AddArgs {
+    /// The shell command, as one argument: quote it (`'make test'`).
+    /// Runs with `sh -c` in the current directory.
+    #[arg(value_name = "CMD")]
+    pub command: Option<String>,
+
+    /// Higher runs first (any 32-bit integer; default 0).
+    #[arg(long, short = 'p', value_name = "N", value_parser = parse_priority)]
+    pub priority: Option<i32>,
+
+    /// Kill the job's whole process group after this long (awake time);
+    /// `none` for no limit.
+    #[arg(long, value_name = "DUR|none", allow_hyphen_values = true, value_parser = parse_max_runtime)]
+    pub max_runtime: Option<MaxRuntime>,
+
+    /// Attempts before the job is marked failed (at least 1; default 3).
+    #[arg(long, value_name = "N", value_parser = parse_attempts)]
+    pub max_attempts: Option<u32>,
+
+    /// Not before this long from now.
+    #[arg(long, value_name = "DUR", conflicts_with = "at", allow_hyphen_values = true,
+          value_parser = duration::parse)]
+    pub delay: Option<Duration>,
+
+    /// Not before this time: RFC 3339 (`2025-01-02T03:04:05Z`) or local
+    /// `YYYY-MM-DD HH:MM`.
+    #[arg(long, value_name = "TIME", value_parser = super::time::parse_at)]
+    pub at: Option<jiff::Timestamp>,
+
+    /// Idempotency key: adding the same key and command again adds nothing;
+    /// a different command replaces the pending one.
+    #[arg(long, value_name = "K")]
+    pub key: Option<String>,
+
+    /// The lane; a runner can serve only some queues.
+    #[arg(long, short = 'q', value_name = "Q")]
+    pub queue: Option<String>,
+
+    /// A handler job instead of a shell command: `run --handlers DIR` runs
+    /// `DIR/K` with the payload on stdin.
+    #[arg(long, value_name = "K", requires = "payload")]
+    pub kind: Option<String>,
+
+    /// The handler job's JSON payload.
+    #[arg(long, value_name = "JSON", requires = "kind")]
+    pub payload: Option<String>,
+
+    /// An environment variable for the command (repeatable). Nothing else
+    /// from your environment is recorded.
+    #[arg(long, short = 'e', value_name = "K=V")]
+    pub env: Vec<String>,
+}
+
+/// `run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Run one job (if one is due) and exit.
+    #[arg(long, conflicts_with = "follow")]
+    pub once: bool,
+
+    /// Never exit: sleep until the next job is due.
+    #[arg(long)]
+    pub follow: bool,
+
+    /// Start a job only while the 1-minute load average is below this
+    /// (default: the number of CPUs).
+    #[arg(long, value_name = "F", value_parser = parse_ceiling)]
+    pub load_ceiling: Option<f64>,
+
+    /// Read the load from this loadavg-format file instead of /proc/loadavg.
+    #[arg(long, value_name = "PATH")]
+    pub load_file: Option<PathBuf>,
+
+    /// Pause after each job.
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = duration::parse)]
+    pub cooldown: Option<Duration>,
+
+    /// How often a closed gate is checked again.
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = duration::parse)]
+    pub check_interval: Option<Duration>,
+
+    /// Serve only this queue (repeatable; default: all).
+    #[arg(long, short = 'q', value_name = "Q")]
+    pub queue: Vec<String>,
+
+    /// Run handler jobs of kind K as the executable DIR/K.
+    #[arg(long, value_name = "DIR")]
+    pub handlers: Option<PathBuf>,
+
+    /// Run this shell command after each job, with SLOTHQUEUE_JOB_ID,
+    /// SLOTHQUEUE_STATE and SLOTHQUEUE_EXIT_CODE set.
+    #[arg(long, value_name = "CMD")]
+    pub on_finish: Option<String>,
+}
+
+/// `list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only jobs in this state: pending, running, done, failed or cancelled.
+    #[arg(long, short = 's', value_name = "S", value_parser = parse_state)]
+    pub state: Option<JobState>,
+
+    /// Only jobs in this queue.
+    #[arg(long, short = 'q', value_name = "Q")]
+    pub queue: Option<String>,
+
+    /// Only jobs of this kind (`shell` or a handler name).
+    #[arg(long, value_name = "K")]
+    pub kind: Option<String>,
+
+    /// At most this many rows (default 50).
+    #[arg(long, short = 'n', value_name = "N", value_parser = parse_limit)]
+    pub limit: Option<usize>,
+
+    /// newest: most recent first; due: in the order runners will take them.
+    #[arg(long, value_enum, default_value_t = Order::Newest)]
+    pub order: Order,
+}
+
+/// The orders `list` offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Order {
+    /// Most recent first.
+    Newest,
+    /// The order runners take them: priority, due time, id.
+    Due,
+}
+
+/// A job id.
+#[derive(Debug, Args)]
+pub struct IdArg {
+    /// The job's id (`12` or `#12`).
+    #[arg(value_name = "ID", value_parser = parse_id, allow_hyphen_values = true)]
+    pub id: JobId,
+}
+
+/// `logs`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// The job's id (`12` or `#12`).
+    #[arg(value_name = "ID", value_parser = parse_id, allow_hyphen_values = true)]
+    pub id: JobId,
+
+    /// Keep printing new output until the job finishes.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+}
+
+/// `clear`.
+#[derive(Debug, Args)]
+pub struct ClearArgs {
+    /// Also delete pending jobs (work that has not run yet!).
+    #[arg(long)]
+    pub all: bool,
+
+    /// Only jobs that finished (or, for pending, were added) longer ago than this.
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = duration::parse)]
+    pub older_than: Option<Duration>,
+}
+
+/// `import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// JSON lines from `export`; `-` or nothing reads stdin.
+    #[arg(value_name = "FILE|-")]
+    pub file: Option<PathBuf>,
+}
+
+/// `completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `--max-runtime`: a limit, or `none` for no limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaxRuntime(pub Option<Duration>);
+
+fn parse_max_runtime(s: &str) -> Result<MaxRuntime, String> {
+    duration::parse_or_none(s).map(MaxRuntime)
+}
+
+fn parse_priority(s: &str) -> Result<i32, String> {
+    s.parse::<i32>().map_err(|_| {
+        format!("`{s}` is not a priority: expected an integer from {} to {}", i32::MIN, i32::MAX)
+    })
+}
+
+fn parse_backend(s: &str) -> Result<Backend, String> {
+    s.parse()
+}
+
+/// `12` or `#12`, positive.
+pub fn parse_id(s: &str) -> Result<JobId, String> {
+    let digits = s.strip_prefix('#').unwrap_or(s);
+    match digits.parse::<JobId>() {
+        Ok(id) if id > 0 && digits.bytes().all(|b| b.is_ascii_digit()) => Ok(id),
+        _ => Err(format!("`{s}` is not a job id: ids are positive integers like 12 or #12")),
+    }
+}
+
+fn parse_attempts(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Err("max attempts must be at least 1".to_owned()),
+        Ok(n) if n <= 1_000_000 => Ok(n),
+        _ => Err(format!("`{s}` is not a number of attempts from 1 to 1000000")),
+    }
+}
+
+fn parse_ceiling(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 0.0 => Ok(f),
+        _ => Err(format!("`{s}` is not a load ceiling: expected a positive number like 2 or 3.5")),
+    }
+}
+
+fn parse_state(s: &str) -> Result<JobState, String> {
+    s.to_ascii_lowercase().parse().map_err(|e: slothqueue::core::UnknownState| e.to_string())
+}
+
+fn parse_limit(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("`{s}` is not a limit: expected a positive number of rows")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn ids_are_positive_with_an_optional_hash() {
+        assert_eq!(parse_id("12"), Ok(12));
+        assert_eq!(parse_id("#12"), Ok(12));
+        for bad in ["0", "-1", "abc", "", "#", "+3", "1.0", "99999999999999999999"] {
+            assert!(parse_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn flags_may_stand_after_the_command() {
+        let cli = Cli::try_parse_from([
+            "slothqueue",
+            "add",
+            "sleep 5",
+            "--priority",
+            "9",
+            "--max-runtime",
+            "2",
+        ])
+        .unwrap();
+        let Command::Add(add) = cli.command else { panic!("not add") };
+        assert_eq!(add.command.as_deref(), Some("sleep 5"));
+        assert_eq!(add.priority, Some(9));
+        assert_eq!(add.max_runtime, Some(MaxRuntime(Some(Duration::from_secs(2)))));
+    }
+}

@@ -1,0 +1,262 @@
+//! The commands that only look: `status`, `list`, `show`, `logs`. None of
+//! them creates a queue file; on a missing one they say so.
+
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use slothqueue::core::{Liveness, LivenessJudge};
+use slothqueue::runner::ProcJudge;
+use slothqueue::{
+    JobId, JobState, ListFilter, ListOrder, Owner, RunnerRecord, Stats, Store, Timestamp,
+};
+
+use super::{Ctx, job_json, print_json};
+use crate::app::Outcome;
+use crate::app::config::log_dir;
+use crate::app::exit::{Code, NotFound};
+use crate::app::explain::{self, SeenRunner, Situation};
+use crate::app::render;
+
+/// This host's name, as runners record it in their owner.
+pub fn this_host() -> String {
+    rustix::system::uname().nodename().to_string_lossy().into_owned()
+}
+
+/// Judges a runner by its owner.
+pub fn judge_owner(judge: &ProcJudge, owner: &Owner) -> Liveness {
+    judge.judge_owner(owner)
+}
+
+/// Counts per state, due now, next due, and the live runners.
+pub async fn status(ctx: &Ctx) -> Outcome {
+    let now = ctx.now();
+    let mut out = io::stdout().lock();
+    let Some(store) = ctx.open_existing()? else {
+        if ctx.json {
+            let mut v = serde_json::to_value(Stats::default())?;
+            v["exists"] = false.into();
+            v["runners"] = serde_json::json!([]);
+            print_json(&mut out, &v)?;
+        } else {
+            writeln!(out, "no queue at {} yet (add a job to create it)", ctx.db.display())?;
+            write!(out, "{}", render::stats(&Stats::default(), now))?;
+            writeln!(out, "runners: none")?;
+        }
+        return Ok(Code::Success);
+    };
+    let stats = store.stats(now).await.context("cannot read the queue's counts")?;
+    let records = store.runners().await.context("cannot read the runners")?;
+    let judge = ProcJudge::new();
+    let host = this_host();
+    let seen: Vec<SeenRunner<'_>> = records
+        .iter()
+        .map(|r| SeenRunner { record: r, liveness: judge_owner(&judge, &r.owner) })
+        .collect();
+    let live: Vec<&SeenRunner<'_>> = seen.iter().filter(|r| r.is_live(now)).collect();
+    if ctx.json {
+        let mut v = serde_json::to_value(&stats)?;
+        v["exists"] = true.into();
+        v["runners"] = serde_json::to_value(live.iter().map(|r| r.record).collect::<Vec<_>>())?;
+        print_json(&mut out, &v)?;
+        return Ok(Code::Success);
+    }
+    let backend = slothqueue::detect(&ctx.db, ctx.backend).map_or("?", |b| b.as_str());
+    writeln!(out, "queue: {} ({backend})", ctx.db.display())?;
+    write!(out, "{}", render::stats(&stats, now))?;
+    if live.is_empty() {
+        writeln!(out, "runners: none alive")?;
+    } else {
+        writeln!(out, "runners: {} alive", live.len())?;
+        for r in live {
+            writeln!(out, "  {}: {}", r.name(&host), explain::activity(r.record, now))?;
+        }
+    }
+    Ok(Code::Success)
+}
+
+/// One row a job.
+pub async fn list(ctx: &Ctx, filter: ListFilter) -> Outcome {
+    let mut out = io::stdout().lock();
+    let Some(store) = ctx.open_existing()? else {
+        if ctx.json {
+            writeln!(out, "[]")?;
+        } else {
+            writeln!(out, "no queue at {} yet: no jobs", ctx.db.display())?;
+        }
+        return Ok(Code::Success);
+    };
+    let jobs = store.list(&filter).await.context("cannot list jobs")?;
+    if ctx.json {
+        let all: Vec<serde_json::Value> =
+            jobs.iter().map(|j| job_json(j, None)).collect::<anyhow::Result<_>>()?;
+        print_json(&mut out, &serde_json::Value::Array(all))?;
+        return Ok(Code::Success);
+    }
+    if jobs.is_empty() {
+        match filter.state {
+            Some(s) => writeln!(out, "no {s} jobs")?,
+            None => writeln!(out, "no jobs")?,
+        }
+        return Ok(Code::Success);
+    }
+    let now = ctx.now();
+    write!(out, "{}", render::table(&jobs, now, terminal_width(), ctx.color))?;
+    if let Some(limit) = filter.limit.filter(|l| jobs.len() >= *l) {
+        writeln!(out, "(first {limit} shown; --limit N for more)")?;
+    }
+    Ok(Code::Success)
+}
+
+/// The terminal's width when stdout is one, else `$COLUMNS`, else no limit.
+fn terminal_width() -> Option<usize> {
+    let stdout = io::stdout();
+    if let Ok(size) = rustix::termios::tcgetwinsize(&stdout) {
+        if size.ws_col > 0 {
+            return Some(usize::from(size.ws_col));
+        }
+    }
+    std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).filter(|c: &usize| *c > 0)
+}
+
+/// The job, why it is not running, and its story.
+pub async fn show(ctx: &Ctx, id: JobId) -> Outcome {
+    let store = ctx.open(false)?;
+    let job = store.get(id).await?;
+    let events = store.events(id).await?;
+    let mut out = io::stdout().lock();
+    if ctx.json {
+        print_json(&mut out, &job_json(&job, Some(&events))?)?;
+        return Ok(Code::Success);
+    }
+    let now = ctx.now();
+    write!(out, "{}", render::job_details(&job, now, ctx.color))?;
+    if !job.state.is_terminal() {
+        let records = store.runners().await.context("cannot read the runners")?;
+        let judge = ProcJudge::new();
+        let seen: Vec<SeenRunner<'_>> = records
+            .iter()
+            .map(|r| SeenRunner { record: r, liveness: judge_owner(&judge, &r.owner) })
+            .collect();
+        let ahead = if job.state == JobState::Pending && job.not_before <= now {
+            jobs_ahead(store.as_ref(), &job, &records, now).await?
+        } else {
+            0
+        };
+        let lease_owner = job.lease.as_ref().map_or(Liveness::Unknown, |l| judge.judge(l));
+        let host = this_host();
+        let situation =
+            Situation { job: &job, now, ahead, runners: &seen, lease_owner, this_host: &host };
+        if let Some(line) = explain::why(&situation) {
+            let label = if job.state == JobState::Running { "now" } else { "why" };
+            writeln!(out, "{label}:          {line}")?;
+        }
+    }
+    writeln!(out)?;
+    for e in &events {
+        writeln!(out, "{}", render::event_line(e, now))?;
+    }
+    Ok(Code::Success)
+}
+
+/// How many due pending jobs a runner that could take `job` takes first.
+async fn jobs_ahead(
+    store: &dyn Store,
+    job: &slothqueue::Job,
+    runners: &[RunnerRecord],
+    now: Timestamp,
+) -> anyhow::Result<usize> {
+    // A runner serving this job's queue may serve others too; count jobs
+    // in every queue such a runner takes (all queues if any serves all, or
+    // if none is recorded).
+    let serving: Vec<&RunnerRecord> =
+        runners.iter().filter(|r| r.queues.is_empty() || r.queues.contains(&job.queue)).collect();
+    let all_queues = serving.is_empty() || serving.iter().any(|r| r.queues.is_empty());
+    let filter = ListFilter {
+        state: Some(JobState::Pending),
+        order: ListOrder::DueFirst,
+        limit: Some(10_000),
+        ..ListFilter::default()
+    };
+    let mine = job.claim_order();
+    let ahead = store
+        .list(&filter)
+        .await
+        .context("cannot list pending jobs")?
+        .into_iter()
+        .filter(|j| j.id != job.id && j.is_due(now) && j.claim_order() < mine)
+        .filter(|j| all_queues || serving.iter().any(|r| r.queues.contains(&j.queue)))
+        .count();
+    Ok(ahead)
+}
+
+/// The job's captured output; with `follow`, new output as it comes until
+/// the job finishes.
+pub async fn logs(ctx: &Ctx, id: JobId, follow: bool) -> Outcome {
+    let store = ctx.open(false)?;
+    let job = store.get(id).await?;
+    let path = log_dir(&ctx.db).join(format!("{id}.log"));
+    let mut out = io::stdout().lock();
+    if !follow {
+        let mut file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let why = if job.attempts == 0 { "it has not run yet" } else { "its log is gone" };
+                return Err(NotFound(format!(
+                    "no output for job #{id}: {why} (looked for {})",
+                    path.display()
+                ))
+                .into());
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!("cannot read {}", path.display())));
+            }
+        };
+        io::copy(&mut file, &mut out)?;
+        out.flush()?;
+        return Ok(Code::Success);
+    }
+    drop(out);
+    follow_log(store.as_ref(), id, &path).await?;
+    Ok(Code::Success)
+}
+
+/// Copies what is appended to `path` until job `id` is finished.
+async fn follow_log(store: &dyn Store, id: JobId, path: &Path) -> anyhow::Result<()> {
+    let mut offset = 0u64;
+    loop {
+        // Read the state before the file, so the output of a job that ends
+        // between the two is still copied before we stop.
+        let finished = store.get(id).await?.state.is_terminal();
+        offset = copy_from(path, offset)?;
+        if finished {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Copies `path` from `offset` to stdout; returns the new offset. A
+/// missing file is not an error (the job has not started yet).
+fn copy_from(path: &Path, offset: u64) -> anyhow::Result<u64> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(offset),
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("cannot read {}", path.display())));
+        }
+    };
+    file.seek(SeekFrom::Start(offset))?;
+    let mut buf = Vec::new();
+    file.read_to_end(&mut buf)?;
+    let mut out = io::stdout().lock();
+    out.write_all(&buf)?;
+    out.flush()?;
+    Ok(offset + buf.len() as u64)
+}
+
+/// The log file of a job, for other commands.
+pub fn log_file(db: &Path, id: JobId) -> PathBuf {
+    log_dir(db).join(format!("{id}.log"))
+}

@@ -1,0 +1,106 @@
+//! One function per command, each taking the validated configuration.
+//!
+//! Every command writes through a locked stdout and propagates write
+//! errors, so `slothqueue list | head -1` ends quietly (a closed pipe maps
+//! to exit 0) instead of panicking the way `println!` would.
+
+mod add;
+mod demo;
+mod edit;
+mod inspect;
+mod run;
+mod transfer;
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::CommandFactory;
+use slothqueue::{Backend, Clock, Event, Job, OpenOptions, Store, SystemClock, Timestamp};
+
+use super::Outcome;
+use super::args::Cli;
+use super::config::{Command, Config};
+use super::exit::{Code, usage};
+
+/// What every command needs besides its own arguments.
+#[derive(Clone, Debug)]
+pub struct Ctx {
+    /// The queue file.
+    pub db: PathBuf,
+    /// The backend asked for.
+    pub backend: Option<Backend>,
+    /// JSON output.
+    pub json: bool,
+    /// Colour on.
+    pub color: bool,
+}
+
+impl Ctx {
+    /// Opens the queue; `create == false` for commands that only look, so
+    /// that looking never leaves a file behind.
+    pub fn open(&self, create: bool) -> anyhow::Result<Arc<dyn Store>> {
+        Ok(slothqueue::open(&self.db, OpenOptions { backend: self.backend, create })?)
+    }
+
+    /// Opens the queue if it exists; `None` when there is no file yet.
+    pub fn open_existing(&self) -> anyhow::Result<Option<Arc<dyn Store>>> {
+        match slothqueue::open(&self.db, OpenOptions { backend: self.backend, create: false }) {
+            Ok(s) => Ok(Some(s)),
+            Err(slothqueue::OpenError::Missing(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The wall clock, read once per decision.
+    pub fn now(&self) -> Timestamp {
+        SystemClock.now()
+    }
+}
+
+/// Runs the configured command.
+pub async fn execute(config: Config) -> Outcome {
+    let ctx =
+        Ctx { db: config.db, backend: config.backend, json: config.json, color: config.color };
+    match config.command {
+        Command::Add(add) => add::add(&ctx, add).await,
+        Command::Run(run) => run::run(&ctx, run).await,
+        Command::Status => inspect::status(&ctx).await,
+        Command::List(filter) => inspect::list(&ctx, filter).await,
+        Command::Show(id) => inspect::show(&ctx, id).await,
+        Command::Logs { id, follow } => inspect::logs(&ctx, id, follow).await,
+        Command::Cancel(id) => edit::cancel(&ctx, id).await,
+        Command::Retry(id) => edit::retry(&ctx, id).await,
+        Command::Clear { include_pending, older_than } => {
+            edit::clear(&ctx, include_pending, older_than).await
+        }
+        Command::Export => transfer::export(&ctx).await,
+        Command::Import(file) => transfer::import(&ctx, file).await,
+        Command::Completions(shell) => {
+            let mut out = io::stdout().lock();
+            clap_complete::generate(shell, &mut Cli::command(), "slothqueue", &mut out);
+            out.flush()?;
+            Ok(Code::Success)
+        }
+        Command::Demo => demo::demo(&ctx).await,
+        Command::Serve => Err(usage(
+            "serve is not built yet: the HTTP API is planned; meanwhile use add, list, show and cancel",
+        )),
+    }
+}
+
+/// A job as JSON, with its trail when given: the job table's field names.
+pub fn job_json(job: &Job, events: Option<&[Event]>) -> anyhow::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(job)?;
+    if let (Some(events), Some(obj)) = (events, v.as_object_mut()) {
+        obj.insert("events".to_owned(), serde_json::to_value(events)?);
+    }
+    Ok(v)
+}
+
+/// Writes `value` as one line of JSON.
+pub fn print_json(out: &mut impl Write, value: &serde_json::Value) -> anyhow::Result<()> {
+    serde_json::to_writer(&mut *out, value)?;
+    writeln!(out)?;
+    Ok(())
+}

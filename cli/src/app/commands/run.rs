@@ -1,0 +1,127 @@
+//! `run`: a runner with the real clock, `/proc` liveness, this process as
+//! owner, logs beside the queue file, printing each event as one line.
+//!
+//! Lines about a job or a gate are indented two spaces under the run's own
+//! lines (`reclaimed …`, `finished: …`), as in the seed's transcript.
+
+use std::io::{self, Write};
+
+use slothqueue::runner::{
+    HandlerDirExecutor, LoadGate, Mode, RunSummary, Runner, RunnerConfig, RunnerEvent, unix_signals,
+};
+
+use super::Ctx;
+use crate::app::Outcome;
+use crate::app::config::{RunConfig, RunMode, log_dir};
+use crate::app::exit::{Code, usage};
+use crate::app::render::red;
+
+/// Runs jobs until the mode says stop or a signal arrives.
+pub async fn run(ctx: &Ctx, rc: RunConfig) -> Outcome {
+    // Build everything that can refuse before the queue file is created.
+    let gate = match &rc.load_file {
+        Some(path) => LoadGate::from_file(path, rc.load_ceiling)
+            .map_err(|e| usage(format!("--load-file: {e}")))?,
+        None => LoadGate::system(rc.load_ceiling),
+    };
+    let handlers = match &rc.handlers {
+        Some(dir) => {
+            Some(HandlerDirExecutor::open(dir).map_err(|e| usage(format!("--handlers: {e}")))?)
+        }
+        None => None,
+    };
+    let store = ctx.open(true)?;
+    let mut config = RunnerConfig::new(log_dir(&ctx.db));
+    config.mode = match rc.mode {
+        RunMode::Drain => Mode::Drain,
+        RunMode::Once => Mode::Once,
+        RunMode::Follow => Mode::Follow,
+    };
+    config.queues = rc.queues;
+    config.gates = vec![Box::new(gate)];
+    if let Some(c) = rc.cooldown {
+        config.cooldown = c;
+    }
+    if let Some(c) = rc.check_interval {
+        config.check_interval = c;
+    }
+    config.on_finish = rc.on_finish;
+    let mut runner = Runner::new(store, config);
+    if let Some(dir) = handlers {
+        runner.register_handlers(dir);
+    }
+    let shutdown = unix_signals()?;
+    let (json, color) = (ctx.json, ctx.color);
+    let summary =
+        runner.run(move |event: RunnerEvent| print_event(&event, json, color), shutdown).await?;
+    Ok(match summary.exit_code() {
+        0 => Code::Success,
+        130 => Code::Interrupted,
+        _ => Code::Failure,
+    })
+}
+
+/// Prints one event. Write errors are ignored on purpose: a runner whose
+/// terminal went away still finishes its jobs.
+fn print_event(event: &RunnerEvent, json: bool, color: bool) {
+    if json {
+        let _ = writeln!(io::stdout().lock(), "{}", event_json(event));
+        return;
+    }
+    let line = event.to_string();
+    if event.is_warning() {
+        let _ = writeln!(io::stderr().lock(), "{line}");
+        return;
+    }
+    let indent = match event {
+        RunnerEvent::Reclaimed { .. } | RunnerEvent::Finished(_) => "",
+        _ => "  ",
+    };
+    let line = if color { line.replacen("FAILED", &red("FAILED", true), 1) } else { line };
+    let _ = writeln!(io::stdout().lock(), "{indent}{line}");
+}
+
+/// An event as one JSON object: its kind, the job when there is one, and
+/// the line a person would read.
+fn event_json(event: &RunnerEvent) -> serde_json::Value {
+    use serde_json::json;
+    let line = event.to_string();
+    match event {
+        RunnerEvent::Reclaimed { jobs, .. } => {
+            json!({"event": "reclaimed", "jobs": jobs, "line": line})
+        }
+        RunnerEvent::Gated { reading, wait } => json!({
+            "event": "gated", "reading": reading, "wait_ms": wait.as_millis() as u64, "line": line
+        }),
+        RunnerEvent::GateOpened { reading } => {
+            json!({"event": "gate_opened", "reading": reading, "line": line})
+        }
+        RunnerEvent::Done { job, elapsed } => json!({
+            "event": "done", "job": job, "elapsed_ms": elapsed.as_millis() as u64, "line": line
+        }),
+        RunnerEvent::Failed { job, elapsed, reason, retry } => json!({
+            "event": "failed", "job": job, "elapsed_ms": elapsed.as_millis() as u64,
+            "reason": reason, "retry_in_ms": retry.as_ref().map(|r| r.delay.as_millis() as u64),
+            "line": line
+        }),
+        RunnerEvent::Cancelled { job, .. } => {
+            json!({"event": "cancelled", "job": job, "line": line})
+        }
+        RunnerEvent::LeaseLost { job, .. } => {
+            json!({"event": "lease_lost", "job": job, "line": line})
+        }
+        RunnerEvent::Released { job, .. } => json!({"event": "released", "job": job, "line": line}),
+        RunnerEvent::Warning { message } => {
+            json!({"event": "warning", "message": message, "line": line})
+        }
+        RunnerEvent::Finished(s) => summary_json(s, &line),
+        _ => json!({"event": "other", "line": line}),
+    }
+}
+
+fn summary_json(s: &RunSummary, line: &str) -> serde_json::Value {
+    serde_json::json!({
+        "event": "finished", "done": s.done, "failed": s.failed, "cancelled": s.cancelled,
+        "lost": s.lost, "released": s.released, "interrupted": s.interrupted, "line": line
+    })
+}

@@ -1,0 +1,460 @@
+//! Step two of parsing: raw arguments plus the environment become one
+//! validated [`Config`], before anything is opened or written.
+//!
+//! Everything a user can get wrong across several values (a command *and*
+//! a handler kind, an `--env` without `=`, a queue name with a slash, no
+//! place for the queue file) is caught here, so a command function can
+//! assume its input is sound and "bad input writes nothing" holds by
+//! construction.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use slothqueue::core::machine;
+use slothqueue::{Backend, JobId, ListFilter, ListOrder, NewJob, Timestamp};
+
+use super::args::{self, Cli, Order};
+use super::exit::usage;
+use super::time;
+
+/// The CLI's default runtime limit: a job that hangs must not hold the
+/// queue forever (`--max-runtime none` opts out).
+pub const DEFAULT_MAX_RUNTIME: Duration = Duration::from_secs(300);
+
+/// Rows `list` shows unless asked for more.
+pub const DEFAULT_LIST_LIMIT: usize = 50;
+
+/// A whole, validated invocation.
+#[derive(Debug)]
+pub struct Config {
+    /// The queue file.
+    pub db: PathBuf,
+    /// The backend asked for, if any.
+    pub backend: Option<Backend>,
+    /// JSON output instead of text.
+    pub json: bool,
+    /// Colour the few words that deserve it.
+    pub color: bool,
+    /// What to do.
+    pub command: Command,
+}
+
+/// A validated command.
+#[derive(Debug)]
+pub enum Command {
+    /// Push one job.
+    Add(AddConfig),
+    /// Run jobs.
+    Run(RunConfig),
+    /// Counts and runners.
+    Status,
+    /// One row a job.
+    List(ListFilter),
+    /// One job's story.
+    Show(JobId),
+    /// A job's output.
+    Logs {
+        /// The job.
+        id: JobId,
+        /// Keep reading until it ends.
+        follow: bool,
+    },
+    /// Cancel a job.
+    Cancel(JobId),
+    /// Retry a job.
+    Retry(JobId),
+    /// Delete finished jobs.
+    Clear {
+        /// Pending ones too.
+        include_pending: bool,
+        /// Only older than this.
+        older_than: Option<Duration>,
+    },
+    /// JSON lines out.
+    Export,
+    /// JSON lines in; `None` is stdin.
+    Import(Option<PathBuf>),
+    /// Shell completions.
+    Completions(clap_complete::Shell),
+    /// The guided tour.
+    Demo,
+    /// The HTTP API (not built yet).
+    Serve,
+}
+
+/// When a new job becomes due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum When {
+    /// At once.
+    Now,
+    /// This long after the push.
+    After(Duration),
+    /// At this instant.
+    At(Timestamp),
+}
+
+/// `add`, validated.
+#[derive(Debug)]
+pub struct AddConfig {
+    /// The job, complete but for `not_before`.
+    pub job: NewJob,
+    /// When it becomes due.
+    pub when: When,
+}
+
+/// How long a `run` goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunMode {
+    /// Until nothing is due.
+    Drain,
+    /// One job.
+    Once,
+    /// Forever.
+    Follow,
+}
+
+/// `run`, validated.
+#[derive(Debug)]
+pub struct RunConfig {
+    /// How long to go on.
+    pub mode: RunMode,
+    /// The load ceiling; `None` is the number of CPUs.
+    pub load_ceiling: Option<f64>,
+    /// A loadavg-format file to read instead of the system's.
+    pub load_file: Option<PathBuf>,
+    /// Pause after each job.
+    pub cooldown: Option<Duration>,
+    /// How often a closed gate is checked again.
+    pub check_interval: Option<Duration>,
+    /// Queues served; empty is all.
+    pub queues: Vec<String>,
+    /// The handler directory.
+    pub handlers: Option<PathBuf>,
+    /// A command run after each job.
+    pub on_finish: Option<String>,
+}
+
+/// What the configuration reads from the process environment, gathered in
+/// one place so tests can supply their own.
+#[derive(Debug)]
+pub struct Env {
+    /// `$XDG_DATA_HOME`.
+    pub xdg_data_home: Option<OsString>,
+    /// `$HOME`.
+    pub home: Option<OsString>,
+    /// `$NO_COLOR` is set to something.
+    pub no_color: bool,
+    /// Standard output is a terminal.
+    pub stdout_is_terminal: bool,
+    /// The current directory, recorded as a shell job's `cwd`.
+    pub cwd: std::io::Result<PathBuf>,
+}
+
+impl Env {
+    /// The real environment.
+    pub fn from_process() -> Env {
+        use std::io::IsTerminal;
+        Env {
+            xdg_data_home: std::env::var_os("XDG_DATA_HOME"),
+            home: std::env::var_os("HOME"),
+            no_color: std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
+            stdout_is_terminal: std::io::stdout().is_terminal(),
+            cwd: std::env::current_dir(),
+        }
+    }
+}
+
+impl Config {
+    /// Validates `cli` in `env`.
+    pub fn new(cli: Cli, env: &Env) -> anyhow::Result<Config> {
+        let db = match cli.db {
+            Some(p) if p.as_os_str().is_empty() => {
+                return Err(usage("--db (or SLOTHQUEUE_DB) is empty: give the queue file's path"));
+            }
+            Some(p) => p,
+            None => default_db(env).ok_or_else(|| {
+                usage("no place for the queue file: set --db, SLOTHQUEUE_DB, XDG_DATA_HOME or HOME")
+            })?,
+        };
+        let command = match cli.command {
+            args::Command::Add(a) => Command::Add(add_config(a, env)?),
+            args::Command::Run(r) => Command::Run(run_config(r)?),
+            args::Command::Status => Command::Status,
+            args::Command::List(l) => Command::List(list_filter(l)?),
+            args::Command::Show(i) => Command::Show(i.id),
+            args::Command::Logs(l) => Command::Logs { id: l.id, follow: l.follow },
+            args::Command::Cancel(i) => Command::Cancel(i.id),
+            args::Command::Retry(i) => Command::Retry(i.id),
+            args::Command::Clear(c) => {
+                Command::Clear { include_pending: c.all, older_than: c.older_than }
+            }
+            args::Command::Export => Command::Export,
+            args::Command::Import(i) => Command::Import(i.file.filter(|f| f.as_os_str() != "-")),
+            args::Command::Completions(c) => Command::Completions(c.shell),
+            args::Command::Demo => Command::Demo,
+            args::Command::Serve { .. } => Command::Serve,
+        };
+        Ok(Config {
+            db,
+            backend: cli.backend,
+            json: cli.json,
+            color: env.stdout_is_terminal && !env.no_color,
+            command,
+        })
+    }
+}
+
+/// `$XDG_DATA_HOME/slothqueue/queue.db` (an absolute one only, as the XDG
+/// spec says), else `~/.local/share/slothqueue/queue.db`.
+pub fn default_db(env: &Env) -> Option<PathBuf> {
+    let xdg = env.xdg_data_home.as_ref().map(PathBuf::from).filter(|p| p.is_absolute());
+    let base = xdg.or_else(|| {
+        env.home
+            .as_ref()
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .map(|h| h.join(".local").join("share"))
+    })?;
+    Some(base.join("slothqueue").join("queue.db"))
+}
+
+fn plain_name(flag: &str, value: &str) -> anyhow::Result<()> {
+    if machine::is_plain_name(value) {
+        Ok(())
+    } else {
+        Err(usage(format!(
+            "{flag} `{value}` is not a plain name: use 1 to {} letters, digits, `-`, `_` or `.`, not starting with `.`",
+            machine::MAX_NAME_LEN
+        )))
+    }
+}
+
+fn add_config(a: args::AddArgs, env: &Env) -> anyhow::Result<AddConfig> {
+    let mut job = match (a.command, a.kind, a.payload) {
+        (Some(_), Some(_), _) => {
+            return Err(usage(
+                "give either a command or --kind with --payload, not both (a handler job has no command)",
+            ));
+        }
+        (None, Some(kind), payload) => {
+            if kind == slothqueue::core::SHELL_KIND {
+                return Err(usage(
+                    "--kind shell is what a command already is: give the command as CMD instead",
+                ));
+            }
+            plain_name("--kind", &kind)?;
+            let text = payload.unwrap_or_else(|| "{}".to_owned());
+            let payload: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| usage(format!("--payload is not valid JSON ({e})")))?;
+            if !a.env.is_empty() {
+                return Err(usage(
+                    "--env is for shell commands; put a handler's settings in --payload",
+                ));
+            }
+            NewJob::new(kind, payload)
+        }
+        (Some(command), None, _) => {
+            if command.trim().is_empty() {
+                return Err(usage("the command is empty: give a shell command like 'make test'"));
+            }
+            let cwd = env.cwd.as_ref().map_err(|e| {
+                usage(format!(
+                    "cannot record the current directory ({e}); cd somewhere that exists"
+                ))
+            })?;
+            let cwd = cwd.to_str().ok_or_else(|| {
+                usage(format!(
+                    "the current directory {} is not valid UTF-8; run add from another directory",
+                    cwd.display()
+                ))
+            })?;
+            let mut vars = BTreeMap::new();
+            for pair in &a.env {
+                let (k, v) = parse_env_pair(pair)?;
+                vars.insert(k, serde_json::Value::String(v));
+            }
+            let mut job = NewJob::shell(command, cwd);
+            job.payload["env"] = serde_json::Value::Object(vars.into_iter().collect());
+            job
+        }
+        (None, None, _) => {
+            return Err(usage(
+                "add needs a command: slothqueue add 'make test' (or a handler job: --kind K --payload JSON)",
+            ));
+        }
+    };
+    if let Some(q) = a.queue {
+        plain_name("--queue", &q)?;
+        job.queue = q;
+    }
+    job.priority = a.priority.unwrap_or(0);
+    job.max_attempts = a.max_attempts;
+    job.max_runtime = a.max_runtime.map_or(Some(DEFAULT_MAX_RUNTIME), |m| m.0);
+    if let Some(key) = a.key {
+        if key.is_empty() || key.len() > machine::MAX_NAME_LEN || key.chars().any(char::is_control)
+        {
+            return Err(usage(format!(
+                "--key must be 1 to {} printable characters",
+                machine::MAX_NAME_LEN
+            )));
+        }
+        job.idempotency_key = Some(key);
+    }
+    machine::validate(&job).map_err(|e| usage(e.to_string()))?;
+    let when = match (a.delay, a.at) {
+        (Some(d), _) => When::After(d),
+        (None, Some(t)) => When::At(time::to_stamp(t)),
+        (None, None) => When::Now,
+    };
+    Ok(AddConfig { job, when })
+}
+
+fn parse_env_pair(pair: &str) -> anyhow::Result<(String, String)> {
+    match pair.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !k.contains('\0') && !v.contains('\0') => {
+            Ok((k.to_owned(), v.to_owned()))
+        }
+        _ => Err(usage(format!("--env `{pair}` is not NAME=VALUE"))),
+    }
+}
+
+fn run_config(r: args::RunArgs) -> anyhow::Result<RunConfig> {
+    for q in &r.queue {
+        plain_name("--queue", q)?;
+    }
+    if let Some(dir) = &r.handlers {
+        if !dir.is_dir() {
+            return Err(usage(format!("--handlers {} is not a directory", dir.display())));
+        }
+    }
+    if let Some(file) = &r.load_file {
+        if !file.is_file() {
+            return Err(usage(format!(
+                "--load-file {} is not a file (expected the loadavg format of /proc/loadavg)",
+                file.display()
+            )));
+        }
+    }
+    if r.check_interval == Some(Duration::ZERO) {
+        return Err(usage("--check-interval must be more than 0s (a zero interval would spin)"));
+    }
+    if matches!(&r.on_finish, Some(c) if c.trim().is_empty()) {
+        return Err(usage("--on-finish is empty: give a shell command"));
+    }
+    let mode = if r.once {
+        RunMode::Once
+    } else if r.follow {
+        RunMode::Follow
+    } else {
+        RunMode::Drain
+    };
+    Ok(RunConfig {
+        mode,
+        load_ceiling: r.load_ceiling,
+        load_file: r.load_file,
+        cooldown: r.cooldown,
+        check_interval: r.check_interval,
+        queues: r.queue,
+        handlers: r.handlers,
+        on_finish: r.on_finish,
+    })
+}
+
+fn list_filter(l: args::ListArgs) -> anyhow::Result<ListFilter> {
+    if let Some(q) = &l.queue {
+        plain_name("--queue", q)?;
+    }
+    if let Some(k) = &l.kind {
+        plain_name("--kind", k)?;
+    }
+    Ok(ListFilter {
+        state: l.state,
+        queue: l.queue,
+        kind: l.kind,
+        limit: Some(l.limit.unwrap_or(DEFAULT_LIST_LIMIT)),
+        cursor: None,
+        order: match l.order {
+            Order::Newest => ListOrder::Newest,
+            Order::Due => ListOrder::DueFirst,
+        },
+    })
+}
+
+/// The folder a queue's job logs live in: beside the queue file, named
+/// after it, so two queues in one folder never share logs.
+pub fn log_dir(db: &Path) -> PathBuf {
+    let mut name = db.file_name().map(OsString::from).unwrap_or_else(|| OsString::from("queue"));
+    name.push(".logs");
+    db.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn env() -> Env {
+        Env {
+            xdg_data_home: None,
+            home: Some("/home/u".into()),
+            no_color: false,
+            stdout_is_terminal: false,
+            cwd: Ok(PathBuf::from("/work")),
+        }
+    }
+
+    fn config(argv: &[&str]) -> anyhow::Result<Config> {
+        let mut full = vec!["slothqueue", "--db", "/tmp/q.db"];
+        full.extend_from_slice(argv);
+        Config::new(Cli::try_parse_from(full)?, &env())
+    }
+
+    #[test]
+    fn the_default_queue_lives_in_the_data_directory() {
+        let mut e = env();
+        assert_eq!(default_db(&e), Some(PathBuf::from("/home/u/.local/share/slothqueue/queue.db")));
+        e.xdg_data_home = Some("/data".into());
+        assert_eq!(default_db(&e), Some(PathBuf::from("/data/slothqueue/queue.db")));
+        e.xdg_data_home = Some("relative".into());
+        assert_eq!(default_db(&e), Some(PathBuf::from("/home/u/.local/share/slothqueue/queue.db")));
+        e.home = None;
+        assert_eq!(default_db(&e), None);
+    }
+
+    #[test]
+    fn add_records_cwd_and_defaults() {
+        let c = config(&["add", "make test", "--env", "A=1"]).unwrap();
+        let Command::Add(add) = c.command else { panic!("not add") };
+        assert_eq!(add.job.payload["cwd"], "/work");
+        assert_eq!(add.job.payload["env"]["A"], "1");
+        assert_eq!(add.job.max_runtime, Some(DEFAULT_MAX_RUNTIME));
+        assert_eq!(add.when, When::Now);
+    }
+
+    #[test]
+    fn handler_jobs_take_kind_and_payload() {
+        let c = config(&["add", "--kind", "resize", "--payload", r#"{"w":3}"#]).unwrap();
+        let Command::Add(add) = c.command else { panic!("not add") };
+        assert_eq!(add.job.kind, "resize");
+        assert_eq!(add.job.payload["w"], 3);
+        for (argv, fragment) in [
+            (&["add", "--kind", "../x", "--payload", "{}"][..], "--kind `../x`"),
+            (&["add", "--kind", "k", "--payload", "{nope"][..], "--payload is not valid JSON"),
+            (&["add", "echo", "--kind", "k", "--payload", "{}"][..], "not both"),
+            (&["add"][..], "add needs a command"),
+            (&["add", ""][..], "the command is empty"),
+            (&["add", "x", "--env", "NOEQUALS"][..], "--env `NOEQUALS`"),
+            (&["add", "x", "--queue", "a/b"][..], "--queue `a/b`"),
+        ] {
+            let err = config(argv).expect_err(fragment);
+            assert!(format!("{err:#}").contains(fragment), "{argv:?}: {err:#}");
+        }
+    }
+
+    #[test]
+    fn logs_live_beside_the_queue_file() {
+        assert_eq!(log_dir(Path::new("/a/q.db")), PathBuf::from("/a/q.db.logs"));
+    }
+}

@@ -1,0 +1,177 @@
+//! The one place errors become exit codes and a line on stderr.
+//!
+//! Commands return `anyhow::Result`, carrying typed causes (a
+//! [`StoreError`], an [`OpenError`], a [`UsageError`], …); this module walks
+//! the cause chain and picks the code, so every command maps the same
+//! failure to the same code and the codes stay stable (they are listed in
+//! `--help`).
+
+use std::io;
+use std::process::ExitCode;
+
+use slothqueue::runner::RunnerError;
+use slothqueue::{OpenError, StoreError};
+
+/// Exit codes, documented in `--help` (see `args::EXIT_CODES`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Code {
+    /// Everything went as asked.
+    Success = 0,
+    /// `run`: an attempt failed; elsewhere an unexpected error.
+    Failure = 1,
+    /// Bad input; nothing was written.
+    Usage = 2,
+    /// No such job, or no queue file.
+    NotFound = 3,
+    /// The job's state forbids the operation.
+    NotAllowed = 4,
+    /// The queue file stayed locked.
+    Busy = 5,
+    /// The queue file cannot be used by this build.
+    Unusable = 6,
+    /// Stopped by SIGINT or SIGTERM.
+    Interrupted = 130,
+}
+
+impl From<Code> for ExitCode {
+    fn from(c: Code) -> Self {
+        ExitCode::from(c as u8)
+    }
+}
+
+/// Input the user can fix: exit 2, nothing written.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Something the user named does not exist (a log file, a queue file).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotFound(pub String);
+
+/// Shorthand for a usage error.
+pub fn usage(message: impl Into<String>) -> anyhow::Error {
+    UsageError(message.into()).into()
+}
+
+/// The code for an error: the first cause in the chain that says.
+pub fn code_for(err: &anyhow::Error) -> Code {
+    for cause in err.chain() {
+        if cause.is::<UsageError>() {
+            return Code::Usage;
+        }
+        if cause.is::<NotFound>() {
+            return Code::NotFound;
+        }
+        if let Some(e) = cause.downcast_ref::<StoreError>() {
+            return store_code(e);
+        }
+        if let Some(e) = cause.downcast_ref::<RunnerError>() {
+            if let RunnerError::Store { source, .. } = e {
+                return store_code(source);
+            }
+            return Code::Failure;
+        }
+        if let Some(e) = cause.downcast_ref::<OpenError>() {
+            return match e {
+                OpenError::Missing(_) => Code::NotFound,
+                OpenError::Store(s) => store_code(s),
+                OpenError::Io { .. } => Code::Failure,
+                _ => Code::Unusable,
+            };
+        }
+        if let Some(e) = cause.downcast_ref::<io::Error>() {
+            if e.kind() == io::ErrorKind::BrokenPipe {
+                return Code::Success;
+            }
+        }
+    }
+    Code::Failure
+}
+
+fn store_code(e: &StoreError) -> Code {
+    match e {
+        StoreError::NotFound(_) => Code::NotFound,
+        StoreError::LeaseLost { .. } | StoreError::InvalidTransition { .. } => Code::NotAllowed,
+        StoreError::InvalidInput(_) => Code::Usage,
+        StoreError::Busy { .. } => Code::Busy,
+        StoreError::Corrupt { .. } | StoreError::SchemaTooNew { .. } => Code::Unusable,
+        _ => Code::Failure,
+    }
+}
+
+/// Prints the error as one line (causes joined by `: `) unless it is a
+/// closed pipe (`slothqueue list | head` is not an error), and returns the
+/// exit code.
+pub fn report(err: &anyhow::Error) -> ExitCode {
+    let code = code_for(err);
+    if code != Code::Success {
+        let line = format!("{err:#}");
+        eprintln!("error: {}", line.replace('\n', " "));
+    }
+    code.into()
+}
+
+/// Handles clap's own errors: help and version go to stdout with exit 0;
+/// anything else becomes one line on stderr and exit 2 (clap's own
+/// rendering adds usage and tips over several lines).
+pub fn clap_error(err: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match err.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = err.print();
+            if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                Code::Usage.into()
+            } else {
+                Code::Success.into()
+            }
+        }
+        _ => {
+            let rendered = err.render().to_string();
+            let first =
+                rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("error: bad usage");
+            let tip = rendered.lines().find(|l| l.trim_start().starts_with("tip:"));
+            match tip {
+                Some(tip) => eprintln!("{first} ({})", tip.trim()),
+                None => eprintln!("{first}"),
+            }
+            Code::Usage.into()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slothqueue::JobState;
+
+    #[test]
+    fn store_errors_map_to_stable_codes() {
+        let cases: Vec<(anyhow::Error, Code)> = vec![
+            (StoreError::NotFound(9).into(), Code::NotFound),
+            (
+                StoreError::InvalidTransition { id: 1, state: JobState::Done, action: "cancel" }
+                    .into(),
+                Code::NotAllowed,
+            ),
+            (StoreError::Busy { waited: std::time::Duration::from_secs(5) }.into(), Code::Busy),
+            (usage("bad"), Code::Usage),
+            (OpenError::Missing("x".into()).into(), Code::NotFound),
+            (OpenError::Foreign("x".into()).into(), Code::Unusable),
+            (anyhow::Error::new(io::Error::from(io::ErrorKind::BrokenPipe)), Code::Success),
+            (anyhow::anyhow!("something else"), Code::Failure),
+        ];
+        for (err, code) in cases {
+            assert_eq!(code_for(&err), code, "{err:#}");
+        }
+    }
+
+    #[test]
+    fn context_does_not_hide_the_cause() {
+        let err = anyhow::Error::new(StoreError::NotFound(3)).context("cannot show job #3");
+        assert_eq!(code_for(&err), Code::NotFound);
+    }
+}

@@ -1,0 +1,227 @@
+//! The one line `show` prints for a job that is not finished: why it is
+//! not running yet, or who is running it.
+//!
+//! The answer is the first of these that holds, because each hides the
+//! ones after it: not due yet; no runner alive; a runner held by its gate;
+//! jobs ahead of it; the runner busy with another job. A pure function of
+//! what `show` read from the store and what the liveness judge said.
+
+use slothqueue::core::Liveness;
+use slothqueue::{Job, JobState, RunnerActivity, RunnerRecord, Timestamp};
+
+use super::duration::format_span;
+use super::render::one_line;
+use super::time::local;
+
+/// A runner as `show` and `status` see it.
+#[derive(Debug)]
+pub struct SeenRunner<'a> {
+    /// What it recorded.
+    pub record: &'a RunnerRecord,
+    /// What the judge said of it.
+    pub liveness: Liveness,
+}
+
+impl SeenRunner<'_> {
+    /// Alive, or on another host and recently heard from.
+    pub fn is_live(&self, now: Timestamp) -> bool {
+        match self.liveness {
+            Liveness::Alive => true,
+            Liveness::Gone => false,
+            Liveness::Unknown => {
+                now.duration_since(self.record.updated_at) < std::time::Duration::from_secs(300)
+            }
+        }
+    }
+
+    /// Whether it would take jobs of `queue`.
+    pub fn serves(&self, queue: &str) -> bool {
+        self.record.queues.is_empty() || self.record.queues.iter().any(|q| q == queue)
+    }
+
+    /// `pid 4242` on this host, `pid 4242 on host` elsewhere.
+    pub fn name(&self, this_host: &str) -> String {
+        runner_name(&self.record.owner, this_host)
+    }
+}
+
+/// How a lease owner or a runner is named: `runner pid 4242 on this host`.
+pub fn runner_name(owner: &slothqueue::Owner, this_host: &str) -> String {
+    let pid = owner.pid.map_or_else(|| owner.id.clone(), |p| format!("pid {p}"));
+    if owner.host == this_host {
+        format!("runner {pid} on this host")
+    } else {
+        format!("runner {pid} on {}", owner.host)
+    }
+}
+
+/// What a runner is doing, in words.
+pub fn activity(record: &RunnerRecord, now: Timestamp) -> String {
+    match &record.activity {
+        RunnerActivity::Starting => "starting".to_owned(),
+        RunnerActivity::Running { job } => format!("running job #{job}"),
+        RunnerActivity::Gated { reading, since } => {
+            format!("waiting on its gate: {} (since {})", one_line(reading), local(*since, now))
+        }
+        RunnerActivity::Idle { until: Some(t) } => {
+            format!("idle until {}", local(*t, now))
+        }
+        RunnerActivity::Idle { until: None } => "idle".to_owned(),
+    }
+}
+
+/// Everything the explanation depends on.
+#[derive(Debug)]
+pub struct Situation<'a> {
+    /// The job.
+    pub job: &'a Job,
+    /// Now.
+    pub now: Timestamp,
+    /// Due pending jobs that claims take before this one.
+    pub ahead: usize,
+    /// Every recorded runner, judged.
+    pub runners: &'a [SeenRunner<'a>],
+    /// The judge's verdict on the job's lease owner (running jobs).
+    pub lease_owner: Liveness,
+    /// This host's name.
+    pub this_host: &'a str,
+}
+
+/// The line, or `None` for a finished job.
+pub fn why(s: &Situation<'_>) -> Option<String> {
+    let job = s.job;
+    match job.state {
+        JobState::Running => Some(running(s)),
+        JobState::Pending => Some(pending(s)),
+        _ => None,
+    }
+}
+
+fn running(s: &Situation<'_>) -> String {
+    let job = s.job;
+    let Some(lease) = &job.lease else {
+        return "running, but without a lease: the next claim takes it".to_owned();
+    };
+    let who = runner_name(&lease.owner, s.this_host);
+    let until = local(lease.until, s.now);
+    let mut line = match s.lease_owner {
+        Liveness::Alive => format!("held by {who} (alive), lease until {until}"),
+        Liveness::Gone => {
+            format!("held by {who}, which is gone: the next runner reclaims it at once")
+        }
+        Liveness::Unknown if lease.until < s.now => format!(
+            "held by {who} (cannot be checked from here); its lease expired at {until}, so the next claim reclaims it"
+        ),
+        Liveness::Unknown => {
+            format!("held by {who} (cannot be checked from here), lease until {until}")
+        }
+    };
+    if job.cancel_requested {
+        line.push_str("; cancel requested, the runner stops it at its next heartbeat");
+    }
+    line
+}
+
+fn pending(s: &Situation<'_>) -> String {
+    let job = s.job;
+    if job.not_before > s.now {
+        let why = if job.attempts > 0 { "retrying: not due until" } else { "not due until" };
+        return format!(
+            "{why} {} (in {})",
+            local(job.not_before, s.now),
+            format_span(job.not_before.duration_since(s.now))
+        );
+    }
+    let live: Vec<&SeenRunner<'_>> =
+        s.runners.iter().filter(|r| r.is_live(s.now) && r.serves(&job.queue)).collect();
+    let ahead = match s.ahead {
+        0 => String::new(),
+        n => format!("waiting behind {n} due job(s) of higher priority"),
+    };
+    if live.is_empty() {
+        let start = "no runner is alive: it runs when one starts (slothqueue run)";
+        return if ahead.is_empty() { start.to_owned() } else { format!("{ahead}; {start}") };
+    }
+    if let Some(gated) =
+        live.iter().find(|r| matches!(r.record.activity, RunnerActivity::Gated { .. }))
+    {
+        return format!("{} is {}", gated.name(s.this_host), activity(gated.record, s.now));
+    }
+    if !ahead.is_empty() {
+        return ahead;
+    }
+    if let Some(busy) =
+        live.iter().find(|r| matches!(r.record.activity, RunnerActivity::Running { .. }))
+    {
+        if live.iter().all(|r| matches!(r.record.activity, RunnerActivity::Running { .. })) {
+            return format!(
+                "next in line: {} is {}",
+                busy.name(s.this_host),
+                activity(busy.record, s.now)
+            );
+        }
+    }
+    "next in line: a runner takes it at its next look".to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slothqueue::core::machine;
+    use slothqueue::{NewJob, Owner, Policy};
+
+    const NOW: Timestamp = Timestamp::from_millis(1_700_000_000_000);
+
+    fn job(not_before: Timestamp) -> Job {
+        let new = NewJob::shell("true", "/").not_before(not_before);
+        machine::create(1, &new, NOW, &Policy::default()).job
+    }
+
+    fn runner(activity: RunnerActivity) -> RunnerRecord {
+        RunnerRecord {
+            owner: Owner { pid: Some(42), host: "box".into(), ..Owner::named("box:42:1:ff") },
+            queues: vec![],
+            started_at: NOW,
+            updated_at: NOW,
+            activity,
+        }
+    }
+
+    fn why_of(job: &Job, ahead: usize, runners: &[SeenRunner<'_>]) -> String {
+        why(&Situation {
+            job,
+            now: NOW,
+            ahead,
+            runners,
+            lease_owner: Liveness::Unknown,
+            this_host: "box",
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn each_reason_in_its_turn() {
+        let later = job(NOW.saturating_add(std::time::Duration::from_secs(300)));
+        assert!(why_of(&later, 0, &[]).starts_with("not due until"), "{}", why_of(&later, 0, &[]));
+        let due = job(NOW);
+        assert!(why_of(&due, 0, &[]).starts_with("no runner is alive"));
+        assert!(why_of(&due, 2, &[]).starts_with("waiting behind 2 due job(s)"));
+        let gated = runner(RunnerActivity::Gated {
+            reading: "load 3.00 >= ceiling 2.00".into(),
+            since: NOW,
+        });
+        let seen = [SeenRunner { record: &gated, liveness: Liveness::Alive }];
+        assert!(why_of(&due, 2, &seen).starts_with(
+            "runner pid 42 on this host is waiting on its gate: load 3.00 >= ceiling 2.00 (since "
+        ));
+        let busy = runner(RunnerActivity::Running { job: 7 });
+        let seen = [SeenRunner { record: &busy, liveness: Liveness::Alive }];
+        assert_eq!(why_of(&due, 3, &seen), "waiting behind 3 due job(s) of higher priority");
+        assert_eq!(
+            why_of(&due, 0, &seen),
+            "next in line: runner pid 42 on this host is running job #7"
+        );
+        let dead = [SeenRunner { record: &busy, liveness: Liveness::Gone }];
+        assert!(why_of(&due, 0, &dead).starts_with("no runner is alive"));
+    }
+}

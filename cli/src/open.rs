@@ -1,0 +1,308 @@
+//! Opening a queue file without knowing its backend: the existing file's
+//! header decides, else the name (`.redb`), else SQLite.
+//!
+//! The header wins over the name because a file renamed or moved between
+//! machines keeps its format; asking for a backend explicitly wins over both
+//! so that a user can create a redb queue called `jobs.db`.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use slothqueue_core::{Store, StoreError};
+
+/// A storage engine a queue file can be in. Both variants exist in every
+/// build, so that a build without one can still name what it is missing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// SQLite (the default).
+    Sqlite,
+    /// redb.
+    Redb,
+}
+
+impl Backend {
+    /// Every backend, compiled in or not.
+    pub const ALL: [Backend; 2] = [Backend::Sqlite, Backend::Redb];
+
+    /// The lower-case name, which is also the Cargo feature's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Redb => "redb",
+        }
+    }
+
+    /// Whether this build can open files of this backend.
+    pub fn is_compiled_in(self) -> bool {
+        match self {
+            Backend::Sqlite => cfg!(feature = "sqlite"),
+            Backend::Redb => cfg!(feature = "redb"),
+        }
+    }
+
+    /// The backend whose header `header` (a file's first bytes) carries, if any.
+    ///
+    /// Both headers are recognised even when a backend is not compiled in,
+    /// so that such a build can say which feature the file needs.
+    pub fn sniff(header: &[u8]) -> Option<Backend> {
+        #[cfg(feature = "sqlite")]
+        let sqlite = slothqueue_store_sqlite::sniff(header);
+        #[cfg(not(feature = "sqlite"))]
+        let sqlite = header.starts_with(SQLITE_MAGIC);
+        #[cfg(feature = "redb")]
+        let redb = slothqueue_store_redb::sniff(header);
+        #[cfg(not(feature = "redb"))]
+        let redb = header.starts_with(REDB_MAGIC);
+        if sqlite {
+            Some(Backend::Sqlite)
+        } else if redb {
+            Some(Backend::Redb)
+        } else {
+            None
+        }
+    }
+
+    /// The backend a new file named `path` gets: `.redb` → redb, else SQLite.
+    pub fn for_new_file(path: &Path) -> Backend {
+        match path.extension() {
+            Some(ext) if ext.eq_ignore_ascii_case("redb") => Backend::Redb,
+            _ => Backend::Sqlite,
+        }
+    }
+}
+
+/// The first bytes of a SQLite file, for builds without the `sqlite`
+/// feature: they still recognise the file and can say what they lack.
+#[cfg(not(feature = "sqlite"))]
+const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
+
+/// The first bytes of a redb file (`redb`, then a fixed check sequence),
+/// for builds without the `redb` feature, as above.
+#[cfg(not(feature = "redb"))]
+const REDB_MAGIC: &[u8] = b"redb\x1a\x0a\xa9\x0d\x0a";
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "sqlite" => Ok(Backend::Sqlite),
+            "redb" => Ok(Backend::Redb),
+            other => Err(format!("unknown backend `{other}` (expected sqlite or redb)")),
+        }
+    }
+}
+
+/// How to open a queue.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    /// Use this backend whatever the file looks like; `None` detects it.
+    pub backend: Option<Backend>,
+    /// Create the file (and its folder) when missing. Read-only callers set
+    /// this to `false` so that looking never leaves a file behind.
+    pub create: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions { backend: None, create: true }
+    }
+}
+
+/// Why a queue could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The file does not exist and the caller asked not to create it.
+    #[error("no queue at {}", .0.display())]
+    Missing(PathBuf),
+    /// The file is in a backend this build was compiled without.
+    #[error(
+        "this queue is a {backend} file but slothqueue was built without the \"{backend}\" feature"
+    )]
+    FileNeedsFeature {
+        /// The backend the file is in.
+        backend: Backend,
+    },
+    /// The caller asked for a backend this build was compiled without.
+    #[error("the {backend} backend needs slothqueue built with the \"{backend}\" feature")]
+    BackendNotBuilt {
+        /// The backend asked for.
+        backend: Backend,
+    },
+    /// The file exists but is neither a SQLite nor a redb file.
+    #[error(
+        "{}: not a slothqueue queue (neither a SQLite nor a redb file); point --db elsewhere",
+        .0.display()
+    )]
+    Foreign(PathBuf),
+    /// Reading the header or creating the folder failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The backend refused the file.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Which backend `path` is (or will be) in, without opening it: the
+/// explicit choice, else the header of an existing, non-empty file, else
+/// the extension. `Ok(None)` from the header means a foreign file.
+pub fn detect(path: &Path, backend: Option<Backend>) -> Result<Backend, OpenError> {
+    if let Some(b) = backend {
+        return Ok(b);
+    }
+    match read_header(path)? {
+        None => Ok(Backend::for_new_file(path)),
+        Some(header) if header.is_empty() => Ok(Backend::for_new_file(path)),
+        Some(header) => Backend::sniff(&header).ok_or_else(|| OpenError::Foreign(path.into())),
+    }
+}
+
+/// Opens (or creates) the queue at `path` with the backend [`detect`] picks.
+///
+/// With `options.create == false` a missing file is [`OpenError::Missing`]
+/// and nothing is created. A build without the file's backend fails with a
+/// message naming the Cargo feature it needs.
+pub fn open(path: &Path, options: OpenOptions) -> Result<Arc<dyn Store>, OpenError> {
+    let exists = path.try_exists().map_err(|source| OpenError::Io {
+        context: format!("cannot look at {}", path.display()),
+        source,
+    })?;
+    if !exists && !options.create {
+        return Err(OpenError::Missing(path.into()));
+    }
+    let backend = detect(path, options.backend)?;
+    if !backend.is_compiled_in() {
+        return Err(match options.backend {
+            Some(_) => OpenError::BackendNotBuilt { backend },
+            None if exists => OpenError::FileNeedsFeature { backend },
+            None => OpenError::BackendNotBuilt { backend },
+        });
+    }
+    if !exists {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| OpenError::Io {
+                context: format!("cannot create the folder {}", dir.display()),
+                source,
+            })?;
+        }
+    }
+    open_backend(path, backend)
+}
+
+fn open_backend(path: &Path, backend: Backend) -> Result<Arc<dyn Store>, OpenError> {
+    match backend {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => {
+            use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
+            Ok(Arc::new(SqliteStore::open(path, SqliteOptions::default())?))
+        }
+        #[cfg(feature = "redb")]
+        Backend::Redb => {
+            use slothqueue_store_redb::{RedbOptions, RedbStore};
+            Ok(Arc::new(RedbStore::open(path, RedbOptions::default())?))
+        }
+        #[allow(unreachable_patterns, reason = "reached only in builds without a backend")]
+        other => Err(OpenError::BackendNotBuilt { backend: other }),
+    }
+}
+
+/// The first bytes of `path`, or `None` when there is no such file.
+fn read_header(path: &Path) -> Result<Option<Vec<u8>>, OpenError> {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(OpenError::Io {
+                context: format!("cannot read {}", path.display()),
+                source,
+            });
+        }
+    };
+    let mut header = Vec::with_capacity(64);
+    file.by_ref().take(64).read_to_end(&mut header).map_err(|source| OpenError::Io {
+        context: format!("cannot read {}", path.display()),
+        source,
+    })?;
+    Ok(Some(header))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_name_decides_for_new_files() {
+        assert_eq!(Backend::for_new_file(Path::new("q.redb")), Backend::Redb);
+        assert_eq!(Backend::for_new_file(Path::new("q.REDB")), Backend::Redb);
+        assert_eq!(Backend::for_new_file(Path::new("q.db")), Backend::Sqlite);
+        assert_eq!(Backend::for_new_file(Path::new("queue")), Backend::Sqlite);
+    }
+
+    #[test]
+    fn the_header_decides_for_existing_files() {
+        assert_eq!(Backend::sniff(b"SQLite format 3\0rest"), Some(Backend::Sqlite));
+        assert_eq!(Backend::sniff(b"redb\x1a\x0a\xa9\x0d\x0a"), Some(Backend::Redb));
+        assert_eq!(Backend::sniff(b"#!/bin/sh\n"), None);
+    }
+
+    #[test]
+    fn a_missing_file_is_not_created_when_asked_not_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/queue.db");
+        let err = open(&path, OpenOptions { backend: None, create: false }).err().unwrap();
+        assert!(matches!(err, OpenError::Missing(_)), "{err}");
+        assert!(!dir.path().join("sub").exists());
+    }
+
+    #[test]
+    fn a_foreign_file_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notes.db");
+        std::fs::write(&path, "just some notes\n").unwrap();
+        let err = open(&path, OpenOptions::default()).err().unwrap();
+        assert!(matches!(err, OpenError::Foreign(_)), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"just some notes\n");
+    }
+
+    #[cfg(not(feature = "redb"))]
+    #[test]
+    fn a_build_without_redb_names_the_feature() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.db");
+        std::fs::write(&path, b"redb\x1a\x0a\xa9\x0d\x0a").unwrap();
+        let err = open(&path, OpenOptions::default()).err().unwrap();
+        assert_eq!(
+            err.to_string(),
+            "this queue is a redb file but slothqueue was built without the \"redb\" feature"
+        );
+    }
+
+    #[cfg(not(feature = "sqlite"))]
+    #[test]
+    fn a_build_without_sqlite_names_the_feature() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.db");
+        std::fs::write(&path, b"SQLite format 3\0").unwrap();
+        let err = open(&path, OpenOptions::default()).err().unwrap();
+        assert_eq!(
+            err.to_string(),
+            "this queue is a sqlite file but slothqueue was built without the \"sqlite\" feature"
+        );
+    }
+}
