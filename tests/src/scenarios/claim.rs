@@ -1,0 +1,150 @@
+//! Which job a claim hands out, when, and what the lease looks like.
+
+use std::time::Duration;
+
+use serde_json::json;
+use slothqueue_core::{ClaimFilter, EventKind, Fence, JobState, Lease, NewJob, Stats, Timestamp};
+
+use crate::{Harness, assert_trail_consistent, event_kinds, job, secs, shell, snapshot};
+
+/// A job pushed with a future `not_before` is not claimed before then, not
+/// even a millisecond early, and is claimed once `now >= not_before`.
+pub async fn delayed_job_is_not_claimed_early(h: &Harness) {
+    let s = h.store();
+    let t0 = h.start();
+    let due = h.at(secs(30));
+    let j = h.push(&*s, shell("echo later").not_before(due), t0).await;
+    assert_eq!(j.not_before, due);
+    assert_eq!(j.state, JobState::Pending);
+
+    assert!(h.claim(&*s, "w1", t0).await.is_none(), "claimed 30 s early");
+    let just_before = due.saturating_sub(Duration::from_millis(1));
+    assert!(h.claim(&*s, "w1", just_before).await.is_none(), "claimed 1 ms early");
+    assert_eq!(job(&*s, j.id).await.state, JobState::Pending);
+    assert_eq!(event_kinds(&*s, j.id).await, [EventKind::Pushed]);
+
+    let c = h.claim_expect(&*s, "w1", due, j.id).await;
+    assert_eq!(c.job.state, JobState::Running);
+    assert_eq!(c.job.attempts, 1);
+    assert_eq!(c.job.lease.as_ref().map(|l| l.until), Some(due.saturating_add(secs(60))));
+    assert_trail_consistent(&*s, j.id).await;
+}
+
+/// Claims take the highest priority first, then the earliest `not_before`,
+/// then the lowest id; a job not yet due waits whatever its priority.
+pub async fn claim_order_is_priority_then_not_before_then_id(h: &Harness) {
+    let s = h.store();
+    let t = h.start();
+    let j1 = h.push(&*s, shell("echo 1"), t).await;
+    let j2 = h.push(&*s, shell("echo 2").priority(5), t).await;
+    let j3 =
+        h.push(&*s, shell("echo 3").priority(5).not_before(t.saturating_sub(secs(5))), t).await;
+    let j4 = h.push(&*s, shell("echo 4").priority(5), t).await;
+    let j5 = h.push(&*s, shell("echo 5").priority(-1), t).await;
+    let j6 = h.push(&*s, shell("echo 6").priority(100).not_before(h.at(secs(10))), t).await;
+    assert!(j1.id < j2.id && j2.id < j3.id && j3.id < j4.id && j4.id < j5.id && j5.id < j6.id);
+
+    let mut order = Vec::new();
+    while let Some(c) = h.claim(&*s, "w1", t).await {
+        order.push(c.job.id);
+    }
+    assert_eq!(order, [j3.id, j2.id, j4.id, j1.id, j5.id]);
+    assert_eq!(job(&*s, j6.id).await.state, JobState::Pending);
+    h.claim_expect(&*s, "w1", h.at(secs(10)), j6.id).await;
+}
+
+/// A claim restricted to queues takes only jobs of those queues, in claim
+/// order, and leaves the others pending.
+pub async fn claim_filters_by_queue(h: &Harness) {
+    let s = h.store();
+    let t = h.start();
+    let a = h.push(&*s, shell("echo a").queue("alpha").priority(9), t).await;
+    let b = h.push(&*s, shell("echo b").queue("beta"), t).await;
+    let g = h.push(&*s, shell("echo g").queue("gamma").priority(1), t).await;
+    let only = ClaimFilter { queues: vec!["beta".into(), "gamma".into()], kinds: None };
+
+    let first = h.claim_filtered(&*s, "w1", &only, t).await.expect("a beta or gamma job");
+    assert_eq!(first.job.id, g.id);
+    let second = h.claim_filtered(&*s, "w1", &only, t).await.expect("the beta job");
+    assert_eq!(second.job.id, b.id);
+    assert!(h.claim_filtered(&*s, "w1", &only, t).await.is_none(), "alpha is not in the filter");
+    assert_eq!(job(&*s, a.id).await.state, JobState::Pending);
+
+    let alpha = ClaimFilter { queues: vec!["alpha".into()], kinds: None };
+    assert_eq!(h.claim_filtered(&*s, "w1", &alpha, t).await.map(|c| c.job.id), Some(a.id));
+}
+
+/// A claim restricted to kinds takes only jobs of those kinds; queue and
+/// kind restrictions combine.
+pub async fn claim_filters_by_kind(h: &Harness) {
+    let s = h.store();
+    let t = h.start();
+    let sh = h.push(&*s, shell("echo a").priority(5), t).await;
+    let mail = h.push(&*s, NewJob::new("mail", json!({"to": "a@example.com"})), t).await;
+    let other =
+        h.push(&*s, NewJob::new("mail", json!({"to": "b@example.com"})).queue("other"), t).await;
+
+    let mails = ClaimFilter { queues: vec!["default".into()], kinds: Some(vec!["mail".into()]) };
+    assert_eq!(h.claim_filtered(&*s, "w1", &mails, t).await.map(|c| c.job.id), Some(mail.id));
+    assert!(h.claim_filtered(&*s, "w1", &mails, t).await.is_none(), "the other mail is elsewhere");
+    assert_eq!(job(&*s, sh.id).await.state, JobState::Pending);
+
+    let any_mail = ClaimFilter { queues: vec![], kinds: Some(vec!["mail".into()]) };
+    assert_eq!(h.claim_filtered(&*s, "w1", &any_mail, t).await.map(|c| c.job.id), Some(other.id));
+    let shells = ClaimFilter { queues: vec![], kinds: Some(vec!["shell".into()]) };
+    assert_eq!(h.claim_filtered(&*s, "w1", &shells, t).await.map(|c| c.job.id), Some(sh.id));
+}
+
+/// A claim returns the job running under a lease naming the full owner
+/// (host, boot id, pid, start time), attempt 1, `until = now + lease_ttl`;
+/// the fence is (owner id, attempt); `get` returns the same job; the trail
+/// gains `claimed` with the owner and attempt.
+pub async fn claim_hands_out_a_lease_with_the_claimers_identity(h: &Harness) {
+    let s = h.store();
+    let t = h.start();
+    let pushed = h.push(&*s, shell("echo x").max_runtime(Some(secs(2))), t).await;
+    let now = h.at(secs(1));
+    let c = h.claim_expect(&*s, "w1", now, pushed.id).await;
+
+    assert_eq!(c.fence, Fence { owner: "w1".into(), attempt: 1 });
+    assert_eq!(c.reclaimed_from, None);
+    assert_eq!(
+        c.job.lease,
+        Some(Lease {
+            owner: h.owner("w1"),
+            attempt: 1,
+            until: now.saturating_add(h.policy().lease_ttl),
+            child_pgid: None,
+        })
+    );
+    assert_eq!(c.job.state, JobState::Running);
+    assert_eq!(c.job.attempts, 1);
+    assert_eq!(c.job.started_at, Some(now));
+    assert_eq!(c.job.max_runtime, Some(secs(2)));
+    assert_eq!(c.job.created_at, t);
+    assert_eq!(job(&*s, pushed.id).await, c.job);
+
+    let events = s.events(pushed.id).await.expect("events");
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[1].kind, EventKind::Claimed);
+    assert_eq!(events[1].at, now);
+    assert_eq!(events[1].owner.as_deref(), Some("w1"));
+    assert_eq!(events[1].attempt, Some(1));
+}
+
+/// Claiming from an empty queue, or one whose jobs are all finished,
+/// returns `None` and writes nothing.
+pub async fn claim_returns_none_when_nothing_is_due(h: &Harness) {
+    let s = h.store();
+    let t = h.start();
+    assert!(h.claim(&*s, "w1", t).await.is_none());
+    assert_eq!(s.stats(t).await.expect("stats"), Stats::default());
+
+    let j = h.push(&*s, shell("echo once"), t).await;
+    let c = h.claim_expect(&*s, "w1", t, j.id).await;
+    s.complete(j.id, &c.fence, Default::default(), t).await.expect("complete");
+    let before = snapshot(&*s, j.id).await;
+    let much_later = Timestamp::from_millis(t.as_millis() + 86_400_000);
+    assert!(h.claim(&*s, "w2", much_later).await.is_none(), "a done job is never claimed");
+    assert_eq!(snapshot(&*s, j.id).await, before);
+}

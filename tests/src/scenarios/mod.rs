@@ -1,0 +1,80 @@
+//! The scenarios, by area. Each is a `pub async fn name(h: &Harness)`
+//! whose doc comment states the contract it checks.
+
+pub mod cancel;
+pub mod claim;
+pub mod concurrency;
+pub mod idempotency;
+pub mod lease;
+pub mod persistence;
+pub mod purge;
+pub mod push;
+pub mod queries;
+pub mod retry;
+
+/// The one list of scenarios: calls back `$crate::$cb!` with the given
+/// context and `[area::name, …]`. The test macro, [`crate::run_all`] and
+/// [`crate::SCENARIOS`] are all generated from it, so a scenario added here
+/// runs everywhere.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __with_scenarios {
+    ($cb:ident { $($ctx:tt)* }) => {
+        $crate::$cb! { { $($ctx)* } [
+            claim::delayed_job_is_not_claimed_early,
+            claim::claim_order_is_priority_then_not_before_then_id,
+            claim::claim_filters_by_queue,
+            claim::claim_filters_by_kind,
+            claim::claim_hands_out_a_lease_with_the_claimers_identity,
+            claim::claim_returns_none_when_nothing_is_due,
+            push::push_records_the_job_as_asked,
+            push::invalid_pushes_are_rejected_and_write_nothing,
+            push::push_many_is_all_or_nothing,
+            push::ids_are_never_reused_after_purge,
+            lease::dead_worker_lease_is_recovered_after_expiry,
+            lease::non_owner_heartbeat_is_refused_and_changes_nothing,
+            lease::non_owner_complete_fail_and_release_are_refused,
+            lease::stale_attempt_of_the_same_owner_is_fenced_out,
+            lease::old_owner_cannot_write_after_another_reclaimed,
+            lease::expired_lease_after_max_attempts_fails_never_pending,
+            lease::owner_heartbeat_after_expiry_extends_the_lease,
+            lease::heartbeat_records_child_pgid,
+            lease::alive_owner_is_never_reclaimed,
+            lease::gone_owner_is_reclaimed_before_expiry,
+            lease::reclaim_dead_returns_gone_owners_jobs_to_pending,
+            lease::reclaim_dead_fails_a_job_out_of_attempts,
+            lease::release_returns_the_job_without_charging_the_attempt,
+            lease::complete_records_the_result_and_ends_the_lease,
+            retry::failures_back_off_2_4_8_seconds_then_fail,
+            retry::backoff_caps_at_300_seconds,
+            retry::retry_puts_a_failed_job_back_with_attempts_reset,
+            retry::retry_puts_a_cancelled_job_back,
+            retry::retry_of_a_live_or_done_job_is_refused,
+            cancel::cancel_pending_job_ends_it,
+            cancel::cancel_running_job_is_seen_by_the_owner_and_ends_cancelled,
+            cancel::cancel_of_a_terminal_job_is_refused,
+            cancel::missing_ids_are_not_found,
+            cancel::cancel_requested_job_of_a_dead_owner_ends_cancelled,
+            cancel::release_with_cancel_requested_ends_cancelled,
+            idempotency::same_key_same_payload_returns_the_existing_job,
+            idempotency::same_key_new_payload_supersedes_the_pending_job,
+            idempotency::same_key_new_payload_leaves_a_running_job_running,
+            idempotency::duplicate_of_a_finished_job_is_not_queued_again,
+            queries::stats_count_states_due_now_and_next_due,
+            queries::next_due_is_the_earliest_wake_up,
+            queries::list_filters_by_state_queue_and_kind,
+            queries::list_orders_limits_and_pages,
+            purge::purge_deletes_only_terminal_jobs_and_their_trails,
+            purge::purge_with_pending_never_touches_running,
+            purge::purge_respects_older_than,
+            persistence::reopen_keeps_jobs_events_and_counters,
+            persistence::two_handles_on_one_file_work_at_once,
+            persistence::restore_keeps_ids_states_and_events,
+            persistence::runner_records_are_put_listed_and_removed,
+            concurrency::claim_race_across_handles_hands_each_job_once,
+            concurrency::pushes_across_handles_get_distinct_ids,
+            concurrency::claim_race_across_processes_hands_each_job_once,
+            concurrency::pushes_across_processes_get_distinct_ids,
+        ] }
+    };
+}

@@ -1,0 +1,194 @@
+//! What survives closing the file, second handles, export/import, and the
+//! runner records.
+
+use slothqueue_core::{
+    Completion, Event, Failure, Job, JobState, ListFilter, ListOrder, RunnerActivity, RunnerRecord,
+    Store, StoreError, Timestamp,
+};
+
+use crate::{Harness, event_kinds, job, secs, shell};
+
+/// A queue with a job in every state (and a key, a delay, a runtime limit,
+/// a heartbeat's process group, a requested cancel, a runner record).
+async fn populate(h: &Harness, s: &dyn Store, t: Timestamp) {
+    let p = shell("echo p").key("k").priority(4).max_runtime(Some(secs(2)));
+    h.push(s, p.not_before(h.at(secs(100))), t).await;
+    let r = h.push(s, shell("echo r").priority(9), t).await.id;
+    let d = h.push(s, shell("echo d").priority(8), t).await.id;
+    let f = h.push(s, shell("echo f").priority(7).max_attempts(1), t).await.id;
+    let cr = h.push(s, shell("echo cr").priority(6), t).await.id;
+    let c = h.push(s, shell("echo c"), t).await.id;
+    let retrying = h.push(s, shell("echo retrying").priority(5), t).await.id;
+
+    let rc = h.claim_expect(s, "w1", t, r).await;
+    s.heartbeat(r, &rc.fence, Some(77), h.at(secs(1))).await.expect("heartbeat");
+    let dc = h.claim_expect(s, "w1", t, d).await;
+    let done = Completion { result: Some("ok".into()), exit_code: Some(0) };
+    s.complete(d, &dc.fence, done, h.at(secs(2))).await.expect("complete");
+    let fc = h.claim_expect(s, "w1", t, f).await;
+    let failure = Failure { error: "boom".into(), exit_code: Some(2) };
+    s.fail(f, &fc.fence, failure.clone(), h.at(secs(3))).await.expect("fail");
+    h.claim_expect(s, "w2", t, cr).await;
+    s.cancel(cr, h.at(secs(4))).await.expect("cancel running");
+    s.cancel(c, h.at(secs(5))).await.expect("cancel pending");
+    let rt = h.claim_expect(s, "w3", t, retrying).await;
+    s.fail(retrying, &rt.fence, failure, h.at(secs(6))).await.expect("fail and retry later");
+    s.put_runner(&runner(h, "w1", t)).await.expect("put_runner");
+}
+
+fn runner(h: &Harness, id: &str, t: Timestamp) -> RunnerRecord {
+    RunnerRecord {
+        owner: h.owner(id),
+        queues: vec!["default".into(), "other".into()],
+        started_at: t,
+        updated_at: t,
+        activity: RunnerActivity::Gated { reading: "load 3.20 >= ceiling 2.00".into(), since: t },
+    }
+}
+
+/// Everything a store knows, for comparison.
+async fn everything(s: &dyn Store, now: Timestamp) -> (Vec<Job>, Vec<Vec<Event>>, String) {
+    let oldest = ListFilter { order: ListOrder::Oldest, ..ListFilter::default() };
+    let jobs = s.list(&oldest).await.expect("list");
+    let mut trails = Vec::new();
+    for j in &jobs {
+        trails.push(s.events(j.id).await.expect("events"));
+    }
+    let mut runners = s.runners().await.expect("runners");
+    runners.sort_by(|a, b| a.owner.id.cmp(&b.owner.id));
+    let stats = s.stats(now).await.expect("stats");
+    let next = s.next_due().await.expect("next_due");
+    (jobs, trails, format!("{stats:?} {next:?} {runners:?}"))
+}
+
+/// Closing and reopening the file keeps every job field for field, every
+/// trail, the stats, `next_due`, runner records, idempotency keys and the
+/// id counter (the next push gets a higher id than any before).
+pub async fn reopen_keeps_jobs_events_and_counters(h: &Harness) {
+    let s = h.store();
+    let t = h.start();
+    populate(h, &*s, t).await;
+    let last = h.push(&*s, shell("echo last"), t).await;
+    s.cancel(last.id, t).await.expect("cancel");
+    s.purge(&Default::default()).await.expect("purge"); // the highest id is gone
+    let now = h.at(secs(10));
+    let before = everything(&*s, now).await;
+    assert_eq!(before.0.len(), 4);
+
+    let s = h.reopen(s);
+    let after = everything(&*s, now).await;
+    assert_eq!(after, before);
+
+    let next = h.push(&*s, shell("echo after reopen"), now).await;
+    assert!(next.id > last.id, "id {} after reopen is not above {}", next.id, last.id);
+    let dup = s.push(shell("echo p").key("k").priority(4).max_runtime(Some(secs(2))), now);
+    let dup = dup.await.expect("push a duplicate");
+    assert!(!dup.created, "the key survived the reopen");
+}
+
+/// Two handles on one file work at once: a job pushed on one is claimed on
+/// the other, heartbeated through the first, completed through the second,
+/// and both see the same jobs, trails and ids.
+pub async fn two_handles_on_one_file_work_at_once(h: &Harness) {
+    let a = h.store();
+    let b = h.open_second();
+    let t = h.start();
+    let j = h.push(&*a, shell("echo shared"), t).await;
+    assert_eq!(job(&*b, j.id).await, j);
+    let c = h.claim_expect(&*b, "w1", t, j.id).await;
+    assert_eq!(job(&*a, j.id).await, c.job);
+
+    let ack = a.heartbeat(j.id, &c.fence, Some(12), h.at(secs(1))).await.expect("heartbeat via a");
+    assert_eq!(ack.lease_until, h.at(secs(61)));
+    assert_eq!(job(&*b, j.id).await.lease.and_then(|l| l.child_pgid), Some(12));
+    let ja = h.push(&*a, shell("echo from a"), t).await;
+    let jb = h.push(&*b, shell("echo from b"), t).await;
+    assert!(j.id < ja.id && ja.id < jb.id);
+    b.complete(j.id, &c.fence, Completion::default(), h.at(secs(2))).await.expect("complete via b");
+    assert_eq!(job(&*a, j.id).await.state, JobState::Done);
+    assert_eq!(a.events(j.id).await.expect("events"), b.events(j.id).await.expect("events"));
+    assert_eq!(everything(&*a, t).await, everything(&*b, t).await);
+    drop(b);
+    assert_eq!(a.stats(t).await.expect("stats").pending, 2);
+}
+
+/// `restore` (import) writes jobs and trails exactly as exported, in any
+/// order: ids, states, leases, keys and events survive; a taken id is
+/// refused with `InvalidInput`; later pushes get ids above every imported
+/// one; an imported lease still fences its owner.
+pub async fn restore_keeps_ids_states_and_events(h: &Harness) {
+    let src = h.store();
+    let t = h.start();
+    populate(h, &*src, t).await;
+    let (jobs, trails, _) = everything(&*src, t).await;
+    let max = jobs.iter().map(|j| j.id).max().expect("jobs");
+
+    let dst = h.open_other("restored");
+    for (j, ev) in jobs.iter().zip(&trails).rev() {
+        dst.restore(j.clone(), ev.clone()).await.expect("restore");
+    }
+    for (j, ev) in jobs.iter().zip(&trails) {
+        assert_eq!(job(&*dst, j.id).await, *j);
+        assert_eq!(&dst.events(j.id).await.expect("events"), ev);
+        crate::assert_trail_consistent(&*dst, j.id).await;
+    }
+    assert_eq!(dst.stats(t).await.expect("stats"), src.stats(t).await.expect("stats"));
+
+    let again = dst.restore(jobs[0].clone(), trails[0].clone()).await;
+    assert!(matches!(again, Err(StoreError::InvalidInput(_))), "{again:?}");
+    assert_eq!(job(&*dst, jobs[0].id).await, jobs[0]);
+
+    let next = h.push(&*dst, shell("echo new"), t).await;
+    assert!(next.id > max, "pushed #{} after importing up to #{max}", next.id);
+    let dup = dst.push(shell("echo p").key("k").priority(4).max_runtime(Some(secs(2))), t);
+    assert!(!dup.await.expect("push").created, "the imported key holds");
+
+    let running = jobs.iter().find(|j| j.state == JobState::Running && !j.cancel_requested);
+    let running = running.expect("a running job");
+    let fence = running.lease.as_ref().expect("a lease").fence();
+    let done = dst.complete(running.id, &fence, Completion::default(), h.at(secs(7))).await;
+    assert_eq!(done.expect("the imported lease's owner completes").state, JobState::Done);
+    assert_eq!(
+        event_kinds(&*src, running.id).await.len() + 1,
+        event_kinds(&*dst, running.id).await.len()
+    );
+}
+
+/// Runner records are stored whole, replaced by owner id on a second put,
+/// listed, removed, and survive a reopen.
+pub async fn runner_records_are_put_listed_and_removed(h: &Harness) {
+    let s = h.store();
+    let t = h.start();
+    assert!(s.runners().await.expect("runners").is_empty());
+    let r1 =
+        RunnerRecord { queues: vec![], activity: RunnerActivity::Starting, ..runner(h, "r1", t) };
+    let r2 = runner(h, "r2", t);
+    s.put_runner(&r1).await.expect("put r1");
+    s.put_runner(&r2).await.expect("put r2");
+    let sorted = async |s: &dyn Store| {
+        let mut rs = s.runners().await.expect("runners");
+        rs.sort_by(|a, b| a.owner.id.cmp(&b.owner.id));
+        rs
+    };
+    assert_eq!(sorted(&*s).await, [r1.clone(), r2.clone()]);
+
+    let r1b = RunnerRecord {
+        updated_at: h.at(secs(5)),
+        activity: RunnerActivity::Running { job: 7 },
+        ..r1.clone()
+    };
+    s.put_runner(&r1b).await.expect("refresh r1");
+    assert_eq!(sorted(&*s).await, [r1b.clone(), r2.clone()]);
+    let r2b = RunnerRecord {
+        updated_at: h.at(secs(6)),
+        activity: RunnerActivity::Idle { until: Some(h.at(secs(60))) },
+        ..r2.clone()
+    };
+    s.put_runner(&r2b).await.expect("refresh r2");
+    assert_eq!(sorted(&*s).await, [r1b, r2b.clone()]);
+
+    s.remove_runner("r1").await.expect("remove r1");
+    assert_eq!(sorted(&*s).await, std::slice::from_ref(&r2b));
+    let s = h.reopen(s);
+    assert_eq!(sorted(&*s).await, [r2b]);
+}
