@@ -1190,6 +1190,12 @@ mod tests {
     }
 
     #[test]
+    fn the_store_can_be_shared_across_tasks() {
+        fn shareable<T: Send + Sync + 'static>() {}
+        shareable::<SqliteStore>();
+    }
+
+    #[test]
     fn default_pragmas_are_in_force() {
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir, SqliteOptions::default());

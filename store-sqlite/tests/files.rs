@@ -256,3 +256,42 @@ async fn ids_are_never_reused_and_restored_ids_are_kept() {
     assert_eq!(store.push(NewJob::shell("true", "/"), t(4)).await.unwrap().job.id, 101);
     store.check_integrity().unwrap();
 }
+
+#[tokio::test]
+async fn several_handles_creating_one_new_queue_at_once_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(6));
+    let openers: Vec<_> = (0..6)
+        .map(|_| {
+            let (path, barrier) = (path.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                SqliteStore::open(&path, SqliteOptions::default())
+            })
+        })
+        .collect();
+    let stores: Vec<SqliteStore> =
+        openers.into_iter().map(|h| h.join().unwrap().unwrap()).collect();
+    for (i, s) in stores.iter().enumerate() {
+        s.push(NewJob::shell(format!("echo {i}"), "/"), t(0)).await.unwrap();
+    }
+    assert_eq!(stores[0].stats(t(0)).await.unwrap().pending, 6);
+    stores[0].check_integrity().unwrap();
+}
+
+#[tokio::test]
+async fn a_stale_wal_beside_an_empty_file_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("other.db");
+    let conn = Connection::open(&other).unwrap();
+    conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(())).unwrap();
+    conn.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);").unwrap();
+    let path = dir.path().join("q.db");
+    fs::write(&path, b"").unwrap();
+    fs::copy(sidecar(&other, "-wal"), sidecar(&path, "-wal")).unwrap();
+    drop(conn);
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    assert_eq!(store.push(NewJob::shell("true", "/"), t(0)).await.unwrap().job.id, 1);
+    store.check_integrity().unwrap();
+}
