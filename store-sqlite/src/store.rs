@@ -32,8 +32,8 @@ use crate::schema::{self, Found};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Synchronous {
     /// `synchronous=FULL`: a commit that returned survives power loss. The
-    /// default, because "gone is not" fine: an acknowledged `add` must
-    /// not vanish.
+    /// default, because slow is fine and gone is not: an acknowledged `add`
+    /// must not vanish.
     #[default]
     Full,
     /// `synchronous=NORMAL`: in WAL mode, faster commits, but the last
