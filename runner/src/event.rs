@@ -88,6 +88,14 @@ pub enum RunnerEvent {
         /// How long it ran.
         elapsed: Duration,
     },
+    /// A shutdown was requested while a job ran: its group gets TERM now
+    /// and KILL after `grace`, unless another request comes first.
+    ShuttingDown {
+        /// The running job.
+        job: JobId,
+        /// Time between TERM and KILL.
+        grace: Duration,
+    },
     /// Something went wrong that the runner survives (a busy queue file, a
     /// failing `--on-finish`, a missed heartbeat).
     Warning {
@@ -143,6 +151,11 @@ impl fmt::Display for RunnerEvent {
                 "job #{job} interrupted after {:.2}s — returned to pending",
                 elapsed.as_secs_f64()
             ),
+            RunnerEvent::ShuttingDown { job, grace } => write!(
+                f,
+                "shutting down: stopping job #{job} (KILL in {}; signal again to kill now)",
+                format_duration(*grace)
+            ),
             RunnerEvent::Warning { message } => write!(f, "warning: {message}"),
             RunnerEvent::Finished(s) => {
                 let word = if s.interrupted { "interrupted" } else { "finished" };
@@ -193,7 +206,10 @@ mod tests {
     fn lines_match_the_transcript() {
         let cases = [
             (
-                RunnerEvent::Gated { reading: "load 26.59 >= ceiling 25.00".into(), wait: ms(1000) },
+                RunnerEvent::Gated {
+                    reading: "load 26.59 >= ceiling 25.00".into(),
+                    wait: ms(1000),
+                },
                 "load 26.59 >= ceiling 25.00 — waiting 1s",
             ),
             (

@@ -46,12 +46,7 @@ pub fn format_timestamp(t: Timestamp) -> String {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (y, mo, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    format!("{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, (rem % 3600) / 60, rem % 60)
 }
 
 /// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian).
@@ -95,6 +90,9 @@ mod tests {
             format_timestamp(Timestamp::from_millis(1_735_787_045_123)),
             "2025-01-02T03:04:05Z"
         );
-        assert_eq!(format_timestamp(Timestamp::from_millis(951_782_400_000)), "2000-02-29T00:00:00Z");
+        assert_eq!(
+            format_timestamp(Timestamp::from_millis(951_782_400_000)),
+            "2000-02-29T00:00:00Z"
+        );
     }
 }

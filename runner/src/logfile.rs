@@ -39,11 +39,8 @@ impl JobLog {
     /// written even past the cap so every attempt leaves a trace.
     pub(crate) fn open(dir: &Path, id: JobId, cap: u64, header: &str) -> std::io::Result<JobLog> {
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(log_path(dir, id))?;
+        let mut file =
+            OpenOptions::new().create(true).append(true).mode(0o600).open(log_path(dir, id))?;
         let used = file.metadata()?.len();
         file.write_all(format!("{header}\n").as_bytes())?;
         Ok(JobLog { file, remaining: cap.saturating_sub(used), cap })

@@ -165,7 +165,8 @@ mod tests {
 
     #[test]
     fn another_host_is_unknown() {
-        let owner = Owner { host: "elsewhere.example".into(), pid: Some(1), ..this_process_owner() };
+        let owner =
+            Owner { host: "elsewhere.example".into(), pid: Some(1), ..this_process_owner() };
         assert_eq!(ProcJudge::new().judge_owner(&owner), Liveness::Unknown);
         let judge = ProcJudge::with_identity("elsewhere.example", boot_id());
         assert_eq!(judge.judge_owner(&this_process_owner()), Liveness::Unknown);

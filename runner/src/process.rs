@@ -180,25 +180,32 @@ async fn wait_immediate(stop: &mut Option<&mut StopListener>) {
 }
 
 /// Prepares a command to start in a clean state: its own process group
-/// (the child leads it), and default dispositions for signals a job expects
-/// to be able to receive.
+/// (the child leads it), no file descriptors but stdio, and default
+/// dispositions for the signals a job expects to be able to receive.
 ///
-/// Signals *ignored* in the runner stay ignored across `exec` — a runner
-/// started in the background or by some supervisors has SIGINT (or
-/// SIGTERM) ignored, and its jobs would then survive the TERM that stops
-/// them. std already resets the signal mask and SIGPIPE; this resets the
-/// rest, except SIGHUP: a runner started under `nohup` passes that choice on
-/// to its jobs on purpose.
+/// - Signals *ignored* in the runner stay ignored across `exec`: a runner
+///   started in the background or by some supervisors has SIGINT (or
+///   SIGTERM) ignored, and its jobs would then survive the TERM that stops
+///   them. std already resets the signal mask and SIGPIPE; this resets the
+///   rest, except SIGHUP: a runner started under `nohup` passes that choice
+///   on to its jobs on purpose.
+/// - Descriptors: slothqueue opens everything close-on-exec, but the runner
+///   itself may have inherited descriptors without it (a jobserver pipe, a
+///   supervisor's socket) that are none of a job's business. Everything
+///   from 3 up is marked close-on-exec in the child, which also keeps std's
+///   own exec-error pipe working until the exec.
 pub(crate) fn prepare_child(cmd: &mut tokio::process::Command) {
     cmd.process_group(0);
     #[expect(
         unsafe_code,
-        reason = "pre_exec runs between fork and exec; the closure only calls \
-                  signal(2) with SIG_DFL and pthread_sigmask, both async-signal-safe, \
-                  touches no memory of the parent and cannot panic"
+        reason = "pre_exec runs between fork and exec; the closure only makes \
+                  async-signal-safe system calls (signal, pthread_sigmask, close_range, \
+                  fcntl) on the child's own state, allocates nothing and cannot panic"
     )]
     // SAFETY: see the reason above. `signal` with SIG_DFL installs no
-    // handler, and `pthread_sigmask` with an emptied set only unblocks.
+    // handler; `pthread_sigmask` with an emptied set only unblocks;
+    // `close_range` with CLOSE_RANGE_CLOEXEC and `fcntl(F_SETFD)` only set
+    // the close-on-exec flag.
     unsafe {
         cmd.pre_exec(|| {
             for sig in 1..32 {
@@ -210,10 +217,26 @@ pub(crate) fn prepare_child(cmd: &mut tokio::process::Command) {
             if libc::sigemptyset(set.as_mut_ptr()) == 0 {
                 libc::pthread_sigmask(libc::SIG_SETMASK, set.as_ptr(), std::ptr::null_mut());
             }
+            let all_cloexec = libc::syscall(
+                libc::SYS_close_range,
+                3 as libc::c_uint,
+                libc::c_uint::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
+            if all_cloexec != 0 {
+                // Kernels before 5.11: one by one, up to a sane bound.
+                for fd in 3..FALLBACK_FD_LIMIT {
+                    libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                }
+            }
             Ok(())
         });
     }
 }
+
+/// How far the close-on-exec fallback goes on kernels without
+/// `close_range`.
+const FALLBACK_FD_LIMIT: libc::c_int = 4096;
 
 /// Decides whether an orphaned group recorded in a dead owner's lease may
 /// be killed: its pgid must still belong to the job's processes.
@@ -224,7 +247,11 @@ pub(crate) fn prepare_child(cmd: &mut tokio::process::Command) {
 /// leader is gone but live members with that pgid remain, the pgid cannot
 /// have been reused (Linux does not hand out a pid still used as a pgid), so
 /// they are the job's.
-pub(crate) fn orphan_group_is_jobs(pgid: i32, claimed_at: Option<Timestamp>, slack: Duration) -> bool {
+pub(crate) fn orphan_group_is_jobs(
+    pgid: i32,
+    claimed_at: Option<Timestamp>,
+    slack: Duration,
+) -> bool {
     if !may_signal_group(pgid) {
         return false;
     }

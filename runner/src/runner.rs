@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use slothqueue_core::{
-    Claimed, ClaimFilter, Clock, Completion, Failure, Fence, Job, JobId, JobState, ListFilter,
+    ClaimFilter, Claimed, Clock, Completion, Failure, Fence, Job, JobId, JobState, ListFilter,
     Liveness, LivenessJudge, Owner, RunnerActivity, RunnerRecord, SHELL_KIND, Store, StoreError,
     SystemClock, Timestamp,
 };
@@ -274,7 +274,7 @@ impl Run {
                 continue;
             };
             let now = self.now();
-            if !next.is_some_and(|t| t <= now) {
+            if next.is_none_or(|t| t > now) {
                 match self.cfg.mode {
                     Mode::Follow => {
                         self.idle(next).await;
@@ -548,7 +548,8 @@ impl Run {
         let exec = executor.execute(&job, ctx);
         tokio::pin!(exec);
         let deadline = job.max_runtime.map(|d| started + d);
-        let mut stopper = Stopper { tx: stop_tx, request: None, abandon_at: None, grace: self.cfg.kill_grace };
+        let mut stopper =
+            Stopper { tx: stop_tx, request: None, abandon_at: None, grace: self.cfg.kill_grace };
         let mut lease_lost = false;
         let mut news_open = true;
         let mut shutdown = self.shutdown.clone();
@@ -562,6 +563,9 @@ impl Run {
                 () = shutdown.reached(signals + 1) => {
                     signals = shutdown.count();
                     self.summary.interrupted = true;
+                    if stopper.request.is_none() {
+                        self.report(RunnerEvent::ShuttingDown { job: job.id, grace: self.cfg.kill_grace });
+                    }
                     if stopper.request.is_none() || signals >= 2 {
                         stopper.stop(StopReason::Shutdown, signals >= 2);
                     }
@@ -684,9 +688,14 @@ impl Run {
                 let retry = RetryPlan {
                     attempt: after.attempts,
                     max_attempts: after.max_attempts,
-                    delay: after.not_before.duration_since(self.now()),
+                    delay: whole_seconds(after.not_before.duration_since(self.now())),
                 };
-                self.report(RunnerEvent::Failed { job: id, elapsed, reason: short, retry: Some(retry) });
+                self.report(RunnerEvent::Failed {
+                    job: id,
+                    elapsed,
+                    reason: short,
+                    retry: Some(retry),
+                });
             }
             _ => {
                 self.summary.failed += 1;
@@ -778,8 +787,19 @@ impl Stopper {
         };
         self.request = Some(req);
         self.tx.send_replace(Some(req));
-        let by = Instant::now() + if immediate { Duration::ZERO } else { self.grace } + ABANDON_MARGIN;
+        let by =
+            Instant::now() + if immediate { Duration::ZERO } else { self.grace } + ABANDON_MARGIN;
         self.abandon_at = Some(self.abandon_at.map_or(by, |a| a.min(by)));
+    }
+}
+
+/// A retry delay as the user reads it: backoff is whole seconds, and the few
+/// milliseconds spent recording the failure must not show as `1.997s`.
+fn whole_seconds(d: Duration) -> Duration {
+    if d < Duration::from_secs(1) {
+        d
+    } else {
+        Duration::from_secs((d.as_millis() as u64 + 500) / 1000)
     }
 }
 

@@ -78,8 +78,8 @@ impl ShutdownSignal {
 pub fn unix_signals() -> Result<ShutdownSignal, RunnerError> {
     let mut term = signal(SignalKind::terminate())
         .map_err(|e| RunnerError::io("cannot listen for SIGTERM", e))?;
-    let mut int =
-        signal(SignalKind::interrupt()).map_err(|e| RunnerError::io("cannot listen for SIGINT", e))?;
+    let mut int = signal(SignalKind::interrupt())
+        .map_err(|e| RunnerError::io("cannot listen for SIGINT", e))?;
     let (trigger, shutdown) = ShutdownSignal::new();
     tokio::spawn(async move {
         loop {

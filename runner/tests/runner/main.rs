@@ -1,0 +1,18 @@
+//! The runner against a real SQLite queue and real processes, by area.
+//!
+//! Every wait polls with a deadline (`support::DEADLINE`); nothing asserts
+//! on timing beyond "it happened before the deadline".
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers fail the test loudly; clippy exempts only #[test] bodies"
+)]
+
+mod follow;
+mod gates;
+mod handlers;
+mod jobs;
+mod reclaim;
+mod stopping;
+mod support;

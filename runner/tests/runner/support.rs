@@ -1,0 +1,190 @@
+//! Shared fixtures: a queue in a temp dir, a runner config with short
+//! intervals, an event collector, and waiting with a deadline.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use slothqueue_core::{
+    Clock, Job, JobId, Lease, Liveness, LivenessJudge, NewJob, Store, SystemClock,
+};
+use slothqueue_runner::{
+    Mode, RunSummary, Runner, RunnerConfig, RunnerError, RunnerEvent, ShutdownSignal,
+    ShutdownTrigger,
+};
+use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// How long any wait in a test may take before the test fails. Generous:
+/// the machine is shared and slow is fine; hanging is not.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<dyn Clock>,
+}
+
+pub fn env() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("queue.db"), SqliteOptions::default()).unwrap();
+    Env { dir, store: Arc::new(store), clock: Arc::new(SystemClock) }
+}
+
+impl Env {
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn logs(&self) -> PathBuf {
+        self.path("logs")
+    }
+
+    /// Short intervals so tests do not wait on politeness.
+    pub fn config(&self) -> RunnerConfig {
+        let mut cfg = RunnerConfig::new(self.logs());
+        cfg.check_interval = Duration::from_millis(20);
+        cfg.kill_grace = Duration::from_millis(300);
+        cfg.heartbeat_interval = Some(Duration::from_millis(50));
+        cfg.busy_pause = Duration::from_millis(50);
+        cfg.poll_interval = Duration::from_secs(3600);
+        cfg
+    }
+
+    pub fn now(&self) -> slothqueue_core::Timestamp {
+        self.clock.now()
+    }
+
+    /// Adds a shell job running in the temp dir.
+    pub async fn add(&self, command: &str, edit: impl FnOnce(NewJob) -> NewJob) -> JobId {
+        let job = edit(NewJob::shell(command, self.dir.path().to_string_lossy()));
+        self.store.push(job, self.now()).await.unwrap().job.id
+    }
+
+    pub async fn job(&self, id: JobId) -> Job {
+        self.store.get(id).await.unwrap()
+    }
+
+    /// Starts a runner in the background.
+    pub fn start(&self, runner: Runner) -> Running {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (trigger, shutdown) = ShutdownSignal::new();
+        let handle = tokio::spawn(runner.run(tx, shutdown));
+        Running { events: Events { rx, seen: Vec::new() }, trigger, handle }
+    }
+
+    pub fn runner(&self, cfg: RunnerConfig) -> Runner {
+        Runner::new(self.store.clone(), cfg)
+    }
+
+    /// Runs a runner in drain mode to the end; returns its summary and lines.
+    pub async fn drain(&self, runner: Runner) -> (RunSummary, Vec<String>) {
+        let mut running = self.start(runner);
+        let summary = running.finish().await.unwrap();
+        (summary, running.events.lines())
+    }
+}
+
+pub struct Running {
+    pub events: Events,
+    pub trigger: ShutdownTrigger,
+    pub handle: JoinHandle<Result<RunSummary, RunnerError>>,
+}
+
+impl Running {
+    pub async fn finish(&mut self) -> Result<RunSummary, RunnerError> {
+        let out = tokio::time::timeout(DEADLINE, &mut self.handle)
+            .await
+            .expect("runner did not finish in time")
+            .unwrap();
+        self.events.drain();
+        out
+    }
+}
+
+pub struct Events {
+    rx: mpsc::UnboundedReceiver<RunnerEvent>,
+    pub seen: Vec<RunnerEvent>,
+}
+
+impl Events {
+    fn drain(&mut self) {
+        while let Ok(e) = self.rx.try_recv() {
+            self.seen.push(e);
+        }
+    }
+
+    pub fn lines(&mut self) -> Vec<String> {
+        self.drain();
+        self.seen.iter().map(ToString::to_string).collect()
+    }
+
+    /// Waits for the next event matching `pred` (events before it are kept).
+    pub async fn wait_for(
+        &mut self,
+        what: &str,
+        pred: impl Fn(&RunnerEvent) -> bool,
+    ) -> RunnerEvent {
+        let found = tokio::time::timeout(DEADLINE, async {
+            loop {
+                match self.rx.recv().await {
+                    Some(e) => {
+                        self.seen.push(e.clone());
+                        if pred(&e) {
+                            return e;
+                        }
+                    }
+                    None => panic!("runner ended before {what}; saw {:?}", self.seen),
+                }
+            }
+        })
+        .await;
+        match found {
+            Ok(e) => e,
+            Err(_) => panic!("timed out waiting for {what}; saw {:?}", self.seen),
+        }
+    }
+}
+
+/// Polls `check` until it holds, failing the test after the deadline.
+pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let waited = tokio::time::timeout(DEADLINE, async {
+        while !check() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "timed out waiting for {what}");
+}
+
+/// Waits for a file to exist and hold a complete line.
+pub async fn read_when_written(path: &Path) -> String {
+    eventually(&format!("{} to be written", path.display()), || {
+        std::fs::read_to_string(path).is_ok_and(|s| s.ends_with('\n'))
+    })
+    .await;
+    std::fs::read_to_string(path).unwrap()
+}
+
+/// Whether a process is still alive (a zombie is not).
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        let state = s.rsplit_once(')').map(|(_, r)| r.trim_start().chars().next());
+        !matches!(state, Some(Some('Z' | 'X')))
+    })
+}
+
+/// A judge that calls every owner dead: another owner may take any job.
+pub struct AlwaysGone;
+
+impl LivenessJudge for AlwaysGone {
+    fn judge(&self, _lease: &Lease) -> Liveness {
+        Liveness::Gone
+    }
+}
+
+pub fn drain_mode(mut cfg: RunnerConfig, mode: Mode) -> RunnerConfig {
+    cfg.mode = mode;
+    cfg
+}

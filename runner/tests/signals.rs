@@ -1,0 +1,192 @@
+//! The runner as a process of its own, stopped by real signals.
+//!
+//! Each test re-runs this test binary as a helper (`helper_runner_process`,
+//! selected by an environment variable) under `sh -c "trap '' TERM INT
+//! QUIT; exec …"`, so the helper starts with those signals *ignored*, as a
+//! runner started in the background or by some supervisors does. The
+//! helper drains the queue with `unix_signals()` and exits with the run's
+//! exit code.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers fail the test loudly; clippy exempts only #[test] bodies"
+)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use slothqueue_core::{Clock, JobState, NewJob, Store, SystemClock};
+use slothqueue_runner::{Runner, RunnerConfig, RunnerEvent, unix_signals};
+use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
+
+const HELPER: &str = "SLOTHQUEUE_RUNNER_TEST_HELPER";
+const GRACE_MS: &str = "SLOTHQUEUE_RUNNER_TEST_GRACE_MS";
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn open(dir: &Path) -> SqliteStore {
+    SqliteStore::open(&dir.join("queue.db"), SqliteOptions::default()).unwrap()
+}
+
+/// The helper process's body; a no-op when run as an ordinary test.
+#[tokio::test]
+async fn helper_runner_process() {
+    let Some(dir) = std::env::var_os(HELPER).map(PathBuf::from) else { return };
+    let shutdown = unix_signals().unwrap();
+    let mut cfg = RunnerConfig::new(dir.join("logs"));
+    cfg.heartbeat_interval = Some(Duration::from_millis(100));
+    if let Some(ms) = std::env::var(GRACE_MS).ok().and_then(|v| v.parse().ok()) {
+        cfg.kill_grace = Duration::from_millis(ms);
+    }
+    let events = Mutex::new(std::fs::File::create(dir.join("events")).unwrap());
+    let reporter = move |e: RunnerEvent| {
+        let mut f = events.lock().unwrap();
+        writeln!(f, "{e}").unwrap();
+    };
+    let summary = Runner::new(Arc::new(open(&dir)), cfg).run(reporter, shutdown).await.unwrap();
+    std::process::exit(i32::from(summary.exit_code()));
+}
+
+/// Starts the helper with TERM, INT and QUIT ignored.
+fn start_helper(dir: &Path, grace: Duration) -> tokio::process::Child {
+    tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg("trap '' TERM INT QUIT; exec \"$0\" helper_runner_process --exact --nocapture")
+        .arg(std::env::current_exe().unwrap())
+        .env(HELPER, dir)
+        .env(GRACE_MS, grace.as_millis().to_string())
+        .env("SLOTHQUEUE_TOKEN", "secret-the-job-must-not-see")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let waited = tokio::time::timeout(DEADLINE, async {
+        while !check() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "timed out waiting for {what}");
+}
+
+fn status_field(status: &str, name: &str) -> u64 {
+    let v = status.lines().find_map(|l| l.strip_prefix(name)).unwrap().trim();
+    u64::from_str_radix(v, 16).unwrap()
+}
+
+const fn bit(sig: i32) -> u64 {
+    1 << (sig - 1)
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !matches!(
+            s.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next()),
+            Some('Z' | 'X')
+        )
+    })
+}
+
+async fn exit_code(mut helper: tokio::process::Child) -> Option<i32> {
+    let status =
+        tokio::time::timeout(DEADLINE, helper.wait()).await.expect("the runner did not exit");
+    status.unwrap().code()
+}
+
+#[tokio::test]
+async fn sigterm_releases_the_job_even_when_term_was_ignored_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let store = open(d);
+    let command = format!(
+        "env > {d}/env; echo $$ > {d}/pid.tmp; mv {d}/pid.tmp {d}/pid; exec sleep 100",
+        d = d.display()
+    );
+    let id = store
+        .push(NewJob::shell(command, d.to_string_lossy()), SystemClock.now())
+        .await
+        .unwrap()
+        .job
+        .id;
+    let helper = start_helper(d, Duration::from_millis(500));
+    let helper_pid = helper.id().unwrap() as i32;
+    eventually("the job to start", || d.join("pid").exists()).await;
+    let job_pid: i32 = std::fs::read_to_string(d.join("pid")).unwrap().trim().parse().unwrap();
+    eventually("the job to exec sleep", || {
+        std::fs::read_to_string(format!("/proc/{job_pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+    })
+    .await;
+
+    // The helper really started with the signals ignored, and catches TERM
+    // and INT now.
+    let own = std::fs::read_to_string(format!("/proc/{helper_pid}/status")).unwrap();
+    assert_ne!(status_field(&own, "SigIgn:") & bit(3), 0, "QUIT was not ignored in the helper");
+    assert_eq!(status_field(&own, "SigCgt:") & (bit(15) | bit(2)), bit(15) | bit(2));
+
+    // S22: the job has nothing blocked or ignored that would keep it from
+    // stopping.
+    let job_status = std::fs::read_to_string(format!("/proc/{job_pid}/status")).unwrap();
+    assert_eq!(status_field(&job_status, "SigBlk:"), 0);
+    assert_eq!(status_field(&job_status, "SigIgn:") & (bit(15) | bit(2) | bit(3)), 0);
+    // Nor does it see the runner's slothqueue variables, only its own.
+    let env = std::fs::read_to_string(d.join("env")).unwrap();
+    assert!(!env.contains("SLOTHQUEUE_TOKEN"), "{env}");
+    assert!(env.lines().any(|l| l == format!("SLOTHQUEUE_JOB_ID={id}")), "{env}");
+
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(helper_pid).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    assert_eq!(exit_code(helper).await, Some(130));
+    let job = store.get(id).await.unwrap();
+    assert_eq!((job.state, job.attempts), (JobState::Pending, 0), "released, attempt not charged");
+    assert!(!alive(job_pid), "the job survived the runner's shutdown");
+    let events = std::fs::read_to_string(d.join("events")).unwrap();
+    let lines: Vec<&str> = events.lines().collect();
+    assert_eq!(lines.len(), 3, "{events}");
+    assert!(lines[0].starts_with(&format!("shutting down: stopping job #{id}")), "{events}");
+    assert!(lines[1].starts_with(&format!("job #{id} interrupted after ")), "{events}");
+    assert_eq!(lines[2], "interrupted: 0 done, 0 failed");
+    assert!(store.runners().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_second_signal_kills_a_job_that_ignores_term_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let store = open(d);
+    let command = format!("trap '' TERM; echo $$ > {d}/pid; exec sleep 100", d = d.display());
+    let id = store
+        .push(NewJob::shell(command, d.to_string_lossy()), SystemClock.now())
+        .await
+        .unwrap()
+        .job
+        .id;
+    // An hour of grace: only the second signal can end this in time.
+    let helper = start_helper(d, Duration::from_secs(3600));
+    let helper_pid = rustix::process::Pid::from_raw(helper.id().unwrap() as i32).unwrap();
+    eventually("the job to start", || {
+        std::fs::read_to_string(d.join("pid")).is_ok_and(|s| s.ends_with('\n'))
+    })
+    .await;
+    let job_pid: i32 = std::fs::read_to_string(d.join("pid")).unwrap().trim().parse().unwrap();
+    rustix::process::kill_process(helper_pid, rustix::process::Signal::INT).unwrap();
+    eventually("the first signal to be seen", || {
+        std::fs::read_to_string(d.join("events")).is_ok_and(|s| s.contains("shutting down"))
+    })
+    .await;
+    assert!(alive(job_pid), "the job ignores TERM and must still be in its grace");
+    rustix::process::kill_process(helper_pid, rustix::process::Signal::TERM).unwrap();
+    assert_eq!(exit_code(helper).await, Some(130));
+    assert!(!alive(job_pid));
+    let job = store.get(id).await.unwrap();
+    assert_eq!((job.state, job.attempts), (JobState::Pending, 0), "still released, not lost");
+}
