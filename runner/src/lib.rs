@@ -47,6 +47,7 @@ pub use exec::{
 };
 pub use fmt::{format_duration, format_timestamp};
 pub use gate::{AcPowerGate, Gate, GateReading, LoadGate, LoadProbe, PressureGate};
+pub use logfile::{log_dir_for, log_path};
 pub use owner::{ProcJudge, this_process_owner};
 pub use runner::{Mode, RunSummary, Runner, RunnerConfig};
 pub use signal::{ShutdownSignal, ShutdownTrigger, unix_signals};

@@ -21,9 +21,19 @@ const MAX_LINE: usize = 4096;
 /// Longest summary stored, in characters.
 const MAX_SUMMARY: usize = 500;
 
-/// The log file of job `id` in `dir`.
-pub(crate) fn log_path(dir: &Path, id: JobId) -> PathBuf {
+/// The log file of job `id` in the log directory `dir`. `slothqueue logs`
+/// reads what the runner wrote here, so both must use this.
+pub fn log_path(dir: &Path, id: JobId) -> PathBuf {
     dir.join(format!("{id}.log"))
+}
+
+/// The log directory beside a queue file: `queue.db` → `queue.db-logs`,
+/// next to SQLite's own `queue.db-wal` and `queue.db-shm`, so that two
+/// queues in one directory never mix their logs.
+pub fn log_dir_for(queue_file: &Path) -> PathBuf {
+    let mut name = queue_file.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push("-logs");
+    queue_file.with_file_name(name)
 }
 
 /// A log file opened for appending, with how much more it may grow.
@@ -160,6 +170,15 @@ impl Capture {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn logs_live_beside_the_queue_file() {
+        assert_eq!(log_dir_for(Path::new("/q/queue.db")), Path::new("/q/queue.db-logs"));
+        assert_eq!(
+            log_path(Path::new("/q/queue.db-logs"), 12),
+            Path::new("/q/queue.db-logs/12.log")
+        );
+    }
 
     #[test]
     fn tail_keeps_the_last_non_empty_line() {

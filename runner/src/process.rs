@@ -13,6 +13,11 @@
 //!   answers "no such process";
 //! - a group is gone when no *live* process has that pgid: zombies are
 //!   ignored, because whether they are reaped depends on who adopted them.
+//!
+//! Not covered: a process that leaves the job's group on purpose (`setsid`,
+//! `setpgid`, a daemon that double-forks) escapes the group's signals, as it
+//! escapes a terminal's. Its output still goes to the job's log until it
+//! closes it; the runner waits for that a bounded time only.
 
 use std::path::Path;
 use std::time::Duration;
@@ -241,12 +246,14 @@ const FALLBACK_FD_LIMIT: libc::c_int = 4096;
 /// Decides whether an orphaned group recorded in a dead owner's lease may
 /// be killed: its pgid must still belong to the job's processes.
 ///
-/// If the group's leader still exists, it must have started no earlier than
-/// the job's claim (minus `slack` for clock and `btime` rounding); an older
-/// process with that pid is an unrelated one and is left alone. If the
-/// leader is gone but live members with that pgid remain, the pgid cannot
-/// have been reused (Linux does not hand out a pid still used as a pgid), so
-/// they are the job's.
+/// If the group's leader still exists, it must have started around the
+/// job's claim: the runner spawns it right after claiming, so its start lies
+/// within `[claimed - slack, claimed + LEADER_SPAWN_WINDOW]` (the slack
+/// covers `btime`'s whole seconds). A process with that pid started long
+/// before or long after is an unrelated one that reused the pid, and is left
+/// alone. If the leader is gone but live members with that pgid remain, the
+/// pgid cannot have been reused (Linux does not hand out a pid still used as
+/// a pgid), so they are the job's.
 pub(crate) fn orphan_group_is_jobs(
     pgid: i32,
     claimed_at: Option<Timestamp>,
@@ -260,11 +267,19 @@ pub(crate) fn orphan_group_is_jobs(
             let (Some(claimed), Some(started)) = (claimed_at, process_started_at(&leader)) else {
                 return false;
             };
-            started >= claimed.saturating_sub(slack) && group_alive(pgid)
+            let earliest = claimed.saturating_sub(slack);
+            let latest = claimed.saturating_add(LEADER_SPAWN_WINDOW);
+            (earliest..=latest).contains(&started) && group_alive(pgid)
         }
         None => group_alive(pgid),
     }
 }
+
+/// How long after its claim a job's process may have been spawned: the
+/// runner spawns right after claiming (opening the log is all in between),
+/// so this is generous; a much later leader with the recorded pid is a
+/// stranger.
+const LEADER_SPAWN_WINDOW: Duration = Duration::from_secs(600);
 
 #[cfg(test)]
 mod tests {

@@ -125,3 +125,30 @@ async fn a_live_owner_on_this_host_is_never_robbed() {
     assert_eq!(job.state, JobState::Running);
     assert_eq!(job.lease.unwrap().owner.id, "sleepy-but-alive");
 }
+
+#[tokio::test]
+async fn a_group_whose_leader_started_long_after_the_claim_is_not_touched() {
+    let env = env();
+    // Claimed an hour ago by a runner that died; its group ended long since
+    // and the pid now leads an unrelated group.
+    let long_ago = env.now().saturating_sub(Duration::from_secs(3600));
+    let job = slothqueue_core::NewJob::shell("true", env.dir.path().to_string_lossy());
+    let id = env.store.push(job, long_ago).await.unwrap().job.id;
+    let dead = dead_owner();
+    let claimed = env
+        .store
+        .claim(&dead, &ClaimFilter::default(), long_ago, &ClockOnly)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut unrelated =
+        std::process::Command::new("sleep").arg("100").process_group(0).spawn().unwrap();
+    let pgid = unrelated.id() as i32;
+    env.store.heartbeat(id, &claimed.fence, Some(pgid), long_ago).await.unwrap();
+    let (summary, lines) = env.drain(env.runner(env.config())).await;
+    assert_eq!(lines[0], format!("reclaimed 1 stale job(s): #{id}"));
+    assert_eq!(summary.done, 1);
+    assert!(alive(pgid), "a process that is not the job's was signalled");
+    unrelated.kill().unwrap();
+    unrelated.wait().unwrap();
+}

@@ -202,3 +202,28 @@ async fn the_child_inherits_nothing_of_the_runner() {
     running.finish().await.unwrap();
     assert!(!alive(pid));
 }
+
+/// The lease learns the job's process group as soon as it exists, so a
+/// successor can kill it if this runner dies.
+#[tokio::test]
+async fn the_lease_records_the_jobs_process_group() {
+    let env = env();
+    let pid_file = env.path("pid");
+    let id = env.add(&format!("echo $$ > {}; sleep 100", pid_file.display()), |j| j).await;
+    let mut cfg = env.config();
+    cfg.heartbeat_interval = Some(Duration::from_secs(3600));
+    let mut running = env.start(env.runner(cfg));
+    let pid: i32 = read_when_written(&pid_file).await.trim().parse().unwrap();
+    let store = env.store.clone();
+    let mut recorded = None;
+    for _ in 0..3000 {
+        recorded = store.get(id).await.unwrap().lease.and_then(|l| l.child_pgid);
+        if recorded.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(recorded, Some(pid));
+    running.trigger.trigger();
+    running.finish().await.unwrap();
+}
