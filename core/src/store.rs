@@ -35,7 +35,8 @@ pub struct Pushed {
 pub struct ClaimFilter {
     /// Only these queues; empty means every queue.
     pub queues: Vec<String>,
-    /// Only these kinds; `None` means every kind.
+    /// Only these kinds; `None` means every kind, and `Some(vec![])`
+    /// admits nothing (a runner with no executors claims nothing).
     pub kinds: Option<Vec<String>>,
 }
 
@@ -283,7 +284,8 @@ pub trait Store: Send + Sync {
 
     /// Extends the lease held under `fence` (also after expiry, if nobody
     /// reclaimed the job); records the child's process group when given.
-    /// `LeaseLost` for anyone else, with nothing changed.
+    /// `LeaseLost` for anyone else (a backend may answer `NotFound` when
+    /// the job was purged), with nothing changed.
     async fn heartbeat(
         &self,
         id: JobId,
