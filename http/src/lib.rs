@@ -1,1 +1,188 @@
-//! Placeholder until this crate lands.
+//! slothqueue's HTTP API: the outbox routes other programs on this machine
+//! use to enqueue and watch jobs, and a drain worker that runs them.
+//!
+//! The routes (JSON in and out; see `GET /api/openapi.json`):
+//!
+//! | route | does |
+//! |---|---|
+//! | `POST /api/tasks/enqueue` | adds a job (201), or finds the identical one with the same idempotency key (200) |
+//! | `GET /api/tasks/outbox` | jobs, newest first, filtered by `state`, `kind`, `queue`, paged by `limit` and `cursor` |
+//! | `GET /api/tasks/outbox/{id}` | one job with its event trail |
+//! | `POST /api/tasks/outbox/{id}/cancel` | cancels a job |
+//! | `GET /api/tasks/outbox/stats` | counts per state, `due_now`, `next_due` |
+//! | `GET /api/openapi.json` | the OpenAPI 3.1 document |
+//! | `GET /healthz` | `{"ok": true}`, without a token |
+//!
+//! # Why it is this strict
+//!
+//! A queue that runs shell commands is remote code execution for anyone who
+//! can enqueue. So the server binds loopback unless told otherwise, wants a
+//! bearer token on every route (compared in constant time), and refuses
+//! what a web page in a browser on the same machine could send: a `Host`
+//! header that is not a loopback name (DNS rebinding makes `evil.example`
+//! resolve to 127.0.0.1), a non-loopback `Origin`, and any body that is not
+//! `application/json` (form and `text/plain` posts need no CORS preflight).
+//! Bodies are limited (also chunked ones), slow clients are cut off, and
+//! every refusal is JSON `{"error": "...", "status": N}` with its status.
+//!
+//! # Use
+//!
+//! [`router`] gives the routes without a socket (for tests and embedding);
+//! [`bind`] then [`Bound::run`] (or [`serve`] in one call) listen, run the
+//! optional [`DrainWorker`] beside the server, and stop cleanly when the
+//! shutdown future resolves.
+
+#![deny(missing_docs)]
+
+mod api;
+mod error;
+mod extract;
+mod guard;
+mod server;
+mod token;
+mod worker;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use slothqueue_core::{Clock, Store, SystemClock};
+use tokio::sync::Notify;
+
+pub use api::DEFAULT_MAX_RUNTIME;
+pub use error::HttpError;
+pub use server::{Bound, DEFAULT_ADDR, ServeConfig, bind, serve};
+pub use token::{Token, token_path_beside};
+pub use worker::{DrainWorker, WORKER_HEARTBEAT, log_dir_beside};
+
+/// The largest request body accepted unless configured: 1 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// What the routes need besides the store: the token, the security knobs,
+/// the worker to wake, the clock.
+#[derive(Clone)]
+pub struct ApiState {
+    token: Arc<str>,
+    allow_remote: bool,
+    body_limit: usize,
+    waker: Option<Arc<Notify>>,
+    default_cwd: Option<PathBuf>,
+    clock: Arc<dyn Clock>,
+}
+
+impl fmt::Debug for ApiState {
+    // Never the token: a Debug print must not leak it into a log.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiState")
+            .field("allow_remote", &self.allow_remote)
+            .field("body_limit", &self.body_limit)
+            .field("waker", &self.waker.is_some())
+            .field("default_cwd", &self.default_cwd)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiState {
+    /// Routes guarded by `token`, loopback only, with a 1 MiB body limit,
+    /// the system clock, no worker to wake, and this process's working
+    /// directory as the default `cwd` of shell jobs.
+    pub fn new(token: impl Into<String>) -> Self {
+        ApiState {
+            token: Arc::from(token.into()),
+            allow_remote: false,
+            body_limit: DEFAULT_BODY_LIMIT,
+            waker: None,
+            default_cwd: std::env::current_dir().ok(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// Accept any `Host` header (the server is reachable from the network
+    /// on purpose, so names other than loopback are expected).
+    pub fn with_allow_remote(mut self, allow: bool) -> Self {
+        self.allow_remote = allow;
+        self
+    }
+
+    /// The largest request body, in bytes.
+    pub fn with_body_limit(mut self, limit: usize) -> Self {
+        self.body_limit = limit;
+        self
+    }
+
+    /// Notified after every enqueue and cancel, so a following runner
+    /// starts (or stops) a job at once instead of at its next poll.
+    pub fn with_waker(mut self, waker: Arc<Notify>) -> Self {
+        self.waker = Some(waker);
+        self
+    }
+
+    /// The directory shell jobs run in when their payload has no `cwd`.
+    pub fn with_default_cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
+        self.default_cwd = Some(cwd.into());
+        self
+    }
+
+    /// The clock that stamps pushes and cancels (tests inject one).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    fn wake_worker(&self) {
+        if let Some(w) = &self.waker {
+            // `notify_one` keeps a permit when the worker is busy, so a push
+            // that lands between two of its looks is not missed.
+            w.notify_one();
+        }
+    }
+}
+
+/// The router's state: the store and the settings.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    store: Arc<dyn Store>,
+    api: ApiState,
+}
+
+/// Every route of the API on `store`, guarded as described in the crate
+/// documentation, without binding a socket.
+pub fn router(store: Arc<dyn Store>, state: ApiState) -> Router {
+    let limit = state.body_limit;
+    let app = AppState { store, api: state };
+    let mut router: Router<AppState> = Router::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for spec in api::ROUTES {
+        if seen.contains(&spec.path) {
+            continue;
+        }
+        seen.push(spec.path);
+        let mut methods = (spec.handler)();
+        for other in api::ROUTES.iter().filter(|r| r.path == spec.path && r.method != spec.method) {
+            methods = methods.merge((other.handler)());
+        }
+        router = router.route(spec.path, methods);
+    }
+    router
+        .fallback(api::no_route)
+        .method_not_allowed_fallback(api::wrong_method)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), guard::guard))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
+            axum::response::IntoResponse::into_response(HttpError::Internal)
+        }))
+        .with_state(app)
+}
+
+/// The `(method, path)` of every route [`router`] serves, in the syntax the
+/// OpenAPI document uses; the CLI can show them, tests compare them.
+pub fn routes() -> Vec<(&'static str, &'static str)> {
+    api::ROUTES.iter().map(|r| (r.method, r.path)).collect()
+}
+
+/// The OpenAPI 3.1 document served at `/api/openapi.json`.
+pub fn openapi() -> serde_json::Value {
+    api::openapi_document()
+}

@@ -1,0 +1,553 @@
+//! The routes: one table drives both the router and the OpenAPI document,
+//! so the document cannot drift from what is served.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{MethodRouter, get, post};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Value, json};
+use slothqueue_core::{
+    DEFAULT_QUEUE, Event, Job, JobId, JobState, ListFilter, ListOrder, NewJob, Pushed, SHELL_KIND,
+    Stats, machine,
+};
+
+use crate::extract::{IdParam, JsonBody, QueryParams, parse_id};
+use crate::{AppState, HttpError};
+
+/// The max runtime a job gets when the request does not say, the same as the
+/// CLI's `add`: a forgotten job should not run forever. `null` means none.
+pub const DEFAULT_MAX_RUNTIME: Duration = Duration::from_secs(300);
+
+/// Jobs per page of the outbox when the client does not say.
+const DEFAULT_LIMIT: usize = 50;
+/// The most jobs one page may hold.
+const MAX_LIMIT: usize = 500;
+
+/// One served route.
+pub(crate) struct RouteSpec {
+    /// Upper-case HTTP method.
+    pub method: &'static str,
+    /// The path, in the syntax axum and OpenAPI share (`{id}`).
+    pub path: &'static str,
+    /// The handler.
+    pub handler: fn() -> MethodRouter<AppState>,
+    /// The OpenAPI operation object.
+    pub operation: fn() -> Value,
+}
+
+/// Every route the router serves; nothing else is served.
+pub(crate) const ROUTES: &[RouteSpec] = &[
+    RouteSpec {
+        method: "POST",
+        path: "/api/tasks/enqueue",
+        handler: || post(enqueue),
+        operation: op_enqueue,
+    },
+    RouteSpec {
+        method: "GET",
+        path: "/api/tasks/outbox",
+        handler: || get(list),
+        operation: op_list,
+    },
+    RouteSpec {
+        method: "GET",
+        path: "/api/tasks/outbox/stats",
+        handler: || get(stats),
+        operation: op_stats,
+    },
+    RouteSpec {
+        method: "GET",
+        path: "/api/tasks/outbox/{id}",
+        handler: || get(show),
+        operation: op_show,
+    },
+    RouteSpec {
+        method: "POST",
+        path: "/api/tasks/outbox/{id}/cancel",
+        handler: || post(cancel),
+        operation: op_cancel,
+    },
+    RouteSpec {
+        method: "GET",
+        path: "/api/openapi.json",
+        handler: || get(openapi),
+        operation: op_openapi,
+    },
+    RouteSpec {
+        method: "GET",
+        path: crate::guard::HEALTHZ,
+        handler: || get(healthz),
+        operation: op_healthz,
+    },
+];
+
+/// The body of `POST /api/tasks/enqueue`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnqueueRequest {
+    kind: String,
+    payload: Value,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+    #[serde(default)]
+    priority: Option<i32>,
+    #[serde(default)]
+    scheduled_for: Option<String>,
+    #[serde(default)]
+    max_attempts: Option<u32>,
+    /// Absent: [`DEFAULT_MAX_RUNTIME`]; `null`: unlimited; a number: seconds.
+    #[serde(default, deserialize_with = "present")]
+    max_runtime: Option<Option<f64>>,
+    #[serde(default)]
+    queue: Option<String>,
+}
+
+/// Tells an explicit `null` (`Some(None)`) from an absent field (`None`).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// The query of `GET /api/tasks/outbox`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    state: Option<String>,
+    kind: Option<String>,
+    queue: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct JobPage {
+    jobs: Vec<Job>,
+    next_cursor: Option<JobId>,
+}
+
+#[derive(Debug, Serialize)]
+struct JobWithEvents {
+    #[serde(flatten)]
+    job: Job,
+    events: Vec<Event>,
+}
+
+fn bad(msg: impl Into<String>) -> HttpError {
+    HttpError::BadRequest(msg.into())
+}
+
+impl EnqueueRequest {
+    fn into_new_job(self, app: &AppState) -> Result<NewJob, HttpError> {
+        let payload =
+            if self.kind == SHELL_KIND { shell_payload(self.payload, app)? } else { self.payload };
+        let mut new = NewJob::new(self.kind, payload);
+        new.queue = self.queue.unwrap_or_else(|| DEFAULT_QUEUE.to_owned());
+        new.priority = self.priority.unwrap_or(0);
+        new.max_attempts = self.max_attempts;
+        new.idempotency_key = self.idempotency_key;
+        new.max_runtime = match self.max_runtime {
+            None => Some(DEFAULT_MAX_RUNTIME),
+            Some(None) => None,
+            Some(Some(secs)) => {
+                Some(Duration::try_from_secs_f64(secs).ok().filter(|d| !d.is_zero()).ok_or_else(
+                    || bad("max_runtime must be a positive number of seconds or null"),
+                )?)
+            }
+        };
+        if let Some(at) = self.scheduled_for {
+            let ts: jiff::Timestamp = at.parse().map_err(|e| {
+                bad(format!(
+                    "scheduled_for must be an rfc 3339 timestamp such as 2030-01-02T03:04:05Z: {e}"
+                ))
+            })?;
+            new.not_before = Some(slothqueue_core::Timestamp::from_millis(ts.as_millisecond()));
+        }
+        machine::validate(&new).map_err(|e| bad(e.to_string()))?;
+        Ok(new)
+    }
+}
+
+/// A shell payload as the runner expects it: `command`, `cwd` (the server's
+/// working directory unless given, recorded now as `add` does) and `env`.
+fn shell_payload(payload: Value, app: &AppState) -> Result<Value, HttpError> {
+    let Value::Object(mut map) = payload else {
+        return Err(bad("a shell job needs a payload object with a string `command`"));
+    };
+    if let Some(key) = map.keys().find(|k| !matches!(k.as_str(), "command" | "cwd" | "env")) {
+        return Err(bad(format!(
+            "unknown field `{key}` in the shell payload, expected `command`, `cwd` or `env`"
+        )));
+    }
+    match map.get("cwd") {
+        Some(Value::String(cwd)) if cwd.starts_with('/') => {}
+        Some(_) => return Err(bad("the shell payload's `cwd` must be an absolute path")),
+        None => {
+            let cwd = app.api.default_cwd.as_ref().ok_or_else(|| {
+                bad("the server's working directory is unknown: give the payload a `cwd`")
+            })?;
+            let cwd = cwd
+                .to_str()
+                .ok_or_else(|| bad("the server's working directory is not utf-8: give a `cwd`"))?;
+            map.insert("cwd".to_owned(), Value::String(cwd.to_owned()));
+        }
+    }
+    match map.get("env") {
+        None => {
+            map.insert("env".to_owned(), json!({}));
+        }
+        Some(Value::Object(env)) if env.values().all(Value::is_string) => {}
+        Some(_) => {
+            return Err(bad("the shell payload's `env` must be an object of string values"));
+        }
+    }
+    Ok(Value::Object(map))
+}
+
+async fn enqueue(
+    State(app): State<AppState>,
+    JsonBody(req): JsonBody<EnqueueRequest>,
+) -> Result<(StatusCode, Json<Pushed>), HttpError> {
+    let new = req.into_new_job(&app)?;
+    let pushed = app.store.push(new, app.api.clock.now()).await?;
+    if pushed.created {
+        app.api.wake_worker();
+    }
+    let status = if pushed.created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(pushed)))
+}
+
+async fn list(
+    State(app): State<AppState>,
+    QueryParams(q): QueryParams<ListQuery>,
+) -> Result<Json<JobPage>, HttpError> {
+    let state =
+        q.state.map(|s| s.parse::<JobState>()).transpose().map_err(|e| bad(e.to_string()))?;
+    let limit = match q.limit {
+        None => DEFAULT_LIMIT,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=MAX_LIMIT).contains(l))
+            .ok_or_else(|| bad(format!("limit must be an integer from 1 to {MAX_LIMIT}")))?,
+    };
+    let cursor =
+        q.cursor.map(|c| parse_id(&c).ok_or_else(|| bad("cursor must be a job id"))).transpose()?;
+    let filter = ListFilter {
+        state,
+        queue: q.queue,
+        kind: q.kind,
+        // One more than asked tells whether another page follows.
+        limit: Some(limit + 1),
+        cursor,
+        order: ListOrder::Newest,
+    };
+    let mut jobs = app.store.list(&filter).await?;
+    let next_cursor = if jobs.len() > limit {
+        jobs.truncate(limit);
+        jobs.last().map(|j| j.id)
+    } else {
+        None
+    };
+    Ok(Json(JobPage { jobs, next_cursor }))
+}
+
+async fn show(
+    State(app): State<AppState>,
+    IdParam(id): IdParam,
+) -> Result<Json<JobWithEvents>, HttpError> {
+    let job = app.store.get(id).await?;
+    let events = app.store.events(id).await?;
+    Ok(Json(JobWithEvents { job, events }))
+}
+
+async fn cancel(State(app): State<AppState>, IdParam(id): IdParam) -> Result<Json<Job>, HttpError> {
+    let job = app.store.cancel(id, app.api.clock.now()).await?;
+    // A running job is only flagged; waking the worker lets it notice now.
+    app.api.wake_worker();
+    Ok(Json(job))
+}
+
+async fn stats(State(app): State<AppState>) -> Result<Json<Stats>, HttpError> {
+    Ok(Json(app.store.stats(app.api.clock.now()).await?))
+}
+
+async fn openapi() -> Json<Value> {
+    Json(openapi_document())
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({ "ok": true }))
+}
+
+/// The answer for a path no route serves.
+pub(crate) async fn no_route() -> HttpError {
+    HttpError::NotFound("no such route".to_owned())
+}
+
+/// The answer for a served path with the wrong method.
+pub(crate) async fn wrong_method(method: axum::http::Method) -> HttpError {
+    HttpError::MethodNotAllowed { method: method.to_string() }
+}
+
+/// The OpenAPI 3.1 document describing exactly [`ROUTES`].
+pub(crate) fn openapi_document() -> Value {
+    let mut paths = serde_json::Map::new();
+    for route in ROUTES {
+        let entry = paths.entry(route.path).or_insert_with(|| json!({}));
+        if let Value::Object(ops) = entry {
+            ops.insert(route.method.to_ascii_lowercase(), (route.operation)());
+        }
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "slothqueue",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "A durable background-job queue for one machine. Every route but /healthz needs `Authorization: Bearer <token>` (the token is in `<queue>.token` beside the queue file unless given), a loopback Host header, and for bodies `Content-Type: application/json`. Errors are `{\"error\": \"...\", \"status\": N}`. Timestamps are UTC milliseconds since the epoch.",
+        },
+        "servers": [{ "url": "http://127.0.0.1:7878" }],
+        "security": [{ "bearer": [] }],
+        "paths": paths,
+        "components": {
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
+            "schemas": schemas(),
+            "responses": {
+                "Error": {
+                    "description": "the request was refused",
+                    "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } }
+                }
+            }
+        }
+    })
+}
+
+fn ok_json(description: &str, schema: &str) -> Value {
+    json!({
+        "description": description,
+        "content": { "application/json": { "schema": { "$ref": format!("#/components/schemas/{schema}") } } }
+    })
+}
+
+fn errors(codes: &[&str]) -> serde_json::Map<String, Value> {
+    codes
+        .iter()
+        .map(|c| ((*c).to_owned(), json!({ "$ref": "#/components/responses/Error" })))
+        .collect()
+}
+
+fn responses(ok: &[(&str, Value)], codes: &[&str]) -> Value {
+    let mut map = errors(codes);
+    for (code, v) in ok {
+        map.insert((*code).to_owned(), v.clone());
+    }
+    Value::Object(map)
+}
+
+fn id_param() -> Value {
+    json!({
+        "name": "id", "in": "path", "required": true,
+        "schema": { "type": "integer", "minimum": 1, "format": "int64" }
+    })
+}
+
+fn op_enqueue() -> Value {
+    json!({
+        "operationId": "enqueue",
+        "summary": "add a job; with an idempotency key, the same payload is deduplicated and a different one supersedes a pending job",
+        "requestBody": {
+            "required": true,
+            "content": { "application/json": { "schema": { "$ref": "#/components/schemas/EnqueueRequest" } } }
+        },
+        "responses": responses(
+            &[
+                ("201", ok_json("a new job was created", "EnqueueResponse")),
+                ("200", ok_json("an identical job with this idempotency key already exists", "EnqueueResponse")),
+            ],
+            &["400", "401", "403", "413", "415"],
+        )
+    })
+}
+
+fn op_list() -> Value {
+    let q = |name: &str, schema: Value, description: &str| json!({ "name": name, "in": "query", "required": false, "schema": schema, "description": description });
+    json!({
+        "operationId": "listJobs",
+        "summary": "jobs, newest first, a page at a time",
+        "parameters": [
+            q("state", json!({ "$ref": "#/components/schemas/JobState" }), "only jobs in this state"),
+            q("kind", json!({ "type": "string" }), "only jobs of this kind"),
+            q("queue", json!({ "type": "string" }), "only jobs in this queue"),
+            q("limit", json!({ "type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT }), "page size"),
+            q("cursor", json!({ "type": "integer", "minimum": 1 }), "the next_cursor of the previous page"),
+        ],
+        "responses": responses(&[("200", ok_json("a page of jobs", "JobPage"))], &["400", "401", "403"])
+    })
+}
+
+fn op_stats() -> Value {
+    json!({
+        "operationId": "stats",
+        "summary": "counts per state, how many are due now, and when the next one is due",
+        "responses": responses(&[("200", ok_json("the counts", "Stats"))], &["401", "403"])
+    })
+}
+
+fn op_show() -> Value {
+    json!({
+        "operationId": "showJob",
+        "summary": "one job with its event trail",
+        "parameters": [id_param()],
+        "responses": responses(&[("200", ok_json("the job", "JobWithEvents"))], &["400", "401", "403", "404"])
+    })
+}
+
+fn op_cancel() -> Value {
+    json!({
+        "operationId": "cancelJob",
+        "summary": "cancel a pending job, or ask the runner to stop a running one (it then ends cancelled)",
+        "parameters": [id_param()],
+        "responses": responses(&[("200", ok_json("the job after the cancel", "Job"))], &["400", "401", "403", "404", "409", "415"])
+    })
+}
+
+fn op_openapi() -> Value {
+    json!({
+        "operationId": "openapi",
+        "summary": "this document",
+        "responses": { "200": { "description": "the OpenAPI document", "content": { "application/json": {} } } }
+    })
+}
+
+fn op_healthz() -> Value {
+    json!({
+        "operationId": "healthz",
+        "summary": "liveness; needs no token",
+        "security": [],
+        "responses": {
+            "200": {
+                "description": "the server is up",
+                "content": { "application/json": { "schema": {
+                    "type": "object", "properties": { "ok": { "const": true } }, "required": ["ok"]
+                } } }
+            },
+            "403": { "$ref": "#/components/responses/Error" }
+        }
+    })
+}
+
+fn schemas() -> Value {
+    let ts = json!({ "type": "integer", "format": "int64", "description": "UTC milliseconds since the epoch" });
+    let opt_ts = json!({ "type": ["integer", "null"], "format": "int64", "description": "UTC milliseconds since the epoch" });
+    let opt_str = json!({ "type": ["string", "null"] });
+    json!({
+        "Error": {
+            "type": "object",
+            "properties": { "error": { "type": "string" }, "status": { "type": "integer" } },
+            "required": ["error", "status"]
+        },
+        "JobState": { "type": "string", "enum": ["pending", "running", "done", "failed", "cancelled"] },
+        "EnqueueRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["kind", "payload"],
+            "properties": {
+                "kind": { "type": "string", "description": "`shell` for a command; any other name runs the handler of that name" },
+                "payload": { "description": "any JSON; for `shell`: {command, cwd?, env?}, cwd defaulting to the server's working directory" },
+                "idempotency_key": opt_str,
+                "priority": { "type": ["integer", "null"], "format": "int32", "default": 0 },
+                "scheduled_for": { "type": ["string", "null"], "format": "date-time", "description": "RFC 3339; the job is not run before" },
+                "max_attempts": { "type": ["integer", "null"], "minimum": 1, "default": 3 },
+                "max_runtime": { "type": ["number", "null"], "exclusiveMinimum": 0, "default": DEFAULT_MAX_RUNTIME.as_secs(), "description": "seconds; null for no limit" },
+                "queue": { "type": ["string", "null"], "default": DEFAULT_QUEUE }
+            }
+        },
+        "EnqueueResponse": {
+            "type": "object",
+            "properties": {
+                "job": { "$ref": "#/components/schemas/Job" },
+                "created": { "type": "boolean" },
+                "superseded": { "type": ["integer", "null"], "description": "the id of the pending job this one replaced" }
+            },
+            "required": ["job", "created", "superseded"]
+        },
+        "Lease": {
+            "type": "object",
+            "properties": {
+                "owner": { "type": "object" },
+                "attempt": { "type": "integer" },
+                "until": ts,
+                "child_pgid": { "type": ["integer", "null"] }
+            }
+        },
+        "Job": {
+            "type": "object",
+            "properties": {
+                "id": { "type": "integer", "format": "int64" },
+                "queue": { "type": "string" },
+                "kind": { "type": "string" },
+                "payload": {},
+                "priority": { "type": "integer" },
+                "state": { "$ref": "#/components/schemas/JobState" },
+                "attempts": { "type": "integer" },
+                "max_attempts": { "type": "integer" },
+                "max_runtime": { "type": ["integer", "null"], "description": "milliseconds; null for no limit" },
+                "not_before": ts,
+                "lease": { "oneOf": [{ "$ref": "#/components/schemas/Lease" }, { "type": "null" }] },
+                "idempotency_key": opt_str,
+                "payload_hash": { "type": "string" },
+                "cancel_requested": { "type": "boolean" },
+                "last_error": opt_str,
+                "result": opt_str,
+                "exit_code": { "type": ["integer", "null"] },
+                "created_at": ts,
+                "started_at": opt_ts,
+                "finished_at": opt_ts
+            },
+            "required": ["id", "queue", "kind", "payload", "priority", "state", "attempts", "max_attempts", "not_before", "created_at"]
+        },
+        "Event": {
+            "type": "object",
+            "properties": {
+                "job_id": { "type": "integer" },
+                "at": ts,
+                "kind": { "type": "string", "enum": slothqueue_core::EventKind::ALL.iter().map(|k| k.as_str()).collect::<Vec<_>>() },
+                "owner": opt_str,
+                "attempt": { "type": ["integer", "null"] },
+                "message": opt_str,
+                "retry_at": opt_ts
+            },
+            "required": ["job_id", "at", "kind"]
+        },
+        "JobWithEvents": {
+            "allOf": [
+                { "$ref": "#/components/schemas/Job" },
+                { "type": "object", "properties": { "events": { "type": "array", "items": { "$ref": "#/components/schemas/Event" } } }, "required": ["events"] }
+            ]
+        },
+        "JobPage": {
+            "type": "object",
+            "properties": {
+                "jobs": { "type": "array", "items": { "$ref": "#/components/schemas/Job" } },
+                "next_cursor": { "type": ["integer", "null"], "description": "pass as `cursor` for the next page; null on the last" }
+            },
+            "required": ["jobs", "next_cursor"]
+        },
+        "Stats": {
+            "type": "object",
+            "properties": {
+                "pending": { "type": "integer" },
+                "running": { "type": "integer" },
+                "done": { "type": "integer" },
+                "failed": { "type": "integer" },
+                "cancelled": { "type": "integer" },
+                "due_now": { "type": "integer" },
+                "next_due": opt_ts
+            },
+            "required": ["pending", "running", "done", "failed", "cancelled", "due_now", "next_due"]
+        }
+    })
+}

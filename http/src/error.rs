@@ -1,0 +1,160 @@
+//! The one error type of this crate: what can go wrong starting the server,
+//! and every refusal a request can get, each with its HTTP status.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use slothqueue_core::StoreError;
+
+/// Everything this crate can fail with.
+///
+/// Request-side variants turn into a JSON body `{"error": "...", "status": N}`
+/// with the matching status (see [`HttpError::status`]), so a client never has
+/// to parse text or HTML; start-up variants are returned by
+/// [`crate::bind`] and [`crate::serve`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HttpError {
+    /// The request is malformed: bad JSON, an unknown field, a bad id.
+    #[error("{0}")]
+    BadRequest(String),
+    /// No bearer token, or the wrong one. The presented token is never echoed.
+    #[error("missing or wrong bearer token")]
+    Unauthorized,
+    /// The request came through a name or origin that is not loopback.
+    #[error("{0}")]
+    Forbidden(String),
+    /// No such job or route.
+    #[error("{0}")]
+    NotFound(String),
+    /// The route exists but not for this method.
+    #[error("method {method} not allowed here")]
+    MethodNotAllowed {
+        /// The method the client used.
+        method: String,
+    },
+    /// The job's state does not allow the operation (cancelling a finished job).
+    #[error("{0}")]
+    Conflict(String),
+    /// The body did not arrive in time.
+    #[error("timed out reading the request body")]
+    Timeout,
+    /// The body is larger than the limit.
+    #[error("request body is larger than {limit} bytes")]
+    PayloadTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The body is not `application/json`.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// The queue refused or failed.
+    #[error(transparent)]
+    Store(StoreError),
+    /// A handler panicked; the connection survives and the client gets JSON.
+    #[error("internal error")]
+    Internal,
+    /// Binding a non-loopback address was asked for without `allow_remote`.
+    #[error(
+        "refusing to listen on {addr}: it is not a loopback address (pass --allow-remote to expose the queue to the network)"
+    )]
+    NotLoopback {
+        /// The address asked for.
+        addr: SocketAddr,
+    },
+    /// The listening socket could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The token file could not be read or created.
+    #[error("token file {path}: {source}")]
+    TokenIo {
+        /// The token file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The token file exists but cannot be trusted or used.
+    #[error("token file {path}: {detail}")]
+    TokenUnusable {
+        /// The token file.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// Accepting connections failed.
+    #[error("serving: {0}")]
+    Serve(#[source] std::io::Error),
+    /// The drain worker's runner stopped with an error.
+    #[error("drain worker: {0}")]
+    Worker(#[source] slothqueue_runner::RunnerError),
+    /// The drain worker stopped without being asked, or crashed.
+    #[error("drain worker {0}")]
+    WorkerStopped(String),
+}
+
+impl HttpError {
+    /// The status a client sees for this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            HttpError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            HttpError::Unauthorized => StatusCode::UNAUTHORIZED,
+            HttpError::Forbidden(_) => StatusCode::FORBIDDEN,
+            HttpError::NotFound(_) => StatusCode::NOT_FOUND,
+            HttpError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            HttpError::Conflict(_) => StatusCode::CONFLICT,
+            HttpError::Timeout => StatusCode::REQUEST_TIMEOUT,
+            HttpError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            HttpError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            HttpError::Store(e) => match e {
+                StoreError::NotFound(_) => StatusCode::NOT_FOUND,
+                StoreError::LeaseLost { .. } | StoreError::InvalidTransition { .. } => {
+                    StatusCode::CONFLICT
+                }
+                StoreError::InvalidInput(_) => StatusCode::BAD_REQUEST,
+                StoreError::Busy { .. } | StoreError::DiskFull(_) => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            },
+            HttpError::Internal
+            | HttpError::NotLoopback { .. }
+            | HttpError::Bind { .. }
+            | HttpError::TokenIo { .. }
+            | HttpError::TokenUnusable { .. }
+            | HttpError::Serve(_)
+            | HttpError::Worker(_)
+            | HttpError::WorkerStopped(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<StoreError> for HttpError {
+    fn from(e: StoreError) -> Self {
+        HttpError::Store(e)
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = serde_json::json!({ "error": self.to_string(), "status": status.as_u16() });
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}

@@ -1,0 +1,144 @@
+//! Extractors whose every rejection is an [`HttpError`], so that no request,
+//! however malformed, gets axum's plain-text errors or a panic.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::header;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+use slothqueue_core::JobId;
+
+use crate::guard::is_json_content_type;
+use crate::{AppState, HttpError};
+
+/// How long a client may take to send a body once its headers arrived; a
+/// client dripping bytes must not hold a connection forever.
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A JSON body, read up to the body limit (also when chunked, with no
+/// `Content-Length`), then parsed with the target's serde rules (which
+/// reject unknown fields).
+pub(crate) struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
+    type Rejection = HttpError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let json = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(is_json_content_type);
+        if !json {
+            return Err(HttpError::UnsupportedMediaType(
+                "the body must be application/json".to_owned(),
+            ));
+        }
+        let limit = state.api.body_limit;
+        // `Bytes` reads through axum's `DefaultBodyLimit`, which the router
+        // sets to the same limit; it wraps the body in a length-limited one,
+        // so a chunked body fails as soon as it passes the limit.
+        let bytes = match tokio::time::timeout(BODY_TIMEOUT, Bytes::from_request(req, state)).await
+        {
+            Err(_) => return Err(HttpError::Timeout),
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(
+                _,
+            )))) => return Err(HttpError::PayloadTooLarge { limit }),
+            Ok(Err(e)) => {
+                return Err(HttpError::BadRequest(format!(
+                    "cannot read the request body: {}",
+                    e.body_text().to_lowercase()
+                )));
+            }
+        };
+        if bytes.len() > limit {
+            return Err(HttpError::PayloadTooLarge { limit });
+        }
+        let mut de = serde_json::Deserializer::from_slice(&bytes);
+        let value = serde_path_to_error::deserialize(&mut de).map_err(json_error)?;
+        // Trailing bytes after the object are as malformed as missing ones.
+        de.end().map_err(|e| HttpError::BadRequest(format!("invalid json body: {e}")))?;
+        Ok(JsonBody(value))
+    }
+}
+
+/// Names the field at fault (`priority: invalid type …`) when there is one.
+fn json_error(e: serde_path_to_error::Error<serde_json::Error>) -> HttpError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    if path.is_empty() || path == "." {
+        HttpError::BadRequest(format!("invalid json body: {inner}"))
+    } else {
+        HttpError::BadRequest(format!("invalid json body: {path}: {inner}"))
+    }
+}
+
+/// A query string parsed with the target's serde rules.
+pub(crate) struct QueryParams<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or("");
+        serde_urlencoded::from_str(query)
+            .map(QueryParams)
+            .map_err(|e| HttpError::BadRequest(format!("invalid query string: {e}")))
+    }
+}
+
+/// The `{id}` path segment: a positive decimal integer that fits a job id.
+/// Anything else (`abc`, `..`, `%2f`, twenty digits) is a 400 before the
+/// store is asked.
+pub(crate) struct IdParam(pub JobId);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdParam {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(raw) =
+            Path::<String>::from_request_parts(parts, state).await.map_err(|_| bad_id())?;
+        parse_id(&raw).map(IdParam).ok_or_else(bad_id)
+    }
+}
+
+fn bad_id() -> HttpError {
+    HttpError::BadRequest("the job id must be a positive integer".to_owned())
+}
+
+/// A job id as written in a path or query: 1 to 19 ASCII digits, positive.
+pub(crate) fn parse_id(raw: &str) -> Option<JobId> {
+    if raw.is_empty() || raw.len() > 19 || !raw.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    raw.parse::<JobId>().ok().filter(|id| *id > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_id;
+
+    #[test]
+    fn ids() {
+        assert_eq!(parse_id("1"), Some(1));
+        assert_eq!(parse_id("9223372036854775807"), Some(i64::MAX));
+        for bad in [
+            "",
+            "0",
+            "-1",
+            "+1",
+            "abc",
+            "1.0",
+            " 1",
+            "..",
+            "9223372036854775808",
+            "99999999999999999999",
+        ] {
+            assert_eq!(parse_id(bad), None, "{bad}");
+        }
+    }
+}

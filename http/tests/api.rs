@@ -1,0 +1,624 @@
+//! The routes and their guards, against a served instance on a free
+//! loopback port, on both backends (no drain worker: jobs stay pending
+//! unless a test moves them through the store).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test helpers panic on failure")]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
+
+use common::{Backend, Server, start};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use slothqueue_core::{ClaimFilter, Clock, ClockOnly, Completion, Owner, SystemClock};
+
+on_both_backends!(
+    enqueue_show_list_stats,
+    dedup_and_supersede,
+    cancel_pending_and_conflict_on_done,
+    token_required,
+    host_and_origin_must_be_loopback,
+    bodies_must_be_json,
+    body_limit,
+    unknown_field_and_bad_json,
+    bad_ids,
+    healthz_and_routing_errors,
+    openapi_matches_routes,
+    token_file_is_private,
+    paging,
+);
+
+fn shell(cmd: &str) -> Value {
+    json!({ "kind": "shell", "payload": { "command": cmd } })
+}
+
+async fn enqueue_show_list_stats(backend: Backend) {
+    let s = start(backend).await;
+    let resp = s.enqueue(shell("echo hello")).await;
+    assert_eq!(resp["created"], true);
+    assert_eq!(resp["superseded"], Value::Null);
+    let job = &resp["job"];
+    let id = job["id"].as_i64().unwrap();
+    assert_eq!(job["state"], "pending");
+    assert_eq!(job["kind"], "shell");
+    assert_eq!(job["queue"], "default");
+    assert_eq!(job["max_runtime"], 300_000);
+    // The server's working directory is recorded, as `add` does.
+    assert_eq!(job["payload"]["cwd"], s.dir.path().to_str().unwrap());
+    assert_eq!(job["payload"]["env"], json!({}));
+
+    let (status, shown) = s.get(&format!("/api/tasks/outbox/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(shown["id"], id);
+    assert_eq!(shown["events"][0]["kind"], "pushed");
+    assert!(shown["events"][0]["at"].is_i64());
+
+    let later = s
+        .enqueue(json!({
+            "kind": "report", "payload": {"x": 1}, "priority": 5, "queue": "slow",
+            "max_attempts": 2, "max_runtime": null, "scheduled_for": "2999-01-01T00:00:00Z",
+        }))
+        .await;
+    assert_eq!(later["job"]["priority"], 5);
+    assert_eq!(later["job"]["max_attempts"], 2);
+    assert_eq!(later["job"]["max_runtime"], Value::Null);
+    assert_eq!(later["job"]["queue"], "slow");
+    let nb = later["job"]["not_before"].as_i64().unwrap();
+    assert_eq!(nb, "2999-01-01T00:00:00Z".parse::<jiff::Timestamp>().unwrap().as_millisecond());
+
+    let (status, page) = s.get("/api/tasks/outbox").await;
+    assert_eq!(status, StatusCode::OK);
+    let ids: Vec<i64> =
+        page["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids, vec![later["job"]["id"].as_i64().unwrap(), id], "newest first");
+    assert_eq!(page["next_cursor"], Value::Null);
+    let (_, page) = s.get("/api/tasks/outbox?kind=report").await;
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 1);
+    let (_, page) = s.get("/api/tasks/outbox?queue=default&state=pending").await;
+    assert_eq!(page["jobs"][0]["id"], id);
+    let (_, page) = s.get("/api/tasks/outbox?state=done").await;
+    assert_eq!(page["jobs"], json!([]));
+    let (status, err) = s.get("/api/tasks/outbox?state=bogus").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    let (status, err) = s.get("/api/tasks/outbox?colour=red").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(err["error"].as_str().unwrap().contains("colour"), "{err}");
+
+    let (status, stats) = s.get("/api/tasks/outbox/stats").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(stats["pending"], 2);
+    assert_eq!(stats["due_now"], 1);
+    assert_eq!(stats["next_due"], nb);
+    for k in ["running", "done", "failed", "cancelled"] {
+        assert_eq!(stats[k], 0, "{k}");
+    }
+
+    // Validation happens before anything is written.
+    for (body, needle) in [
+        (json!({"kind": "shell", "payload": {"cwd": "/"}}), "command"),
+        (json!({"kind": "shell", "payload": "echo"}), "command"),
+        (json!({"kind": "shell", "payload": {"command": "true", "cwd": "rel"}}), "cwd"),
+        (json!({"kind": "shell", "payload": {"command": "true", "env": {"A": 1}}}), "env"),
+        (json!({"kind": "shell", "payload": {"command": "true", "shell": "zsh"}}), "shell"),
+        (json!({"kind": "../x", "payload": {}}), "kind"),
+        (json!({"kind": "x", "payload": {}, "max_attempts": 0}), "attempts"),
+        (json!({"kind": "x", "payload": {}, "max_runtime": -1}), "max_runtime"),
+        (json!({"kind": "x", "payload": {}, "scheduled_for": "tomorrow"}), "scheduled_for"),
+        (json!({"kind": "x", "payload": {}, "priority": 1e10}), "priority"),
+    ] {
+        let (status, err) = s.post("/api/tasks/enqueue", &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body} → {err}");
+        assert!(err["error"].as_str().unwrap().contains(needle), "{body} → {err}");
+    }
+    let (_, stats) = s.get("/api/tasks/outbox/stats").await;
+    assert_eq!(stats["pending"], 2);
+    s.stop().await.unwrap();
+}
+
+async fn dedup_and_supersede(backend: Backend) {
+    let s = start(backend).await;
+    let body = json!({
+        "kind": "shell", "payload": {"command": "echo one", "cwd": "/"},
+        "idempotency_key": "k1", "scheduled_for": "2999-01-01T00:00:00Z",
+    });
+    let first = s.enqueue(body.clone()).await;
+    let id = first["job"]["id"].as_i64().unwrap();
+
+    let (status, again) = s.post("/api/tasks/enqueue", &body).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["created"], false);
+    assert_eq!(again["job"]["id"], id);
+
+    let mut newer = body.clone();
+    newer["payload"]["command"] = json!("echo two");
+    let second = s.enqueue(newer).await;
+    let new_id = second["job"]["id"].as_i64().unwrap();
+    assert_ne!(new_id, id);
+    assert_eq!(second["superseded"], id);
+    let (_, old) = s.get(&format!("/api/tasks/outbox/{id}")).await;
+    assert_eq!(old["state"], "cancelled");
+    let kinds: Vec<&str> =
+        old["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert!(kinds.contains(&"superseded"), "{kinds:?}");
+    s.stop().await.unwrap();
+}
+
+async fn cancel_pending_and_conflict_on_done(backend: Backend) {
+    let s = start(backend).await;
+    let id = s.enqueue(shell("true")).await["job"]["id"].as_i64().unwrap();
+    let (status, job) = s.post(&format!("/api/tasks/outbox/{id}/cancel"), &json!(null)).await;
+    assert_eq!(status, StatusCode::OK, "{job}");
+    assert_eq!(job["state"], "cancelled");
+    // Cancelling again: the job is finished.
+    let (status, err) =
+        s.send(s.req(Method::POST, &format!("/api/tasks/outbox/{id}/cancel"))).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+
+    // A job the store ran to completion cannot be cancelled either.
+    let done = s.enqueue(shell("true")).await["job"]["id"].as_i64().unwrap();
+    let now = SystemClock.now();
+    let claimed = s
+        .store
+        .claim(&Owner::named("test"), &ClaimFilter::default(), now, &ClockOnly)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.job.id, done);
+    s.store
+        .complete(
+            done,
+            &claimed.fence,
+            Completion { result: Some("ok".into()), exit_code: Some(0) },
+            now,
+        )
+        .await
+        .unwrap();
+    let (status, err) =
+        s.send(s.req(Method::POST, &format!("/api/tasks/outbox/{done}/cancel"))).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    assert!(err["error"].as_str().unwrap().contains("done"), "{err}");
+
+    let (status, _) = s.send(s.req(Method::POST, "/api/tasks/outbox/424242/cancel")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    s.stop().await.unwrap();
+}
+
+async fn token_required(backend: Backend) {
+    let s = start(backend).await;
+    let routes = [
+        (Method::POST, "/api/tasks/enqueue"),
+        (Method::GET, "/api/tasks/outbox"),
+        (Method::GET, "/api/tasks/outbox/1"),
+        (Method::POST, "/api/tasks/outbox/1/cancel"),
+        (Method::GET, "/api/tasks/outbox/stats"),
+        (Method::GET, "/api/openapi.json"),
+        (Method::GET, "/no/such/route"),
+    ];
+    let wrong_same_length = "0".repeat(s.token.len());
+    for (method, path) in routes {
+        let url = format!("{}{path}", s.url);
+        let body = shell("echo sneaky");
+        let attempts = [
+            s.client.request(method.clone(), &url).json(&body),
+            s.client.request(method.clone(), &url).json(&body).bearer_auth("wrong"),
+            s.client.request(method.clone(), &url).json(&body).bearer_auth(&wrong_same_length),
+            s.client.request(method.clone(), &url).json(&body).bearer_auth(format!("{}x", s.token)),
+            s.client.request(method.clone(), &url).json(&body).basic_auth("user", Some(&s.token)),
+            s.client
+                .request(method.clone(), &url)
+                .json(&body)
+                .header("authorization", s.token.clone()),
+        ];
+        for req in attempts {
+            let (status, err) = s.send(req).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path}: {err}");
+            assert!(!err.to_string().contains(&s.token), "the token is never echoed");
+        }
+    }
+    let (_, stats) = s.get("/api/tasks/outbox/stats").await;
+    assert_eq!(stats["pending"], 0, "nothing was enqueued without the token");
+    s.stop().await.unwrap();
+}
+
+async fn host_and_origin_must_be_loopback(backend: Backend) {
+    let s = start(backend).await;
+    let port = s.addr.port();
+    for host in
+        ["evil.example", &format!("evil.example:{port}"), "localhost.evil.example", "10.0.0.1"]
+    {
+        for path in ["/api/tasks/outbox/stats", "/healthz"] {
+            let (status, err) = s.send(s.req(Method::GET, path).header("host", host)).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{host} {path}: {err}");
+        }
+        let (status, _) = s
+            .send(
+                s.req(Method::POST, "/api/tasks/enqueue").header("host", host).json(&shell("true")),
+            )
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+    }
+    for host in [
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        "[::1]".to_owned(),
+        "localhost".to_owned(),
+    ] {
+        let (status, _) =
+            s.send(s.req(Method::GET, "/api/tasks/outbox/stats").header("host", &host)).await;
+        assert_eq!(status, StatusCode::OK, "{host}");
+    }
+    for origin in ["http://evil.example", "null", "https://localhost.evil.example"] {
+        let (status, _) = s
+            .send(
+                s.req(Method::POST, "/api/tasks/enqueue")
+                    .header("origin", origin)
+                    .json(&shell("true")),
+            )
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{origin}");
+    }
+    let (status, _) = s
+        .send(
+            s.req(Method::POST, "/api/tasks/enqueue")
+                .header("origin", format!("http://localhost:{port}"))
+                .json(&shell("true")),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    // A raw HTTP/1.0 request without any Host header is refused too.
+    let (code, _) = s
+        .raw(
+            format!(
+                "GET /api/tasks/outbox/stats HTTP/1.0\r\nAuthorization: Bearer {}\r\n\r\n",
+                s.token
+            )
+            .into_bytes(),
+        )
+        .await;
+    assert_eq!(code, 403);
+    let (_, stats) = s.get("/api/tasks/outbox/stats").await;
+    assert_eq!(stats["pending"], 1, "only the loopback-origin enqueue landed");
+    s.stop().await.unwrap();
+}
+
+async fn bodies_must_be_json(backend: Backend) {
+    let s = start(backend).await;
+    let body = shell("echo hi").to_string();
+    for ct in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+        None,
+    ] {
+        let mut req = s.req(Method::POST, "/api/tasks/enqueue").body(body.clone());
+        if let Some(ct) = ct {
+            req = req.header("content-type", ct);
+        }
+        let (status, err) = s.send(req).await;
+        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{ct:?}: {err}");
+    }
+    let (status, _) = s
+        .send(
+            s.req(Method::POST, "/api/tasks/enqueue")
+                .header("content-type", "text/plain")
+                .form(&[("kind", "shell")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // A form-encoded cancel is refused as well.
+    let id = s.enqueue(shell("true")).await["job"]["id"].as_i64().unwrap();
+    let (status, _) = s
+        .send(s.req(Method::POST, &format!("/api/tasks/outbox/{id}/cancel")).form(&[("a", "b")]))
+        .await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let (status, _) = s
+        .send(
+            s.req(Method::POST, "/api/tasks/enqueue")
+                .header("content-type", "application/json; charset=utf-8")
+                .body(body),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (_, stats) = s.get("/api/tasks/outbox/stats").await;
+    assert_eq!(stats["pending"], 2);
+    s.stop().await.unwrap();
+}
+
+/// A valid enqueue body of exactly `len` bytes (padding inside the payload).
+fn body_of_len(len: usize) -> Vec<u8> {
+    let head = r#"{"kind":"blob","payload":{"pad":""#;
+    let tail = r#""}}"#;
+    let mut body = head.as_bytes().to_vec();
+    body.resize(len - tail.len(), b'a');
+    body.extend_from_slice(tail.as_bytes());
+    assert_eq!(body.len(), len);
+    body
+}
+
+async fn body_limit(backend: Backend) {
+    let s = start(backend).await;
+    let limit = slothqueue_http::DEFAULT_BODY_LIMIT;
+    assert_eq!(limit, 1024 * 1024);
+
+    let (status, _) = s
+        .send(
+            s.req(Method::POST, "/api/tasks/enqueue")
+                .header("content-type", "application/json")
+                .body(body_of_len(limit)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "exactly the limit is accepted");
+    let (status, err) = s
+        .send(
+            s.req(Method::POST, "/api/tasks/enqueue")
+                .header("content-type", "application/json")
+                .body(body_of_len(limit + 1)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{err}");
+
+    // Chunked, without Content-Length: the limit holds while reading.
+    for (len, want) in [(limit + 1, 413), (4 * limit, 413), (limit, 201)] {
+        let body = body_of_len(len);
+        let mut req = format!(
+            "POST /api/tasks/enqueue HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+            s.token
+        )
+        .into_bytes();
+        for chunk in body.chunks(64 * 1024) {
+            req.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+            req.extend_from_slice(chunk);
+            req.extend_from_slice(b"\r\n");
+        }
+        req.extend_from_slice(b"0\r\n\r\n");
+        let (code, text) = s.raw(req).await;
+        assert_eq!(code, want, "chunked {len}: {text}");
+        let err: Value = serde_json::from_str(&text).unwrap();
+        if want == 413 {
+            assert_eq!(err["status"], 413);
+        }
+    }
+    let (_, stats) = s.get("/api/tasks/outbox/stats").await;
+    assert_eq!(stats["pending"], 2, "only the bodies within the limit were enqueued");
+    s.stop().await.unwrap();
+}
+
+async fn unknown_field_and_bad_json(backend: Backend) {
+    let s = start(backend).await;
+    let (status, err) = s
+        .post(
+            "/api/tasks/enqueue",
+            &json!({"kind": "shell", "payload": {"command": "true"}, "prio": 3}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(err["error"].as_str().unwrap().contains("unknown field `prio`"), "{err}");
+    let json_req = |body: &str| {
+        s.req(Method::POST, "/api/tasks/enqueue")
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+    };
+    for bad in [
+        "",
+        "{",
+        "{\"kind\": \"shell\"",
+        "[1,2]",
+        "null",
+        "\"str\"",
+        "{\"kind\": 5, \"payload\": {}}",
+        "\u{0}\u{1}",
+        "{\"payload\": {}}",
+    ] {
+        let (status, err) = s.send(json_req(bad)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad:?}: {err}");
+    }
+    let (status, _) =
+        s.send(json_req("{\"kind\":\"shell\",\"payload\":{\"command\":\"true\"}}")).await;
+    assert_eq!(status, StatusCode::CREATED);
+    // Bytes that are not UTF-8.
+    let (status, _) = s
+        .send(
+            s.req(Method::POST, "/api/tasks/enqueue")
+                .header("content-type", "application/json")
+                .body(vec![0xff, 0xfe, b'{']),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    s.stop().await.unwrap();
+}
+
+async fn bad_ids(backend: Backend) {
+    let s = start(backend).await;
+    for id in ["abc", "99999999999999999999", "0", "-1", "1.5", "%2f", "1%2f2", "%00", "1%20"] {
+        let (status, err) = s.get(&format!("/api/tasks/outbox/{id}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{id}: {err}");
+        let (status, err) =
+            s.send(s.req(Method::POST, &format!("/api/tasks/outbox/{id}/cancel"))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "cancel {id}: {err}");
+    }
+    // Sent raw: an HTTP client would resolve the dots before sending.
+    for path in [
+        "/api/tasks/outbox/..",
+        "/api/tasks/outbox/%2e%2e",
+        "/api/tasks/outbox/%2E%2E%2F1",
+        "/api/tasks/outbox/../../etc/passwd",
+        "/api/tasks/outbox//etc/passwd",
+    ] {
+        let (code, body) = s
+            .raw(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n", s.token).into_bytes())
+            .await;
+        assert!(code == 400 || code == 404, "{path}: {code} {body}");
+        let err: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(err["status"], code);
+    }
+    let (status, err) = s.get("/api/tasks/outbox/12345").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{err}");
+    let (status, _) = s.get("/api/tasks/outbox?cursor=abc").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    for limit in ["0", "501", "-1", "x"] {
+        let (status, _) = s.get(&format!("/api/tasks/outbox?limit={limit}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "limit {limit}");
+    }
+    s.stop().await.unwrap();
+}
+
+async fn healthz_and_routing_errors(backend: Backend) {
+    let s = start(backend).await;
+    let (status, body) = s.send(s.client.get(format!("{}/healthz", s.url))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, json!({"ok": true}));
+    let (status, _) = s.get("/api/tasks/nothing").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, err) = s.send(s.req(Method::DELETE, "/api/tasks/outbox/1")).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{err}");
+    let (status, _) = s.send(s.req(Method::GET, "/api/tasks/enqueue")).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    s.stop().await.unwrap();
+}
+
+async fn openapi_matches_routes(backend: Backend) {
+    let s = start(backend).await;
+    let (status, doc) = s.get("/api/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(doc, slothqueue_http::openapi());
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    let mut documented = BTreeSet::new();
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for method in ops.as_object().unwrap().keys() {
+            documented.insert((method.to_uppercase(), path.clone()));
+        }
+    }
+    let served: BTreeSet<(String, String)> =
+        slothqueue_http::routes().into_iter().map(|(m, p)| (m.to_owned(), p.to_owned())).collect();
+    assert_eq!(documented, served);
+    let expected: BTreeSet<(String, String)> = [
+        ("POST", "/api/tasks/enqueue"),
+        ("GET", "/api/tasks/outbox"),
+        ("GET", "/api/tasks/outbox/{id}"),
+        ("POST", "/api/tasks/outbox/{id}/cancel"),
+        ("GET", "/api/tasks/outbox/stats"),
+        ("GET", "/api/openapi.json"),
+        ("GET", "/healthz"),
+    ]
+    .into_iter()
+    .map(|(m, p)| (m.to_owned(), p.to_owned()))
+    .collect();
+    assert_eq!(served, expected);
+    // Every documented route is really served (not the "no such route" fallback),
+    // and its path with the method swapped is not.
+    for (method, path) in &documented {
+        let path = path.replace("{id}", "1");
+        let method: Method = method.parse().unwrap();
+        let mut req = s.req(method.clone(), &path);
+        if method == Method::POST {
+            req = req.json(&shell("true"));
+        }
+        let (status, body) = s.send(req).await;
+        assert!(body["error"] != "no such route", "{method} {path}: {status} {body}");
+        assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+    }
+    // Every $ref points at something defined.
+    let text = doc.to_string();
+    for part in text.split("\"$ref\":\"#/").skip(1) {
+        let target = &part[..part.find('"').unwrap()];
+        let mut node = &doc;
+        for seg in target.split('/') {
+            node = &node[seg];
+        }
+        assert!(!node.is_null(), "dangling $ref {target}");
+    }
+    s.stop().await.unwrap();
+}
+
+async fn token_file_is_private(backend: Backend) {
+    let s = start(backend).await;
+    let mode = std::fs::metadata(&s.token_path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert_eq!(
+        s.token_path.file_name().unwrap().to_str().unwrap(),
+        format!("{}.token", s.queue_path.file_name().unwrap().to_str().unwrap())
+    );
+    assert_eq!(s.token.len(), 64);
+    s.stop().await.unwrap();
+}
+
+async fn paging(backend: Backend) {
+    let s = start(backend).await;
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        ids.push(s.enqueue(shell(&format!("echo {i}"))).await["job"]["id"].as_i64().unwrap());
+    }
+    ids.reverse();
+    let mut seen = Vec::new();
+    let mut cursor: Option<i64> = None;
+    loop {
+        let path = match cursor {
+            Some(c) => format!("/api/tasks/outbox?limit=3&cursor={c}"),
+            None => "/api/tasks/outbox?limit=3".to_owned(),
+        };
+        let (status, page) = s.get(&path).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let jobs = page["jobs"].as_array().unwrap();
+        assert!(jobs.len() <= 3);
+        seen.extend(jobs.iter().map(|j| j["id"].as_i64().unwrap()));
+        match page["next_cursor"].as_i64() {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids);
+    s.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn non_loopback_bind_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, queue) = common::open_store(Backend::Sqlite, dir.path());
+    let mut config = slothqueue_http::ServeConfig::new(slothqueue_http::Token::Generate {
+        beside_queue: queue.clone(),
+    });
+    for addr in ["0.0.0.0:0", "[::]:0", "192.0.2.1:7878"] {
+        config.addr = addr.parse().unwrap();
+        let err = slothqueue_http::bind(store.clone(), config.clone()).await.unwrap_err();
+        assert!(matches!(err, slothqueue_http::HttpError::NotLoopback { .. }), "{addr}: {err}");
+    }
+    assert!(
+        !slothqueue_http::token_path_beside(&queue).exists(),
+        "refused before the token was made"
+    );
+    config.addr = "0.0.0.0:0".parse().unwrap();
+    config.allow_remote = true;
+    let bound = slothqueue_http::bind(store.clone(), config.clone()).await.unwrap();
+    assert!(bound.local_addr().ip().is_unspecified());
+    drop(bound);
+    config.addr = "127.0.0.1:0".parse().unwrap();
+    config.allow_remote = false;
+    let bound = slothqueue_http::bind(store, config).await.unwrap();
+    assert!(bound.local_addr().ip().is_loopback());
+    assert_ne!(bound.local_addr().port(), 0);
+}
+
+#[tokio::test]
+async fn allow_remote_accepts_other_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = common::open_store(Backend::Sqlite, dir.path());
+    let app = slothqueue_http::router(
+        store,
+        slothqueue_http::ApiState::new("0123456789abcdef0123").with_allow_remote(true),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (code, body) = common::raw_request(
+        addr,
+        b"GET /api/tasks/outbox/stats HTTP/1.1\r\nHost: queue.example\r\nAuthorization: Bearer 0123456789abcdef0123\r\nConnection: close\r\n\r\n".to_vec(),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+}
+
+/// A reminder that the test helpers assert JSON for every answer.
+#[allow(dead_code)]
+fn _uses(_: &Server) {}

@@ -1,0 +1,146 @@
+//! The drain worker beside the server: jobs enqueued over HTTP run at once,
+//! cancels stop running jobs, and shutdown hands the running job back.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test helpers panic on failure")]
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Backend, Server, start_with};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use slothqueue_http::DrainWorker;
+
+on_both_backends!(lifecycle, cancel_running, shutdown_releases_running_job);
+
+/// A server with a drain worker that would poll only once a minute: a job
+/// that starts sooner was started by the enqueue's wake-up.
+async fn start_draining(backend: Backend) -> Server {
+    start_with(backend, |store, queue| {
+        let mut config = DrainWorker::config(&queue);
+        config.poll_interval = Duration::from_secs(60);
+        config.kill_grace = Duration::from_millis(500);
+        Some(DrainWorker::new(store, config, |_event| {}))
+    })
+    .await
+}
+
+fn events(job: &Value) -> Vec<String> {
+    job["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn lifecycle(backend: Backend) {
+    let s = start_draining(backend).await;
+    // Let the worker find the queue empty and go to sleep first.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let resp = s.enqueue(json!({"kind": "shell", "payload": {"command": "echo hello"}})).await;
+    let id = resp["job"]["id"].as_i64().unwrap();
+    let job = s.wait_for(id, Duration::from_secs(20), |j| j["state"] == "done").await;
+    assert_eq!(job["result"], "hello");
+    assert_eq!(job["exit_code"], 0);
+    assert_eq!(job["attempts"], 1);
+    assert_eq!(events(&job), ["pushed", "claimed", "completed"]);
+    for e in job["events"].as_array().unwrap() {
+        assert!(e["at"].as_i64().unwrap() > 0);
+    }
+    // The output went to the CLI's log directory beside the queue.
+    let log = slothqueue_http::log_dir_beside(&s.queue_path).join(format!("{id}.log"));
+    assert!(std::fs::read_to_string(&log).unwrap().contains("hello"));
+
+    // A failing command ends failed once its attempts are used up.
+    let resp = s
+        .enqueue(json!({"kind": "shell", "payload": {"command": "echo oops >&2; exit 3"}, "max_attempts": 1}))
+        .await;
+    let id = resp["job"]["id"].as_i64().unwrap();
+    let job = s.wait_for(id, Duration::from_secs(20), |j| j["state"] == "failed").await;
+    assert_eq!(job["exit_code"], 3);
+    let (_, stats) = s.get("/api/tasks/outbox/stats").await;
+    assert_eq!((stats["done"].as_u64(), stats["failed"].as_u64()), (Some(1), Some(1)), "{stats}");
+    s.stop().await.unwrap();
+}
+
+/// The pids a job wrote to `file` (its shell, then a grandchild), once both are there.
+async fn pids_in(file: &Path) -> Vec<i32> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(file) {
+            let pids: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            if pids.len() == 2 {
+                return pids;
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the job never wrote its pids");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Whether `pid` is a live process (not gone, not a zombie).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        }
+        Err(_) => false,
+    }
+}
+
+async fn assert_all_gone(pids: &[i32]) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while pids.iter().any(|p| alive(*p)) {
+        assert!(tokio::time::Instant::now() < deadline, "processes survived: {pids:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A job whose shell and a grandchild `sleep 30` record their pids.
+fn sleeper(pids: &Path) -> Value {
+    let command = format!(
+        "echo $$ > {p}.tmp; sleep 30 & echo $! >> {p}.tmp; mv {p}.tmp {p}; wait",
+        p = pids.display()
+    );
+    json!({"kind": "shell", "payload": {"command": command}})
+}
+
+async fn cancel_running(backend: Backend) {
+    let s = start_draining(backend).await;
+    let pid_file = s.dir.path().join("pids");
+    let id = s.enqueue(sleeper(&pid_file)).await["job"]["id"].as_i64().unwrap();
+    s.wait_for(id, Duration::from_secs(20), |j| j["state"] == "running").await;
+    let pids = pids_in(&pid_file).await;
+    assert!(pids.iter().all(|p| alive(*p)));
+
+    let (status, job) =
+        s.send(s.req(Method::POST, &format!("/api/tasks/outbox/{id}/cancel"))).await;
+    assert_eq!(status, StatusCode::OK, "{job}");
+    assert_eq!(job["cancel_requested"], true);
+    let job = s.wait_for(id, Duration::from_secs(20), |j| j["state"] == "cancelled").await;
+    assert!(events(&job).contains(&"cancel_requested".to_owned()), "{job}");
+    assert_all_gone(&pids).await;
+    let (status, _) = s.send(s.req(Method::POST, &format!("/api/tasks/outbox/{id}/cancel"))).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    s.stop().await.unwrap();
+}
+
+async fn shutdown_releases_running_job(backend: Backend) {
+    let s = start_draining(backend).await;
+    let pid_file = s.dir.path().join("pids");
+    let id = s.enqueue(sleeper(&pid_file)).await["job"]["id"].as_i64().unwrap();
+    s.wait_for(id, Duration::from_secs(20), |j| j["state"] == "running").await;
+    let pids = pids_in(&pid_file).await;
+    let store = Arc::clone(&s.store);
+    let addr = s.addr;
+    common::within(30, s.stop()).await.unwrap();
+    assert_all_gone(&pids).await;
+    let job = store.get(id).await.unwrap();
+    assert_eq!(job.state, slothqueue_core::JobState::Pending, "handed back: {job:?}");
+    assert_eq!(job.attempts, 0, "a shutdown is not charged as an attempt");
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "no longer listening");
+}
