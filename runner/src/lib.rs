@@ -25,6 +25,23 @@
 //! [`Clock`](slothqueue_core::Clock) in [`RunnerConfig`], awake time
 //! (max runtime, heartbeats, gate intervals) through tokio's timers, so tests
 //! can pause it.
+//!
+//! ```no_run
+//! # use std::{path::Path, sync::Arc, time::Duration};
+//! # async fn demo(store: Arc<dyn slothqueue_core::Store>, db: &Path) -> Result<(), slothqueue_runner::RunnerError> {
+//! use slothqueue_runner::{LoadGate, Runner, RunnerConfig, RunnerEvent, log_dir_for, unix_signals};
+//!
+//! let shutdown = unix_signals()?; // first: Ctrl-C must work from the start
+//! let mut config = RunnerConfig::new(log_dir_for(db));
+//! config.gates.push(Box::new(LoadGate::system(Some(25.0))));
+//! config.cooldown = Duration::from_secs(1);
+//! let runner = Runner::new(store, config); // runs `shell` jobs
+//! let summary = runner
+//!     .run(|event: RunnerEvent| { /* the CLI prints `event` */ }, shutdown)
+//!     .await?;
+//! std::process::exit(summary.exit_code().into()); // 130, 1 or 0
+//! # }
+//! ```
 
 #![deny(missing_docs)]
 
