@@ -1,0 +1,2 @@
+//! Placeholder until the bench harness lands.
+fn main() {}

@@ -1,0 +1,2 @@
+//! Placeholder until the torture harness lands.
+fn main() {}
