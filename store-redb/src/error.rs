@@ -54,10 +54,9 @@ pub(crate) fn io(path: &Path, what: &str, e: io::Error) -> StoreError {
         return StoreError::DiskFull(path.to_owned());
     }
     match e.kind() {
-        // redb reports "not a redb file" and a header cut short as these.
-        io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => {
-            corrupt(path, format!("{what}: {e}"))
-        }
+        // redb reports "not a redb file" and a file cut short as these.
+        io::ErrorKind::InvalidData => corrupt(path, format!("{what}: {e}")),
+        io::ErrorKind::UnexpectedEof => corrupt(path, "the file ends early (truncated?)"),
         _ => StoreError::Io { context: format!("{what} {}", path.display()), source: e },
     }
 }
@@ -69,7 +68,7 @@ fn is_disk_full(e: &io::Error) -> bool {
 fn map_redb(path: &Path, e: redb::Error) -> StoreError {
     use redb::Error as E;
     match e {
-        E::Io(e) => io(path, "reading or writing", e),
+        E::Io(e) => io(path, "redb", e),
         E::Corrupted(detail) => corrupt(path, format!("redb: {detail}")),
         E::UpgradeRequired(v) => {
             corrupt(path, format!("a redb file in the old format {v}, never written by slothqueue"))
@@ -85,7 +84,9 @@ fn map_redb(path: &Path, e: redb::Error) -> StoreError {
             corrupt(path, format!("stored type {name:?} differs from slothqueue's"))
         }
         E::TableDoesNotExist(t) => corrupt(path, format!("table `{t}` is missing")),
-        E::ValueTooLarge(n) => StoreError::InvalidInput(format!("a record of {n} bytes is too large")),
+        E::ValueTooLarge(n) => {
+            StoreError::InvalidInput(format!("a record of {n} bytes is too large"))
+        }
         E::LockProtocolMismatch => StoreError::Backend(format!(
             "{} is open in another process using an incompatible redb version",
             path.display()

@@ -42,7 +42,8 @@ pub fn sniff(header: &[u8]) -> bool {
 
 /// Name → value; the schema version, the next id and the ready watermark.
 /// Its name doubles as slothqueue's mark on the file.
-pub(crate) const META: TableDefinition<'static, &str, u64> = TableDefinition::new("slothqueue_meta");
+pub(crate) const META: TableDefinition<'static, &str, u64> =
+    TableDefinition::new("slothqueue_meta");
 /// Job id → the [`slothqueue_core::Job`] as JSON.
 pub(crate) const JOBS: TableDefinition<'static, i64, &[u8]> = TableDefinition::new("jobs");
 /// (queue, kind, [`priority_key`], not_before, id) → (): the pending jobs
@@ -55,9 +56,11 @@ pub(crate) const PENDING: TableDefinition<'static, (i64, i64), (&str, &str, i32)
 /// Job id → lease end (ms): the running jobs.
 pub(crate) const RUNNING: TableDefinition<'static, i64, i64> = TableDefinition::new("running");
 /// Idempotency key → the id of the job holding it.
-pub(crate) const KEYS: TableDefinition<'static, &str, i64> = TableDefinition::new("idempotency_keys");
+pub(crate) const KEYS: TableDefinition<'static, &str, i64> =
+    TableDefinition::new("idempotency_keys");
 /// (job id, seq) → the [`slothqueue_core::Event`] as JSON.
-pub(crate) const EVENTS: TableDefinition<'static, (i64, u32), &[u8]> = TableDefinition::new("events");
+pub(crate) const EVENTS: TableDefinition<'static, (i64, u32), &[u8]> =
+    TableDefinition::new("events");
 /// State name → how many jobs are in it.
 pub(crate) const COUNTS: TableDefinition<'static, &str, u64> = TableDefinition::new("state_counts");
 /// Owner id → the [`slothqueue_core::RunnerRecord`] as JSON.
@@ -270,7 +273,8 @@ pub(crate) fn open_writable(path: &Path, lock_timeout: Duration) -> Result<Datab
 /// migrates an older one; whichever process gets the write lock first does
 /// it, the others find it done.
 fn initialise(db: &Database, path: &Path, lock_timeout: Duration) -> Result<(), StoreError> {
-    let txn = patiently(lock_timeout, || Ok(db.try_begin_write()?)).map_err(|e| e.into_store(path))?;
+    let txn =
+        patiently(lock_timeout, || Ok(db.try_begin_write()?)).map_err(|e| e.into_store(path))?;
     initialise_in(&txn, path)?;
     txn.commit().map_err(|e| Failure::from(e).into_store(path))
 }

@@ -6,27 +6,27 @@
 
 use std::collections::HashMap;
 use std::ops::Bound;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use redb::{
-    Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
-    WriteTransaction,
+    Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
+    Table, WriteTransaction,
 };
 use slothqueue_core::machine::{self, ClaimOutcome, PushPlan};
 use slothqueue_core::{
-    ClaimFilter, Claimed, Completion, Event, EventKind, Failure as JobFailure, Fence,
-    HeartbeatAck, Job, JobId, JobState, Lease, ListFilter, ListOrder, Liveness, LivenessJudge,
-    NewJob, Owner, Policy, PurgeFilter, Pushed, RunnerRecord, Stats, Store, StoreError,
-    Timestamp,
+    ClaimFilter, Claimed, Completion, Event, EventKind, Failure as JobFailure, Fence, HeartbeatAck,
+    Job, JobId, JobState, Lease, ListFilter, ListOrder, Liveness, LivenessJudge, NewJob, Owner,
+    Policy, PurgeFilter, Pushed, RunnerRecord, Stats, Store, StoreError, Timestamp,
 };
 
 use crate::error::{Failure, corrupt, panic_message};
 use crate::schema::{
-    self, COUNTS, EVENTS, JOBS, KEYS, META, META_NEXT_ID, META_WATERMARK, PENDING, READY,
-    RUNNERS, RUNNING, ReadyKey, guarded, i64_from_meta, i64_to_meta, priority_key,
+    self, COUNTS, EVENTS, JOBS, KEYS, META, META_NEXT_ID, META_WATERMARK, PENDING, READY, RUNNERS,
+    RUNNING, ReadyKey, guarded, i64_from_meta, i64_to_meta, priority_key,
 };
 
 /// How hard a commit tries to reach the disk before returning.
@@ -83,11 +83,11 @@ struct Inner {
     /// Write-locked only to reopen after a latched I/O error and for the
     /// integrity check, which need the handle to themselves.
     db: RwLock<Database>,
-    /// One write transaction of this handle at a time, handed over in
-    /// turn rather than polled for, so threads of one process do not
-    /// starve each other; other processes are polled for (see
-    /// [`patiently`]).
-    gate: Gate,
+    /// One write transaction at a time among every handle of this process
+    /// on this file, handed over in turn rather than polled for, so
+    /// threads of one process do not starve each other; other processes
+    /// are polled for (see [`patiently`]).
+    gate: Arc<Gate>,
 }
 
 impl RedbStore {
@@ -97,13 +97,9 @@ impl RedbStore {
     /// [`StoreError::SchemaTooNew`] and left unchanged.
     pub fn open(path: &Path, options: RedbOptions) -> Result<RedbStore, StoreError> {
         let db = schema::open_database(path, options.lock_timeout)?;
+        let gate = gate_for(path)?;
         Ok(RedbStore {
-            inner: Arc::new(Inner {
-                path: path.to_owned(),
-                options,
-                db: RwLock::new(db),
-                gate: Gate::default(),
-            }),
+            inner: Arc::new(Inner { path: path.to_owned(), options, db: RwLock::new(db), gate }),
         })
     }
 
@@ -165,8 +161,7 @@ impl RedbStore {
                     let mut out = Vec::new();
                     for entry in running.iter()? {
                         let id = entry?.0.value();
-                        let job = load(&jobs, id)?
-                            .ok_or_else(|| out_of_step("running", id))?;
+                        let job = load(&jobs, id)?.ok_or_else(|| out_of_step("running", id))?;
                         if filter.as_ref().is_none_or(|f| f.admits(&job)) {
                             if let Some(lease) = job.lease {
                                 out.push((id, lease));
@@ -197,6 +192,26 @@ struct Gate {
     free: Condvar,
 }
 
+/// The gates of the files this process has open, by (device, inode), so
+/// that every handle on one file shares one, however the path was spelt.
+static GATES: Mutex<Vec<(FileId, Weak<Gate>)>> = Mutex::new(Vec::new());
+
+/// A file's (device, inode).
+type FileId = (u64, u64);
+
+fn gate_for(path: &Path) -> Result<Arc<Gate>, StoreError> {
+    let meta = std::fs::metadata(path).map_err(|e| crate::error::io(path, "reading", e))?;
+    let id = (meta.dev(), meta.ino());
+    let mut gates = GATES.lock().unwrap_or_else(PoisonError::into_inner);
+    gates.retain(|(_, g)| g.strong_count() > 0);
+    if let Some(gate) = gates.iter().find(|(k, _)| *k == id).and_then(|(_, g)| g.upgrade()) {
+        return Ok(gate);
+    }
+    let gate = Arc::new(Gate::default());
+    gates.push((id, Arc::downgrade(&gate)));
+    Ok(gate)
+}
+
 /// Holds [`Gate`] until dropped.
 struct GateGuard<'a>(&'a Gate);
 
@@ -208,10 +223,10 @@ impl Drop for GateGuard<'_> {
 }
 
 /// The longest pause between two tries for another process's lock.
-const MAX_PAUSE: Duration = Duration::from_millis(50);
+const MAX_PAUSE: Duration = Duration::from_millis(10);
 
 /// Retries `attempt` while another process holds the file or its write
-/// lock, pausing 1, 2, 4 … up to 50 ms, for at most `timeout`; then
+/// lock, pausing 1, 2, 4 … up to 10 ms, for at most `timeout`; then
 /// [`StoreError::Busy`]. Any other outcome is returned at once.
 #[expect(
     clippy::disallowed_methods,
@@ -286,7 +301,8 @@ impl Inner {
             let Some(left) = timeout.checked_sub(waited).filter(|d| !d.is_zero()) else {
                 return Err(Failure::Store(StoreError::Busy { waited }));
             };
-            held = self.gate.free.wait_timeout(held, left).unwrap_or_else(PoisonError::into_inner).0;
+            held =
+                self.gate.free.wait_timeout(held, left).unwrap_or_else(PoisonError::into_inner).0;
         }
         *held = true;
         Ok(GateGuard(&self.gate))
@@ -367,7 +383,8 @@ impl<'t> Tx<'t> {
     }
 
     fn set_next_id(&mut self, id: JobId) -> Result<(), Failure> {
-        let id = u64::try_from(id).map_err(|_| Failure::Damaged(format!("id {id} out of range")))?;
+        let id =
+            u64::try_from(id).map_err(|_| Failure::Damaged(format!("id {id} out of range")))?;
         self.meta.insert(META_NEXT_ID, id)?;
         Ok(())
     }
@@ -399,7 +416,8 @@ impl<'t> Tx<'t> {
         match job.state {
             JobState::Pending => {
                 let nb = job.not_before.as_millis();
-                self.pending.insert((nb, job.id), (job.queue.as_str(), job.kind.as_str(), job.priority))?;
+                self.pending
+                    .insert((nb, job.id), (job.queue.as_str(), job.kind.as_str(), job.priority))?;
                 if nb <= self.watermark {
                     self.ready.insert(ready_key(job), ())?;
                 }
@@ -525,7 +543,11 @@ impl<'t> Tx<'t> {
                         Bound::Excluded(k) => Bound::Excluded(borrow_key(k)),
                         Bound::Unbounded => Bound::Unbounded,
                     };
-                    match self.ready.range::<(&str, &str, u32, i64, i64)>((from, Bound::Unbounded))?.next() {
+                    match self
+                        .ready
+                        .range::<(&str, &str, u32, i64, i64)>((from, Bound::Unbounded))?
+                        .next()
+                    {
                         Some(entry) => {
                             let (key, _) = entry?;
                             let (q, k, p, nb, id) = key.value();
@@ -594,7 +616,8 @@ fn decode_job(id: JobId, bytes: &[u8]) -> Result<Job, Failure> {
 }
 
 fn decode_event(bytes: &[u8]) -> Result<Event, Failure> {
-    serde_json::from_slice(bytes).map_err(|e| Failure::Damaged(format!("an event does not decode: {e}")))
+    serde_json::from_slice(bytes)
+        .map_err(|e| Failure::Damaged(format!("an event does not decode: {e}")))
 }
 
 fn out_of_step(index: &str, id: JobId) -> Failure {
@@ -671,7 +694,12 @@ fn claim_in(
     Ok(Some(Claimed { job: tr.job, fence, reclaimed_from: old.lease.map(|l| l.owner) }))
 }
 
-fn push_in(t: &mut Tx<'_>, new: &NewJob, now: Timestamp, policy: &Policy) -> Result<Pushed, Failure> {
+fn push_in(
+    t: &mut Tx<'_>,
+    new: &NewJob,
+    now: Timestamp,
+    policy: &Policy,
+) -> Result<Pushed, Failure> {
     machine::validate(new)?;
     let holder = match &new.idempotency_key {
         Some(k) => match t.keys.get(k.as_str())?.map(|v| v.value()) {
@@ -796,7 +824,11 @@ fn list_in(txn: &ReadTransaction, filter: &ListFilter) -> Result<Vec<Job>, Failu
         (ListOrder::Oldest, Some(c)) => jobs.range((Bound::Excluded(c), Bound::Unbounded))?,
         _ => jobs.range::<i64>(..)?,
     };
-    let mut take = |entry: Result<(redb::AccessGuard<'_, i64>, redb::AccessGuard<'_, &'static [u8]>), redb::StorageError>| -> Result<bool, Failure> {
+    let mut take = |entry: Result<
+        (redb::AccessGuard<'_, i64>, redb::AccessGuard<'_, &'static [u8]>),
+        redb::StorageError,
+    >|
+     -> Result<bool, Failure> {
         let (k, v) = entry?;
         let job = decode_job(k.value(), v.value())?;
         if admits(&job) {
@@ -839,10 +871,11 @@ fn stats_in(txn: &ReadTransaction, now: Timestamp) -> Result<Stats, Failure> {
         entry?;
         due_now += 1;
     }
-    let next_due = match pending.range((Bound::Excluded((now_ms, i64::MAX)), Bound::Unbounded))?.next() {
-        Some(entry) => Some(Timestamp::from_millis(entry?.0.value().0)),
-        None => None,
-    };
+    let next_due =
+        match pending.range((Bound::Excluded((now_ms, i64::MAX)), Bound::Unbounded))?.next() {
+            Some(entry) => Some(Timestamp::from_millis(entry?.0.value().0)),
+            None => None,
+        };
     Ok(Stats {
         pending: count(JobState::Pending)?,
         running: count(JobState::Running)?,
@@ -857,10 +890,7 @@ fn stats_in(txn: &ReadTransaction, now: Timestamp) -> Result<Stats, Failure> {
 fn next_due_in(txn: &ReadTransaction) -> Result<Option<Timestamp>, Failure> {
     let pending = txn.open_table(PENDING)?;
     let running = txn.open_table(RUNNING)?;
-    let mut earliest = match pending.first()? {
-        Some((k, _)) => Some(k.value().0),
-        None => None,
-    };
+    let mut earliest = pending.first()?.map(|(k, _)| k.value().0);
     for entry in running.iter()? {
         let until = entry?.1.value();
         earliest = Some(earliest.map_or(until, |e| e.min(until)));
@@ -910,7 +940,10 @@ fn verify_indexes(txn: &ReadTransaction) -> Result<(), Failure> {
                 n_running += 1;
                 let until = running.get(job.id)?.map(|v| v.value());
                 if until != job.lease.as_ref().map(|l| l.until.as_millis()) {
-                    return bad(format!("running job #{} disagrees with the running index", job.id));
+                    return bad(format!(
+                        "running job #{} disagrees with the running index",
+                        job.id
+                    ));
                 }
             }
             JobState::Done | JobState::Failed | JobState::Cancelled => {}
@@ -952,7 +985,12 @@ fn verify_indexes(txn: &ReadTransaction) -> Result<(), Failure> {
     Ok(())
 }
 
-fn pushed_many(t: &mut Tx<'_>, jobs: &[NewJob], now: Timestamp, policy: &Policy) -> Result<Vec<Pushed>, Failure> {
+fn pushed_many(
+    t: &mut Tx<'_>,
+    jobs: &[NewJob],
+    now: Timestamp,
+    policy: &Policy,
+) -> Result<Vec<Pushed>, Failure> {
     // All or nothing: check every element before writing any.
     for j in jobs {
         machine::validate(j)?;
@@ -968,7 +1006,11 @@ impl Store for RedbStore {
         many.pop().ok_or_else(|| StoreError::Backend("a push returned nothing".to_owned()))
     }
 
-    async fn push_many(&self, jobs: Vec<NewJob>, now: Timestamp) -> Result<Vec<Pushed>, StoreError> {
+    async fn push_many(
+        &self,
+        jobs: Vec<NewJob>,
+        now: Timestamp,
+    ) -> Result<Vec<Pushed>, StoreError> {
         self.blocking(move |i| {
             let policy = i.options.policy.clone();
             i.write(|t| pushed_many(t, &jobs, now, &policy))
@@ -1090,7 +1132,9 @@ impl Store for RedbStore {
 
     async fn get(&self, id: JobId) -> Result<Job, StoreError> {
         self.blocking(move |i| {
-            i.read(|txn| load(&txn.open_table(JOBS)?, id)?.ok_or(Failure::Store(StoreError::NotFound(id))))
+            i.read(|txn| {
+                load(&txn.open_table(JOBS)?, id)?.ok_or(Failure::Store(StoreError::NotFound(id)))
+            })
         })
         .await
     }
