@@ -622,3 +622,21 @@ async fn allow_remote_accepts_other_hosts() {
 /// A reminder that the test helpers assert JSON for every answer.
 #[allow(dead_code)]
 fn _uses(_: &Server) {}
+
+#[tokio::test]
+async fn silent_clients_are_cut_off() {
+    let s = start(Backend::Sqlite).await;
+    let mut stream = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Half a request line, then nothing: the connection must not stay open forever.
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: local").await.unwrap();
+    let mut buf = Vec::new();
+    let read =
+        tokio::time::timeout(std::time::Duration::from_secs(30), stream.read_to_end(&mut buf))
+            .await;
+    assert!(read.is_ok(), "the server held a silent connection for 30 s");
+    // Other clients were served meanwhile, and still are.
+    let (status, _) = s.get("/healthz").await;
+    assert_eq!(status, StatusCode::OK);
+    s.stop().await.unwrap();
+}
