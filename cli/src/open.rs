@@ -167,10 +167,21 @@ pub fn detect(path: &Path, backend: Option<Backend>) -> Result<Backend, OpenErro
         return Ok(b);
     }
     match read_header(path)? {
-        None => Ok(Backend::for_new_file(path)),
-        Some(header) if header.is_empty() => Ok(Backend::for_new_file(path)),
+        None => Ok(new_file_backend(path)),
+        Some(header) if header.is_empty() => Ok(new_file_backend(path)),
         Some(header) => Backend::sniff(&header).ok_or_else(|| OpenError::Foreign(path.into())),
     }
+}
+
+/// The backend a new file gets: the name's choice when this build has it,
+/// else the one backend it has (a redb-only build still creates the
+/// default `queue.db`, as redb).
+fn new_file_backend(path: &Path) -> Backend {
+    let by_name = Backend::for_new_file(path);
+    if by_name.is_compiled_in() {
+        return by_name;
+    }
+    Backend::ALL.into_iter().find(|b| b.is_compiled_in()).unwrap_or(by_name)
 }
 
 /// Opens (or creates) the queue at `path` with the backend [`detect`] picks.

@@ -166,7 +166,7 @@ pub struct RunArgs {
 
     /// Start a job only while the 1-minute load average is below this
     /// (default: the number of CPUs).
-    #[arg(long, value_name = "F", value_parser = parse_ceiling)]
+    #[arg(long, value_name = "F", allow_hyphen_values = true, value_parser = parse_ceiling)]
     pub load_ceiling: Option<f64>,
 
     /// Read the load from this loadavg-format file instead of /proc/loadavg.

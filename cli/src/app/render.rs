@@ -76,10 +76,17 @@ pub fn event_line(e: &Event, now: Timestamp) -> String {
         }
         _ => {}
     }
-    if let Some(m) = &e.message {
-        let _ = write!(line, ": {}", one_line(m));
+    match &e.message {
+        // `superseded by #5` says it all; `superseded: superseded by #5` stutters.
+        Some(m) if m.starts_with(e.kind.as_str()) => {
+            format!("{} {}", local(e.at, now), one_line(m))
+        }
+        Some(m) => {
+            let _ = write!(line, ": {}", one_line(m));
+            line
+        }
+        None => line,
     }
-    line
 }
 
 /// Control characters (newlines, escapes) as spaces, so a value cannot

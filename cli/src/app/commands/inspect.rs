@@ -210,7 +210,9 @@ pub async fn logs(ctx: &Ctx, id: JobId, follow: bool) -> Outcome {
                 .into());
             }
             Err(e) => {
-                return Err(anyhow::Error::new(e).context(format!("cannot read {}", path.display())));
+                return Err(
+                    anyhow::Error::new(e).context(format!("cannot read {}", path.display()))
+                );
             }
         };
         io::copy(&mut file, &mut out)?;

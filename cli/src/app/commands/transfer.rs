@@ -102,10 +102,11 @@ pub async fn import(ctx: &Ctx, file: Option<PathBuf>) -> Outcome {
     for line in lines {
         let id = line.job.id;
         store.restore(line.job, line.events).await.with_context(|| {
-            format!(
-                "line {}: cannot import job #{id} (the {imported} line(s) before it were imported)",
-                line.number
-            )
+            let before = match imported {
+                0 => "nothing was imported".to_owned(),
+                n => format!("the {n} job(s) before it were imported"),
+            };
+            format!("line {}: cannot import job #{id} ({before})", line.number)
         })?;
         imported += 1;
     }

@@ -1,0 +1,20 @@
+//! End-to-end tests of the `slothqueue` binary, as separate processes on
+//! both backends. They live here because Cargo gives only this package's
+//! integration tests the built binary (`CARGO_BIN_EXE_slothqueue`).
+//!
+//! - `snapshots`: the human output of every command, through insta with
+//!   central filters (see `support`).
+//! - `bad_input`: a table of invalid invocations: exit code, message, and
+//!   the queue file byte-for-byte unchanged.
+//! - `e2e`: persistence, the seed's transcript, concurrent runners, kill -9
+//!   recovery, SIGTERM, the missing-file rule, export/import, the demo.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers fail loudly on purpose; a panic is the test's report"
+)]
+
+mod bad_input;
+mod e2e;
+mod snapshots;
+pub mod support;
