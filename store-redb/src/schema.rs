@@ -130,7 +130,7 @@ enum Found {
 /// after vetting it: a file that is foreign, damaged or from a newer
 /// slothqueue is refused before redb may write a byte.
 pub(crate) fn open_database(path: &Path, lock_timeout: Duration) -> Result<Database, StoreError> {
-    let fresh = prepare_file(path)?;
+    let fresh = prepare_file(path, lock_timeout)?;
     let found = if fresh { Found::Empty } else { probe(path, lock_timeout)? };
     let db = open_writable(path, lock_timeout)?;
     match found {
@@ -143,16 +143,33 @@ pub(crate) fn open_database(path: &Path, lock_timeout: Duration) -> Result<Datab
 /// Creates the parent directory and an empty 0600 file when there is no
 /// file; answers whether the queue is new (missing or zero bytes), and
 /// refuses a file that is too short or not redb without opening it in redb.
-fn prepare_file(path: &Path) -> Result<bool, StoreError> {
+fn prepare_file(path: &Path, lock_timeout: Duration) -> Result<bool, StoreError> {
     match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => Err(corrupt(path, "a directory, not a queue file")),
         Ok(m) if m.len() == 0 => Ok(true),
         Ok(_) => {
-            let mut header = [0u8; 16];
-            let mut f = File::open(path).map_err(|e| io_error(path, "opening", e))?;
-            let n = read_up_to(&mut f, &mut header).map_err(|e| io_error(path, "reading", e))?;
-            let header = &header[..n];
-            if sniff(header) {
+            // redb writes its magic number last when it creates a file, so
+            // a blank one may be another process creating the queue now.
+            let header = patiently(lock_timeout, || {
+                let header = read_header(path)?;
+                if header.len() >= REDB_MAGIC.len()
+                    && header[..REDB_MAGIC.len()].iter().all(|b| *b == 0)
+                {
+                    return Err(Failure::Redb(redb::Error::WouldBlock));
+                }
+                Ok(header)
+            });
+            let header = match header {
+                Ok(h) => h,
+                Err(Failure::Store(StoreError::Busy { .. })) => {
+                    return Err(corrupt(
+                        path,
+                        "not a redb file (its header is blank: was its creation interrupted?)",
+                    ));
+                }
+                Err(e) => return Err(e.into_store(path)),
+            };
+            if sniff(&header) {
                 Ok(false)
             } else if header == SQLITE_MAGIC {
                 Err(corrupt(path, "a SQLite database, not a redb queue (use the sqlite backend)"))
@@ -175,6 +192,14 @@ fn prepare_file(path: &Path) -> Result<bool, StoreError> {
         }
         Err(e) => Err(io_error(path, "reading", e)),
     }
+}
+
+/// Up to the first 16 bytes of the file.
+fn read_header(path: &Path) -> Result<Vec<u8>, Failure> {
+    let mut header = [0u8; 16];
+    let mut f = File::open(path)?;
+    let n = read_up_to(&mut f, &mut header)?;
+    Ok(header[..n].to_vec())
 }
 
 fn read_up_to(f: &mut File, buf: &mut [u8]) -> io::Result<usize> {

@@ -208,3 +208,37 @@ fn a_directory_is_refused() {
     let err = open(dir.path()).unwrap_err();
     assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
 }
+
+#[test]
+fn a_blank_file_is_waited_for_then_refused_untouched() {
+    // redb writes the magic number last when it creates a file: a blank
+    // header may be another process creating the queue right now.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("blank.redb");
+    std::fs::write(&path, vec![0u8; 4096]).unwrap();
+    let options = RedbOptions {
+        lock_timeout: std::time::Duration::from_millis(200),
+        ..RedbOptions::default()
+    };
+    let err = RedbStore::open(&path, options).unwrap_err();
+    assert_corrupt(&err, &path, "blank");
+    assert!(err.to_string().contains("blank"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), vec![0u8; 4096]);
+}
+
+#[test]
+fn processes_creating_one_queue_at_once_all_succeed() {
+    // Threads stand in for processes: each open is its own redb handle.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new.redb");
+    let opened: Vec<_> = (0..6)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || open(&path).map(|_| ()))
+        })
+        .collect();
+    for o in opened {
+        o.join().unwrap().unwrap();
+    }
+    open(&path).unwrap().check_integrity().unwrap();
+}
