@@ -253,7 +253,8 @@ pub fn table(jobs: &[Job], now: Timestamp, width: Option<usize>, color: bool) ->
                 format!("{cell:<w$}  ", w = widths[i])
             };
             if i == 1 && n > 0 && cell == "failed" {
-                line.push_str(&red(&padded, color));
+                line.push_str(&red(cell, color));
+                line.push_str(&padded[cell.len()..]);
             } else {
                 line.push_str(&padded);
             }

@@ -191,3 +191,21 @@ both_backends! {
         assert_eq!(ctx.ok(&["export"]), before.1);
     }
 }
+
+both_backends! {
+    fn non_utf8_arguments_are_refused_clearly(ctx) {
+        use std::os::unix::ffi::OsStrExt;
+        seeded(&ctx);
+        let before = ctx.ok(&["export"]);
+        let out = ctx
+            .command(&["add"])
+            .arg(std::ffi::OsStr::from_bytes(b"echo \xff\xfe"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("invalid UTF-8"), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert_eq!(ctx.ok(&["export"]), before);
+    }
+}
