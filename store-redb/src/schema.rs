@@ -12,6 +12,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redb::{
@@ -140,9 +141,32 @@ pub(crate) fn open_database(path: &Path, lock_timeout: Duration) -> Result<Datab
     Ok(db)
 }
 
-/// Creates the parent directory and an empty 0600 file when there is no
-/// file; answers whether the queue is new (missing or zero bytes), and
-/// refuses a file that is too short or not redb without opening it in redb.
+/// [`open_database`] on a storage backend (tests of storage faults): no
+/// file checks, the schema version checked and initialised alike.
+pub(crate) fn open_backend(
+    backend: impl StorageBackend,
+    label: &Path,
+    lock_timeout: Duration,
+) -> Result<Database, StoreError> {
+    let db =
+        guarded(|| Ok(builder().create_with_backend(backend)?)).map_err(|e| e.into_store(label))?;
+    match guarded(|| inspect(&db)).map_err(|e| e.into_store(label))? {
+        Found::Version(v) if v == u64::from(SCHEMA_VERSION) => {}
+        Found::Version(v) if v > u64::from(SCHEMA_VERSION) => {
+            return Err(StoreError::SchemaTooNew {
+                path: label.to_owned(),
+                found: u32::try_from(v).unwrap_or(u32::MAX),
+                supported: SCHEMA_VERSION,
+            });
+        }
+        _ => initialise(&db, label, lock_timeout)?,
+    }
+    Ok(db)
+}
+
+/// Creates the parent directory and a new 0600 queue when there is no
+/// file; answers whether the file is a queue still to be initialised (zero
+/// bytes), and refuses a file that is not redb without opening it in redb.
 fn prepare_file(path: &Path, lock_timeout: Duration) -> Result<bool, StoreError> {
     match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => Err(corrupt(path, "a directory, not a queue file")),
@@ -181,6 +205,35 @@ fn prepare_file(path: &Path, lock_timeout: Duration) -> Result<bool, StoreError>
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).map_err(|e| io_error(dir, "creating directory", e))?;
             }
+            create_atomically(path, lock_timeout)
+        }
+        Err(e) => Err(io_error(path, "reading", e)),
+    }
+}
+
+/// Makes a new queue appear complete or not at all: it is built under a
+/// temporary name beside `path`, then hard-linked into place, which fails
+/// if another process got there first (whose queue is then used). redb
+/// initialises a file in place in steps, and a crash between them would
+/// leave a file it never opens again. Where hard links are not available
+/// the empty file is created in place for redb to initialise there.
+/// Answers whether the queue at `path` is still to be initialised.
+fn create_atomically(path: &Path, lock_timeout: Duration) -> Result<bool, StoreError> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let tmp = path.with_file_name(format!(".{name}.new-{}-{n}", std::process::id()));
+    let built = build_new_queue(&tmp, lock_timeout);
+    let linked = built.and_then(|()| {
+        std::fs::hard_link(&tmp, path).or_else(|e| match e.kind() {
+            io::ErrorKind::AlreadyExists => Ok(()),
+            _ => Err(io_error(path, "linking the new queue into place", e)),
+        })
+    });
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(false),
+        Err(StoreError::Io { .. }) => {
             OpenOptions::new()
                 .write(true)
                 .create(true)
@@ -190,8 +243,20 @@ fn prepare_file(path: &Path, lock_timeout: Duration) -> Result<bool, StoreError>
                 .map_err(|e| io_error(path, "creating", e))?;
             Ok(true)
         }
-        Err(e) => Err(io_error(path, "reading", e)),
+        Err(e) => Err(e),
     }
+}
+
+fn build_new_queue(tmp: &Path, lock_timeout: Duration) -> Result<(), StoreError> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(tmp)
+        .map_err(|e| io_error(tmp, "creating", e))?;
+    let db = guarded(|| Ok(builder().create(tmp)?)).map_err(|e| e.into_store(tmp))?;
+    initialise(&db, tmp, lock_timeout)?;
+    db.close().map_err(|e| Failure::from(e).into_store(tmp))
 }
 
 /// Up to the first 16 bytes of the file.

@@ -88,6 +88,8 @@ struct Inner {
     /// threads of one process do not starve each other; other processes
     /// are polled for (see [`patiently`]).
     gate: Arc<Gate>,
+    /// Opened from a file (not a test backend), so it can be reopened.
+    on_file: bool,
 }
 
 impl RedbStore {
@@ -99,7 +101,37 @@ impl RedbStore {
         let db = schema::open_database(path, options.lock_timeout)?;
         let gate = gate_for(path)?;
         Ok(RedbStore {
-            inner: Arc::new(Inner { path: path.to_owned(), options, db: RwLock::new(db), gate }),
+            inner: Arc::new(Inner {
+                path: path.to_owned(),
+                options,
+                db: RwLock::new(db),
+                gate,
+                on_file: true,
+            }),
+        })
+    }
+
+    /// Opens a queue on a redb storage backend rather than a file, for
+    /// storage-fault tests (power loss, failing writes) that must see every
+    /// write and sync. `label` names it in errors. The backend must keep
+    /// redb's lock contract; an image private to one handle may grant
+    /// every lock. None of the file checks of [`RedbStore::open`] apply,
+    /// and a latched I/O error is not recovered by reopening.
+    #[doc(hidden)]
+    pub fn open_backend(
+        backend: impl redb::StorageBackend,
+        label: &Path,
+        options: RedbOptions,
+    ) -> Result<RedbStore, StoreError> {
+        let db = schema::open_backend(backend, label, options.lock_timeout)?;
+        Ok(RedbStore {
+            inner: Arc::new(Inner {
+                path: label.to_owned(),
+                options,
+                db: RwLock::new(db),
+                gate: Arc::new(Gate::default()),
+                on_file: false,
+            }),
         })
     }
 
@@ -317,7 +349,7 @@ impl Inner {
             guarded(|| f(&db))
         };
         match first {
-            Err(e) if e.is_previous_io() => {
+            Err(e) if e.is_previous_io() && self.on_file => {
                 let fresh = schema::open_writable(&self.path, self.options.lock_timeout)?;
                 let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
                 *db = fresh;
@@ -1067,6 +1099,7 @@ impl Store for RedbStore {
                 let job = t.must(id)?;
                 let tr = machine::complete(&job, &fence, &done, now)?;
                 t.apply(&job, &tr)?;
+                crate::failpoint::hit("mid_complete"); // written, not committed
                 Ok(tr.job)
             })
         })
