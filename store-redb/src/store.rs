@@ -298,8 +298,15 @@ impl Inner {
     /// fails (nothing is written then).
     fn write<T>(&self, f: impl Fn(&mut Tx<'_>) -> Result<T, Failure>) -> Result<T, StoreError> {
         self.with_db(|db| {
-            let _gate = self.enter_gate()?;
-            let mut txn = patiently(self.options.lock_timeout, || Ok(db.try_begin_write()?))?;
+            // One budget of `lock_timeout` for both waits.
+            let (_gate, waited) = self.enter_gate()?;
+            let left = self.options.lock_timeout.saturating_sub(waited);
+            let mut txn = patiently(left, || Ok(db.try_begin_write()?)).map_err(|e| match e {
+                Failure::Store(StoreError::Busy { waited: w }) => {
+                    Failure::Store(StoreError::Busy { waited: w.saturating_add(waited) })
+                }
+                e => e,
+            })?;
             txn.set_durability(durability(self.options.durability))?;
             let out = {
                 let mut tx = Tx::open(&txn)?;
@@ -319,12 +326,13 @@ impl Inner {
         })
     }
 
-    /// Waits for this handle's other writers, at most `lock_timeout`.
+    /// Waits for this process's other writers to this file, at most
+    /// `lock_timeout`; answers how long it waited.
     #[expect(
         clippy::disallowed_methods,
         reason = "the wait for this process's other writers is bounded by lock_timeout"
     )]
-    fn enter_gate(&self) -> Result<GateGuard<'_>, Failure> {
+    fn enter_gate(&self) -> Result<(GateGuard<'_>, Duration), Failure> {
         let start = Instant::now();
         let timeout = self.options.lock_timeout;
         let mut held = self.gate.held.lock().unwrap_or_else(PoisonError::into_inner);
@@ -337,7 +345,7 @@ impl Inner {
                 self.gate.free.wait_timeout(held, left).unwrap_or_else(PoisonError::into_inner).0;
         }
         *held = true;
-        Ok(GateGuard(&self.gate))
+        Ok((GateGuard(&self.gate), start.elapsed()))
     }
 
     /// Runs `f` on the database, mapping errors; after an I/O error redb
