@@ -43,11 +43,15 @@ fn sh(cmd: &str) -> NewJob {
     NewJob::shell(cmd, "/tmp")
 }
 
-/// Writes the fixture. Run by hand, once: `cargo test -p
-/// slothqueue-store-redb --test v1_fixture -- --ignored write_v1_fixture`.
+/// Writes the fixture when `SLOTHQUEUE_WRITE_V1_FIXTURE=1` is set (once,
+/// by hand: `SLOTHQUEUE_WRITE_V1_FIXTURE=1 cargo test -p
+/// slothqueue-store-redb --test v1_fixture write_v1_fixture`); otherwise
+/// does nothing, so the committed file is never rewritten by accident.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "writes tests/data/v1.redb; run by hand when creating the fixture"]
 async fn write_v1_fixture() {
+    if std::env::var_os("SLOTHQUEUE_WRITE_V1_FIXTURE").is_none() {
+        return;
+    }
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/v1.redb");
     let _ = std::fs::remove_file(&path);
     let s = RedbStore::open(&path, RedbOptions::default()).unwrap();
