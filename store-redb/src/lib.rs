@@ -33,24 +33,40 @@
 //!
 //! # Transactions and the fence
 //!
-//! Every operation is one redb write transaction: read the row, apply the
+//! Every change is one redb write transaction: read the row, apply the
 //! pure transition from [`slothqueue_core::machine`], write the row and its
-//! index entries, append the events, commit. redb allows one write
-//! transaction at a time across every process sharing the file, and a write
-//! transaction starts from the latest commit, so the owner and attempt the
-//! transition checks (the fence) cannot change between the read and the
-//! write: the transaction is the `WHERE owner = ? AND attempt = ?` of the
-//! SQL backend.
+//! index entries, append the events, commit (all on tokio's blocking
+//! pool). redb allows one write transaction at a time across every process
+//! sharing the file, and a write transaction starts from the latest
+//! commit, so the owner and attempt the transition checks (the fence)
+//! cannot change between the read and the write: the transaction is the
+//! `WHERE owner = ? AND attempt = ?` of the SQL backend.
+//!
+//! The one place redb's shape forced a different route to the same
+//! semantics: the liveness judge is borrowed, so it cannot travel to the
+//! blocking pool. A claim (and `reclaim_dead`) first reads the running
+//! leases, asks the judge about them, then runs the write transaction with
+//! the answers keyed by (job, owner, attempt); a lease that changed in
+//! between has no answer and is left alone until the next claim.
 //!
 //! # Several processes, several handles
 //!
 //! The file is opened with [`redb::ConcurrencyMode::MultiWriter`] (redb
 //! 4.5+): a runner, `add`, `status` and `serve` all hold it at once, taking
-//! turns at writing. redb's locks are open-file-description locks, so two
-//! [`RedbStore`]s on one file in one process behave like two processes and
-//! need no shared registry. A write that finds another process writing
-//! retries with backoff for [`RedbOptions::lock_timeout`], then answers
-//! [`StoreError::Busy`](slothqueue_core::StoreError::Busy).
+//! turns at writing, one write transaction at a time. redb's locks are
+//! open-file-description locks, so two [`RedbStore`]s on one file in one
+//! process contend exactly like two processes, and each has its own
+//! `Database`; no shared registry of databases is needed. What the handles
+//! of one process do share (through a registry of `Weak` entries keyed by
+//! the file's device and inode) is a write gate that hands the turn to
+//! write from one thread to the next, so threads of one process do not
+//! poll against each other. Another process's write is polled for (redb
+//! has a non-blocking `try_begin_write`, while its blocking `begin_write`
+//! would wait without limit), pausing 1 to 10 ms between tries, for at most
+//! [`RedbOptions::lock_timeout`] in all; then the call answers
+//! [`StoreError::Busy`](slothqueue_core::StoreError::Busy). An open that
+//! finds another process mid-write waits the same way. Reads never wait
+//! for writers.
 //!
 //! # Durability
 //!
@@ -61,15 +77,23 @@
 //! so [`DurabilityMode::Eventual`] is accepted but commits durably too; see
 //! its documentation.
 //!
-//! # Bad files
+//! # Bad files and new files
 //!
 //! Before redb may write anything, the file is sniffed (redb's magic
 //! number) and opened read-only to check the schema version: a foreign
-//! file (SQLite, random bytes), a truncated or damaged one, or one from a
-//! newer slothqueue is refused with a typed error and left byte-for-byte
-//! unchanged. A file a crash left needing repair is first repaired in a
-//! copy-on-write overlay in memory; only if that succeeds is the real file
-//! opened (and repaired) for writing.
+//! file (SQLite, random bytes, another program's redb), a truncated or
+//! damaged one, or one from a newer slothqueue is refused with a typed
+//! error and left byte-for-byte unchanged. A file a crash left needing
+//! repair cannot be opened read-only; it is first repaired in a
+//! copy-on-write overlay in memory, and only if that works out is the real
+//! file opened (and repaired by redb) for writing.
+//!
+//! redb initialises a new file in place in several steps, and a crash
+//! between them leaves a file without its magic number that redb never
+//! opens again. So a missing queue is built under a temporary name beside
+//! it and hard-linked into place (which also settles a race between
+//! processes creating it at once: the first link wins, the others use its
+//! file). A zero-byte file is initialised in place.
 
 #![deny(missing_docs)]
 
