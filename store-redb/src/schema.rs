@@ -547,6 +547,9 @@ impl StorageBackend for Overlay {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "write past any end"))?;
         let mut st = self.lock()?;
         let mut done = 0usize;
         while done < data.len() {
@@ -558,7 +561,7 @@ impl StorageBackend for Overlay {
             st.blocks.insert(n, block);
             done += take;
         }
-        st.len = st.len.max(offset + data.len() as u64);
+        st.len = st.len.max(end);
         Ok(())
     }
 }
