@@ -430,11 +430,22 @@ impl<'t> Tx<'t> {
     }
 
     /// Replaces `old` (as read in this transaction) with `new` (or deletes
-    /// it), index entries and state counts included. redb admits one write
-    /// transaction at a time and starts it from the latest commit, so the
-    /// row cannot have changed since it was read: that is the fence.
+    /// it), index entries and state counts included.
+    ///
+    /// The write's condition, as the SQL backend's `WHERE`: the stored row
+    /// must still have `old`'s state, attempts and lease (owner and
+    /// attempt), else nothing is written and the caller gets `LeaseLost`.
+    /// redb admits one write transaction at a time and starts it from the
+    /// latest commit, so this holds by construction; checking it costs one
+    /// lookup and keeps a future change from writing over a row it did not
+    /// read.
     fn put(&mut self, old: Option<&Job>, new: Option<&Job>) -> Result<(), Failure> {
         if let Some(o) = old {
+            let stored = self.job(o.id)?.ok_or(Failure::Store(StoreError::NotFound(o.id)))?;
+            let fence = |j: &Job| (j.state, j.attempts, j.lease.as_ref().map(Lease::fence));
+            if fence(&stored) != fence(o) {
+                return Err(Failure::Store(StoreError::LeaseLost { id: o.id }));
+            }
             self.unindex(o)?;
         }
         match (old, new) {
