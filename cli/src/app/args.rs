@@ -6,7 +6,6 @@
 //! kind, the current directory) is decided in `config`, so that nothing
 //! runs before the whole invocation is known to be valid.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -89,13 +88,32 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Show slothqueue's stories with real processes in a temp dir (< 30 s).
     Demo,
-    /// Serve the HTTP API (not built yet).
-    #[command(hide = true)]
-    Serve {
-        /// Ignored: the command is not built yet.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-        rest: Vec<OsString>,
-    },
+    /// Serve the loopback HTTP API (the outbox routes) with a drain worker.
+    Serve(ServeArgs),
+}
+
+/// `serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Where to listen; loopback unless --allow-remote.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7878")]
+    pub addr: std::net::SocketAddr,
+
+    /// Read the bearer token from this file instead of generating one
+    /// (mode 0600) beside the queue file.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+
+    /// Listen on a non-loopback address and accept any Host/Origin header.
+    /// Anyone who can reach the port and has the token can run commands as
+    /// you: only behind a network you trust.
+    #[arg(long)]
+    pub allow_remote: bool,
+
+    /// Start a shell job only while the 1-minute load average is below this
+    /// (default: the number of CPUs).
+    #[arg(long, value_name = "F", allow_hyphen_values = true, value_parser = parse_ceiling)]
+    pub load_ceiling: Option<f64>,
 }
 
 /// `add`.

@@ -80,8 +80,21 @@ pub enum Command {
     Completions(clap_complete::Shell),
     /// The guided tour.
     Demo,
-    /// The HTTP API (not built yet).
-    Serve,
+    /// The HTTP API with a drain worker.
+    Serve(ServeConfig),
+}
+
+/// `serve`, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServeConfig {
+    /// Where to listen.
+    pub addr: std::net::SocketAddr,
+    /// The token file to read, or `None` to generate one beside the queue.
+    pub token_file: Option<PathBuf>,
+    /// Accept non-loopback addresses and headers.
+    pub allow_remote: bool,
+    /// The drain worker's load ceiling; `None` is the number of CPUs.
+    pub load_ceiling: Option<f64>,
 }
 
 /// When a new job becomes due.
@@ -194,7 +207,12 @@ impl Config {
             args::Command::Import(i) => Command::Import(i.file.filter(|f| f.as_os_str() != "-")),
             args::Command::Completions(c) => Command::Completions(c.shell),
             args::Command::Demo => Command::Demo,
-            args::Command::Serve { .. } => Command::Serve,
+            args::Command::Serve(a) => Command::Serve(ServeConfig {
+                addr: a.addr,
+                token_file: a.token_file,
+                allow_remote: a.allow_remote,
+                load_ceiling: a.load_ceiling,
+            }),
         };
         Ok(Config {
             db,

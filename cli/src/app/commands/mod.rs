@@ -9,6 +9,8 @@ mod demo;
 mod edit;
 mod inspect;
 mod run;
+#[cfg(feature = "http")]
+mod serve;
 mod transfer;
 
 use std::io::{self, Write};
@@ -21,7 +23,9 @@ use slothqueue::{Backend, Clock, Event, Job, OpenOptions, Store, SystemClock, Ti
 use super::Outcome;
 use super::args::Cli;
 use super::config::{Command, Config};
-use super::exit::{Code, usage};
+use super::exit::Code;
+#[cfg(not(feature = "http"))]
+use super::exit::usage;
 
 /// What every command needs besides its own arguments.
 #[derive(Clone, Debug)]
@@ -83,8 +87,11 @@ pub async fn execute(config: Config) -> Outcome {
             Ok(Code::Success)
         }
         Command::Demo => demo::demo(&ctx).await,
-        Command::Serve => Err(usage(
-            "serve is not built yet: the HTTP API is planned; meanwhile use add, list, show and cancel",
+        #[cfg(feature = "http")]
+        Command::Serve(sc) => serve::serve(&ctx, sc).await,
+        #[cfg(not(feature = "http"))]
+        Command::Serve(_) => Err(usage(
+            "serve needs the HTTP API, and this slothqueue was built without the \"http\" feature",
         )),
     }
 }

@@ -63,7 +63,7 @@ pub async fn run(ctx: &Ctx, rc: RunConfig) -> Outcome {
 
 /// Prints one event. Write errors are ignored on purpose: a runner whose
 /// terminal went away still finishes its jobs.
-fn print_event(event: &RunnerEvent, json: bool, color: bool) {
+pub(super) fn print_event(event: &RunnerEvent, json: bool, color: bool) {
     if json {
         let _ = writeln!(io::stdout().lock(), "{}", event_json(event));
         return;
