@@ -37,9 +37,19 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
         print_event(&event, json, color)
     });
     let mut signals = unix_signals()?;
-    slothqueue_http::serve(store, config, Some(worker), async move { signals.requested().await }, |addr, token| {
-        let _ = writeln!(io::stdout().lock(), "listening on http://{addr} (token in {})", token.display());
-    })
+    slothqueue_http::serve(
+        store,
+        config,
+        Some(worker),
+        async move { signals.requested().await },
+        |addr, token| {
+            let _ = writeln!(
+                io::stdout().lock(),
+                "listening on http://{addr} (token in {})",
+                token.display()
+            );
+        },
+    )
     .await?;
     // A server stopped on request has done its job: exit 0, unlike `run`,
     // whose 130 tells a script that due work was left undone.
