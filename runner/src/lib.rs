@@ -48,6 +48,7 @@
 mod error;
 mod event;
 pub mod exec;
+mod failpoint;
 mod fmt;
 pub mod gate;
 mod logfile;

@@ -505,6 +505,7 @@ impl Run {
     /// records how it ended.
     async fn run_job(&mut self, claimed: Claimed) -> Result<(), RunnerError> {
         let Claimed { job, fence, .. } = claimed;
+        crate::failpoint::hit("after_claim");
         let Some(executor) = self.executors.get(&job.kind).cloned() else {
             // The claim filter makes this unreachable; hand the job back.
             self.warn(format!("no executor for kind `{}` of job #{}; released", job.kind, job.id));
@@ -591,6 +592,7 @@ impl Run {
             self.lost(job.id, elapsed);
             return Ok(());
         }
+        crate::failpoint::hit("before_complete");
         self.record_outcome(&job, &fence, stopper.request.map(|s| s.reason), outcome, elapsed).await
     }
 

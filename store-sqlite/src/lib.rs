@@ -25,6 +25,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod failpoint;
 mod schema;
 mod store;
 

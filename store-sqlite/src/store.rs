@@ -1164,6 +1164,9 @@ impl SqliteStore {
                 let job = load(conn, id)?;
                 let t = decide(&job, policy)?;
                 apply(conn, &job, &t)?;
+                if t.job.state == JobState::Done {
+                    crate::failpoint::hit("mid_complete"); // written, not committed
+                }
                 Ok(t.job)
             })
         })
