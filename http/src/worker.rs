@@ -49,9 +49,7 @@ impl WorkerStop {
 /// The log directory the CLI uses for `queue`: `<queue>.logs` beside it, so
 /// `slothqueue logs ID` finds what the server's worker wrote.
 pub fn log_dir_beside(queue: &Path) -> PathBuf {
-    let mut name = queue.as_os_str().to_owned();
-    name.push(".logs");
-    PathBuf::from(name)
+    slothqueue_runner::log_dir_for(queue)
 }
 
 impl DrainWorker {

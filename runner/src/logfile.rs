@@ -27,12 +27,12 @@ pub fn log_path(dir: &Path, id: JobId) -> PathBuf {
     dir.join(format!("{id}.log"))
 }
 
-/// The log directory beside a queue file: `queue.db` → `queue.db-logs`,
-/// next to SQLite's own `queue.db-wal` and `queue.db-shm`, so that two
-/// queues in one directory never mix their logs.
+/// The log directory beside a queue file: `queue.db` → `queue.db.logs`,
+/// named after the queue so that two queues in one directory never mix
+/// their logs. The CLI, the HTTP worker and `logs` all call this.
 pub fn log_dir_for(queue_file: &Path) -> PathBuf {
     let mut name = queue_file.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push("-logs");
+    name.push(".logs");
     queue_file.with_file_name(name)
 }
 

@@ -400,12 +400,10 @@ fn list_filter(l: args::ListArgs) -> anyhow::Result<ListFilter> {
     })
 }
 
-/// The folder a queue's job logs live in: beside the queue file, named
-/// after it, so two queues in one folder never share logs.
+/// The folder a queue's job logs live in: the runner's rule, so `logs`
+/// finds what `run` and `serve` wrote.
 pub fn log_dir(db: &Path) -> PathBuf {
-    let mut name = db.file_name().map(OsString::from).unwrap_or_else(|| OsString::from("queue"));
-    name.push(".logs");
-    db.with_file_name(name)
+    slothqueue::runner::log_dir_for(db)
 }
 
 #[cfg(test)]

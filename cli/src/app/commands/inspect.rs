@@ -196,7 +196,7 @@ async fn jobs_ahead(
 pub async fn logs(ctx: &Ctx, id: JobId, follow: bool) -> Outcome {
     let store = ctx.open(false)?;
     let job = store.get(id).await?;
-    let path = log_dir(&ctx.db).join(format!("{id}.log"));
+    let path = slothqueue::runner::log_path(&log_dir(&ctx.db), id);
     let mut out = io::stdout().lock();
     if !follow {
         let mut file = match std::fs::File::open(&path) {
@@ -260,5 +260,5 @@ fn copy_from(path: &Path, offset: u64) -> anyhow::Result<u64> {
 
 /// The log file of a job, for other commands.
 pub fn log_file(db: &Path, id: JobId) -> PathBuf {
-    log_dir(db).join(format!("{id}.log"))
+    slothqueue::runner::log_path(&log_dir(db), id)
 }

@@ -10,7 +10,7 @@ use slothqueue_http::{DrainWorker, ServeConfig as HttpConfig, Token};
 use super::Ctx;
 use super::run::print_event;
 use crate::app::Outcome;
-use crate::app::config::{ServeConfig, log_dir};
+use crate::app::config::ServeConfig;
 use crate::app::exit::{Code, usage};
 
 /// Serves until SIGTERM or SIGINT, then hands back the running job.
@@ -30,7 +30,6 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
     config.addr = sc.addr;
     config.allow_remote = sc.allow_remote;
     let mut runner_config = DrainWorker::config(&ctx.db);
-    runner_config.log_dir = log_dir(&ctx.db);
     runner_config.gates = vec![Box::new(LoadGate::system(sc.load_ceiling))];
     let (json, color) = (ctx.json, ctx.color);
     let worker = DrainWorker::new(store.clone(), runner_config, move |event: RunnerEvent| {
