@@ -74,6 +74,11 @@ pub struct RunnerConfig {
     pub busy_pause: Duration,
     /// Heartbeat period; `None` for a third of the lease the claim gave.
     pub heartbeat_interval: Option<Duration>,
+    /// Between heartbeats, how often the running job is read back to see a
+    /// requested cancel or a lost lease (default 1 s). A read costs no
+    /// fsync, unlike a heartbeat, so a cancel lands in about a second
+    /// without a durable write every second.
+    pub cancel_check_interval: Duration,
     /// A shell command run after each job (`--on-finish`).
     pub on_finish: Option<String>,
     /// How long `on_finish` may run before its group is killed (default 60 s).
@@ -104,6 +109,7 @@ impl RunnerConfig {
             poll_interval: Duration::from_secs(5),
             busy_pause: Duration::from_secs(1),
             heartbeat_interval: None,
+            cancel_check_interval: Duration::from_secs(1),
             on_finish: None,
             on_finish_timeout: Duration::from_secs(60),
             log_dir: log_dir.into(),
@@ -542,6 +548,7 @@ impl Run {
             job.id,
             fence.clone(),
             beat_every,
+            self.cfg.cancel_check_interval.max(Duration::from_millis(50)),
             pgid_rx,
             news_tx,
         ));
@@ -822,15 +829,42 @@ async fn heartbeat_loop(
     id: JobId,
     fence: Fence,
     every: Duration,
+    check_every: Duration,
     mut pgid: watch::Receiver<Option<i32>>,
     news: mpsc::UnboundedSender<HeartbeatNews>,
 ) {
     let mut recorded: Option<i32> = None;
     let mut pgid_open = true;
     let mut next = Instant::now() + every;
+    let mut next_check = Instant::now() + check_every;
+    let mut cancel_told = false;
     loop {
         tokio::select! {
             () = tokio::time::sleep_until(next) => {}
+            () = tokio::time::sleep_until(next_check), if next_check < next => {
+                next_check = Instant::now() + check_every;
+                // A read, not a write: only look for news between beats.
+                match store.get(id).await {
+                    Ok(job) => {
+                        let ours = job.lease.as_ref().is_some_and(|l| l.fence() == fence);
+                        if !ours {
+                            let _ = news.send(HeartbeatNews::LeaseLost);
+                            return;
+                        }
+                        if job.cancel_requested && !cancel_told {
+                            cancel_told = true;
+                            let _ = news.send(HeartbeatNews::CancelRequested);
+                        }
+                    }
+                    Err(StoreError::NotFound(_)) => {
+                        let _ = news.send(HeartbeatNews::LeaseLost);
+                        return;
+                    }
+                    // Busy and the like: the next beat will tell.
+                    Err(_) => {}
+                }
+                continue;
+            }
             changed = pgid.changed(), if pgid_open => {
                 if changed.is_err() {
                     pgid_open = false;
@@ -848,7 +882,8 @@ async fn heartbeat_loop(
                 if send.is_some() {
                     recorded = send;
                 }
-                if ack.cancel_requested {
+                if ack.cancel_requested && !cancel_told {
+                    cancel_told = true;
                     let _ = news.send(HeartbeatNews::CancelRequested);
                 }
             }

@@ -81,6 +81,28 @@ async fn cancel_of_a_running_job_kills_its_group_and_ends_it_cancelled() {
 }
 
 #[tokio::test]
+async fn a_cancel_lands_between_heartbeats_through_the_read_check() {
+    // Heartbeats an hour apart: only the cheap read between beats can see
+    // the cancel, so the job must not run on to completion.
+    let env = env();
+    let pids = env.path("pids");
+    let id = env.add(&stubborn_job(&pids), |j| j).await;
+    let mut cfg = env.config();
+    cfg.heartbeat_interval = Some(Duration::from_secs(3600));
+    cfg.cancel_check_interval = Duration::from_millis(50);
+    let mut running = env.start(env.runner(cfg));
+    let recorded = pids_of(&pids).await;
+    env.store.cancel(id, env.now()).await.unwrap();
+    running.events.wait_for("the cancel", |e| matches!(e, RunnerEvent::Cancelled { .. })).await;
+    let summary = running.finish().await.unwrap();
+    assert_eq!((summary.cancelled, summary.done), (1, 0));
+    assert_eq!(env.job(id).await.state, JobState::Cancelled);
+    for pid in &recorded {
+        assert!(!alive(*pid), "pid {pid} survived the cancel");
+    }
+}
+
+#[tokio::test]
 async fn a_lost_lease_kills_the_job_and_does_not_complete_it() {
     let env = env();
     let pids = env.path("pids");
