@@ -101,6 +101,9 @@ pub struct ExecContext {
     pub(crate) log_cap: u64,
     pub(crate) kill_grace: Duration,
     pub(crate) started_at: Timestamp,
+    /// The attempt's [`LEASE_VAR`](crate::process::LEASE_VAR) value, set
+    /// in the job's environment; `None` outside a runner's claim.
+    pub(crate) lease_marker: Option<String>,
 }
 
 impl ExecContext {
@@ -116,6 +119,7 @@ impl ExecContext {
             log_cap: crate::runner::DEFAULT_LOG_CAP,
             kill_grace: crate::runner::DEFAULT_KILL_GRACE,
             started_at: now,
+            lease_marker: None,
         }
     }
 
@@ -418,6 +422,9 @@ pub(crate) async fn run_process(job: &Job, spec: ProcessSpec, mut ctx: ExecConte
     env.push(("SLOTHQUEUE_ATTEMPT".into(), ctx.attempt.to_string()));
     env.push(("SLOTHQUEUE_KIND".into(), job.kind.clone()));
     env.push(("SLOTHQUEUE_QUEUE".into(), job.queue.clone()));
+    if let Some(marker) = &ctx.lease_marker {
+        env.push((crate::process::LEASE_VAR.into(), marker.clone()));
+    }
     let log = JobLog::open(&ctx.log_dir, job.id, ctx.log_cap, &header);
     let (log, log_warning) = match log {
         Ok(l) => (Some(l), None),

@@ -23,7 +23,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal};
-use slothqueue_core::Timestamp;
+use slothqueue_core::{Fence, JobId, Timestamp};
 use tokio::process::Child;
 use tokio::time::Instant;
 
@@ -273,6 +273,49 @@ pub(crate) fn orphan_group_is_jobs(
         }
         None => group_alive(pgid),
     }
+}
+
+/// The environment variable marking every process of one attempt of a job
+/// (see [`lease_marker`]). A runner that dies between spawning a job and
+/// the heartbeat that records its process group leaves an orphan nobody
+/// could find by its group; the marker finds it (and any process that left
+/// the group but not the environment).
+pub const LEASE_VAR: &str = "SLOTHQUEUE_LEASE";
+
+/// The value of [`LEASE_VAR`] for attempt `fence` of job `job`: unique on
+/// this host, as the owner's id is.
+pub fn lease_marker(job: JobId, fence: &Fence) -> String {
+    format!("{job}/{}/{}", fence.attempt, fence.owner)
+}
+
+/// The process groups holding live processes marked with `marker` that are
+/// the attempt's to kill: the group's leader carries the marker, or every
+/// live member does. (A marked process that joined someone else's group
+/// does not make that group the job's.)
+pub(crate) fn marked_groups(marker: &str) -> Vec<i32> {
+    let needle = format!("{LEASE_VAR}={marker}");
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    // (pid, pgid, marked) of every live process.
+    let procs: Vec<(i32, i32, bool)> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| *pid != me)
+        .filter_map(|pid| {
+            let stat = proc_stat(pid).filter(|s| !matches!(s.state, 'Z' | 'X'))?;
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let marked = env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes());
+            Some((pid, stat.pgrp, marked))
+        })
+        .collect();
+    let mut groups: Vec<i32> =
+        procs.iter().filter(|(_, _, marked)| *marked).map(|(_, pgid, _)| *pgid).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    groups.retain(|&g| {
+        procs.iter().any(|&(pid, _, marked)| pid == g && marked)
+            || procs.iter().filter(|p| p.1 == g).all(|p| p.2)
+    });
+    groups
 }
 
 /// How long after its claim a job's process may have been spawned: the

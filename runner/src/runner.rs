@@ -547,8 +547,10 @@ impl Run {
             self.cfg.clock.clone(),
             job.id,
             fence.clone(),
-            beat_every,
-            self.cfg.cancel_check_interval.max(Duration::from_millis(50)),
+            Cadence {
+                beat: beat_every,
+                check: self.cfg.cancel_check_interval.max(Duration::from_millis(50)),
+            },
             pgid_rx,
             news_tx,
         ));
@@ -823,16 +825,23 @@ async fn sleep_until_opt(t: Option<Instant>) {
 /// job's process group becomes known (so that a successor can kill it if
 /// this runner dies). Tells the driver when the lease is lost or a cancel
 /// was requested. The driver aborts this task when the job has ended.
+/// How often the heartbeat task writes (a heartbeat) and reads (the check
+/// for a cancel or a lost lease).
+struct Cadence {
+    beat: Duration,
+    check: Duration,
+}
+
 async fn heartbeat_loop(
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     id: JobId,
     fence: Fence,
-    every: Duration,
-    check_every: Duration,
+    cadence: Cadence,
     mut pgid: watch::Receiver<Option<i32>>,
     news: mpsc::UnboundedSender<HeartbeatNews>,
 ) {
+    let Cadence { beat: every, check: check_every } = cadence;
     let mut recorded: Option<i32> = None;
     let mut pgid_open = true;
     let mut next = Instant::now() + every;
