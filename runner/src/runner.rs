@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use slothqueue_core::{
-    ClaimFilter, Claimed, Clock, Completion, Failure, Fence, Job, JobId, JobState, ListFilter,
-    Liveness, LivenessJudge, Owner, RunnerActivity, RunnerRecord, SHELL_KIND, Store, StoreError,
-    SystemClock, Timestamp,
+    ClaimFilter, Claimed, Clock, Completion, Failure, Fence, Job, JobId, JobState, Lease,
+    ListFilter, Liveness, LivenessJudge, Owner, RunnerActivity, RunnerRecord, SHELL_KIND, Store,
+    StoreError, SystemClock, Timestamp,
 };
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
@@ -24,7 +24,9 @@ use crate::exec::{
 use crate::fmt::format_duration;
 use crate::gate::Gate;
 use crate::owner::{ProcJudge, this_process_owner};
-use crate::process::{orphan_group_is_jobs, stop_group};
+use crate::process::{
+    lease_marker, marked_groups, may_signal_group, orphan_group_is_jobs, stop_group,
+};
 use crate::signal::ShutdownSignal;
 
 /// Default cap of one job's log file.
@@ -307,7 +309,15 @@ impl Run {
                         self.idle(None).await;
                         continue;
                     }
-                    Mode::Drain | Mode::Once => return Ok(()),
+                    // A claim leaves a dead owner's job to the sweep (see
+                    // `ClaimJudge`): one whose owner died since the last
+                    // sweep is taken back now rather than left behind.
+                    Mode::Drain | Mode::Once => {
+                        if self.sweep_dead().await? > 0 {
+                            continue;
+                        }
+                        return Ok(());
+                    }
                 }
             };
             self.run_job(claimed).await?;
@@ -328,13 +338,13 @@ impl Run {
             kinds: Some(self.executors.keys().cloned().collect()),
         };
         let store = self.store.clone();
-        let judge = self.cfg.judge.clone();
+        let judge = ClaimJudge(self.cfg.judge.clone());
         let owner = self.cfg.owner.clone();
         let clock = self.cfg.clock.clone();
         self.retrying("claim a job", || {
             let (store, judge, owner, filter) = (&store, &judge, &owner, &filter);
             let now = clock.now();
-            async move { store.claim(owner, filter, now, judge.as_ref()).await }
+            async move { store.claim(owner, filter, now, judge).await }
         })
         .await
     }
@@ -456,54 +466,63 @@ impl Run {
 
     /// Reclaims jobs of dead owners on this host, killing each one's
     /// orphaned process group first so that a job never runs twice at once.
-    async fn sweep_dead(&mut self) -> Result<(), RunnerError> {
+    /// Returns how many jobs it took back.
+    async fn sweep_dead(&mut self) -> Result<usize, RunnerError> {
         let store = self.store.clone();
         let filter = ListFilter { state: Some(JobState::Running), ..ListFilter::default() };
         let Some(running) = self.retrying("list running jobs", || store.list(&filter)).await?
         else {
-            return Ok(());
+            return Ok(0);
         };
         let dead: Vec<&Job> = running
             .iter()
             .filter(|j| j.lease.as_ref().is_some_and(|l| self.cfg.judge.judge(l) == Liveness::Gone))
             .collect();
         if dead.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let mut killed = Vec::new();
+        let mut swept = Vec::new();
         for job in dead {
             self.kill_orphan(job, &mut killed).await;
+            swept.extend(job.lease.as_ref().map(|l| (l.owner.id.clone(), l.attempt)));
         }
-        let judge = self.cfg.judge.clone();
+        // Only the attempts whose orphans were just dealt with: an owner
+        // that died since the list waits for the next sweep, so its job is
+        // never pending while its processes still run.
+        let judge = SweptJudge { inner: self.cfg.judge.clone(), swept };
         let clock = self.cfg.clock.clone();
         let Some(reclaimed) = self
-            .retrying("reclaim jobs of dead runners", || {
-                store.reclaim_dead(clock.now(), judge.as_ref())
-            })
+            .retrying("reclaim jobs of dead runners", || store.reclaim_dead(clock.now(), &judge))
             .await?
         else {
-            return Ok(());
+            return Ok(0);
         };
-        for job in &reclaimed {
-            // Died between the list and the sweep: late, but still first.
-            if !killed.iter().any(|(id, _)| *id == job.id) {
-                self.kill_orphan(job, &mut killed).await;
-            }
-        }
         if !reclaimed.is_empty() {
             self.report(RunnerEvent::Reclaimed {
                 jobs: reclaimed.iter().map(|j| j.id).collect(),
                 killed_groups: killed,
             });
         }
-        Ok(())
+        Ok(reclaimed.len())
     }
 
     async fn kill_orphan(&self, job: &Job, killed: &mut Vec<(JobId, i32)>) {
-        let Some(pgid) = job.lease.as_ref().and_then(|l| l.child_pgid) else { return };
-        if orphan_group_is_jobs(pgid, job.started_at, ORPHAN_START_SLACK) {
-            stop_group(pgid, None, self.cfg.kill_grace, None).await;
-            killed.push((job.id, pgid));
+        let Some(lease) = job.lease.as_ref() else { return };
+        if let Some(pgid) = lease.child_pgid {
+            if orphan_group_is_jobs(pgid, job.started_at, ORPHAN_START_SLACK) {
+                stop_group(pgid, None, self.cfg.kill_grace, None).await;
+                killed.push((job.id, pgid));
+            }
+        }
+        // The group is not recorded when the owner died right after the
+        // spawn, before the heartbeat that records it: the processes
+        // marked with this attempt are the job's all the same.
+        for pgid in marked_groups(&lease_marker(job.id, &lease.fence())) {
+            if may_signal_group(pgid) && !killed.contains(&(job.id, pgid)) {
+                stop_group(pgid, None, self.cfg.kill_grace, None).await;
+                killed.push((job.id, pgid));
+            }
         }
     }
 
@@ -540,6 +559,7 @@ impl Run {
             log_cap: self.cfg.log_cap_bytes,
             kill_grace: self.cfg.kill_grace,
             started_at: wall_start,
+            lease_marker: Some(lease_marker(job.id, &fence)),
         };
         let (news_tx, mut news) = mpsc::unbounded_channel();
         let beats = tokio::spawn(heartbeat_loop(
@@ -749,6 +769,7 @@ impl Run {
             log_cap: self.cfg.log_cap_bytes,
             kill_grace: self.cfg.kill_grace,
             started_at: self.now(),
+            lease_marker: None,
         };
         let run = run_process(job, spec, ctx);
         tokio::pin!(run);
@@ -777,6 +798,41 @@ impl Run {
             ExecOutcome::Stopped { detail } => format!("stopped ({detail})"),
         };
         self.warn(format!("on-finish command for job #{} failed: {problem}", job.id));
+    }
+}
+
+/// The judge a claim uses: a dead owner's job is not the claim's to take,
+/// because a claim cannot first kill what is left of the dead attempt. The
+/// sweep takes it back after doing so ([`SweptJudge`]); so a job never runs
+/// twice at once, even when its owner dies between a sweep and a claim.
+struct ClaimJudge(Arc<dyn LivenessJudge>);
+
+impl LivenessJudge for ClaimJudge {
+    fn judge(&self, lease: &Lease) -> Liveness {
+        match self.0.judge(lease) {
+            Liveness::Gone => Liveness::Alive,
+            other => other,
+        }
+    }
+}
+
+/// The judge the sweep reclaims with: `Gone` only for the attempts (owner,
+/// attempt) whose orphans it has just dealt with.
+struct SweptJudge {
+    inner: Arc<dyn LivenessJudge>,
+    swept: Vec<(String, u32)>,
+}
+
+impl LivenessJudge for SweptJudge {
+    fn judge(&self, lease: &Lease) -> Liveness {
+        match self.inner.judge(lease) {
+            Liveness::Gone
+                if !self.swept.iter().any(|(o, a)| *o == lease.owner.id && *a == lease.attempt) =>
+            {
+                Liveness::Alive
+            }
+            other => other,
+        }
     }
 }
 

@@ -17,3 +17,4 @@ mod jobs;
 mod reclaim;
 mod stopping;
 mod support;
+mod torture;
