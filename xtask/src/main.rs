@@ -7,6 +7,9 @@
 //!   rules, and the conformance table.
 //! - `conformance [--store sqlite|redb]`: the shared Store suite per
 //!   backend, printed side by side.
+//! - `torture [--quick] [--backend sqlite|redb] [--seed N]`: kill -9,
+//!   contention, clock jumps, full disks and hostile files against the
+//!   real binary (see `torture/`); the summary lines come last.
 
 #![allow(
     clippy::print_stdout,
@@ -16,6 +19,7 @@
 
 mod conformance;
 mod run;
+mod torture;
 
 use std::process::ExitCode;
 
@@ -28,6 +32,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("conformance") => conformance::run(&args[1..]),
+        Some("torture") => torture::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             println!("usage: cargo xtask <ci | conformance [--store sqlite|redb]>");
             Ok(())
@@ -66,6 +71,8 @@ fn ci() -> Result<(), String> {
     run::cargo_env(&["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")])?;
     run::cargo(&["test", "--workspace"])?;
     conformance::run(&[])?;
+    // Nothing lost, nothing run twice at once (a few minutes).
+    torture::run(&["--quick".to_owned()])?;
     println!("xtask ci: all green");
     Ok(())
 }
