@@ -91,6 +91,9 @@ struct Inner {
     conn: Mutex<Connection>,
     ctx: Context,
     policy: Policy,
+    /// WAL with `synchronous=FULL`: writes that need no fsync may skip it
+    /// (see [`write_tx_unsynced`]).
+    can_skip_sync: bool,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -114,7 +117,13 @@ impl SqliteStore {
         configure(&mut conn, &options).map_err(|e| ctx.map_sql(e))?;
         schema::migrate(&conn, path).map_err(|e| ctx.map(e))?;
         Ok(SqliteStore {
-            inner: Arc::new(Inner { conn: Mutex::new(conn), ctx, policy: options.policy }),
+            inner: Arc::new(Inner {
+                conn: Mutex::new(conn),
+                ctx,
+                policy: options.policy,
+                can_skip_sync: options.journal == Journal::Wal
+                    && options.synchronous == Synchronous::Full,
+            }),
         })
     }
 
@@ -180,7 +189,15 @@ impl Inner {
         if !conn.is_autocommit() {
             let _ = conn.execute_batch("ROLLBACK");
         }
-        f(&conn).map_err(|e| self.ctx.map(e))
+        let out = f(&conn).map_err(|e| self.ctx.map(e));
+        if let Err(StoreError::DiskFull(_)) = &out {
+            // On a small disk the WAL fills it first (it is checkpointed
+            // only past 1000 pages), and a long-lived handle keeps it: give
+            // its space back whenever the pages fit in the database file,
+            // or freed space is eaten by the WAL again (S15).
+            let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        }
+        out
     }
 }
 
@@ -193,6 +210,12 @@ fn configure(conn: &mut Connection, options: &SqliteOptions) -> rusqlite::Result
         Journal::Rollback => "DELETE",
     };
     let _: String = conn.query_row(&format!("PRAGMA journal_mode = {mode}"), [], |r| r.get(0))?;
+    // Plans must not depend on bound values. Without this, the bundled
+    // SQLite marks any statement with a `col = ?` term for re-preparation
+    // once its bindings are cleared, which rusqlite's statement cache does
+    // on every reuse: each cached statement was parsed and planned again on
+    // every call. Every hot query names its index anyway.
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     let sync = match options.synchronous {
         Synchronous::Full => "FULL",
         Synchronous::Normal => "NORMAL",
@@ -268,6 +291,29 @@ pub(crate) fn write_tx<T>(
         let _ = conn.execute_batch("ROLLBACK");
     }
     out
+}
+
+/// As [`write_tx`], without the fsync when `skip_sync` (WAL with
+/// `synchronous=FULL`): for heartbeats and runner records, whose loss in a
+/// power cut changes nothing, since after one every lease's owner is gone
+/// (another boot) and every runner's record stale. A crash of any process
+/// loses nothing, the commit being in the file (in the OS's cache); WAL
+/// with `synchronous=NORMAL` never corrupts the file; and the next FULL
+/// commit makes it durable with its own.
+fn write_tx_unsynced<T>(
+    conn: &Connection,
+    skip_sync: bool,
+    f: impl FnOnce(&Connection) -> Result<T, Error>,
+) -> Result<T, Error> {
+    if !skip_sync {
+        return write_tx(conn, f);
+    }
+    conn.execute_batch("PRAGMA synchronous = NORMAL")?;
+    let out = write_tx(conn, f);
+    let restored = conn.execute_batch("PRAGMA synchronous = FULL");
+    let v = out?;
+    restored?;
+    Ok(v)
 }
 
 /// Runs `f` in a read transaction, so several queries see one snapshot.
@@ -736,12 +782,12 @@ fn claim_tx(
 /// The id the next job gets: above every id ever used, including purged and
 /// restored ones (`sqlite_sequence` remembers the highest ever inserted).
 fn next_id(conn: &Connection) -> Result<JobId, Error> {
-    Ok(conn.query_row(
-        "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0),
+    Ok(conn
+        .prepare_cached(
+            "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0),
                     COALESCE((SELECT MAX(id) FROM jobs), 0)) + 1",
-        [],
-        |r| r.get(0),
-    )?)
+        )?
+        .query_row([], |r| r.get(0))?)
 }
 
 fn push_one(
@@ -989,8 +1035,9 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> Result<HeartbeatAck, StoreError> {
         let fence = fence.clone();
+        let skip_sync = self.inner.can_skip_sync;
         self.with(move |conn, policy| {
-            write_tx(conn, |conn| {
+            write_tx_unsynced(conn, skip_sync, |conn| {
                 let job = load(conn, id)?;
                 let (t, ack) = machine::heartbeat(&job, &fence, now, policy, child_pgid)?;
                 apply(conn, &job, &t)?;
@@ -1114,13 +1161,14 @@ impl Store for SqliteStore {
             StoreError::InvalidInput(format!("the runner record cannot be stored: {e}"))
         })?;
         let owner_id = record.owner.id.clone();
+        let skip_sync = self.inner.can_skip_sync;
         self.with(move |conn, _| {
-            write_tx(conn, |conn| {
-                conn.execute(
+            write_tx_unsynced(conn, skip_sync, |conn| {
+                conn.prepare_cached(
                     "INSERT INTO runners (owner_id, record) VALUES (?1, ?2)
                      ON CONFLICT (owner_id) DO UPDATE SET record = excluded.record",
-                    params![owner_id, json],
-                )?;
+                )?
+                .execute(params![owner_id, json])?;
                 Ok(())
             })
         })
@@ -1292,6 +1340,28 @@ mod tests {
             &[millis(t(0))],
             "jobs_pending_due",
         );
+    }
+
+    #[tokio::test]
+    async fn heartbeats_and_runner_records_leave_synchronous_as_configured() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir, SqliteOptions::default());
+        store.push(NewJob::shell("true", "/"), t(0)).await.unwrap();
+        let owner = Owner::named("w");
+        let c = store.claim(&owner, &ClaimFilter::default(), t(1), &ClockOnly).await.unwrap();
+        let c = c.unwrap();
+        store.heartbeat(c.job.id, &c.fence, Some(42), t(2)).await.unwrap();
+        let record = RunnerRecord {
+            owner: owner.clone(),
+            queues: vec![],
+            started_at: t(0),
+            updated_at: t(2),
+            activity: slothqueue_core::RunnerActivity::Starting,
+        };
+        store.put_runner(&record).await.unwrap();
+        assert_eq!(pragma::<i64>(&store.lock_for_test(), "synchronous"), 2, "FULL again");
+        assert_eq!(store.get(c.job.id).await.unwrap().lease.unwrap().child_pgid, Some(42));
+        assert_eq!(store.runners().await.unwrap(), vec![record]);
     }
 
     #[tokio::test]
