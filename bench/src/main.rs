@@ -1,2 +1,355 @@
-//! Placeholder until the bench harness lands.
-fn main() {}
+//! `slothqueue-bench`: every figure of slothqueue's performance, each as a
+//! ratio against the raw storage limit measured in the same run. Run it
+//! through `cargo xtask bench [--quick] [--backend sqlite|redb]`, which
+//! builds it and the `slothqueue` binary and passes the latter's path.
+//!
+//! ```text
+//! slothqueue-bench [--quick] [--backend sqlite|redb] [--slothqueue PATH]
+//!                  [--out DIR] [--benchmarks-md PATH]
+//!                  [--durability default|fast] [--only STEP,...]
+//! ```
+//!
+//! Per backend, the default and the fast durability setting are measured in
+//! this process (raw_commit, push, cycle, push_many, claim_scaling, drain,
+//! bytes_per_job); the figures only the binary can give (add_ratio,
+//! status_100k, idle, rss) are measured on it, under the default setting,
+//! the only one the CLI has. Results: a markdown table on stdout, and
+//! `results.json` and `results.md` in `--out` (default `target/bench`). A
+//! full run of both backends also rewrites the generated section of
+//! `--benchmarks-md`. Speed is reported, never asserted: the exit code says
+//! only whether every measurement could be taken.
+
+#![allow(clippy::disallowed_methods, reason = "a benchmark measures real time")]
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a benchmark reports what it measured"
+)]
+
+mod cli;
+mod inproc;
+mod procfs;
+mod raw;
+mod report;
+mod setting;
+mod stats;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::report::{Machine, Results};
+use crate::setting::{Backend, Setting};
+use crate::stats::Figures;
+
+/// How much of everything to do.
+pub struct Sizes {
+    /// Alternating slices of raw_commit, push and cycle.
+    pub rounds: usize,
+    /// The length of one slice.
+    pub slice: Duration,
+    /// Pending jobs for claim_scaling: small, mid (also push_many's one
+    /// call), large.
+    pub backlogs: [usize; 3],
+    /// claim+complete samples per backlog.
+    pub claim_samples: usize,
+    /// `true` jobs drained by the in-process runner.
+    pub drain_jobs: usize,
+    /// How long the idle runner is watched.
+    pub idle_window: Duration,
+    /// Jobs in the queue `status` reads.
+    pub status_jobs: usize,
+    /// Timed `status` calls.
+    pub status_runs: usize,
+    /// Timed `add` calls (and as many `true`s).
+    pub add_runs: usize,
+    /// `true` jobs drained by `slothqueue run` for rss.
+    pub rss_jobs: usize,
+}
+
+impl Sizes {
+    fn full() -> Sizes {
+        Sizes {
+            rounds: 5,
+            slice: Duration::from_secs(1),
+            backlogs: [1_000, 100_000, 1_000_000],
+            claim_samples: 301,
+            drain_jobs: 1_000,
+            idle_window: Duration::from_secs(10),
+            status_jobs: 100_000,
+            status_runs: 21,
+            add_runs: 41,
+            rss_jobs: 1_000,
+        }
+    }
+
+    /// Small enough for CI in a dev build: keeps the harness alive, says
+    /// nothing about speed.
+    fn quick() -> Sizes {
+        Sizes {
+            rounds: 2,
+            slice: Duration::from_millis(150),
+            backlogs: [100, 2_000, 10_000],
+            claim_samples: 21,
+            drain_jobs: 40,
+            idle_window: Duration::from_secs(2),
+            status_jobs: 5_000,
+            status_runs: 5,
+            add_runs: 7,
+            rss_jobs: 40,
+        }
+    }
+
+    fn describe(&self, quick: bool) -> String {
+        format!(
+            "{} (slices {} × {:.2} s; backlogs {:?}; drain {} jobs; idle {:.0} s; status on {} jobs)",
+            if quick { "--quick" } else { "full" },
+            self.rounds,
+            self.slice.as_secs_f64(),
+            self.backlogs,
+            self.drain_jobs,
+            self.idle_window.as_secs_f64(),
+            self.status_jobs
+        )
+    }
+}
+
+struct Args {
+    quick: bool,
+    backends: Vec<Backend>,
+    slothqueue: Option<PathBuf>,
+    out: PathBuf,
+    benchmarks_md: Option<PathBuf>,
+    /// Only these steps (for profiling one figure); empty for all.
+    only: Vec<String>,
+    /// Only this durability setting (`default` or `fast`); `None` for both.
+    durability: Option<bool>,
+    /// Internal: measure the drain of one setting in this fresh process
+    /// (`--out` is its scratch folder) and print its figures as JSON.
+    child_drain: bool,
+}
+
+/// The steps `--only` can name.
+pub const STEPS: [&str; 7] = ["rounds", "scaling", "drain", "add", "status", "idle", "rss"];
+
+impl Args {
+    /// Whether `step` is to run.
+    pub fn runs(&self, step: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|s| s == step)
+    }
+}
+
+fn parse_args() -> Result<Args> {
+    let mut args = Args {
+        quick: false,
+        backends: Backend::ALL.to_vec(),
+        slothqueue: None,
+        out: PathBuf::from("target/bench"),
+        benchmarks_md: None,
+        only: Vec::new(),
+        durability: None,
+        child_drain: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "--quick" => args.quick = true,
+            "--child-drain" => args.child_drain = true,
+            "--backend" => args.backends = vec![value("--backend")?.parse()?],
+            "--slothqueue" => args.slothqueue = Some(value("--slothqueue")?.into()),
+            "--out" => args.out = value("--out")?.into(),
+            "--benchmarks-md" => args.benchmarks_md = Some(value("--benchmarks-md")?.into()),
+            "--only" => {
+                for step in value("--only")?.split(',') {
+                    if !STEPS.contains(&step) {
+                        bail!("unknown step `{step}` (expected some of {})", STEPS.join(","));
+                    }
+                    args.only.push(step.to_owned());
+                }
+            }
+            "--durability" => {
+                args.durability = Some(match value("--durability")?.as_str() {
+                    "default" => false,
+                    "fast" => true,
+                    other => bail!("unknown durability `{other}` (expected default or fast)"),
+                })
+            }
+            "-h" | "--help" => {
+                println!(
+                    "usage: slothqueue-bench [--quick] [--backend sqlite|redb] [--slothqueue PATH] \
+                     [--out DIR] [--benchmarks-md PATH] [--durability default|fast] \
+                     [--only STEP,...]\nsteps: {}",
+                    STEPS.join(",")
+                );
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument `{other}`"),
+        }
+    }
+    Ok(args)
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("slothqueue-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Removes the scratch folder however the run ends.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs everything; `Ok(false)` when some measurement failed (the others
+/// are still reported).
+fn run() -> Result<bool> {
+    let args = parse_args()?;
+    let sizes = if args.quick { Sizes::quick() } else { Sizes::full() };
+    if args.child_drain {
+        let (Some(fast), [backend]) = (args.durability, args.backends.as_slice()) else {
+            bail!("--child-drain needs one --backend and a --durability");
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the tokio runtime")?;
+        let setting = Setting { backend: *backend, fast };
+        let figures = runtime.block_on(inproc::drain(setting, &sizes, &args.out))?;
+        println!("{}", serde_json::json!(figures));
+        return Ok(true);
+    }
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let scratch = Scratch(args.out.join(format!("scratch-{}", std::process::id())));
+    std::fs::create_dir_all(&scratch.0)
+        .with_context(|| format!("cannot create {}", scratch.0.display()))?;
+    let profile = if cfg!(debug_assertions) { "dev (unoptimised)" } else { "release" };
+    let mut machine = Machine::probe(&scratch.0);
+    eprintln!(
+        "bench: {} on {} CPUs, load {}",
+        sizes.describe(args.quick),
+        machine.nproc,
+        machine.load_before
+    );
+    let started = Instant::now();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+
+    let mut results: Results = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
+    for &backend in &args.backends {
+        for fast in [false, true] {
+            if args.durability.is_some_and(|d| d != fast) {
+                continue;
+            }
+            let setting = Setting { backend, fast };
+            let dir = scratch.0.join(setting.to_string().replace('/', "-"));
+            let mut figures = match runtime.block_on(inproc::measure(setting, &sizes, &dir, &args))
+            {
+                Ok(f) => f,
+                Err(e) => {
+                    eprintln!("bench: {setting}: FAILED: {e:#}");
+                    failures.push(format!("{setting}: {e:#}"));
+                    Figures::new()
+                }
+            };
+            let _ = std::fs::remove_dir_all(&dir);
+            if !fast {
+                match &args.slothqueue {
+                    Some(bin) => {
+                        let dir = scratch.0.join(format!("{}-cli", backend.as_str()));
+                        match runtime.block_on(cli::measure(bin, backend, &sizes, &dir, &args)) {
+                            Ok(f) => figures.extend(f),
+                            Err(e) => {
+                                eprintln!("bench: {setting} (CLI): FAILED: {e:#}");
+                                failures.push(format!("{setting} (CLI): {e:#}"));
+                            }
+                        }
+                        let _ = std::fs::remove_dir_all(&dir);
+                    }
+                    None => eprintln!("bench: no --slothqueue binary given: CLI figures skipped"),
+                }
+            }
+            results.push((setting.to_string(), figures));
+        }
+    }
+    drop(runtime);
+    machine.load_after = report::loadavg();
+    let elapsed = started.elapsed().as_secs_f64();
+
+    let md = markdown(&results, &machine, profile, &sizes.describe(args.quick), elapsed, &args);
+    println!("\n{md}");
+    for f in &failures {
+        println!("FAILED: {f}");
+    }
+    write(&args.out.join("results.md"), &md)?;
+    let json = serde_json::to_string_pretty(&report::json(&results))?;
+    write(&args.out.join("results.json"), &format!("{json}\n"))?;
+    eprintln!(
+        "bench: wrote {} and results.md ({elapsed:.0} s)",
+        args.out.join("results.json").display()
+    );
+    let complete = failures.is_empty()
+        && args.backends.len() == Backend::ALL.len()
+        && args.only.is_empty()
+        && args.durability.is_none();
+    if let Some(path) = &args.benchmarks_md {
+        if args.quick || !complete || args.slothqueue.is_none() {
+            eprintln!("bench: {} left alone (only a complete full run updates it)", path.display());
+        } else if report::update_benchmarks_md(path, &md)? {
+            eprintln!("bench: updated the table in {}", path.display());
+        } else {
+            eprintln!("bench: {} has no bench markers; not updated", path.display());
+        }
+    }
+    Ok(failures.is_empty())
+}
+
+fn markdown(
+    results: &Results,
+    machine: &Machine,
+    profile: &str,
+    sizes: &str,
+    elapsed: f64,
+    args: &Args,
+) -> String {
+    let mut settings = String::new();
+    for (label, _) in results {
+        if let Some((b, d)) = label.split_once('/') {
+            if let Ok(backend) = b.parse::<Backend>() {
+                let setting = Setting { backend, fast: d == "fast" };
+                settings.push_str(&format!("- `{label}`: {}\n", setting.describe()));
+            }
+        }
+    }
+    let cli_note = if args.slothqueue.is_some() {
+        "CLI figures (idle, status_100k, add_ratio, rss) are taken on the `slothqueue` binary, \
+         which always opens queues with the default durability: they appear in the default columns only."
+    } else {
+        "CLI figures skipped: no `slothqueue` binary given."
+    };
+    format!(
+        "{}\n{settings}\n{}\n{}\n{cli_note} The whole run took {elapsed:.0} s.\n",
+        machine.markdown(profile, sizes),
+        report::table(results),
+        report::targets(results),
+    )
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}

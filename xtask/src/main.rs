@@ -7,6 +7,9 @@
 //!   rules, and the conformance table.
 //! - `conformance [--store sqlite|redb]`: the shared Store suite per
 //!   backend, printed side by side.
+//! - `bench [--quick] [--backend sqlite|redb] [--profile release|dev]`:
+//!   every performance figure as a ratio against the raw storage limit
+//!   measured in the same run (see `bench/`).
 //! - `torture [--quick] [--backend sqlite|redb] [--seed N]`: kill -9,
 //!   contention, clock jumps, full disks and hostile files against the
 //!   real binary (see `torture/`); the summary lines come last.
@@ -17,6 +20,7 @@
     reason = "xtask is a command-line tool; printing is its job"
 )]
 
+mod bench;
 mod conformance;
 mod run;
 mod torture;
@@ -32,12 +36,17 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("conformance") => conformance::run(&args[1..]),
+        Some("bench") => bench::run(&args[1..]),
         Some("torture") => torture::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
-            println!("usage: cargo xtask <ci | conformance [--store sqlite|redb]>");
+            println!(
+                "usage: cargo xtask <ci | conformance [--store sqlite|redb] | bench [--quick] [--backend sqlite|redb] [--profile release|dev]>"
+            );
             Ok(())
         }
-        Some(other) => Err(format!("unknown command `{other}` (expected ci or conformance)")),
+        Some(other) => {
+            Err(format!("unknown command `{other}` (expected ci, conformance or bench)"))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -71,6 +80,9 @@ fn ci() -> Result<(), String> {
     run::cargo_env(&["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")])?;
     run::cargo(&["test", "--workspace"])?;
     conformance::run(&[])?;
+    // Keeps the bench harness alive; asserts nothing about speed. The dev
+    // profile reuses the test build instead of a release one.
+    bench::run(&["--quick".to_owned(), "--profile".to_owned(), "dev".to_owned()])?;
     // Nothing lost, nothing run twice at once (a few minutes).
     torture::run(&["--quick".to_owned()])?;
     println!("xtask ci: all green");

@@ -1,0 +1,264 @@
+//! The figures only the `slothqueue` binary can give: `add` and `status`
+//! wall times, an idle `run --follow`'s CPU time and wake-ups, and a
+//! draining runner's peak RSS. The CLI opens every queue with the default
+//! durability (it has no switch), so these are measured once per backend
+//! and belong to the default setting.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail, ensure};
+
+use crate::inproc::fill;
+use crate::procfs;
+use crate::setting::{Backend, Setting};
+use crate::stats::{Figures, median};
+use crate::{Args, Sizes};
+
+/// The runner's poll interval in follow mode (`RunnerConfig`'s default,
+/// which the CLI keeps): the only wake-ups an idle runner should have.
+const POLL_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How `run` is started: a load gate that never closes, so that a busy
+/// benchmark machine measures the runner and not the gate's patience.
+const RUN_FLAGS: [&str; 2] = ["--load-ceiling", "1000"];
+
+/// Every CLI figure for `backend`.
+pub async fn measure(
+    bin: &Path,
+    backend: Backend,
+    sizes: &Sizes,
+    dir: &Path,
+    args: &Args,
+) -> Result<Figures> {
+    let mut f = Figures::new();
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let cli = Cli { bin: bin.to_owned(), dir: dir.to_owned() };
+    if args.runs("add") {
+        eprintln!("bench: {}/default: add_ratio", backend.as_str());
+        cli.add_ratio(backend, sizes, &mut f)?;
+    }
+    if args.runs("status") {
+        eprintln!("bench: {}/default: status_100k", backend.as_str());
+        cli.status(backend, sizes, &mut f).await?;
+    }
+    if args.runs("idle") {
+        eprintln!(
+            "bench: {}/default: idle ({} s of run --follow)",
+            backend.as_str(),
+            sizes.idle_window.as_secs_f64() + 1.5
+        );
+        cli.idle(backend, sizes, &mut f)?;
+    }
+    if args.runs("rss") {
+        eprintln!("bench: {}/default: rss", backend.as_str());
+        cli.rss(backend, sizes, &mut f).await?;
+    }
+    Ok(f)
+}
+
+struct Cli {
+    bin: PathBuf,
+    dir: PathBuf,
+}
+
+/// Runs `cmd` to the end, output captured; milliseconds of wall time.
+fn timed(cmd: &mut Command) -> Result<f64> {
+    let start = Instant::now();
+    let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("cannot run {cmd:?}"))?;
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    if !out.status.success() {
+        bail!("{cmd:?} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(ms)
+}
+
+/// Sleeps; the bench's own waits are real time.
+fn pause(d: Duration) {
+    std::thread::sleep(d);
+}
+
+impl Cli {
+    fn cmd(&self, queue: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.arg("--db").arg(queue).args(args);
+        c
+    }
+
+    /// A child's stderr goes to a file in the scratch folder, read on failure.
+    fn stderr_file(&self, name: &str) -> Result<(PathBuf, File)> {
+        let path = self.dir.join(format!("{name}.stderr"));
+        let file =
+            File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+        Ok((path, file))
+    }
+
+    /// One `slothqueue add` against one spawn of `true`, alternately.
+    fn add_ratio(&self, backend: Backend, sizes: &Sizes, f: &mut Figures) -> Result<()> {
+        let queue = backend.file(&self.dir, "add");
+        for _ in 0..3 {
+            timed(&mut self.cmd(&queue, &["add", "true"]))?;
+            timed(&mut Command::new("true"))?;
+        }
+        let (mut adds, mut trues) = (Vec::new(), Vec::new());
+        for _ in 0..sizes.add_runs {
+            trues.push(timed(&mut Command::new("true"))?);
+            adds.push(timed(&mut self.cmd(&queue, &["add", "true"]))?);
+        }
+        let (add, tru) = (median(&adds), median(&trues));
+        f.insert("add_ms", add);
+        f.insert("true_ms", tru);
+        f.insert("add_ratio", add / tru);
+        Ok(())
+    }
+
+    /// `slothqueue status` on a queue of `status_jobs` pending jobs.
+    async fn status(&self, backend: Backend, sizes: &Sizes, f: &mut Figures) -> Result<()> {
+        let queue = backend.file(&self.dir, "status");
+        {
+            let store = Setting { backend, fast: false }.open(&queue)?;
+            fill(store.as_ref(), sizes.status_jobs, &self.dir).await?;
+        }
+        let out = self
+            .cmd(&queue, &["--json", "status"])
+            .output()
+            .context("cannot run slothqueue status")?;
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
+            format!("status --json printed no JSON: {}", String::from_utf8_lossy(&out.stderr))
+        })?;
+        let pending = json["pending"].as_u64();
+        ensure!(
+            pending == Some(sizes.status_jobs as u64),
+            "status counted {pending:?} pending jobs, expected {}",
+            sizes.status_jobs
+        );
+        for _ in 0..2 {
+            timed(&mut self.cmd(&queue, &["status"]))?;
+        }
+        let runs: Vec<f64> = (0..sizes.status_runs)
+            .map(|_| timed(&mut self.cmd(&queue, &["status"])))
+            .collect::<Result<_>>()?;
+        f.insert("status_100k", median(&runs));
+        f.insert("status_jobs", sizes.status_jobs as f64);
+        Ok(())
+    }
+
+    /// `run --follow` on an empty queue: its CPU time and context switches
+    /// over the window (after a settling second and a half), scaled to 10 s,
+    /// and in how many separate bursts it woke (switches sampled every
+    /// 100 ms; consecutive busy samples are one burst).
+    fn idle(&self, backend: Backend, sizes: &Sizes, f: &mut Figures) -> Result<()> {
+        let queue = backend.file(&self.dir, "idle");
+        let (err_path, err) = self.stderr_file("idle")?;
+        let child = self
+            .cmd(&queue, &["run", "--follow"])
+            .args(RUN_FLAGS)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .context("cannot start slothqueue run --follow")?;
+        let mut child = Reaped(child);
+        pause(Duration::from_millis(1500));
+        if let Some(status) = child.0.try_wait()? {
+            let text = std::fs::read_to_string(&err_path).unwrap_or_default();
+            bail!("run --follow exited at once ({status}): {}", text.trim());
+        }
+        let pid = child.0.id();
+        let cpu0 = procfs::stat_cpu_ms(pid)?;
+        let ns0 = procfs::threads_cpu_ns(pid);
+        let sw0 = procfs::threads_switches(pid);
+        let start = Instant::now();
+        let mut prev = sw0.clone();
+        let mut slices = Vec::new();
+        while start.elapsed() < sizes.idle_window {
+            pause(Duration::from_millis(100));
+            let now = procfs::threads_switches(pid);
+            slices.push(now != prev);
+            prev = now;
+        }
+        let window = start.elapsed();
+        let cpu1 = procfs::stat_cpu_ms(pid)?;
+        let ns1 = procfs::threads_cpu_ns(pid);
+        let sw1 = procfs::threads_switches(pid);
+        if let Some(status) = child.0.try_wait()? {
+            bail!("run --follow exited during the idle window ({status})");
+        }
+        let per_10s = 10.0 / window.as_secs_f64();
+        let precise = procfs::growth(&ns0, &ns1) as f64 / 1e6;
+        // Ticks see exited threads too; schedstat sees the live ones to the ns.
+        let cpu = precise.max(cpu1 - cpu0);
+        let bursts = slices
+            .iter()
+            .zip(std::iter::once(&false).chain(&slices))
+            .filter(|(now, before)| **now && !**before)
+            .count();
+        f.insert("idle", cpu * per_10s);
+        f.insert("idle_stat_ms", (cpu1 - cpu0) * per_10s);
+        f.insert("idle_wakeups", procfs::growth(&sw0, &sw1) as f64 * per_10s);
+        f.insert("idle_bursts", bursts as f64);
+        f.insert("idle_polls", window.as_secs_f64() / POLL_INTERVAL.as_secs_f64());
+        f.insert("idle_window_s", window.as_secs_f64());
+        Ok(())
+    }
+
+    /// `slothqueue run` draining `rss_jobs` `true` jobs: its peak RSS
+    /// (`VmHWM`, polled every 5 ms until it exits), and the largest
+    /// anonymous and file-backed (the binary's code, shared) parts seen.
+    async fn rss(&self, backend: Backend, sizes: &Sizes, f: &mut Figures) -> Result<()> {
+        let queue = backend.file(&self.dir, "rss");
+        {
+            let store = Setting { backend, fast: false }.open(&queue)?;
+            fill(store.as_ref(), sizes.rss_jobs, &self.dir).await?;
+        }
+        let (err_path, err) = self.stderr_file("rss")?;
+        let start = Instant::now();
+        let child = self
+            .cmd(&queue, &["run"])
+            .args(RUN_FLAGS)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .context("cannot start slothqueue run")?;
+        let mut child = Reaped(child);
+        let pid = child.0.id();
+        let (mut peak, mut anon, mut file) = (0u64, 0u64, 0u64);
+        let status = loop {
+            if let Some((hwm, a, f)) = procfs::rss_kib(pid) {
+                peak = peak.max(hwm);
+                anon = anon.max(a);
+                file = file.max(f);
+            }
+            if let Some(status) = child.0.try_wait()? {
+                break status;
+            }
+            pause(Duration::from_millis(5));
+        };
+        let secs = start.elapsed().as_secs_f64();
+        if !status.success() {
+            let text = std::fs::read_to_string(&err_path).unwrap_or_default();
+            bail!("slothqueue run failed ({status}): {}", text.trim());
+        }
+        f.insert("rss", peak as f64 / 1024.0);
+        f.insert("rss_anon", anon as f64 / 1024.0);
+        f.insert("rss_file", file as f64 / 1024.0);
+        f.insert("cli_drain_ms_per_job", secs / sizes.rss_jobs as f64 * 1e3);
+        Ok(())
+    }
+}
+
+/// A child killed and reaped when dropped, so an error never leaves a
+/// runner behind.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}

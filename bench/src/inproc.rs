@@ -1,0 +1,309 @@
+//! The figures measured in this process through the `Store` trait and the
+//! `Runner`: raw_commit, push, cycle (interleaved, so the ratios compare
+//! like with like on a noisy machine), push_many, claim_scaling, drain and
+//! bytes_per_job.
+
+use std::future::Future;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use slothqueue_core::{
+    ClaimFilter, Clock, ClockOnly, Completion, NewJob, Owner, Store, SystemClock, Timestamp,
+};
+use slothqueue_runner::{LoadGate, Mode, Runner, RunnerConfig, ShutdownSignal, log_dir_for};
+
+use crate::raw::{RawCommit, RawRedb, RawSqlite};
+use crate::setting::{Backend, Setting};
+use crate::stats::{Figures, median};
+use crate::{Args, Sizes};
+
+fn now() -> Timestamp {
+    SystemClock.now()
+}
+
+/// A `true` shell job recorded in `cwd`.
+fn true_job(cwd: &Path) -> NewJob {
+    NewJob::shell("true", cwd.to_string_lossy())
+}
+
+/// Runs `op` until `d` has passed; operations per second and the count.
+async fn rate_for<F, Fut>(d: Duration, mut op: F) -> Result<(f64, u64)>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
+    let start = Instant::now();
+    let mut n = 0u64;
+    loop {
+        op().await?;
+        n += 1;
+        let elapsed = start.elapsed();
+        if elapsed >= d {
+            return Ok((n as f64 / elapsed.as_secs_f64(), n));
+        }
+    }
+}
+
+/// One job through its whole life: push, claim, complete.
+async fn cycle(store: &dyn Store, owner: &Owner, cwd: &Path) -> Result<()> {
+    store.push(true_job(cwd), now()).await?;
+    claim_complete(store, owner).await
+}
+
+/// Claims the best due job and completes it.
+async fn claim_complete(store: &dyn Store, owner: &Owner) -> Result<()> {
+    let Some(claimed) = store.claim(owner, &ClaimFilter::default(), now(), &ClockOnly).await?
+    else {
+        bail!("a claim found nothing due");
+    };
+    let done = Completion { result: None, exit_code: Some(0) };
+    store.complete(claimed.job.id, &claimed.fence, done, now()).await?;
+    Ok(())
+}
+
+/// Pushes `n` `true` jobs in calls of at most 100,000; the seconds spent in
+/// `push_many` (building the batch excluded).
+pub(crate) async fn fill(store: &dyn Store, n: usize, cwd: &Path) -> Result<f64> {
+    let mut secs = 0.0;
+    let mut left = n;
+    while left > 0 {
+        let chunk = left.min(100_000);
+        let jobs: Vec<NewJob> = (0..chunk).map(|_| true_job(cwd)).collect();
+        let start = Instant::now();
+        let pushed = store.push_many(jobs, now()).await?;
+        secs += start.elapsed().as_secs_f64();
+        ensure!(pushed.len() == chunk, "push_many returned {} of {chunk}", pushed.len());
+        left -= chunk;
+    }
+    Ok(secs)
+}
+
+/// Every in-process figure for `setting`, using `dir` as scratch space.
+pub async fn measure(setting: Setting, sizes: &Sizes, dir: &Path, args: &Args) -> Result<Figures> {
+    let mut f = Figures::new();
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    if args.runs("rounds") {
+        step(setting, "raw_commit, push, cycle");
+        rounds(setting, sizes, dir, &mut f).await?;
+    }
+    if args.runs("scaling") {
+        step(setting, "push_many, claim_scaling");
+        claim_scaling(setting, sizes, dir, &mut f).await?;
+    }
+    if args.runs("drain") {
+        step(setting, "drain");
+        f.extend(drain_in_child(setting, args.quick, dir)?);
+    }
+    Ok(f)
+}
+
+fn step(setting: Setting, what: &str) {
+    eprintln!("bench: {setting}: {what}");
+}
+
+/// raw_commit, push and cycle, measured in alternating slices so that the
+/// machine's mood changes each figure alike; then bytes_per_job from the
+/// cycle queue (every job in it done).
+async fn rounds(setting: Setting, sizes: &Sizes, dir: &Path, f: &mut Figures) -> Result<()> {
+    let b = setting.backend;
+    let raw = |name: &str, tables: usize| -> Result<Box<dyn RawCommit>> {
+        let path = b.file(dir, name);
+        Ok(match b {
+            Backend::Sqlite => Box::new(RawSqlite::open(&path, setting.fast, tables)?),
+            Backend::Redb => Box::new(RawRedb::open(&path, true, tables)?),
+        })
+    };
+    let mut raw1 = raw("raw", 1)?;
+    let mut raw8 = raw("raw8", 8)?;
+    let mut exclusive = match b {
+        Backend::Redb => Some(RawRedb::open(&b.file(dir, "raw-exclusive"), false, 1)?),
+        Backend::Sqlite => None,
+    };
+    let push_store = setting.open(&b.file(dir, "push"))?;
+    let cycle_path = b.file(dir, "cycle");
+    let cycle_store = setting.open(&cycle_path)?;
+    let owner = Owner::named("bench");
+    let (mut raws, mut pushes, mut cycles, mut excl) = (vec![], vec![], vec![], vec![]);
+    let (mut raws8, mut handoffs) = (vec![], vec![]);
+    let (mut push_ratios, mut cycle_ratios) = (vec![], vec![]);
+    let mut cycled = 0u64;
+    for _ in 0..sizes.rounds {
+        let r = raw1.commit_for(sizes.slice)?;
+        raws8.push(raw8.commit_for(sizes.slice)?);
+        if let Some(x) = exclusive.as_mut() {
+            excl.push(x.commit_for(sizes.slice)?);
+        }
+        // What every store call pays to reach tokio's blocking pool and back.
+        let (h, _) = rate_for(sizes.slice / 4, || async {
+            tokio::task::spawn_blocking(|| ()).await?;
+            Ok(())
+        })
+        .await?;
+        handoffs.push(1e6 / h);
+        let (p, _) = rate_for(sizes.slice, || async {
+            push_store.push(true_job(dir), now()).await?;
+            Ok(())
+        })
+        .await?;
+        let (c, n) = rate_for(sizes.slice, || cycle(cycle_store.as_ref(), &owner, dir)).await?;
+        cycled += n;
+        raws.push(r);
+        pushes.push(p);
+        cycles.push(c);
+        push_ratios.push(p / r);
+        cycle_ratios.push(c / (r / 3.0));
+    }
+    f.insert("raw_commit", median(&raws));
+    f.insert("raw_commit_8pages", median(&raws8));
+    f.insert("handoff_us", median(&handoffs));
+    if !excl.is_empty() {
+        f.insert("raw_commit_exclusive", median(&excl));
+    }
+    f.insert("push", median(&pushes));
+    f.insert("push_ratio", median(&push_ratios));
+    f.insert("cycle", median(&cycles));
+    f.insert("cycle_ratio", median(&cycle_ratios));
+    drop((raw1, raw8, exclusive, push_store, cycle_store));
+
+    // bytes_per_job: the cycle queue's growth over an empty queue's size.
+    let empty_path = b.file(dir, "empty");
+    drop(setting.open(&empty_path)?);
+    let empty = setting.file_bytes(&empty_path)?;
+    let full = setting.file_bytes(&cycle_path)?;
+    f.insert("bytes_per_job", full.saturating_sub(empty) as f64 / cycled.max(1) as f64);
+    f.insert("bytes_per_job_jobs", cycled as f64);
+    Ok(())
+}
+
+/// push_many (the middle backlog, pushed in one call into an empty queue)
+/// and claim_scaling: the median latency of claim+complete on queues of
+/// each backlog, sampled in turn.
+async fn claim_scaling(setting: Setting, sizes: &Sizes, dir: &Path, f: &mut Figures) -> Result<()> {
+    let owner = Owner::named("bench");
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for (i, &n) in sizes.backlogs.iter().enumerate() {
+        let store = setting.open(&setting.backend.file(dir, &format!("backlog-{n}")))?;
+        let secs = fill(store.as_ref(), n, dir).await?;
+        if i == 1 {
+            // One call: the batch fits in a single push_many.
+            f.insert("push_many", n as f64 / secs);
+            f.insert("push_many_jobs", n as f64);
+        }
+        stores.push(store);
+    }
+    for store in &stores {
+        for _ in 0..10 {
+            claim_complete(store.as_ref(), &owner).await?;
+        }
+    }
+    let mut latencies = vec![Vec::new(); stores.len()];
+    for _ in 0..sizes.claim_samples {
+        for (i, store) in stores.iter().enumerate() {
+            let start = Instant::now();
+            claim_complete(store.as_ref(), &owner).await?;
+            latencies[i].push(start.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let m: Vec<f64> = latencies.iter().map(|l| median(l)).collect();
+    f.insert("claim_scaling_small_ms", m[0]);
+    f.insert("claim_scaling_mid_ms", m[1]);
+    f.insert("claim_scaling", m[2]);
+    f.insert("claim_scaling_ratio", m[2] / m[0]);
+    drop(stores);
+    for &n in &sizes.backlogs {
+        remove_queue(&setting.backend.file(dir, &format!("backlog-{n}")));
+    }
+    Ok(())
+}
+
+/// Deletes a queue file and whatever SQLite kept beside it.
+fn remove_queue(path: &Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// Spawns `sh -c true` `n` times, one after another; seconds.
+pub fn plain_loop(n: usize) -> Result<f64> {
+    let start = Instant::now();
+    for _ in 0..n {
+        let status = Command::new("sh")
+            .args(["-c", "true"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .context("cannot spawn sh")?;
+        ensure!(status.success(), "sh -c true failed: {status}");
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// The figures [`drain`] gives.
+const DRAIN_FIGURES: [&str; 4] = ["drain", "drain_ms_per_job", "plain_ms_per_job", "drain_ratio"];
+
+/// Runs [`drain`] in a fresh copy of this program. Not in this process: the
+/// runner forks each job, and a fork copies the page tables of the whole
+/// heap, which the million-job backlogs leave large here (a drain measured
+/// after them took 30-40 ms a job instead of 5). A fresh process is what
+/// `slothqueue run` is.
+fn drain_in_child(setting: Setting, quick: bool, dir: &Path) -> Result<Figures> {
+    let exe = std::env::current_exe().context("cannot find this program to re-run it")?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["--child-drain", "--backend", setting.backend.as_str(), "--durability"])
+        .arg(if setting.fast { "fast" } else { "default" })
+        .arg("--out")
+        .arg(dir);
+    if quick {
+        cmd.arg("--quick");
+    }
+    let out = cmd.stdin(Stdio::null()).output().context("cannot start the drain")?;
+    if !out.status.success() {
+        bail!("the drain failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("the drain printed no JSON")?;
+    let mut f = Figures::new();
+    for key in DRAIN_FIGURES {
+        let v = json[key].as_f64().with_context(|| format!("the drain gave no `{key}`"))?;
+        f.insert(key, v);
+    }
+    Ok(f)
+}
+
+/// The runner draining `true` jobs against a plain spawn loop of the same
+/// count (half before, half after, to share the machine's drift).
+pub async fn drain(setting: Setting, sizes: &Sizes, dir: &Path) -> Result<Figures> {
+    let mut f = Figures::new();
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let n = sizes.drain_jobs;
+    let path = setting.backend.file(dir, "drain");
+    let store = setting.open(&path)?;
+    fill(store.as_ref(), n, dir).await?;
+    let before = plain_loop(n / 2)?;
+    let mut config = RunnerConfig::new(log_dir_for(&path));
+    config.mode = Mode::Drain;
+    // As the CLI does: a load gate, read before each job (never closed here).
+    config.gates = vec![Box::new(LoadGate::system(Some(1e9)))];
+    let runner = Runner::new(store.clone(), config);
+    let start = Instant::now();
+    let summary = runner.run(|_event| {}, ShutdownSignal::never()).await?;
+    let drained = start.elapsed().as_secs_f64();
+    let after = plain_loop(n - n / 2)?;
+    ensure!(
+        summary.done as usize == n,
+        "the runner finished {} of {n} jobs ({summary:?})",
+        summary.done
+    );
+    let plain = before + after;
+    f.insert(DRAIN_FIGURES[0], (drained - plain) / n as f64 * 1e3);
+    f.insert(DRAIN_FIGURES[1], drained / n as f64 * 1e3);
+    f.insert(DRAIN_FIGURES[2], plain / n as f64 * 1e3);
+    f.insert(DRAIN_FIGURES[3], drained / plain);
+    Ok(f)
+}

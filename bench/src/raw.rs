@@ -1,0 +1,134 @@
+//! The limit: the bare storage engine's single-row insert+commit rate with
+//! the settings the store uses, written directly against rusqlite and redb.
+//!
+//! SQLite gets the store's pragmas (WAL, the same `synchronous`,
+//! `foreign_keys`, `journal_size_limit`) and the store's `BEGIN IMMEDIATE`;
+//! redb gets the store's builder (`ConcurrencyMode::MultiWriter`, a 64 MiB
+//! cache) and `Durability::Immediate`. Each commit inserts one 256-byte row,
+//! about the size of a job row, into each of `tables` tables: one for the
+//! bare limit, eight for a commit that dirties as many pages as a push does
+//! (the job row, its five index entries, its event and the id sequence).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use redb::{Builder, ConcurrencyMode, Database, Durability, TableDefinition};
+use rusqlite::Connection;
+
+/// A row about the size of a job's.
+const ROW: [u8; 256] = [0x5a; 256];
+
+/// Commits one row at a time.
+pub trait RawCommit {
+    /// Commits single-row transactions for about `d`; the rate per second.
+    fn commit_for(&mut self, d: Duration) -> Result<f64>;
+}
+
+/// Runs `commit` until `d` has passed; commits per second.
+fn rate(d: Duration, mut commit: impl FnMut() -> Result<()>) -> Result<f64> {
+    let start = Instant::now();
+    let mut n = 0u64;
+    loop {
+        commit()?;
+        n += 1;
+        let elapsed = start.elapsed();
+        if elapsed >= d {
+            return Ok(n as f64 / elapsed.as_secs_f64());
+        }
+    }
+}
+
+/// Bare SQLite tables with the store's pragmas.
+pub struct RawSqlite {
+    conn: Connection,
+    tables: usize,
+}
+
+impl RawSqlite {
+    pub fn open(path: &Path, normal: bool, tables: usize) -> Result<Self> {
+        let conn = Connection::open(path)
+            .with_context(|| format!("raw sqlite: cannot open {}", path.display()))?;
+        let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        let sync = if normal { "NORMAL" } else { "FULL" };
+        conn.execute_batch(&format!(
+            "PRAGMA synchronous = {sync};
+             PRAGMA foreign_keys = ON;
+             PRAGMA journal_size_limit = 67108864;"
+        ))?;
+        for t in 0..tables {
+            conn.execute_batch(&format!(
+                "CREATE TABLE IF NOT EXISTS raw{t} (id INTEGER PRIMARY KEY, v BLOB NOT NULL) STRICT;"
+            ))?;
+        }
+        Ok(RawSqlite { conn, tables })
+    }
+}
+
+impl RawCommit for RawSqlite {
+    fn commit_for(&mut self, d: Duration) -> Result<f64> {
+        let (conn, tables) = (&self.conn, self.tables);
+        let inserts: Vec<String> =
+            (0..tables).map(|t| format!("INSERT INTO raw{t} (v) VALUES (?1)")).collect();
+        rate(d, || {
+            conn.execute_batch("BEGIN IMMEDIATE")?;
+            for sql in &inserts {
+                conn.prepare_cached(sql)?.execute([&ROW[..]])?;
+            }
+            conn.execute_batch("COMMIT")?;
+            Ok(())
+        })
+    }
+}
+
+const RAW: [TableDefinition<'_, u64, &[u8]>; 8] = [
+    TableDefinition::new("raw0"),
+    TableDefinition::new("raw1"),
+    TableDefinition::new("raw2"),
+    TableDefinition::new("raw3"),
+    TableDefinition::new("raw4"),
+    TableDefinition::new("raw5"),
+    TableDefinition::new("raw6"),
+    TableDefinition::new("raw7"),
+];
+
+/// Bare redb tables.
+pub struct RawRedb {
+    db: Database,
+    next: u64,
+    tables: usize,
+}
+
+impl RawRedb {
+    /// `multi_writer`: the store's mode; otherwise redb's default
+    /// (`ExclusiveWriter`), for comparison.
+    pub fn open(path: &Path, multi_writer: bool, tables: usize) -> Result<Self> {
+        let mut builder = Builder::new();
+        if multi_writer {
+            builder.set_concurrency_mode(ConcurrencyMode::MultiWriter);
+        }
+        builder.set_cache_size(64 * 1024 * 1024);
+        let db = builder
+            .create(path)
+            .with_context(|| format!("raw redb: cannot create {}", path.display()))?;
+        anyhow::ensure!((1..=RAW.len()).contains(&tables), "1 to {} raw tables", RAW.len());
+        Ok(RawRedb { db, next: 0, tables })
+    }
+}
+
+impl RawCommit for RawRedb {
+    fn commit_for(&mut self, d: Duration) -> Result<f64> {
+        let (db, next, tables) = (&self.db, &mut self.next, self.tables);
+        rate(d, || {
+            let mut txn = db.begin_write()?;
+            txn.set_durability(Durability::Immediate)?;
+            for def in &RAW[..tables] {
+                let mut table = txn.open_table(*def)?;
+                table.insert(*next, &ROW[..])?;
+            }
+            txn.commit()?;
+            *next += 1;
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,112 @@
+//! What is measured: a backend under one of its two durability settings,
+//! and how to open a store or a raw file exactly as that setting does.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use slothqueue_core::Store;
+use slothqueue_store_redb::{DurabilityMode, RedbOptions, RedbStore};
+use slothqueue_store_sqlite::{SqliteOptions, SqliteStore, Synchronous};
+
+/// A storage backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Redb,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 2] = [Backend::Sqlite, Backend::Redb];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Redb => "redb",
+        }
+    }
+
+    /// A queue file name the CLI detects as this backend when new.
+    pub fn file(self, dir: &Path, stem: &str) -> PathBuf {
+        match self {
+            Backend::Sqlite => dir.join(format!("{stem}.db")),
+            Backend::Redb => dir.join(format!("{stem}.redb")),
+        }
+    }
+}
+
+impl FromStr for Backend {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "sqlite" => Ok(Backend::Sqlite),
+            "redb" => Ok(Backend::Redb),
+            other => anyhow::bail!("unknown backend `{other}` (expected sqlite or redb)"),
+        }
+    }
+}
+
+/// A backend and one of its durability settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Setting {
+    pub backend: Backend,
+    /// The fast setting rather than the default one.
+    pub fast: bool,
+}
+
+impl fmt::Display for Setting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.backend.as_str(), if self.fast { "fast" } else { "default" })
+    }
+}
+
+impl Setting {
+    /// What the setting means, for the report.
+    pub fn describe(&self) -> &'static str {
+        match (self.backend, self.fast) {
+            (Backend::Sqlite, false) => "WAL, synchronous=FULL (the default)",
+            (Backend::Sqlite, true) => "WAL, synchronous=NORMAL",
+            (Backend::Redb, false) => {
+                "Durability::Immediate, ConcurrencyMode::MultiWriter (the default)"
+            }
+            (Backend::Redb, true) => {
+                "DurabilityMode::Eventual: commits as Immediate, since redb refuses \
+                 Durability::None in MultiWriter mode"
+            }
+        }
+    }
+
+    /// Opens (creating) a queue with this setting.
+    pub fn open(&self, path: &Path) -> Result<Arc<dyn Store>> {
+        let store: Arc<dyn Store> = match self.backend {
+            Backend::Sqlite => {
+                let synchronous = if self.fast { Synchronous::Normal } else { Synchronous::Full };
+                let options = SqliteOptions { synchronous, ..SqliteOptions::default() };
+                Arc::new(SqliteStore::open(path, options)?)
+            }
+            Backend::Redb => {
+                let durability =
+                    if self.fast { DurabilityMode::Eventual } else { DurabilityMode::Immediate };
+                let options = RedbOptions { durability, ..RedbOptions::default() };
+                Arc::new(RedbStore::open(path, options)?)
+            }
+        };
+        Ok(store)
+    }
+
+    /// The bytes a closed queue takes on disk: the file, and for SQLite a
+    /// WAL if one was left behind.
+    pub fn file_bytes(&self, path: &Path) -> Result<u64> {
+        let mut total = std::fs::metadata(path)
+            .with_context(|| format!("cannot read the size of {}", path.display()))?
+            .len();
+        if self.backend == Backend::Sqlite {
+            let mut wal = path.as_os_str().to_owned();
+            wal.push("-wal");
+            total += std::fs::metadata(PathBuf::from(wal)).map(|m| m.len()).unwrap_or(0);
+        }
+        Ok(total)
+    }
+}
