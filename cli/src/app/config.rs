@@ -81,6 +81,10 @@ pub enum Command {
     /// The guided tour.
     Demo,
     /// The HTTP API with a drain worker.
+    #[cfg_attr(
+        not(feature = "http"),
+        expect(dead_code, reason = "without the http feature serve only says it is missing")
+    )]
     Serve(ServeConfig),
 }
 
