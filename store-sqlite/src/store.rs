@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -91,6 +92,9 @@ struct Inner {
     conn: Mutex<Connection>,
     ctx: Context,
     policy: Policy,
+    /// A call failed for lack of space and the WAL has not been
+    /// checkpointed since (see [`Inner::run`]).
+    disk_was_full: AtomicBool,
     /// WAL with `synchronous=FULL`: writes that need no fsync may skip it
     /// (see [`write_tx_unsynced`]).
     can_skip_sync: bool,
@@ -121,6 +125,7 @@ impl SqliteStore {
                 conn: Mutex::new(conn),
                 ctx,
                 policy: options.policy,
+                disk_was_full: AtomicBool::new(false),
                 can_skip_sync: options.journal == Journal::Wal
                     && options.synchronous == Synchronous::Full,
             }),
@@ -190,12 +195,21 @@ impl Inner {
             let _ = conn.execute_batch("ROLLBACK");
         }
         let out = f(&conn).map_err(|e| self.ctx.map(e));
-        if let Err(StoreError::DiskFull(_)) = &out {
-            // On a small disk the WAL fills it first (it is checkpointed
-            // only past 1000 pages), and a long-lived handle keeps it: give
-            // its space back whenever the pages fit in the database file,
-            // or freed space is eaten by the WAL again (S15).
-            let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        match &out {
+            Err(StoreError::DiskFull(_)) => self.disk_was_full.store(true, Ordering::Relaxed),
+            Ok(_) if self.disk_was_full.swap(false, Ordering::Relaxed) => {
+                // Space is back. On a small disk the WAL may be what filled
+                // it, and writes would eat the freed space again before the
+                // next checkpoint: move it into the database file while it
+                // fits, and truncate it (S15).
+                let truncated = conn
+                    .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0))
+                    .is_ok_and(|busy| busy == 0);
+                if !truncated {
+                    self.disk_was_full.store(true, Ordering::Relaxed);
+                }
+            }
+            _ => {}
         }
         out
     }
@@ -220,10 +234,15 @@ fn configure(conn: &mut Connection, options: &SqliteOptions) -> rusqlite::Result
         Synchronous::Full => "FULL",
         Synchronous::Normal => "NORMAL",
     };
+    // A WAL checkpoint every 128 pages (512 KiB), not SQLite's 1000 (4 MiB):
+    // on a nearly full disk the WAL, rewriting the same pages, otherwise
+    // takes every byte before its first checkpoint, which then cannot grow
+    // the database file to empty it; the queue stays stuck (S15).
     conn.execute_batch(&format!(
         "PRAGMA synchronous = {sync};
          PRAGMA foreign_keys = ON;
-         PRAGMA journal_size_limit = 67108864;"
+         PRAGMA journal_size_limit = 67108864;
+         PRAGMA wal_autocheckpoint = 128;"
     ))
 }
 
