@@ -95,22 +95,36 @@ impl Cli {
         Ok((path, file))
     }
 
-    /// One `slothqueue add` against one spawn of `true`, alternately.
+    /// One `slothqueue add` against one spawn of `true`, alternately; also
+    /// `slothqueue --version` (the binary doing nothing: the floor of any
+    /// command) and `status` on this small queue (what `status_100k` costs
+    /// before counting).
     fn add_ratio(&self, backend: Backend, sizes: &Sizes, f: &mut Figures) -> Result<()> {
         let queue = backend.file(&self.dir, "add");
+        let version = || {
+            let mut c = Command::new(&self.bin);
+            c.arg("--version");
+            c
+        };
         for _ in 0..3 {
             timed(&mut self.cmd(&queue, &["add", "true"]))?;
             timed(&mut Command::new("true"))?;
+            timed(&mut version())?;
         }
-        let (mut adds, mut trues) = (Vec::new(), Vec::new());
+        let (mut adds, mut trues, mut versions, mut statuses) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..sizes.add_runs {
             trues.push(timed(&mut Command::new("true"))?);
             adds.push(timed(&mut self.cmd(&queue, &["add", "true"]))?);
+            versions.push(timed(&mut version())?);
+            statuses.push(timed(&mut self.cmd(&queue, &["status"]))?);
         }
         let (add, tru) = (median(&adds), median(&trues));
         f.insert("add_ms", add);
         f.insert("true_ms", tru);
         f.insert("add_ratio", add / tru);
+        f.insert("version_ratio", median(&versions) / tru);
+        f.insert("status_small_ms", median(&statuses));
         Ok(())
     }
 
