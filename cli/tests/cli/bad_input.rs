@@ -81,7 +81,11 @@ const CASES: &[Case] = &[
     case(&["import", "/nonexistent/dump.jsonl"], 2, "cannot read /nonexistent/dump.jsonl"),
     case(&["completions", "cmd.exe"], 2, "invalid value 'cmd.exe'"),
     case(&["frobnicate"], 2, "unrecognized subcommand"),
-    case(&["serve"], 2, "serve is not built yet"),
+    #[cfg(feature = "http")]
+    case(&["serve", "--addr", "10.1.2.3:7878"], 2, "not a loopback address"),
+    #[cfg(not(feature = "http"))]
+    case(&["serve"], 2, "built without the \"http\" feature"),
+    case(&["serve", "--addr", "localhost"], 2, "invalid value 'localhost'"),
     Case { args: &["status"], db: Db::Foreign, code: 6, fragment: "not a slothqueue queue" },
     Case { args: &["add", "x"], db: Db::Foreign, code: 6, fragment: "not a slothqueue queue" },
     Case { args: &["list"], db: Db::Corrupt, code: 6, fragment: "damaged" },
