@@ -76,13 +76,54 @@ pub struct RedbStore {
     inner: Arc<Inner>,
 }
 
+/// The open database. Closing it, when the store is dropped or a handle
+/// is replaced after a latched I/O error, never panics out of the store:
+/// redb writes its allocator state on close, and on a file damaged where
+/// nothing has read yet, that can panic inside redb (S16: the torture
+/// suite's fuzzing found `add` on a bit-flipped file ending in exit 101).
+#[derive(Debug)]
+struct Db(Option<Database>);
+
+impl Db {
+    fn new(db: Database) -> Self {
+        Db(Some(db))
+    }
+}
+
+impl std::ops::Deref for Db {
+    type Target = Database;
+    fn deref(&self) -> &Database {
+        match &self.0 {
+            Some(db) => db,
+            None => unreachable!("the database is taken out only when dropped"),
+        }
+    }
+}
+
+impl std::ops::DerefMut for Db {
+    fn deref_mut(&mut self) -> &mut Database {
+        match &mut self.0 {
+            Some(db) => db,
+            None => unreachable!("the database is taken out only when dropped"),
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Some(db) = self.0.take() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || db.close()));
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     path: PathBuf,
     options: RedbOptions,
     /// Write-locked only to reopen after a latched I/O error and for the
     /// integrity check, which need the handle to themselves.
-    db: RwLock<Database>,
+    db: RwLock<Db>,
     /// One write transaction at a time among every handle of this process
     /// on this file, handed over in turn rather than polled for, so
     /// threads of one process do not starve each other; other processes
@@ -104,7 +145,7 @@ impl RedbStore {
             inner: Arc::new(Inner {
                 path: path.to_owned(),
                 options,
-                db: RwLock::new(db),
+                db: RwLock::new(Db::new(db)),
                 gate,
                 on_file: true,
             }),
@@ -128,7 +169,7 @@ impl RedbStore {
             inner: Arc::new(Inner {
                 path: label.to_owned(),
                 options,
-                db: RwLock::new(db),
+                db: RwLock::new(Db::new(db)),
                 gate: Arc::new(Gate::default()),
                 on_file: false,
             }),
@@ -360,7 +401,7 @@ impl Inner {
             Err(e) if e.is_previous_io() && self.on_file => {
                 let fresh = schema::open_writable(&self.path, self.options.lock_timeout)?;
                 let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
-                *db = fresh;
+                *db = Db::new(fresh);
                 guarded(|| f(&db)).map_err(|e| e.into_store(&self.path))
             }
             r => r.map_err(|e| e.into_store(&self.path)),
