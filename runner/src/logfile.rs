@@ -173,10 +173,10 @@ mod tests {
 
     #[test]
     fn logs_live_beside_the_queue_file() {
-        assert_eq!(log_dir_for(Path::new("/q/queue.db")), Path::new("/q/queue.db-logs"));
+        assert_eq!(log_dir_for(Path::new("/q/queue.db")), Path::new("/q/queue.db.logs"));
         assert_eq!(
-            log_path(Path::new("/q/queue.db-logs"), 12),
-            Path::new("/q/queue.db-logs/12.log")
+            log_path(Path::new("/q/queue.db.logs"), 12),
+            Path::new("/q/queue.db.logs/12.log")
         );
     }
 
