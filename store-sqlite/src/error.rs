@@ -62,6 +62,12 @@ impl Context {
 
     /// Maps a rusqlite error onto the core's error enum.
     pub fn map_sql(&self, e: rusqlite::Error) -> StoreError {
+        if let Some(msg) = schema_mismatch(&e) {
+            // Every statement is ours and fixed, so a table or column it
+            // names that is not there means the file's schema is not the
+            // one slothqueue wrote: damaged or edited (S16).
+            return corrupt(&self.path, format!("its schema is not slothqueue's ({msg})"));
+        }
         let Some(code) = e.sqlite_error_code() else {
             // Conversions of column values: the row is not what we wrote.
             return match e {
@@ -95,6 +101,20 @@ impl Context {
             _ => StoreError::Backend(e.to_string()),
         }
     }
+}
+
+/// SQLite's message when a statement names a table or column the file
+/// does not have, without the statement itself.
+fn schema_mismatch(e: &rusqlite::Error) -> Option<&str> {
+    let msg = match e {
+        rusqlite::Error::SqliteFailure(_, Some(m)) => m.as_str(),
+        rusqlite::Error::SqlInputError { msg, .. } => msg.as_str(),
+        _ => return None,
+    };
+    ["no such table", "no such column", "has no column named", "malformed database schema"]
+        .iter()
+        .any(|p| msg.contains(p))
+        .then_some(msg)
 }
 
 /// The file is not a slothqueue queue, or is damaged.
