@@ -57,6 +57,9 @@ fn main() -> ExitCode {
     }
 }
 
+/// The proptest seed CI uses (see `ci`).
+pub const CI_PROPTEST_SEED: &str = "1";
+
 /// The whole gate, cheapest checks first so a typo fails in seconds.
 fn ci() -> Result<(), String> {
     run::cargo(&["fmt", "--all", "--check"])?;
@@ -78,7 +81,11 @@ fn ci() -> Result<(), String> {
         run::cargo(&["test", "-p", "slothqueue", "--no-default-features", "--features", feature])?;
     }
     run::cargo_env(&["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")])?;
-    run::cargo(&["test", "--workspace"])?;
+    // CI explores one fixed proptest seed so that a red run is reproducible
+    // and a rare find (a redb abort on a hand-crafted file, see the torture
+    // suite's S16 notes) cannot flip CI at random; `cargo test` on a
+    // developer's machine and `cargo xtask torture` keep drawing new seeds.
+    run::cargo_env(&["test", "--workspace"], &[("PROPTEST_RNG_SEED", CI_PROPTEST_SEED)])?;
     conformance::run(&[])?;
     // Keeps the bench harness alive; asserts nothing about speed. The dev
     // profile reuses the test build instead of a release one.

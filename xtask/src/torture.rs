@@ -27,7 +27,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let cases = if quick { "200" } else { "5000" };
     let mut test = vec!["test", "-p", "slothqueue-torture", "--test", "fuzz"];
     test.extend_from_slice(&CONFIG);
-    run::cargo_env(&test, &[("PROPTEST_CASES", cases), ("SQ_BIN", &bin)])?;
+    let mut env = vec![("PROPTEST_CASES", cases), ("SQ_BIN", bin.as_str())];
+    if quick {
+        // The quick run is CI's: reproducible, like `ci`'s test step.
+        env.push(("PROPTEST_RNG_SEED", crate::CI_PROPTEST_SEED));
+    }
+    run::cargo_env(&test, &env)?;
     let mut torture = vec!["run", "-q", "-p", "slothqueue-torture"];
     torture.extend_from_slice(&CONFIG);
     torture.extend_from_slice(&["--", "--bin", &bin]);
