@@ -188,3 +188,140 @@ pub fn drain_mode(mut cfg: RunnerConfig, mode: Mode) -> RunnerConfig {
     cfg.mode = mode;
     cfg
 }
+
+/// A hook run before a store call; an `Err` is answered instead of calling.
+pub type Hook = Box<dyn Fn() -> Result<(), slothqueue_core::StoreError> + Send + Sync>;
+
+/// Delegates every call to a real store, running a hook before `claim` and
+/// `complete`: how the tests inject a busy file or a death at a chosen step
+/// without re-writing the whole trait per test.
+pub struct Intercepted {
+    pub inner: Arc<dyn Store>,
+    pub before_claim: Hook,
+    pub before_complete: Hook,
+}
+
+impl Intercepted {
+    /// Hooks that let every call through.
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        Intercepted {
+            inner,
+            before_claim: Box::new(|| Ok(())),
+            before_complete: Box::new(|| Ok(())),
+        }
+    }
+}
+
+mod intercepted {
+    use async_trait::async_trait;
+    use slothqueue_core::machine::{Completion, Failure, HeartbeatAck};
+    use slothqueue_core::{
+        ClaimFilter, Claimed, Event, Fence, Job, JobId, ListFilter, LivenessJudge, NewJob, Owner,
+        PurgeFilter, Pushed, RunnerRecord, Stats, Store, StoreError, Timestamp,
+    };
+
+    use super::Intercepted;
+
+    #[async_trait]
+    impl Store for Intercepted {
+        async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
+            self.inner.push(job, now).await
+        }
+        async fn push_many(
+            &self,
+            jobs: Vec<NewJob>,
+            now: Timestamp,
+        ) -> Result<Vec<Pushed>, StoreError> {
+            self.inner.push_many(jobs, now).await
+        }
+        async fn claim(
+            &self,
+            owner: &Owner,
+            filter: &ClaimFilter,
+            now: Timestamp,
+            judge: &dyn LivenessJudge,
+        ) -> Result<Option<Claimed>, StoreError> {
+            (self.before_claim)()?;
+            self.inner.claim(owner, filter, now, judge).await
+        }
+        async fn heartbeat(
+            &self,
+            id: JobId,
+            fence: &Fence,
+            child_pgid: Option<i32>,
+            now: Timestamp,
+        ) -> Result<HeartbeatAck, StoreError> {
+            self.inner.heartbeat(id, fence, child_pgid, now).await
+        }
+        async fn complete(
+            &self,
+            id: JobId,
+            fence: &Fence,
+            done: Completion,
+            now: Timestamp,
+        ) -> Result<Job, StoreError> {
+            (self.before_complete)()?;
+            self.inner.complete(id, fence, done, now).await
+        }
+        async fn fail(
+            &self,
+            id: JobId,
+            fence: &Fence,
+            failure: Failure,
+            now: Timestamp,
+        ) -> Result<Job, StoreError> {
+            self.inner.fail(id, fence, failure, now).await
+        }
+        async fn release(
+            &self,
+            id: JobId,
+            fence: &Fence,
+            now: Timestamp,
+        ) -> Result<Job, StoreError> {
+            self.inner.release(id, fence, now).await
+        }
+        async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
+            self.inner.cancel(id, now).await
+        }
+        async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
+            self.inner.retry(id, now).await
+        }
+        async fn get(&self, id: JobId) -> Result<Job, StoreError> {
+            self.inner.get(id).await
+        }
+        async fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
+            self.inner.events(id).await
+        }
+        async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError> {
+            self.inner.list(filter).await
+        }
+        async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError> {
+            self.inner.stats(now).await
+        }
+        async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+            self.inner.next_due().await
+        }
+        async fn reclaim_dead(
+            &self,
+            now: Timestamp,
+            judge: &dyn LivenessJudge,
+        ) -> Result<Vec<Job>, StoreError> {
+            self.inner.reclaim_dead(now, judge).await
+        }
+        async fn purge(&self, filter: &PurgeFilter) -> Result<Vec<JobId>, StoreError> {
+            self.inner.purge(filter).await
+        }
+        async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
+            self.inner.restore(job, events).await
+        }
+        async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {
+            self.inner.put_runner(record).await
+        }
+        async fn remove_runner(&self, owner_id: &str) -> Result<(), StoreError> {
+            self.inner.remove_runner(owner_id).await
+        }
+        async fn runners(&self) -> Result<Vec<RunnerRecord>, StoreError> {
+            self.inner.runners().await
+        }
+    }
+}

@@ -8,17 +8,13 @@ use std::os::unix::process::CommandExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use async_trait::async_trait;
-use slothqueue_core::machine::{Completion, Failure, HeartbeatAck};
 use slothqueue_core::{
-    ClaimFilter, Claimed, ClockOnly, Event, Fence, Job, JobId, JobState, Lease, ListFilter,
-    Liveness, LivenessJudge, NewJob, Owner, PurgeFilter, Pushed, RunnerRecord, Stats, Store,
-    StoreError, Timestamp,
+    ClaimFilter, ClockOnly, Fence, JobId, JobState, Lease, Liveness, LivenessJudge, Owner,
 };
 use slothqueue_runner::process::{LEASE_VAR, group_members, lease_marker};
 use slothqueue_runner::this_process_owner;
 
-use crate::support::{Env, alive, env, eventually};
+use crate::support::{Env, Intercepted, alive, env, eventually};
 
 /// An owner on this host and boot whose process has exited.
 fn dead_owner() -> Owner {
@@ -119,7 +115,14 @@ async fn s04_an_owner_dying_between_sweep_and_claim_is_not_rerun_over_its_orphan
     let dead = Arc::new(AtomicBool::new(false));
     let mut cfg = env.config();
     cfg.judge = Arc::new(DiesOnCue { owner: doomed.id.clone(), dead: dead.clone() });
-    let store = Arc::new(DiesBeforeClaim { inner: env.store.clone(), dead: dead.clone() });
+    // The lease holder "dies" just before each claim, after the sweep looked.
+    let mut store = Intercepted::new(env.store.clone());
+    let dying = dead.clone();
+    store.before_claim = Box::new(move || {
+        dying.store(true, Ordering::SeqCst);
+        Ok(())
+    });
+    let store = Arc::new(store);
     let (summary, lines) = env.drain(slothqueue_runner::Runner::new(store, cfg)).await;
     assert_eq!(summary.done, 1, "{lines:?}");
     assert_eq!(env.job(other).await.state, JobState::Done);
@@ -134,108 +137,4 @@ async fn s04_an_owner_dying_between_sweep_and_claim_is_not_rerun_over_its_orphan
     assert!(group_members(pgid).is_empty(), "the orphaned group survived");
     let job = env.job(id).await;
     assert_eq!((job.state, job.attempts), (JobState::Done, 2));
-}
-
-/// Delegates to a real store; the lease holder "dies" just before each
-/// claim, after the runner's sweep looked.
-struct DiesBeforeClaim {
-    inner: Arc<dyn Store>,
-    dead: Arc<AtomicBool>,
-}
-
-#[async_trait]
-impl Store for DiesBeforeClaim {
-    async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
-        self.inner.push(job, now).await
-    }
-    async fn push_many(
-        &self,
-        jobs: Vec<NewJob>,
-        now: Timestamp,
-    ) -> Result<Vec<Pushed>, StoreError> {
-        self.inner.push_many(jobs, now).await
-    }
-    async fn claim(
-        &self,
-        owner: &Owner,
-        filter: &ClaimFilter,
-        now: Timestamp,
-        judge: &dyn LivenessJudge,
-    ) -> Result<Option<Claimed>, StoreError> {
-        self.dead.store(true, Ordering::SeqCst);
-        self.inner.claim(owner, filter, now, judge).await
-    }
-    async fn heartbeat(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        child_pgid: Option<i32>,
-        now: Timestamp,
-    ) -> Result<HeartbeatAck, StoreError> {
-        self.inner.heartbeat(id, fence, child_pgid, now).await
-    }
-    async fn complete(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        done: Completion,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        self.inner.complete(id, fence, done, now).await
-    }
-    async fn fail(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        failure: Failure,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        self.inner.fail(id, fence, failure, now).await
-    }
-    async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError> {
-        self.inner.release(id, fence, now).await
-    }
-    async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.inner.cancel(id, now).await
-    }
-    async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.inner.retry(id, now).await
-    }
-    async fn get(&self, id: JobId) -> Result<Job, StoreError> {
-        self.inner.get(id).await
-    }
-    async fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
-        self.inner.events(id).await
-    }
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError> {
-        self.inner.list(filter).await
-    }
-    async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError> {
-        self.inner.stats(now).await
-    }
-    async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
-        self.inner.next_due().await
-    }
-    async fn reclaim_dead(
-        &self,
-        now: Timestamp,
-        judge: &dyn LivenessJudge,
-    ) -> Result<Vec<Job>, StoreError> {
-        self.inner.reclaim_dead(now, judge).await
-    }
-    async fn purge(&self, filter: &PurgeFilter) -> Result<Vec<JobId>, StoreError> {
-        self.inner.purge(filter).await
-    }
-    async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
-        self.inner.restore(job, events).await
-    }
-    async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {
-        self.inner.put_runner(record).await
-    }
-    async fn remove_runner(&self, owner_id: &str) -> Result<(), StoreError> {
-        self.inner.remove_runner(owner_id).await
-    }
-    async fn runners(&self) -> Result<Vec<RunnerRecord>, StoreError> {
-        self.inner.runners().await
-    }
 }
