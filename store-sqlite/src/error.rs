@@ -111,10 +111,18 @@ fn schema_mismatch(e: &rusqlite::Error) -> Option<&str> {
         rusqlite::Error::SqlInputError { msg, .. } => msg.as_str(),
         _ => return None,
     };
-    ["no such table", "no such column", "has no column named", "malformed database schema"]
-        .iter()
-        .any(|p| msg.contains(p))
-        .then_some(msg)
+    // "unsupported file format": the header's schema format number (byte
+    // 44) is not one SQLite knows; slothqueue never writes such a file.
+    [
+        "no such table",
+        "no such column",
+        "has no column named",
+        "malformed database schema",
+        "unsupported file format",
+    ]
+    .iter()
+    .any(|p| msg.contains(p))
+    .then_some(msg)
 }
 
 /// The file is not a slothqueue queue, or is damaged.

@@ -30,3 +30,20 @@ async fn s16_a_damaged_schema_is_a_corrupt_file_not_a_storage_error() {
     let err = store.push(NewJob::shell("true", "/tmp"), T).await.unwrap_err();
     assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
 }
+
+/// Found by the `open_sqlite` fuzz target (`fuzz/`): a file whose header
+/// names an unknown schema format (byte 44) was refused with SQLite's raw
+/// "unsupported file format", an untyped storage error, instead of as a
+/// damaged file; it must be refused as corrupt and left untouched.
+#[test]
+fn an_unknown_schema_format_in_the_header_is_a_corrupt_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    drop(SqliteStore::open(&path, SqliteOptions::default()).unwrap());
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[44..48].copy_from_slice(&8u32.to_be_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let err = SqliteStore::open(&path, SqliteOptions::default()).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { path: ref p, .. } if p == &path), "{err:?}");
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "a refused file was changed");
+}

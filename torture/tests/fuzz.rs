@@ -3,10 +3,11 @@
 //! same: a typed answer, never a panic (and a refused file is left as it
 //! was).
 //!
-//! cargo-fuzz needs a nightly toolchain and a tool that is not installed
-//! here, so these are proptest properties over arbitrary bytes instead,
-//! bounded by `PROPTEST_CASES` (`cargo xtask torture` sets it: a short run
-//! with `--quick`, a longer one without).
+//! These are proptest properties, bounded by `PROPTEST_CASES` (`cargo
+//! xtask torture` sets it: a short run with `--quick`, a longer one
+//! without), and run with every `cargo test`. The coverage-guided twins of
+//! the same properties are the libFuzzer targets in `fuzz/`, which
+//! `cargo xtask torture` builds and runs for a bounded time.
 //!
 //! - opening a store from arbitrary bytes, then one read and one write
 //!   (SQLite and redb);

@@ -1,9 +1,10 @@
 //! `cargo xtask torture [--quick] [--backend sqlite|redb] [--seed N] [--only S03,S04]`:
 //! builds the `slothqueue` binary with its crash points (the `failpoints`
 //! feature, inert unless `SLOTHQUEUE_FAILPOINT` is set), runs the
-//! fuzz-style property tests for a bounded number of cases, then the
+//! fuzz-style property tests for a bounded number of cases, the libFuzzer
+//! targets of `fuzz/` for a bounded time each (see [`fuzz`]), then the
 //! torture scenarios against that binary (`torture/`). The scenarios'
-//! summary lines come last.
+//! summary lines come last; a fuzz failure is reported after them.
 //!
 //! redb and the bundled SQLite are compiled optimised even in this debug
 //! build: unoptimised redb is several times slower under contention, which
@@ -33,11 +34,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
         env.push(("PROPTEST_RNG_SEED", crate::CI_PROPTEST_SEED));
     }
     run::cargo_env(&test, &env)?;
+    let fuzzed = fuzz(args);
+    if let Err(e) = &fuzzed {
+        eprintln!("xtask: FUZZING FAILED: {e}");
+    }
     let mut torture = vec!["run", "-q", "-p", "slothqueue-torture"];
     torture.extend_from_slice(&CONFIG);
     torture.extend_from_slice(&["--", "--bin", &bin]);
     torture.extend(args.iter().map(String::as_str));
-    run::cargo(&torture)
+    let tortured = run::cargo(&torture);
+    fuzzed.and(tortured)
 }
 
 /// Builds `slothqueue` with the failpoints and returns its path, read from
@@ -67,4 +73,258 @@ fn build_binary() -> Result<String, String> {
             Some(rest[..rest.find('"')?].to_owned())
         })
         .ok_or_else(|| "cargo built no slothqueue executable".to_owned())
+}
+
+/// The libFuzzer targets of `fuzz/`, and the backend each concerns (`None`:
+/// both, or neither).
+const FUZZ_TARGETS: [(&str, Option<&str>); 5] = [
+    ("open_sqlite", Some("sqlite")),
+    ("open_redb", Some("redb")),
+    ("import_jsonl", None),
+    ("http_enqueue", None),
+    ("duration", None),
+];
+
+/// Seconds each target runs for: a quick run is CI's, the full one a
+/// release check.
+const QUICK_SECS: u32 = 8;
+const FULL_SECS: u32 = 60;
+
+/// The instrumentation `cargo fuzz build` asks of rustc, spelled out so
+/// that stable Rust without cargo-fuzz can build the targets (libfuzzer-sys
+/// compiles libFuzzer itself with the system C++ compiler).
+const FUZZ_RUSTFLAGS: &str = "-Cpasses=sancov-module \
+    -Cllvm-args=-sanitizer-coverage-level=4 \
+    -Cllvm-args=-sanitizer-coverage-inline-8bit-counters \
+    -Cllvm-args=-sanitizer-coverage-pc-table \
+    -Cllvm-args=-sanitizer-coverage-trace-compares \
+    --cfg fuzzing -Cdebug-assertions -Coverflow-checks";
+
+/// Builds the fuzz targets and runs each for a bounded time from its corpus
+/// (`fuzz/corpus/<target>`, seeded by the target itself with valid inputs
+/// when empty), as `cargo fuzz run` would. A crash, a leak of a panic, a
+/// timeout or a failed build is an error naming the input libFuzzer saved
+/// (`fuzz/artifacts/<target>/`) and the command that replays it.
+fn fuzz(args: &[String]) -> Result<(), String> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let backend = flag(args, "--backend");
+    let seed = match flag(args, "--seed") {
+        Some(s) => s.parse::<u32>().map_err(|_| format!("--seed {s}: not a number"))?,
+        // CI's quick run is reproducible, like its property tests.
+        None if quick => 1,
+        None => fresh_seed(),
+    };
+    let secs = if quick { QUICK_SECS } else { FULL_SECS };
+    let bins = build_fuzz_targets()?;
+    let root = run::project_root().join("fuzz");
+    let mut failures = Vec::new();
+    for (target, concerns) in FUZZ_TARGETS {
+        if concerns.is_some_and(|c| backend.is_some_and(|b| b != c)) {
+            continue;
+        }
+        let bin = bins
+            .iter()
+            .find(|(name, _)| name == target)
+            .map(|(_, path)| path.clone())
+            .ok_or_else(|| format!("cargo built no fuzz target `{target}`"))?;
+        let corpus = root.join("corpus").join(target);
+        let artifacts = root.join("artifacts").join(target);
+        for dir in [&corpus, &artifacts] {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        let log_path = artifacts.join("last-run.log");
+        let log = std::fs::File::create(&log_path)
+            .map_err(|e| format!("cannot create {}: {e}", log_path.display()))?;
+        let err = log.try_clone().map_err(|e| format!("cannot share the log: {e}"))?;
+        let fuzz_args = [
+            corpus.display().to_string(),
+            format!("-max_total_time={secs}"),
+            format!("-seed={seed}"),
+            "-timeout=30".to_owned(),
+            format!("-artifact_prefix={}/", artifacts.display()),
+        ];
+        println!("$ {bin} {}", fuzz_args.join(" "));
+        let status = std::process::Command::new(&bin)
+            .args(&fuzz_args)
+            .stdout(log)
+            .stderr(err)
+            .status()
+            .map_err(|e| format!("cannot run {bin}: {e}"))?;
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let runs = text
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("Done ")?.split_whitespace().next())
+            .unwrap_or("?");
+        if status.success() {
+            println!("fuzz: {target} ok, {runs} inputs in {secs} s (seed {seed})");
+            continue;
+        }
+        if known_redb_abort(&text) {
+            println!(
+                "fuzz: {target} stopped on the known redb abort (a panic inside redb, then another \
+                 in a redb destructor while unwinding; see torture/tests/redb_abort.rs); not \
+                 counted as a failure. The log: {}",
+                log_path.display()
+            );
+            continue;
+        }
+        let interesting: Vec<&str> =
+            text.lines().filter(|l| !l.starts_with("panic (maybe caught)")).collect();
+        let caught: Vec<&str> =
+            text.lines().filter(|l| l.starts_with("panic (maybe caught)")).collect();
+        eprintln!("fuzz: {target} FAILED ({status}); the end of {}:", log_path.display());
+        for line in caught.iter().rev().take(3).rev().chain(interesting.iter().rev().take(12).rev())
+        {
+            eprintln!("    {line}");
+        }
+        let artifact = text
+            .lines()
+            .find_map(|l| Some(l.split_once("Test unit written to ")?.1.trim().to_owned()));
+        match artifact {
+            Some(a) => {
+                eprintln!("fuzz: {target}: the input is {a}; replay: {bin} {a}");
+                failures.push(format!("{target} (input {a})"));
+            }
+            None => failures.push(format!("{target} (no input saved; seed {seed})")),
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("fuzz targets failed: {}", failures.join(", ")))
+    }
+}
+
+/// A seed that differs between runs, so full runs keep exploring.
+#[expect(clippy::disallowed_methods, reason = "a seed from the clock, printed so it replays")]
+fn fresh_seed() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32))
+        .unwrap_or(1)
+}
+
+/// Whether a fuzz target's log ends in the known redb abort that
+/// `torture/tests/redb_abort.rs` pins: the last panics are one inside
+/// redb, a second inside redb while it unwinds, and Rust's abort for a
+/// panic in a destructor during cleanup. Anything else still fails the
+/// run: a panic in our code, an untyped refusal, a changed file, a
+/// timeout.
+fn known_redb_abort(log: &str) -> bool {
+    const PANIC: &str = "panic (maybe caught): ";
+    if log.contains("FUZZ FAILURE") {
+        return false;
+    }
+    let panics: Vec<&str> = log.lines().filter(|l| l.starts_with(PANIC)).collect();
+    match panics.as_slice() {
+        [.., first, second, last] => {
+            last.contains("panic in a destructor during cleanup")
+                && first.contains("/redb-")
+                && second.contains("/redb-")
+        }
+        _ => false,
+    }
+}
+
+/// The value after `name` in `args`.
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(String::as_str)
+}
+
+/// Builds every fuzz target, instrumented, for the host (an explicit
+/// `--target` keeps the flags off build scripts and proc macros, as
+/// cargo-fuzz does), and returns (name, path) of each.
+fn build_fuzz_targets() -> Result<Vec<(String, String)>, String> {
+    let host = host_triple()?;
+    let build = [
+        "build",
+        "--manifest-path",
+        "fuzz/Cargo.toml",
+        "--release",
+        "--bins",
+        "--target",
+        &host,
+        "--message-format",
+        "json-render-diagnostics",
+    ];
+    let flags = FUZZ_RUSTFLAGS.split_whitespace().collect::<Vec<_>>().join(" ");
+    println!("$ RUSTFLAGS='{flags}' cargo {}", build.join(" "));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = std::process::Command::new(cargo)
+        .args(build)
+        .env("RUSTFLAGS", &flags)
+        .envs(fuzz_target_dir())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("building the fuzz targets failed ({})", out.status));
+    }
+    let out = String::from_utf8_lossy(&out.stdout);
+    let bins: Vec<(String, String)> = out
+        .lines()
+        .filter(|l| {
+            l.contains("\"reason\":\"compiler-artifact\"") && l.contains("\"executable\":\"")
+        })
+        .filter_map(|l| {
+            let field = |key: &str| {
+                let start = l.find(key)? + key.len();
+                let rest = &l[start..];
+                Some(rest[..rest.find('"')?].to_owned())
+            };
+            Some((
+                field("\"target\":{\"name\":\"").or_else(|| field("\"name\":\""))?,
+                field("\"executable\":\"")?,
+            ))
+        })
+        .collect();
+    if bins.is_empty() {
+        return Err("cargo built no fuzz target".to_owned());
+    }
+    Ok(bins)
+}
+
+/// Where the instrumented build goes: beside the usual build when
+/// `CARGO_TARGET_DIR` names a shared directory (its own subdirectory, so
+/// the two builds never wait on each other's lock), else `fuzz/target` as
+/// with cargo-fuzz.
+fn fuzz_target_dir() -> Option<(&'static str, std::path::PathBuf)> {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")?;
+    Some(("CARGO_TARGET_DIR", std::path::PathBuf::from(dir).join("fuzz")))
+}
+
+/// The host's target triple, from `rustc -vV`.
+fn host_triple() -> Result<String, String> {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+    let out = std::process::Command::new(&rustc)
+        .arg("-vV")
+        .output()
+        .map_err(|e| format!("cannot run {rustc}: {e}"))?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        .ok_or_else(|| format!("`{rustc} -vV` named no host"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::known_redb_abort;
+
+    const REDB: &str = "panic (maybe caught): panicked at /x/redb-4.6.0/src/tree_store/page_store/";
+    const CLEANUP: &str = "panic (maybe caught): panicked at /rustc/library/core/src/panicking.rs:233:5: panic in a destructor during cleanup";
+
+    #[test]
+    fn only_the_redb_double_panic_is_known() {
+        let known = format!(
+            "{REDB}cached_file.rs:97:39: x\n{REDB}cached_file.rs:44:14: y\n{CLEANUP}\n==1== ERROR: libFuzzer: deadly signal"
+        );
+        assert!(known_redb_abort(&known));
+        let ours = "panic (maybe caught): panicked at store-redb/src/store.rs:1:1: x";
+        assert!(!known_redb_abort(&format!("{ours}\n{REDB}a.rs:1:1: y\n{CLEANUP}")));
+        assert!(!known_redb_abort(&format!("{REDB}a.rs:1:1: x\nFUZZ FAILURE: a panic escaped")));
+        assert!(!known_redb_abort(&format!("{REDB}a.rs:1:1: x\n{REDB}b.rs:1:1: y")));
+        assert!(!known_redb_abort("==1== ERROR: libFuzzer: timeout after 30 seconds"));
+    }
 }
