@@ -21,7 +21,7 @@ use crate::error::{self, Context, Error};
 /// The newest layout this build reads and writes. Files record theirs in
 /// SQLite's `user_version`; older ones are migrated on open, newer ones
 /// refused.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// SQLite's `application_id` for slothqueue queues (`"SLTQ"`): how a file
 /// says it is a queue and not some other program's database.
@@ -45,13 +45,18 @@ pub fn sniff(header: &[u8]) -> bool {
 type Migration = fn(&Connection) -> rusqlite::Result<()>;
 
 /// Every migration, in order; `MIGRATIONS[i]` upgrades version `i` to `i + 1`.
-/// Version 2 is a new function appended here and `SCHEMA_VERSION` bumped.
-const MIGRATIONS: &[Migration] = &[v1];
+/// A new version is a new function appended here and `SCHEMA_VERSION` bumped.
+const MIGRATIONS: &[Migration] = &[v1, v2];
 
 const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION as usize);
 
-/// The tables every version-1-or-later queue has.
-const TABLES: [&str; 3] = ["jobs", "events", "runners"];
+/// The tables a queue of each version has (index: version - 1).
+const TABLES: [&[&str]; 2] =
+    [&["jobs", "events", "runners"], &["jobs", "events", "runners", "meta"]];
+
+/// The `meta` row holding the highest job id ever handed out and since
+/// purged (see [`v2`]).
+pub(crate) const ID_HIGH_WATER: &str = "job_id_high_water";
 
 /// Version 1: jobs as columns, the event trail, runner records.
 ///
@@ -120,6 +125,92 @@ fn v1(conn: &Connection) -> rusqlite::Result<()> {
             record   TEXT NOT NULL
         ) STRICT, WITHOUT ROWID;",
     )
+}
+
+/// The job table's columns from version 2 on (version 1 differs only in
+/// `AUTOINCREMENT` and the `UNIQUE` on `idempotency_key`).
+const JOBS_V2: &str = "
+        CREATE TABLE jobs_v2 (
+            id               INTEGER PRIMARY KEY,
+            queue            TEXT    NOT NULL,
+            kind             TEXT    NOT NULL,
+            payload          TEXT    NOT NULL,
+            priority         INTEGER NOT NULL,
+            state            TEXT    NOT NULL
+                CHECK (state IN ('pending', 'running', 'done', 'failed', 'cancelled')),
+            attempts         INTEGER NOT NULL,
+            max_attempts     INTEGER NOT NULL,
+            max_runtime_ms   INTEGER,
+            not_before       INTEGER NOT NULL,
+            lease_owner      TEXT,
+            lease_host       TEXT,
+            lease_boot_id    TEXT,
+            lease_pid        INTEGER,
+            lease_pid_start  INTEGER,
+            lease_attempt    INTEGER,
+            lease_until      INTEGER,
+            lease_child_pgid INTEGER,
+            idempotency_key  TEXT,
+            payload_hash     TEXT    NOT NULL,
+            cancel_requested INTEGER NOT NULL,
+            last_error       TEXT,
+            result           TEXT,
+            exit_code        INTEGER,
+            created_at       INTEGER NOT NULL,
+            started_at       INTEGER,
+            finished_at      INTEGER,
+            CHECK ((state = 'running') = (lease_owner IS NOT NULL)),
+            CHECK (lease_owner IS NULL OR (lease_host IS NOT NULL AND lease_attempt IS NOT NULL
+                                           AND lease_until IS NOT NULL)),
+            CHECK (lease_owner IS NOT NULL OR (lease_host IS NULL AND lease_boot_id IS NULL
+                AND lease_pid IS NULL AND lease_pid_start IS NULL AND lease_attempt IS NULL
+                AND lease_until IS NULL AND lease_child_pgid IS NULL))
+        ) STRICT;";
+
+/// Version 2: a push writes 5 b-tree pages instead of 8 (the row, two claim
+/// indexes, the due index, the event), and every count `stats` reports is
+/// the size of one partial index.
+///
+/// - **No `AUTOINCREMENT`**: it rewrote `sqlite_sequence` on every insert.
+///   Ids stay above every id ever used because the next id is
+///   `max(MAX(id), high water)`, and `purge` raises the high water in
+///   `meta` before it deletes: a page written per purge, not per push.
+/// - **The idempotency key's unique index is partial** (`IS NOT NULL`):
+///   the `UNIQUE` column indexed every keyless job's NULL too.
+/// - **`jobs_state` is gone**; one partial index per other state
+///   (`jobs_running`, `jobs_done`, `jobs_failed`, `jobs_cancelled`) lets a
+///   pending job touch none of them, serves `list` by state in id order,
+///   and makes each count a page walk (`dbstat`), not a step per job.
+///
+/// The table is rebuilt (SQLite cannot drop `AUTOINCREMENT` or a column's
+/// `UNIQUE` in place) the way SQLite's documentation prescribes: a new
+/// table renamed over the old one (renaming the old one instead would point
+/// `events`' foreign key at it), with foreign keys off so that dropping the
+/// old table does not cascade into the trails ([`migrate`] turns them off).
+fn v2(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(&format!(
+        "CREATE TABLE meta (
+            name  TEXT    PRIMARY KEY,
+            value INTEGER NOT NULL
+        ) STRICT, WITHOUT ROWID;
+        INSERT INTO meta (name, value)
+            SELECT '{ID_HIGH_WATER}', COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = 'jobs';
+        {JOBS_V2}
+        INSERT INTO jobs_v2 SELECT * FROM jobs;
+        DROP TABLE jobs;
+        ALTER TABLE jobs_v2 RENAME TO jobs;
+        CREATE UNIQUE INDEX jobs_key ON jobs (idempotency_key)
+            WHERE idempotency_key IS NOT NULL;
+        CREATE INDEX jobs_pending ON jobs (priority DESC, not_before, id)
+            WHERE state = 'pending';
+        CREATE INDEX jobs_pending_queue ON jobs (queue, priority DESC, not_before, id)
+            WHERE state = 'pending';
+        CREATE INDEX jobs_pending_due ON jobs (not_before) WHERE state = 'pending';
+        CREATE INDEX jobs_running ON jobs (lease_until) WHERE state = 'running';
+        CREATE INDEX jobs_done ON jobs (id) WHERE state = 'done';
+        CREATE INDEX jobs_failed ON jobs (id) WHERE state = 'failed';
+        CREATE INDEX jobs_cancelled ON jobs (id) WHERE state = 'cancelled';"
+    ))
 }
 
 /// What the probe found at the path.
@@ -249,8 +340,8 @@ fn judge_identity(path: &Path, id: &Identity) -> Result<Found, StoreError> {
                 supported: SCHEMA_VERSION,
             });
         }
-        if version >= 1 {
-            if let Some(missing) = TABLES.iter().find(|t| !id.tables.iter().any(|n| n == *t)) {
+        if let Some(tables) = version.checked_sub(1).and_then(|v| TABLES.get(v as usize)) {
+            if let Some(missing) = tables.iter().find(|t| !id.tables.iter().any(|n| n == *t)) {
                 return Err(error::corrupt(path, format!("the `{missing}` table is missing")));
             }
         }
@@ -330,6 +421,15 @@ pub(crate) fn migrate(conn: &Connection, path: &Path) -> Result<(), Error> {
     if app == APPLICATION_ID && version == i64::from(SCHEMA_VERSION) {
         return Ok(()); // the common case: no write lock needed to open
     }
+    // Rebuilding a table drops the old one, which must not cascade into the
+    // trails; the pragma is a no-op inside a transaction, hence out here.
+    conn.execute_batch("PRAGMA foreign_keys = OFF")?;
+    let out = migrate_tx(conn, path);
+    conn.execute_batch("PRAGMA foreign_keys = ON")?;
+    out
+}
+
+fn migrate_tx(conn: &Connection, path: &Path) -> Result<(), Error> {
     crate::store::write_tx(conn, |conn| {
         let application_id = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
         let user_version = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
