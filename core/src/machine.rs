@@ -98,7 +98,14 @@ pub fn payload_hash(payload: &serde_json::Value) -> String {
     // serde_json's default map is ordered by key, so serialising is canonical.
     let bytes = serde_json::to_vec(payload).unwrap_or_default();
     let digest = Sha256::digest(&bytes);
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    // One allocation, not a `format!` per byte: push_many hashes every job.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(digest.len() * 2);
+    for b in digest {
+        hex.push(char::from(HEX[usize::from(b >> 4)]));
+        hex.push(char::from(HEX[usize::from(b & 0x0f)]));
+    }
+    hex
 }
 
 /// A freshly pushed job with id `id`.
@@ -504,6 +511,17 @@ mod tests {
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
+    }
+
+    /// Stored files compare against hashes written by earlier builds, so
+    /// the text must stay SHA-256 in lower-case hex over canonical JSON.
+    #[test]
+    fn payload_hash_is_sha256_hex_of_the_canonical_json() {
+        let payload = serde_json::json!({ "b": [2], "a": 1 });
+        assert_eq!(
+            payload_hash(&payload),
+            "0855bfc20eb6cfaa4be7d6b510c63dd22997718bddadcb1a4915cec3a16145b9"
+        );
     }
 
     fn pushed(id: JobId) -> Job {
