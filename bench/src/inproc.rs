@@ -15,7 +15,7 @@ use slothqueue_core::{
 };
 use slothqueue_runner::{LoadGate, Mode, Runner, RunnerConfig, ShutdownSignal, log_dir_for};
 
-use crate::raw::{RawCommit, RawRedb, RawSqlite};
+use crate::raw::{PUSH_TABLES, RawCommit, RawRedb, RawSqlite};
 use crate::setting::{Backend, Setting};
 use crate::stats::{Figures, median};
 use crate::{Args, Sizes};
@@ -117,7 +117,7 @@ async fn rounds(setting: Setting, sizes: &Sizes, dir: &Path, f: &mut Figures) ->
         })
     };
     let mut raw1 = raw("raw", 1)?;
-    let mut raw8 = raw("raw8", 8)?;
+    let mut raw_push = raw("raw_push", PUSH_TABLES)?;
     let mut exclusive = match b {
         Backend::Redb => Some(RawRedb::open(&b.file(dir, "raw-exclusive"), false, 1)?),
         Backend::Sqlite => None,
@@ -127,12 +127,12 @@ async fn rounds(setting: Setting, sizes: &Sizes, dir: &Path, f: &mut Figures) ->
     let cycle_store = setting.open(&cycle_path)?;
     let owner = Owner::named("bench");
     let (mut raws, mut pushes, mut cycles, mut excl) = (vec![], vec![], vec![], vec![]);
-    let (mut raws8, mut handoffs) = (vec![], vec![]);
+    let (mut raws_push, mut handoffs) = (vec![], vec![]);
     let (mut push_ratios, mut cycle_ratios) = (vec![], vec![]);
     let mut cycled = 0u64;
     for _ in 0..sizes.rounds {
         let r = raw1.commit_for(sizes.slice)?;
-        raws8.push(raw8.commit_for(sizes.slice)?);
+        raws_push.push(raw_push.commit_for(sizes.slice)?);
         if let Some(x) = exclusive.as_mut() {
             excl.push(x.commit_for(sizes.slice)?);
         }
@@ -157,7 +157,7 @@ async fn rounds(setting: Setting, sizes: &Sizes, dir: &Path, f: &mut Figures) ->
         cycle_ratios.push(c / (r / 3.0));
     }
     f.insert("raw_commit", median(&raws));
-    f.insert("raw_commit_8pages", median(&raws8));
+    f.insert("raw_commit_push_pages", median(&raws_push));
     f.insert("handoff_us", median(&handoffs));
     if !excl.is_empty() {
         f.insert("raw_commit_exclusive", median(&excl));
@@ -166,7 +166,7 @@ async fn rounds(setting: Setting, sizes: &Sizes, dir: &Path, f: &mut Figures) ->
     f.insert("push_ratio", median(&push_ratios));
     f.insert("cycle", median(&cycles));
     f.insert("cycle_ratio", median(&cycle_ratios));
-    drop((raw1, raw8, exclusive, push_store, cycle_store));
+    drop((raw1, raw_push, exclusive, push_store, cycle_store));
 
     // bytes_per_job: the cycle queue's growth over an empty queue's size.
     let empty_path = b.file(dir, "empty");

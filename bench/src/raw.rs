@@ -6,8 +6,8 @@
 //! redb gets the store's builder (`ConcurrencyMode::MultiWriter`, a 64 MiB
 //! cache) and `Durability::Immediate`. Each commit inserts one 256-byte row,
 //! about the size of a job row, into each of `tables` tables: one for the
-//! bare limit, eight for a commit that dirties as many pages as a push does
-//! (the job row, its five index entries, its event and the id sequence).
+//! bare limit, [`PUSH_TABLES`] for a commit that dirties as many pages as a
+//! push does.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -15,6 +15,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use redb::{Builder, ConcurrencyMode, Database, Durability, TableDefinition};
 use rusqlite::Connection;
+
+/// The b-trees one push writes on either backend: on SQLite (schema v2)
+/// the job row, its three pending-index entries and its event; on redb the
+/// job, its pending or ready entry, the state counts, the event and the
+/// next id.
+pub const PUSH_TABLES: usize = 5;
 
 /// A row about the size of a job's.
 const ROW: [u8; 256] = [0x5a; 256];

@@ -9,6 +9,7 @@ use std::process::Command;
 
 use anyhow::{Context as _, Result};
 
+use crate::raw::PUSH_TABLES;
 use crate::stats::Figures;
 
 /// Every setting's figures, by label (`sqlite/default` …), in run order.
@@ -41,11 +42,11 @@ fn count(v: f64) -> String {
 const ROWS: &[Row] = &[
     Row {
         figure: "raw_commit",
-        unit: "commits/s: 1 row; 8 rows in 8 tables (a push's pages)",
+        unit: "commits/s: 1 row; one row in each of 5 tables (the pages a push dirties)",
         cell: |f| {
             let mut cell = count(get(f, "raw_commit")?);
-            if let Some(x) = get(f, "raw_commit_8pages") {
-                cell.push_str(&format!("; 8 pages: {}", count(x)));
+            if let Some(x) = get(f, "raw_commit_push_pages") {
+                cell.push_str(&format!("; {PUSH_TABLES} pages: {}", count(x)));
             }
             if let Some(x) = get(f, "raw_commit_exclusive") {
                 cell.push_str(&format!("; ExclusiveWriter: {}", count(x)));
