@@ -308,8 +308,10 @@ impl Run {
                     Mode::Drain | Mode::Once => return Ok(()),
                 }
             }
-            if let Some(end) = last_end {
-                if !self.sleep_until(end + self.cfg.cooldown).await {
+            // Not even a zero sleep: a timer rounds up to tokio's next
+            // millisecond tick, about 1 ms per job with no cooldown.
+            if let Some(until) = last_end.map(|end| end + self.cfg.cooldown) {
+                if until > Instant::now() && !self.sleep_until(until).await {
                     continue; // shutdown: the loop's head notices
                 }
             }
