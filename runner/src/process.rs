@@ -438,4 +438,17 @@ mod tests {
         let started = process_started_at(&me).unwrap();
         assert!(started.as_millis() > 1_600_000_000_000);
     }
+
+    #[test]
+    fn an_inherited_descriptor_forces_the_reset_until_sealed() {
+        use std::os::fd::AsRawFd;
+        // A pipe without close-on-exec, as a shell or `make` would leave.
+        let (reader, writer) = rustix::pipe::pipe().unwrap();
+        let fd = reader.as_raw_fd();
+        assert!(!close_on_exec(fd, false));
+        assert!(!inherits_cleanly(), "a spawn now would pass the pipe on");
+        seal_inherited_fds();
+        assert!(close_on_exec(fd, false), "sealed");
+        assert!(close_on_exec(writer.as_raw_fd(), false), "sealed");
+    }
 }
