@@ -287,7 +287,7 @@ impl Run {
     async fn main_loop(&mut self) -> Result<(), RunnerError> {
         self.record(RunnerActivity::Starting).await;
         self.sweep_dead().await?;
-        let mut last_sweep = Some(Instant::now());
+        let mut last_sweep = Instant::now();
         let mut last_end: Option<Instant> = None;
         loop {
             if self.shutdown.is_requested() {
@@ -318,9 +318,9 @@ impl Run {
             if !self.pass_gates().await {
                 continue;
             }
-            if last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
+            if last_sweep.elapsed() >= SWEEP_EVERY {
                 self.sweep_dead().await?;
-                last_sweep = Some(Instant::now());
+                last_sweep = Instant::now();
             }
             let Some(claimed) = self.claim().await? else { continue };
             let Some(claimed) = claimed else {
@@ -335,7 +335,7 @@ impl Run {
                     // `ClaimJudge`): one whose owner died since the last
                     // sweep is taken back now rather than left behind.
                     Mode::Drain | Mode::Once => {
-                        last_sweep = Some(Instant::now());
+                        last_sweep = Instant::now();
                         if self.sweep_dead().await? > 0 {
                             continue;
                         }
