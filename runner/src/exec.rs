@@ -24,7 +24,7 @@ use tokio::sync::watch;
 
 use crate::error::RunnerError;
 use crate::fmt::format_timestamp;
-use crate::logfile::{Capture, JobLog};
+use crate::logfile::{Capture, LogTarget};
 use crate::process::{prepare_child, stop_group};
 
 /// How long to wait for the last output after a job's group is gone.
@@ -425,15 +425,11 @@ pub(crate) async fn run_process(job: &Job, spec: ProcessSpec, mut ctx: ExecConte
     if let Some(marker) = &ctx.lease_marker {
         env.push((crate::process::LEASE_VAR.into(), marker.clone()));
     }
-    let log = JobLog::open(&ctx.log_dir, job.id, ctx.log_cap, &header);
-    let (log, log_warning) = match log {
-        Ok(l) => (Some(l), None),
-        Err(e) => (None, Some(format!("cannot open log in {}: {e}", ctx.log_dir.display()))),
-    };
+    let log = LogTarget { dir: ctx.log_dir.clone(), id: job.id, cap: ctx.log_cap, header };
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args);
     let (outcome, log_error) = spawn_and_wait(cmd, spec.cwd, env, spec.stdin, log, &mut ctx).await;
-    match (outcome, log_warning.or(log_error)) {
+    match (outcome, log_error) {
         (ExecOutcome::Failure { error, exit_code }, Some(w)) => {
             ExecOutcome::Failure { error: format!("{error} ({w})"), exit_code }
         }
@@ -457,7 +453,7 @@ async fn spawn_and_wait(
     cwd: Option<PathBuf>,
     env: Vec<(String, String)>,
     stdin: Option<Vec<u8>>,
-    log: Option<JobLog>,
+    log: LogTarget,
     ctx: &mut ExecContext,
 ) -> (ExecOutcome, Option<String>) {
     let failure = |m: String| (ExecOutcome::failure(m), None);

@@ -47,10 +47,19 @@ impl JobLog {
     /// Opens (creating `dir` and the file, private to the user: output may
     /// hold secrets) and writes `header` as its own line. The header is
     /// written even past the cap so every attempt leaves a trace.
+    ///
+    /// The directory is created only when the file cannot be: it exists
+    /// for every job but the first, and checking costs three system calls.
     pub(crate) fn open(dir: &Path, id: JobId, cap: u64, header: &str) -> std::io::Result<JobLog> {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-        let mut file =
-            OpenOptions::new().create(true).append(true).mode(0o600).open(log_path(dir, id))?;
+        let path = log_path(dir, id);
+        let open = || OpenOptions::new().create(true).append(true).mode(0o600).open(&path);
+        let mut file = match open() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+                open()?
+            }
+            other => other?,
+        };
         let used = file.metadata()?.len();
         file.write_all(format!("{header}\n").as_bytes())?;
         Ok(JobLog { file, remaining: cap.saturating_sub(used), cap })
@@ -72,6 +81,21 @@ impl JobLog {
             self.file.write_all(note.as_bytes())?;
         }
         Ok(())
+    }
+}
+
+/// Where a job's log goes, opened by the capture thread.
+pub(crate) struct LogTarget {
+    pub dir: PathBuf,
+    pub id: JobId,
+    pub cap: u64,
+    /// The attempt's first line.
+    pub header: String,
+}
+
+impl LogTarget {
+    fn open(&self) -> std::io::Result<JobLog> {
+        JobLog::open(&self.dir, self.id, self.cap, &self.header)
     }
 }
 
@@ -120,12 +144,23 @@ pub(crate) struct Capture {
 }
 
 impl Capture {
-    /// Starts reading `pipe` into `log` (if any) on its own thread.
-    pub(crate) fn start(mut pipe: File, mut log: Option<JobLog>) -> std::io::Result<Capture> {
+    /// Starts reading `pipe` into the log `target` describes on its own
+    /// thread. The thread opens the log too: creating a file can take a
+    /// while (a directory's inode allocation), and the job need not wait
+    /// for it to start; its output waits in the pipe meanwhile.
+    pub(crate) fn start(mut pipe: File, target: LogTarget) -> std::io::Result<Capture> {
         let tail = Arc::new(Mutex::new(Tail::default()));
         let (tx, done) = tokio::sync::oneshot::channel();
         let shared = Arc::clone(&tail);
         std::thread::Builder::new().name("slothqueue-log".into()).spawn(move || {
+            let mut log = match target.open() {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    shared.lock().unwrap_or_else(PoisonError::into_inner).log_error =
+                        Some(format!("cannot open log in {}: {e}", target.dir.display()));
+                    None
+                }
+            };
             let mut buf = [0u8; 8192];
             let mut capped = false;
             loop {

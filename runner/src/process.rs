@@ -191,16 +191,28 @@ async fn wait_immediate(stop: &mut Option<&mut StopListener>) {
 /// - Signals *ignored* in the runner stay ignored across `exec`: a runner
 ///   started in the background or by some supervisors has SIGINT (or
 ///   SIGTERM) ignored, and its jobs would then survive the TERM that stops
-///   them. std already resets the signal mask and SIGPIPE; this resets the
-///   rest, except SIGHUP: a runner started under `nohup` passes that choice
-///   on to its jobs on purpose.
+///   them. Signals *blocked* in the spawning thread stay blocked too. Every
+///   such signal is reset, except SIGHUP: a runner started under `nohup`
+///   passes that choice on to its jobs on purpose.
 /// - Descriptors: slothqueue opens everything close-on-exec, but the runner
 ///   itself may have inherited descriptors without it (a jobserver pipe, a
 ///   supervisor's socket) that are none of a job's business. Everything
 ///   from 3 up is marked close-on-exec in the child, which also keeps std's
 ///   own exec-error pipe working until the exec.
+///
+/// Both fixes need code between fork and exec (`pre_exec`), and a
+/// `pre_exec` hook makes std fork the whole runner instead of using
+/// `posix_spawn` (a vfork): about 1 ms more per job, most of a short job's
+/// overhead. So the hook is added only when this process actually has
+/// something to fix ([`inherits_cleanly`]); usually nothing is ignored but
+/// SIGPIPE (which std's `posix_spawn` path resets itself), nothing blocked,
+/// and every descriptor close-on-exec. The check runs just before the spawn,
+/// on the spawning thread (a signal mask is per thread).
 pub(crate) fn prepare_child(cmd: &mut tokio::process::Command) {
     cmd.process_group(0);
+    if inherits_cleanly() {
+        return;
+    }
     #[expect(
         unsafe_code,
         reason = "pre_exec runs between fork and exec; the closure only makes \
@@ -236,6 +248,80 @@ pub(crate) fn prepare_child(cmd: &mut tokio::process::Command) {
             }
             Ok(())
         });
+    }
+}
+
+/// glibc's own real-time signals 32 and 33 (bits 31 and 32 of a
+/// `/proc` mask), which its `posix_spawn` handles itself.
+const GLIBC_INTERNAL: u64 = (1 << 31) | (1 << 32);
+/// Ignored signals a plain spawn passes on harmlessly: SIGHUP (kept on
+/// purpose, see [`prepare_child`]) and SIGPIPE (std's spawn resets it).
+const IGNORED_OK: u64 = 1 | (1 << 12) | GLIBC_INTERNAL;
+
+/// Whether a child spawned now without a `pre_exec` hook starts clean: no
+/// signal ignored in this process but those of [`IGNORED_OK`], none blocked
+/// in this thread, and no descriptor from 3 up without close-on-exec.
+/// `false` whenever it cannot tell.
+pub(crate) fn inherits_cleanly() -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/thread-self/status") else { return false };
+    let mask = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+    };
+    let (Some(ignored), Some(blocked)) = (mask("SigIgn:"), mask("SigBlk:")) else { return false };
+    if ignored & !IGNORED_OK != 0 || blocked & !GLIBC_INTERNAL != 0 {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir("/proc/thread-self/fd") else { return false };
+    for entry in fds {
+        let Ok(entry) = entry else { return false };
+        let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            return false;
+        };
+        if fd >= 3 && !close_on_exec(fd, false) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether descriptor `fd` of this process is close-on-exec (made so when
+/// `seal`); `true` when it is not open (any more): nothing would be
+/// inherited.
+fn close_on_exec(fd: i32, seal: bool) -> bool {
+    #[expect(
+        unsafe_code,
+        reason = "F_GETFD/F_SETFD only read and set the close-on-exec flag; on a \
+                  descriptor closed meanwhile they fail with EBADF"
+    )]
+    // SAFETY: the borrowed descriptor is used for `fcntl(F_GETFD)` and
+    // `fcntl(F_SETFD)`, which neither close it nor touch what it refers to.
+    let fd = unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) };
+    match rustix::io::fcntl_getfd(fd) {
+        Ok(flags) if flags.contains(rustix::io::FdFlags::CLOEXEC) => true,
+        Ok(flags) => {
+            seal && rustix::io::fcntl_setfd(fd, flags | rustix::io::FdFlags::CLOEXEC).is_ok()
+        }
+        Err(_) => true,
+    }
+}
+
+/// Marks every descriptor from 3 up that this process inherited without
+/// close-on-exec as close-on-exec, so that jobs can be spawned without a
+/// `pre_exec` hook (see [`prepare_child`]). A shell, `make` or a supervisor
+/// often leaves one open (a saved descriptor, a jobserver pipe); no job must
+/// inherit it, and no child of the runner's process did while the hook did
+/// this in every child. Called once when a run starts.
+pub(crate) fn seal_inherited_fds() {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else { return };
+    let fds: Vec<i32> = fds
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd >= 3)
+        .collect();
+    for fd in fds {
+        close_on_exec(fd, true);
     }
 }
 
@@ -351,5 +437,18 @@ mod tests {
         let me = proc_stat(std::process::id() as i32).unwrap();
         let started = process_started_at(&me).unwrap();
         assert!(started.as_millis() > 1_600_000_000_000);
+    }
+
+    #[test]
+    fn an_inherited_descriptor_forces_the_reset_until_sealed() {
+        use std::os::fd::AsRawFd;
+        // A pipe without close-on-exec, as a shell or `make` would leave.
+        let (reader, writer) = rustix::pipe::pipe().unwrap();
+        let fd = reader.as_raw_fd();
+        assert!(!close_on_exec(fd, false));
+        assert!(!inherits_cleanly(), "a spawn now would pass the pipe on");
+        seal_inherited_fds();
+        assert!(close_on_exec(fd, false), "sealed");
+        assert!(close_on_exec(writer.as_raw_fd(), false), "sealed");
     }
 }

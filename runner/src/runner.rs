@@ -37,6 +37,17 @@ pub(crate) const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
 /// runner drops it (a KILLed group is waited for up to 5 s, its last output
 /// up to 2 s).
 const ABANDON_MARGIN: Duration = Duration::from_secs(10);
+/// How often the loop looks for dead owners' jobs between claims. A claim
+/// never takes such a job (see [`ClaimJudge`]), so sweeping less often only
+/// delays their return; sweeping before every claim cost a read of every
+/// running job per job. A drain that finds nothing to claim sweeps at once.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// How long a job runs before the runner records its process group in the
+/// lease and `Running` in its runner record. Until then a successor finds
+/// the job's processes by their [`LEASE_VAR`](crate::process::LEASE_VAR)
+/// marker if this runner dies; recording at once cost a write (an fsync'd
+/// commit on redb) for every job, though most short jobs end before it.
+const SETTLE: Duration = Duration::from_millis(200);
 /// How much earlier than its job's claim an orphaned group's leader may
 /// seem to have started and still be the job's: process start times derive
 /// from the boot time, which `/proc/stat` gives in whole seconds and which
@@ -208,11 +219,16 @@ impl Runner {
     /// Runs until the mode says stop or `shutdown` fires, reporting every
     /// event to `reporter`. The runner's record is removed from the store
     /// however the run ends.
+    ///
+    /// Descriptors this process inherited without close-on-exec become
+    /// close-on-exec: no job may inherit them, and sealing them once here
+    /// spares every job's spawn a fork of the whole runner.
     pub async fn run(
         self,
         reporter: impl Reporter + 'static,
         shutdown: ShutdownSignal,
     ) -> Result<RunSummary, RunnerError> {
+        crate::process::seal_inherited_fds();
         let started_at = self.config.clock.now();
         let mut run = Run {
             store: self.store,
@@ -271,6 +287,7 @@ impl Run {
     async fn main_loop(&mut self) -> Result<(), RunnerError> {
         self.record(RunnerActivity::Starting).await;
         self.sweep_dead().await?;
+        let mut last_sweep = Instant::now();
         let mut last_end: Option<Instant> = None;
         loop {
             if self.shutdown.is_requested() {
@@ -291,15 +308,20 @@ impl Run {
                     Mode::Drain | Mode::Once => return Ok(()),
                 }
             }
-            if let Some(end) = last_end {
-                if !self.sleep_until(end + self.cfg.cooldown).await {
+            // Not even a zero sleep: a timer rounds up to tokio's next
+            // millisecond tick, about 1 ms per job with no cooldown.
+            if let Some(until) = last_end.map(|end| end + self.cfg.cooldown) {
+                if until > Instant::now() && !self.sleep_until(until).await {
                     continue; // shutdown: the loop's head notices
                 }
             }
             if !self.pass_gates().await {
                 continue;
             }
-            self.sweep_dead().await?;
+            if last_sweep.elapsed() >= SWEEP_EVERY {
+                self.sweep_dead().await?;
+                last_sweep = Instant::now();
+            }
             let Some(claimed) = self.claim().await? else { continue };
             let Some(claimed) = claimed else {
                 // Something is due but not for us (another queue or kind),
@@ -313,6 +335,7 @@ impl Run {
                     // `ClaimJudge`): one whose owner died since the last
                     // sweep is taken back now rather than left behind.
                     Mode::Drain | Mode::Once => {
+                        last_sweep = Instant::now();
                         if self.sweep_dead().await? > 0 {
                             continue;
                         }
@@ -539,8 +562,8 @@ impl Run {
             self.retrying("release a job", || store.release(job.id, &fence, clock.now())).await?;
             return Ok(());
         };
-        self.record(RunnerActivity::Running { job: job.id }).await;
         let started = Instant::now();
+        let mut settle_at = Some(started + SETTLE);
         let wall_start = self.now();
         let lease_left = job
             .lease
@@ -609,6 +632,10 @@ impl Run {
                     Some(HeartbeatNews::Warning(message)) => self.warn(message),
                     None => news_open = false,
                 },
+                () = sleep_until_opt(settle_at) => {
+                    settle_at = None;
+                    self.record(RunnerActivity::Running { job: job.id }).await;
+                }
                 () = sleep_until_opt(stopper.abandon_at) => break None,
             }
         };
@@ -877,10 +904,6 @@ async fn sleep_until_opt(t: Option<Instant>) {
     }
 }
 
-/// Extends the lease every `every` while the job runs, and at once when the
-/// job's process group becomes known (so that a successor can kill it if
-/// this runner dies). Tells the driver when the lease is lost or a cancel
-/// was requested. The driver aborts this task when the job has ended.
 /// How often the heartbeat task writes (a heartbeat) and reads (the check
 /// for a cancel or a lost lease).
 struct Cadence {
@@ -888,6 +911,11 @@ struct Cadence {
     check: Duration,
 }
 
+/// Extends the lease every `every` while the job runs, and records the
+/// job's process group once it is known and the job has run for
+/// [`SETTLE`] (so that a successor can kill it if this runner dies). Tells
+/// the driver when the lease is lost or a cancel was requested. The driver
+/// aborts this task when the job has ended.
 async fn heartbeat_loop(
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
@@ -903,9 +931,12 @@ async fn heartbeat_loop(
     let mut next = Instant::now() + every;
     let mut next_check = Instant::now() + check_every;
     let mut cancel_told = false;
+    let settle = Instant::now() + SETTLE;
+    let mut pgid_waiting = false;
     loop {
         tokio::select! {
             () = tokio::time::sleep_until(next) => {}
+            () = tokio::time::sleep_until(settle), if pgid_waiting => pgid_waiting = false,
             () = tokio::time::sleep_until(next_check), if next_check < next => {
                 next_check = Instant::now() + check_every;
                 // A read, not a write: only look for news between beats.
@@ -936,6 +967,10 @@ async fn heartbeat_loop(
                     continue;
                 }
                 if *pgid.borrow() == recorded {
+                    continue;
+                }
+                if Instant::now() < settle {
+                    pgid_waiting = true;
                     continue;
                 }
             }
