@@ -116,8 +116,7 @@ impl SqliteStore {
         if schema::probe(path, options.busy_timeout)? == Found::New {
             schema::create_file(path)?;
         }
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let mut conn = Connection::open_with_flags(path, flags).map_err(|e| ctx.map_sql(e))?;
+        let mut conn = connect(path, &options).map_err(|e| ctx.map_sql(e))?;
         configure(&mut conn, &options).map_err(|e| ctx.map_sql(e))?;
         schema::migrate(&conn, path).map_err(|e| ctx.map(e))?;
         Ok(SqliteStore {
@@ -217,6 +216,45 @@ impl Inner {
 
 /// The pragmas every connection runs with. The busy handler comes first so
 /// that even the journal-mode switch waits for another process's lock.
+/// How long one connection tries to switch the journal mode before
+/// [`connect`] starts over with a fresh one.
+const JOURNAL_SWITCH_WAIT: Duration = Duration::from_millis(50);
+
+/// A read-write connection whose journal mode is already the one asked for.
+///
+/// Switching a new, empty file to WAL needs an exclusive lock. When several
+/// handles create one queue at once, a connection opened before another
+/// converted the file still believes it is in rollback mode and asks for
+/// that lock, which the other's WAL connection, holding its shared lock for
+/// as long as it lives, never grants: it used to wait the whole busy timeout
+/// and fail. A fresh connection reads the converted header and simply joins
+/// the WAL, so a short try per connection and a new one after each refusal,
+/// up to the busy timeout in all, always gets through.
+fn connect(path: &Path, options: &SqliteOptions) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mode = match options.journal {
+        Journal::Wal => "WAL",
+        Journal::Rollback => "DELETE",
+    };
+    let mut waited = Duration::ZERO;
+    loop {
+        let mut conn = Connection::open_with_flags(path, flags)?;
+        install_busy_handler(&mut conn, JOURNAL_SWITCH_WAIT)?;
+        match conn
+            .query_row(&format!("PRAGMA journal_mode = {mode}"), [], |r| r.get::<_, String>(0))
+        {
+            Ok(_) => return Ok(conn),
+            Err(e)
+                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                    && waited < options.busy_timeout =>
+            {
+                waited += JOURNAL_SWITCH_WAIT;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 fn configure(conn: &mut Connection, options: &SqliteOptions) -> rusqlite::Result<()> {
     install_busy_handler(conn, options.busy_timeout)?;
     let mode = match options.journal {
