@@ -36,21 +36,17 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// The runtime a command needs. A one-shot command is one task at a time
-/// (store calls go to the blocking pool either way), so it runs on the
-/// calling thread: no worker threads to start (one per CPU, each with its
-/// own stack and malloc arena) and fewer thread hand-offs per store call
-/// (issue #7: `add` cost ×7–9 `true`). `run`, `serve` and `demo` keep
-/// worker threads: they run jobs, heartbeats, signals and HTTP clients side
-/// by side; on one thread `run` measured only fewer context switches while
-/// idle (17–20 vs 23 per 10 s, wake bursts unchanged), too little to
-/// change how the runner is scheduled.
+/// The runtime a command needs. Every command but `serve` is one task at a
+/// time (a runner awaits one job, its heartbeat and its signals; store
+/// calls go to the blocking pool either way), so it runs on the calling
+/// thread: no worker threads to start (one per CPU, each with its own stack
+/// and malloc arena), fewer thread hand-offs per store call, and less of
+/// tokio's scheduler mapped in (issue #7: `run` draining peaked at 8.4 MiB
+/// with workers, 7.5–7.7 without, on SQLite). `serve` answers HTTP clients
+/// beside its drain worker, so it keeps worker threads.
 fn runtime_for(command: &config::Command) -> std::io::Result<tokio::runtime::Runtime> {
-    use config::Command;
     let mut builder = match command {
-        Command::Run(_) | Command::Serve(_) | Command::Demo => {
-            tokio::runtime::Builder::new_multi_thread()
-        }
+        config::Command::Serve(_) => tokio::runtime::Builder::new_multi_thread(),
         _ => tokio::runtime::Builder::new_current_thread(),
     };
     builder.enable_all().build()
