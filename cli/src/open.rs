@@ -110,11 +110,25 @@ pub struct OpenOptions {
     /// Create the file (and its folder) when missing. Read-only callers set
     /// this to `false` so that looking never leaves a file behind.
     pub create: bool,
+    /// Only read: the store refuses every write, and the file is left
+    /// byte-for-byte as it was (redb rewrites its header on a writable
+    /// open and close even when nothing is written). Implies no `create`.
+    /// SQLite opens as usual: its open already vets the file read-only
+    /// before writing, and a connection that only reads writes nothing.
+    pub read_only: bool,
+}
+
+impl OpenOptions {
+    /// The options of a command that only looks: no file created, nothing
+    /// written, whatever the file is.
+    pub fn read_only(backend: Option<Backend>) -> Self {
+        OpenOptions { backend, create: false, read_only: true }
+    }
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { backend: None, create: true }
+        OpenOptions { backend: None, create: true, read_only: false }
     }
 }
 
@@ -194,7 +208,7 @@ pub fn open(path: &Path, options: OpenOptions) -> Result<Arc<dyn Store>, OpenErr
         context: format!("cannot look at {}", path.display()),
         source,
     })?;
-    if !exists && !options.create {
+    if !exists && (!options.create || options.read_only) {
         return Err(OpenError::Missing(path.into()));
     }
     let backend = detect(path, options.backend)?;
@@ -213,20 +227,29 @@ pub fn open(path: &Path, options: OpenOptions) -> Result<Arc<dyn Store>, OpenErr
             })?;
         }
     }
-    open_backend(path, backend)
+    open_backend(path, backend, options.read_only)
 }
 
-fn open_backend(path: &Path, backend: Backend) -> Result<Arc<dyn Store>, OpenError> {
+fn open_backend(
+    path: &Path,
+    backend: Backend,
+    read_only: bool,
+) -> Result<Arc<dyn Store>, OpenError> {
     match backend {
         #[cfg(feature = "sqlite")]
         Backend::Sqlite => {
             use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
+            let _ = read_only;
             Ok(Arc::new(SqliteStore::open(path, SqliteOptions::default())?))
         }
         #[cfg(feature = "redb")]
         Backend::Redb => {
             use slothqueue_store_redb::{RedbOptions, RedbStore};
-            Ok(Arc::new(RedbStore::open(path, RedbOptions::default())?))
+            Ok(Arc::new(if read_only {
+                RedbStore::open_read_only(path, RedbOptions::default())?
+            } else {
+                RedbStore::open(path, RedbOptions::default())?
+            }))
         }
         #[allow(unreachable_patterns, reason = "reached only in builds without a backend")]
         other => Err(OpenError::BackendNotBuilt { backend: other }),
@@ -276,7 +299,8 @@ mod tests {
     fn a_missing_file_is_not_created_when_asked_not_to() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/queue.db");
-        let err = open(&path, OpenOptions { backend: None, create: false }).err().unwrap();
+        let options = OpenOptions { create: false, ..OpenOptions::default() };
+        let err = open(&path, options).err().unwrap();
         assert!(matches!(err, OpenError::Missing(_)), "{err}");
         assert!(!dir.path().join("sub").exists());
     }

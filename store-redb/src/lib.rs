@@ -88,6 +88,18 @@
 //! copy-on-write overlay in memory, and only if that works out is the real
 //! file opened (and repaired by redb) for writing.
 //!
+//! # Looking without writing
+//!
+//! A writable redb open rewrites the file's header on opening and closing
+//! even when nothing else is written, so [`RedbStore::open_read_only`]
+//! (the CLI's `status`, `list`, `show`, `logs`, `export`) opens redb's
+//! read-only handle instead: same vetting, not a byte written, the file
+//! shared with running writers whose commits it sees. A file left unclean
+//! by a crash, with no live writer to repair it, cannot be opened that way;
+//! it is repaired in the memory overlay and read as a snapshot, replaced by
+//! the real handle once a writer has repaired the file. Writes through a
+//! read-only store answer `StoreError::Io` of kind `ReadOnlyFilesystem`.
+//!
 //! redb initialises a new file in place in several steps, and a crash
 //! between them leaves a file without its magic number that redb never
 //! opens again. So a missing queue is built under a temporary name beside

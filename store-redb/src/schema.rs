@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redb::{
-    Builder, ConcurrencyMode, Database, ReadableDatabase, ReadableTable, StorageBackend,
-    TableDefinition, TableHandle, WriteTransaction,
+    Builder, ConcurrencyMode, Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase,
+    ReadableTable, StorageBackend, TableDefinition, TableHandle, WriteTransaction,
 };
 use slothqueue_core::StoreError;
 
@@ -131,7 +131,7 @@ enum Found {
 /// after vetting it: a file that is foreign, damaged or from a newer
 /// slothqueue is refused before redb may write a byte.
 pub(crate) fn open_database(path: &Path, lock_timeout: Duration) -> Result<Database, StoreError> {
-    let fresh = prepare_file(path, lock_timeout)?;
+    let fresh = prepare_file(path, lock_timeout, true)?;
     let found = if fresh { Found::Empty } else { probe(path, lock_timeout)? };
     let db = open_writable(path, lock_timeout)?;
     match found {
@@ -165,9 +165,10 @@ pub(crate) fn open_backend(
 }
 
 /// Creates the parent directory and a new 0600 queue when there is no
-/// file; answers whether the file is a queue still to be initialised (zero
-/// bytes), and refuses a file that is not redb without opening it in redb.
-fn prepare_file(path: &Path, lock_timeout: Duration) -> Result<bool, StoreError> {
+/// file (if `create`); answers whether the file is a queue still to be
+/// initialised (zero bytes), and refuses a file that is not redb without
+/// opening it in redb.
+fn prepare_file(path: &Path, lock_timeout: Duration, create: bool) -> Result<bool, StoreError> {
     match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => Err(corrupt(path, "a directory, not a queue file")),
         Ok(m) if m.len() == 0 => Ok(true),
@@ -201,7 +202,7 @@ fn prepare_file(path: &Path, lock_timeout: Duration) -> Result<bool, StoreError>
                 Err(corrupt(path, "not a redb file"))
             }
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+        Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).map_err(|e| io_error(dir, "creating directory", e))?;
             }
@@ -288,10 +289,18 @@ fn probe(path: &Path, lock_timeout: Duration) -> Result<Found, StoreError> {
     let opened = patiently(lock_timeout, || guarded(|| Ok(builder().open_read_only(path)?)));
     let found = match opened {
         Ok(ro) => guarded(|| inspect(&ro)),
-        Err(Failure::Redb(redb::Error::RepairAborted)) => dry_run_repair(path),
+        Err(Failure::Redb(redb::Error::RepairAborted)) => {
+            overlay_database(path).and_then(|db| guarded(|| inspect(&db)))
+        }
         Err(e) => Err(e),
     }
     .map_err(|e| e.into_store(path))?;
+    judged(path, found)
+}
+
+/// Refuses what no build of this version may open: a newer schema, or
+/// version 0 (never written).
+fn judged(path: &Path, found: Found) -> Result<Found, StoreError> {
     match found {
         Found::Version(v) if v > u64::from(SCHEMA_VERSION) => Err(StoreError::SchemaTooNew {
             path: path.to_owned(),
@@ -436,17 +445,103 @@ fn no_migration(_: &WriteTransaction) -> Result<(), Failure> {
     Err(Failure::Damaged("schema version 0 was never written".to_owned()))
 }
 
-/// Repairs a file a crash left unclean in a copy-on-write overlay, reading
-/// the file and keeping every write in memory, then reads the schema
-/// version from the repaired image. The real file is untouched whatever
-/// happens; if this succeeds, the real open repairs it the same way.
-fn dry_run_repair(path: &Path) -> Result<Found, Failure> {
+/// The file as redb would see it after repairing it, with every write
+/// kept in memory (a copy-on-write overlay): the real file is untouched
+/// whatever happens. A file a crash left unclean is repaired in the
+/// overlay by this open; if that works out, the real open repairs it the
+/// same way.
+fn overlay_database(path: &Path) -> Result<Database, Failure> {
     let file = File::open(path)?;
     let overlay = Overlay::new(file)?;
     guarded(|| {
-        let db = Builder::new().create_with_backend(overlay)?;
-        inspect(&db)
+        let mut b = Builder::new();
+        b.set_cache_size(CACHE_BYTES);
+        Ok(b.create_with_backend(overlay)?)
     })
+}
+
+/// A queue opened without the right to write: redb's read-only handle
+/// beside whatever processes share the file, or a snapshot in memory.
+pub(crate) enum Handle {
+    /// Open for writing, shared with other processes.
+    Writable(Database),
+    /// Open read-only beside other processes; it follows their commits.
+    ReadOnly(ReadOnlyDatabase),
+    /// A file redb cannot open read-only as it stands (left unclean by a
+    /// crash with no live writer to repair it, empty, or never
+    /// initialised), brought up to date in a memory overlay: a snapshot,
+    /// which the store swaps for a [`Handle::ReadOnly`] as soon as the
+    /// file opens as one (see [`open_current_read_only`]).
+    Snapshot(Database),
+}
+
+impl Handle {
+    pub(crate) fn begin_read(&self) -> Result<ReadTransaction, Failure> {
+        Ok(match self {
+            Handle::Writable(db) | Handle::Snapshot(db) => db.begin_read()?,
+            Handle::ReadOnly(db) => db.begin_read()?,
+        })
+    }
+
+    /// Closes the file; redb writes its allocator state on closing a
+    /// writable handle, which may fail or panic on a damaged file.
+    pub(crate) fn close(self) -> Result<(), Failure> {
+        match self {
+            Handle::Writable(db) | Handle::Snapshot(db) => db.close()?,
+            Handle::ReadOnly(db) => db.close()?,
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Handle::Writable(db) => f.debug_tuple("Writable").field(db).finish(),
+            Handle::ReadOnly(_) => f.write_str("ReadOnly"),
+            Handle::Snapshot(_) => f.write_str("Snapshot"),
+        }
+    }
+}
+
+/// Opens the queue at `path` without writing a byte of it, vetted like a
+/// writable open: a foreign, damaged or newer file is refused. A file redb
+/// cannot open read-only is read through a repaired snapshot in memory.
+pub(crate) fn open_read_only(path: &Path, lock_timeout: Duration) -> Result<Handle, StoreError> {
+    let fresh = prepare_file(path, lock_timeout, false)?;
+    if !fresh {
+        if let Some(ro) = open_current_read_only(path, lock_timeout)? {
+            return Ok(Handle::ReadOnly(ro));
+        }
+    }
+    let db = overlay_database(path).map_err(|e| e.into_store(path))?;
+    let found = guarded(|| inspect(&db)).map_err(|e| e.into_store(path))?;
+    match judged(path, found)? {
+        Found::Version(v) if v == u64::from(SCHEMA_VERSION) => {}
+        // An empty queue, or an older schema: brought up to date in memory.
+        _ => initialise(&db, path, lock_timeout)?,
+    }
+    Ok(Handle::Snapshot(db))
+}
+
+/// redb's read-only handle on `path` if the file opens as one and is in
+/// this build's schema; `None` when it needs writing first (a repair
+/// after a crash with no live writer, tables still to be made).
+pub(crate) fn open_current_read_only(
+    path: &Path,
+    lock_timeout: Duration,
+) -> Result<Option<ReadOnlyDatabase>, StoreError> {
+    let opened = patiently(lock_timeout, || guarded(|| Ok(builder().open_read_only(path)?)));
+    let ro = match opened {
+        Ok(ro) => ro,
+        Err(Failure::Redb(redb::Error::RepairAborted)) => return Ok(None),
+        Err(e) => return Err(e.into_store(path)),
+    };
+    let found = guarded(|| inspect(&ro)).map_err(|e| e.into_store(path))?;
+    match judged(path, found)? {
+        Found::Version(v) if v == u64::from(SCHEMA_VERSION) => Ok(Some(ro)),
+        _ => Ok(None),
+    }
 }
 
 /// The overlay's unit of copy-on-write.

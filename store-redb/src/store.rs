@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use redb::{
-    Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
-    Table, WriteTransaction,
+    Durability, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction,
 };
 use slothqueue_core::machine::{self, ClaimOutcome, PushPlan};
 use slothqueue_core::{
@@ -25,8 +24,8 @@ use slothqueue_core::{
 
 use crate::error::{Failure, corrupt, panic_message};
 use crate::schema::{
-    self, COUNTS, EVENTS, JOBS, KEYS, META, META_NEXT_ID, META_WATERMARK, PENDING, READY, RUNNERS,
-    RUNNING, ReadyKey, guarded, i64_from_meta, i64_to_meta, priority_key,
+    self, COUNTS, EVENTS, Handle, JOBS, KEYS, META, META_NEXT_ID, META_WATERMARK, PENDING, READY,
+    RUNNERS, RUNNING, ReadyKey, guarded, i64_from_meta, i64_to_meta, priority_key,
 };
 
 /// How hard a commit tries to reach the disk before returning.
@@ -82,28 +81,16 @@ pub struct RedbStore {
 /// nothing has read yet, that can panic inside redb (S16: the torture
 /// suite's fuzzing found `add` on a bit-flipped file ending in exit 101).
 #[derive(Debug)]
-struct Db(Option<Database>);
+struct Db(Option<Handle>);
 
 impl Db {
-    fn new(db: Database) -> Self {
-        Db(Some(db))
+    fn new(handle: Handle) -> Self {
+        Db(Some(handle))
     }
-}
 
-impl std::ops::Deref for Db {
-    type Target = Database;
-    fn deref(&self) -> &Database {
+    fn handle(&self) -> &Handle {
         match &self.0 {
-            Some(db) => db,
-            None => unreachable!("the database is taken out only when dropped"),
-        }
-    }
-}
-
-impl std::ops::DerefMut for Db {
-    fn deref_mut(&mut self) -> &mut Database {
-        match &mut self.0 {
-            Some(db) => db,
+            Some(h) => h,
             None => unreachable!("the database is taken out only when dropped"),
         }
     }
@@ -111,8 +98,8 @@ impl std::ops::DerefMut for Db {
 
 impl Drop for Db {
     fn drop(&mut self) {
-        if let Some(db) = self.0.take() {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || db.close()));
+        if let Some(handle) = self.0.take() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || handle.close()));
         }
     }
 }
@@ -131,6 +118,8 @@ struct Inner {
     gate: Arc<Gate>,
     /// Opened from a file (not a test backend), so it can be reopened.
     on_file: bool,
+    /// Opened with [`RedbStore::open_read_only`]: every write is refused.
+    read_only: bool,
 }
 
 impl RedbStore {
@@ -145,9 +134,37 @@ impl RedbStore {
             inner: Arc::new(Inner {
                 path: path.to_owned(),
                 options,
-                db: RwLock::new(Db::new(db)),
+                db: RwLock::new(Db::new(Handle::Writable(db))),
                 gate,
                 on_file: true,
+                read_only: false,
+            }),
+        })
+    }
+
+    /// Opens the existing queue at `path` for reading only: nothing is
+    /// written to the file, not even redb's header (a writable open
+    /// rewrites it on opening and closing), so commands that only look
+    /// leave the file byte-for-byte as they found it. Vetted like
+    /// [`RedbStore::open`]; a missing file is [`StoreError::Io`].
+    ///
+    /// It shares the file with writers in other processes and sees their
+    /// commits. A file a crash left needing repair, with no live writer to
+    /// repair it, is repaired in memory and read as a snapshot until a
+    /// writer has repaired the real file. Every write through the store
+    /// answers [`StoreError::Io`] of kind
+    /// [`std::io::ErrorKind::ReadOnlyFilesystem`].
+    pub fn open_read_only(path: &Path, options: RedbOptions) -> Result<RedbStore, StoreError> {
+        let handle = schema::open_read_only(path, options.lock_timeout)?;
+        let gate = gate_for(path)?;
+        Ok(RedbStore {
+            inner: Arc::new(Inner {
+                path: path.to_owned(),
+                options,
+                db: RwLock::new(Db::new(handle)),
+                gate,
+                on_file: true,
+                read_only: true,
             }),
         })
     }
@@ -169,9 +186,10 @@ impl RedbStore {
             inner: Arc::new(Inner {
                 path: label.to_owned(),
                 options,
-                db: RwLock::new(Db::new(db)),
+                db: RwLock::new(Db::new(Handle::Writable(db))),
                 gate: Arc::new(Gate::default()),
                 on_file: false,
+                read_only: false,
             }),
         })
     }
@@ -190,6 +208,10 @@ impl RedbStore {
         let path = &self.inner.path;
         {
             let mut db = self.inner.db.write().unwrap_or_else(PoisonError::into_inner);
+            let Some(Handle::Writable(db)) = db.0.as_mut() else {
+                // redb's check repairs what it finds: it writes.
+                return Err(read_only(path));
+            };
             match guarded(|| Ok(db.check_integrity()?)) {
                 Ok(true) => {}
                 Ok(false) => {
@@ -329,16 +351,44 @@ pub(crate) fn patiently<T>(
 impl Inner {
     /// Runs `f` in a read transaction.
     fn read<T>(&self, f: impl Fn(&ReadTransaction) -> Result<T, Failure>) -> Result<T, StoreError> {
-        self.with_db(|db| {
-            let txn = db.begin_read()?;
+        self.refresh_snapshot();
+        self.with_db(|h| {
+            let txn = h.begin_read()?;
             f(&txn)
         })
+    }
+
+    /// Swaps a snapshot (see [`Handle::Snapshot`]) for redb's read-only
+    /// handle once the file opens as one, so that a long look (`logs
+    /// --follow`) sees what writers do after a crash. Until then the
+    /// snapshot answers; a failed try changes nothing.
+    fn refresh_snapshot(&self) {
+        if !self.on_file {
+            return;
+        }
+        let stale = matches!(
+            self.db.read().unwrap_or_else(PoisonError::into_inner).0,
+            Some(Handle::Snapshot(_))
+        );
+        if !stale {
+            return;
+        }
+        if let Ok(Some(ro)) = schema::open_current_read_only(&self.path, Duration::ZERO) {
+            *self.db.write().unwrap_or_else(PoisonError::into_inner) =
+                Db::new(Handle::ReadOnly(ro));
+        }
     }
 
     /// Runs `f` in a write transaction and commits it, or aborts it if `f`
     /// fails (nothing is written then).
     fn write<T>(&self, f: impl Fn(&mut Tx<'_>) -> Result<T, Failure>) -> Result<T, StoreError> {
-        self.with_db(|db| {
+        if self.read_only {
+            return Err(read_only(&self.path));
+        }
+        self.with_db(|h| {
+            let Handle::Writable(db) = h else {
+                return Err(Failure::Store(read_only(&self.path)));
+            };
             // One budget of `lock_timeout` for both waits.
             let (_gate, waited) = self.enter_gate()?;
             let left = self.options.lock_timeout.saturating_sub(waited);
@@ -392,20 +442,36 @@ impl Inner {
     /// Runs `f` on the database, mapping errors; after an I/O error redb
     /// has latched (a full disk, say) the file is opened again and `f`
     /// tried once more, so the queue recovers without a restart.
-    fn with_db<T>(&self, f: impl Fn(&Database) -> Result<T, Failure>) -> Result<T, StoreError> {
+    fn with_db<T>(&self, f: impl Fn(&Handle) -> Result<T, Failure>) -> Result<T, StoreError> {
         let first = {
             let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
-            guarded(|| f(&db))
+            guarded(|| f(db.handle()))
         };
         match first {
             Err(e) if e.is_previous_io() && self.on_file => {
-                let fresh = schema::open_writable(&self.path, self.options.lock_timeout)?;
+                let fresh = if self.read_only {
+                    schema::open_read_only(&self.path, self.options.lock_timeout)?
+                } else {
+                    Handle::Writable(schema::open_writable(&self.path, self.options.lock_timeout)?)
+                };
                 let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
                 *db = Db::new(fresh);
-                guarded(|| f(&db)).map_err(|e| e.into_store(&self.path))
+                guarded(|| f(db.handle())).map_err(|e| e.into_store(&self.path))
             }
             r => r.map_err(|e| e.into_store(&self.path)),
         }
+    }
+}
+
+/// The answer to a write through a read-only handle: an I/O error of kind
+/// `ReadOnlyFilesystem`, the kind the OS gives for the same mistake.
+fn read_only(path: &Path) -> StoreError {
+    StoreError::Io {
+        context: format!("cannot write to {}", path.display()),
+        source: std::io::Error::new(
+            std::io::ErrorKind::ReadOnlyFilesystem,
+            "the queue was opened read-only",
+        ),
     }
 }
 

@@ -108,3 +108,48 @@ fn a_crashed_and_damaged_queue_never_panics_and_a_refusal_leaves_it() {
     }
     assert!(refused > 0, "no cut was refused");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crashed_queue_is_read_only_from_a_repaired_snapshot_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = crashed_queue(dir.path(), "plain");
+    let before = std::fs::read(&path).unwrap();
+    // The case this covers: redb will not open the file read-only as it is.
+    let mut b = redb::Builder::new();
+    b.set_concurrency_mode(redb::ConcurrencyMode::MultiWriter);
+    assert!(matches!(b.open_read_only(&path), Err(redb::DatabaseError::RepairAborted)));
+    let store = RedbStore::open_read_only(&path, RedbOptions::default()).unwrap();
+    assert_eq!(store.stats(T).await.unwrap().pending, JOBS as u64);
+    assert_eq!(store.events(JOBS as i64).await.unwrap().len(), 1, "the last push's trail");
+    let err = store.push(NewJob::shell("echo no", "/tmp"), T).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::ReadOnlyFilesystem),
+        "{err:?}"
+    );
+    drop(store);
+    assert_eq!(std::fs::read(&path).unwrap(), before, "a read-only look changed the file");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_only_snapshot_follows_the_file_once_a_writer_repairs_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = crashed_queue(dir.path(), "plain");
+    let reader = RedbStore::open_read_only(&path, RedbOptions::default()).unwrap();
+    assert_eq!(reader.stats(T).await.unwrap().pending, JOBS as u64);
+    let writer = RedbStore::open(&path, RedbOptions::default()).unwrap();
+    writer.push(NewJob::shell("echo after", "/tmp"), T).await.unwrap();
+    assert_eq!(reader.stats(T).await.unwrap().pending, JOBS as u64 + 1);
+    writer.push(NewJob::shell("echo later", "/tmp"), T).await.unwrap();
+    assert_eq!(reader.stats(T).await.unwrap().pending, JOBS as u64 + 2);
+}
+
+#[test]
+fn a_crashed_queue_from_a_newer_slothqueue_is_refused_read_only_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = crashed_queue(dir.path(), "newer");
+    let before = std::fs::read(&path).unwrap();
+    let err = RedbStore::open_read_only(&path, RedbOptions::default()).unwrap_err();
+    assert!(matches!(err, StoreError::SchemaTooNew { .. }), "{err:?}");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "the refused file changed");
+}

@@ -290,10 +290,6 @@ struct Hostile {
     runs: usize,
     refused: usize,
     accepted: usize,
-    /// redb files a successful read-only command rewrote (header).
-    rewritten: usize,
-    /// redb files a refused read-only command changed (see `hostile`).
-    known: usize,
 }
 
 /// Runs every command against a fresh copy of `bytes` (and a sidecar),
@@ -340,15 +336,10 @@ fn hostile(
         let after = listing(&dir)?;
         if e.code() == Some(0) {
             tally.accepted += 1;
+            // Both backends: read-only commands open redb read-only
+            // (issue #8), so not even its header is rewritten.
             if *read_only && queue::same_bytes(&db, bytes).is_err() {
-                // redb rewrites its header on every writable open and
-                // close, so only SQLite is held to byte-identity here.
-                match ctx.backend {
-                    Backend::Sqlite => {
-                        ctx.problem(format!("{what}: a read-only command changed the file"))
-                    }
-                    Backend::Redb => tally.rewritten += 1,
-                }
+                ctx.problem(format!("{what}: a read-only command changed the file"));
             }
             continue;
         }
@@ -360,15 +351,7 @@ fn hostile(
             ctx.problem(format!("{what}: the refusal does not name the file in one line: `{msg}`"));
         }
         if let Err(err) = queue::same_bytes(&db, bytes) {
-            if ctx.backend == Backend::Redb && *read_only {
-                // KNOWN, not fixed: the store opens redb files writable,
-                // and a writable open writes redb's header, so a read-only
-                // command refusing damage it met past the open has changed
-                // the file. Needs read-only opens for read-only commands.
-                tally.known += 1;
-            } else {
-                ctx.problem(format!("{what}: refused, yet the file changed: {err:#}"));
-            }
+            ctx.problem(format!("{what}: refused, yet the file changed: {err:#}"));
         }
         // SQLite's shared-memory index (`-shm`) may stay behind a
         // read-only look at a file with a `-wal`; it holds no data.
@@ -450,15 +433,6 @@ pub fn s16_hostile_files(ctx: &mut Ctx) -> Result<Status> {
     let e = ctx.sq_run(&edb, &["add", "true"])?;
     if e.code() != Some(0) {
         ctx.problem(format!("add on an empty file: {}", e.describe()));
-    }
-    if tally.known > 0 {
-        notes.push(format!(
-            "KNOWN: {} refused read-only runs changed the redb file (its header, written by the writable open)",
-            tally.known
-        ));
-    }
-    if tally.rewritten > 0 {
-        notes.push(format!("{} successful read-only runs rewrote redb's header", tally.rewritten));
     }
     Ok(Status::Ran(format!(
         "{} runs on {cuts} truncations, {flips} bit flips, text, random, another program's file, the other backend's file: {} refused cleanly, {} accepted; {}",

@@ -8,6 +8,8 @@
 //!   the queue file byte-for-byte unchanged.
 //! - `e2e`: persistence, the seed's transcript, concurrent runners, kill -9
 //!   recovery, SIGTERM, the missing-file rule, export/import, the demo.
+//! - `read_only`: the commands that only look leave a redb file's bytes
+//!   alone (issue #8, torture S16).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -16,5 +18,6 @@
 
 mod bad_input;
 mod e2e;
+mod read_only;
 mod snapshots;
 pub mod support;

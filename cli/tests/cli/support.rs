@@ -97,7 +97,7 @@ impl TestContext {
 
     /// The queue opened in-process through the library facade.
     pub fn store(&self) -> Arc<dyn Store> {
-        slothqueue::open(&self.db, OpenOptions { backend: None, create: false }).unwrap()
+        slothqueue::open(&self.db, OpenOptions { create: false, ..OpenOptions::default() }).unwrap()
     }
 
     /// One job, read in-process.

@@ -223,7 +223,7 @@ impl Tour {
     }
 
     fn store(&self) -> anyhow::Result<Arc<dyn Store>> {
-        Ok(slothqueue::open(&self.db, OpenOptions { backend: None, create: false })?)
+        Ok(slothqueue::open(&self.db, OpenOptions::read_only(None))?)
     }
 
     fn set_load(&self, text: &str) -> anyhow::Result<()> {

@@ -33,7 +33,7 @@ pub fn judge_owner(judge: &ProcJudge, owner: &Owner) -> Liveness {
 pub async fn status(ctx: &Ctx) -> Outcome {
     let now = ctx.now();
     let mut out = io::stdout().lock();
-    let Some(store) = ctx.open_existing()? else {
+    let Some(store) = ctx.look_existing()? else {
         if ctx.json {
             let mut v = serde_json::to_value(Stats::default())?;
             v["exists"] = false.into();
@@ -79,7 +79,7 @@ pub async fn status(ctx: &Ctx) -> Outcome {
 /// One row a job.
 pub async fn list(ctx: &Ctx, filter: ListFilter) -> Outcome {
     let mut out = io::stdout().lock();
-    let Some(store) = ctx.open_existing()? else {
+    let Some(store) = ctx.look_existing()? else {
         if ctx.json {
             writeln!(out, "[]")?;
         } else {
@@ -122,7 +122,7 @@ fn terminal_width() -> Option<usize> {
 
 /// The job, why it is not running, and its story.
 pub async fn show(ctx: &Ctx, id: JobId) -> Outcome {
-    let store = ctx.open(false)?;
+    let store = ctx.open_read_only()?;
     let job = store.get(id).await?;
     let events = store.events(id).await?;
     let mut out = io::stdout().lock();
@@ -194,7 +194,7 @@ async fn jobs_ahead(
 /// The job's captured output; with `follow`, new output as it comes until
 /// the job finishes.
 pub async fn logs(ctx: &Ctx, id: JobId, follow: bool) -> Outcome {
-    let store = ctx.open(false)?;
+    let store = ctx.open_read_only()?;
     let job = store.get(id).await?;
     let path = slothqueue::runner::log_path(&log_dir(&ctx.db), id);
     let mut out = io::stdout().lock();

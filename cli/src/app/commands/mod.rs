@@ -44,12 +44,31 @@ impl Ctx {
     /// Opens the queue; `create == false` for commands that only look, so
     /// that looking never leaves a file behind.
     pub fn open(&self, create: bool) -> anyhow::Result<Arc<dyn Store>> {
-        Ok(slothqueue::open(&self.db, OpenOptions { backend: self.backend, create })?)
+        Ok(slothqueue::open(
+            &self.db,
+            OpenOptions { backend: self.backend, create, read_only: false },
+        )?)
     }
 
     /// Opens the queue if it exists; `None` when there is no file yet.
     pub fn open_existing(&self) -> anyhow::Result<Option<Arc<dyn Store>>> {
-        match slothqueue::open(&self.db, OpenOptions { backend: self.backend, create: false }) {
+        self.existing(OpenOptions { backend: self.backend, create: false, read_only: false })
+    }
+
+    /// Opens the queue for a command that only looks: nothing is created
+    /// or written, so the file stays byte-for-byte as it was (issue #8).
+    pub fn open_read_only(&self) -> anyhow::Result<Arc<dyn Store>> {
+        Ok(slothqueue::open(&self.db, OpenOptions::read_only(self.backend))?)
+    }
+
+    /// [`Ctx::open_read_only`] if the file exists; `None` when there is no
+    /// file yet.
+    pub fn look_existing(&self) -> anyhow::Result<Option<Arc<dyn Store>>> {
+        self.existing(OpenOptions::read_only(self.backend))
+    }
+
+    fn existing(&self, options: OpenOptions) -> anyhow::Result<Option<Arc<dyn Store>>> {
+        match slothqueue::open(&self.db, options) {
             Ok(s) => Ok(Some(s)),
             Err(slothqueue::OpenError::Missing(_)) => Ok(None),
             Err(e) => Err(e.into()),

@@ -21,7 +21,7 @@ const PAGE: usize = 500;
 
 /// Writes every job, oldest first, one JSON object per line with its `events`.
 pub async fn export(ctx: &Ctx) -> Outcome {
-    let Some(store) = ctx.open_existing()? else {
+    let Some(store) = ctx.look_existing()? else {
         return Ok(Code::Success);
     };
     let mut out = io::BufWriter::new(io::stdout().lock());
