@@ -230,6 +230,45 @@ struct Identity {
     application_id: i32,
     user_version: i64,
     tables: Vec<String>,
+    /// Every entry of `sqlite_schema` (see [`schema_entries`]).
+    schema: Vec<SchemaEntry>,
+}
+
+/// One row of `sqlite_schema`: type, name, table, and the SQL that made it.
+type SchemaEntry = (String, String, String, Option<String>);
+
+/// Every entry of a database's `sqlite_schema`, in a fixed order. The root
+/// pages are left out: they differ between two files of one layout.
+fn schema_entries(conn: &Connection) -> rusqlite::Result<Vec<SchemaEntry>> {
+    let mut stmt =
+        conn.prepare("SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY type, name")?;
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?.collect()
+}
+
+/// The schema a queue of `version` has, made by running the migrations up
+/// to it in memory, once per process.
+///
+/// Comparing a file's schema with it catches what a table-name check cannot:
+/// a damaged schema page whose SQL still parses — a column renamed by a
+/// flipped bit, a CHECK that now rejects every valid state — which would
+/// otherwise surface as raw SQL errors half-way through a command, after it
+/// had already written (torture S16).
+fn expected_schema(version: u32) -> Option<&'static [SchemaEntry]> {
+    static EXPECTED: std::sync::OnceLock<Vec<Vec<SchemaEntry>>> = std::sync::OnceLock::new();
+    let all = EXPECTED.get_or_init(|| {
+        let build = |v: usize| -> rusqlite::Result<Vec<SchemaEntry>> {
+            let conn = Connection::open_in_memory()?;
+            conn.execute_batch("PRAGMA foreign_keys = OFF")?;
+            for step in &MIGRATIONS[..v] {
+                step(&conn)?;
+            }
+            schema_entries(&conn)
+        };
+        // An in-memory database of our own DDL cannot fail to build; an
+        // empty layout would only make every file look damaged.
+        (1..=MIGRATIONS.len()).map(|v| build(v).unwrap_or_default()).collect()
+    });
+    version.checked_sub(1).and_then(|i| all.get(i as usize)).map(Vec::as_slice)
 }
 
 /// Looks at the file without changing it: no write, no journal-mode change,
@@ -314,7 +353,8 @@ fn identify(path: &Path, immutable: bool, busy_timeout: Duration) -> Result<Iden
         let application_id = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
         let user_version = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         let tables = table_names(&conn)?;
-        Ok(Identity { application_id, user_version, tables })
+        let schema = schema_entries(&conn)?;
+        Ok(Identity { application_id, user_version, tables, schema })
     };
     let id = read().map_err(|e| ctx.map_sql(e))?;
     drop(conn);
@@ -343,6 +383,19 @@ fn judge_identity(path: &Path, id: &Identity) -> Result<Found, StoreError> {
         if let Some(tables) = version.checked_sub(1).and_then(|v| TABLES.get(v as usize)) {
             if let Some(missing) = tables.iter().find(|t| !id.tables.iter().any(|n| n == *t)) {
                 return Err(error::corrupt(path, format!("the `{missing}` table is missing")));
+            }
+        }
+        if let Some(expected) = expected_schema(version) {
+            if id.schema != expected {
+                let differs = expected
+                    .iter()
+                    .find(|e| !id.schema.contains(e))
+                    .or_else(|| id.schema.iter().find(|e| !expected.contains(e)))
+                    .map_or_else(String::new, |e| format!(" (at the {} `{}`)", e.0, e.1));
+                return Err(error::corrupt(
+                    path,
+                    format!("its schema is not slothqueue's version {version}{differs}"),
+                ));
             }
         }
         return Ok(Found::Queue { version });
@@ -434,7 +487,8 @@ fn migrate_tx(conn: &Connection, path: &Path) -> Result<(), Error> {
         let application_id = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
         let user_version = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         let tables = table_names(conn)?;
-        let id = Identity { application_id, user_version, tables };
+        let schema = schema_entries(conn)?;
+        let id = Identity { application_id, user_version, tables, schema };
         let from = match judge_identity(path, &id)? {
             Found::New => 0,
             Found::Queue { version } => version,
@@ -477,16 +531,23 @@ mod tests {
     #[test]
     fn an_empty_database_is_new_and_a_foreign_one_is_refused() {
         let p = Path::new("/q.db");
-        let empty = Identity { application_id: 0, user_version: 0, tables: vec![] };
+        let empty = Identity { application_id: 0, user_version: 0, tables: vec![], schema: vec![] };
         assert_eq!(judge_identity(p, &empty).unwrap(), Found::New);
-        let foreign = Identity { application_id: 0, user_version: 0, tables: vec!["t".into()] };
+        let foreign = Identity {
+            application_id: 0,
+            user_version: 0,
+            tables: vec!["t".into()],
+            schema: vec![],
+        };
         assert!(matches!(judge_identity(p, &foreign), Err(StoreError::Corrupt { .. })));
-        let other_app = Identity { application_id: 7, user_version: 0, tables: vec![] };
+        let other_app =
+            Identity { application_id: 7, user_version: 0, tables: vec![], schema: vec![] };
         assert!(matches!(judge_identity(p, &other_app), Err(StoreError::Corrupt { .. })));
         let newer = Identity {
             application_id: APPLICATION_ID,
             user_version: i64::from(SCHEMA_VERSION) + 1,
             tables: vec![],
+            schema: vec![],
         };
         assert!(matches!(
             judge_identity(p, &newer),
@@ -496,6 +557,7 @@ mod tests {
             application_id: APPLICATION_ID,
             user_version: 1,
             tables: vec!["jobs".into()],
+            schema: vec![],
         };
         assert!(matches!(judge_identity(p, &gutted), Err(StoreError::Corrupt { .. })));
     }

@@ -1,7 +1,9 @@
 //! RELIABILITY S16, found by the torture suite (`cargo xtask torture`): a
-//! bit flip in the stored schema renamed a column; the file still opened,
-//! and every query then failed with a raw, multi-line SQL error and exit
-//! code 1 instead of "damaged file" (exit code 6) naming the file.
+//! bit flip in the stored schema renamed a column or garbled a CHECK; the
+//! file still opened, and commands then failed half-way with raw SQL
+//! errors — `run` after it had already written its runner record, so a
+//! refused file had changed. Now the open compares the whole schema with
+//! the one its version must have and refuses a damaged file untouched.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a test failure is a panic")]
 
@@ -10,25 +12,54 @@ use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
 
 const T: Timestamp = Timestamp::from_millis(1_700_000_000_000);
 
-#[tokio::test]
-async fn s16_a_damaged_schema_is_a_corrupt_file_not_a_storage_error() {
+/// A queue with one job, then `damage` applied to its schema by hand.
+async fn damaged(damage: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.db");
-    let id = {
-        let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
-        store.push(NewJob::shell("true", "/tmp"), T).await.unwrap().job.id
-    };
     {
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute_batch("ALTER TABLE events RENAME COLUMN owner TO ownr").unwrap();
+        let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        store.push(NewJob::shell("true", "/tmp"), T).await.unwrap();
     }
-    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
-    let err = store.events(id).await.unwrap_err();
-    assert!(matches!(err, StoreError::Corrupt { path: ref p, .. } if p == &path), "{err:?}");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(damage).unwrap();
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+    drop(conn);
+    (dir, path)
+}
+
+fn assert_refused_untouched(path: &std::path::Path, what: &str) {
+    let before = std::fs::read(path).unwrap();
+    let err = SqliteStore::open(path, SqliteOptions::default()).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { path: ref p, .. } if p == path), "{what}: {err:?}");
     let msg = err.to_string();
-    assert!(msg.contains("no such column: owner") && !msg.contains('\n'), "{msg}");
-    let err = store.push(NewJob::shell("true", "/tmp"), T).await.unwrap_err();
-    assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    assert!(msg.contains("schema") && !msg.contains('\n'), "{what}: {msg}");
+    assert_eq!(std::fs::read(path).unwrap(), before, "{what}: a refused file was changed");
+}
+
+#[tokio::test]
+async fn s16_a_renamed_column_is_refused_at_open() {
+    let (_dir, path) = damaged("ALTER TABLE events RENAME COLUMN owner TO ownr").await;
+    assert_refused_untouched(&path, "renamed events.owner");
+    let (_dir, path) = damaged("ALTER TABLE jobs RENAME COLUMN started_at TO started_as").await;
+    assert_refused_untouched(&path, "renamed jobs.started_at");
+}
+
+#[tokio::test]
+async fn s16_a_garbled_check_constraint_is_refused_at_open() {
+    let (_dir, path) = damaged(
+        "PRAGMA writable_schema = ON;
+         UPDATE sqlite_schema SET sql = replace(sql, '''pending''', '''p_nding''')
+             WHERE name = 'jobs';
+         PRAGMA writable_schema = OFF;",
+    )
+    .await;
+    assert_refused_untouched(&path, "garbled CHECK");
+}
+
+#[tokio::test]
+async fn s16_an_extra_index_is_refused_at_open() {
+    let (_dir, path) = damaged("CREATE INDEX sneaky ON jobs (payload)").await;
+    assert_refused_untouched(&path, "extra index");
 }
 
 /// Found by the `open_sqlite` fuzz target (`fuzz/`): a file whose header
