@@ -107,10 +107,27 @@ fn store_code(e: &StoreError) -> Code {
 pub fn report(err: &anyhow::Error) -> ExitCode {
     let code = code_for(err);
     if code != Code::Success {
-        let line = format!("{err:#}");
-        eprintln!("error: {}", line.replace('\n', " "));
+        eprintln!("error: {}", one_line(err));
     }
     code.into()
+}
+
+/// The error and its causes joined by `: `, each cause said once: an error
+/// type that both prints its source and returns it from `source()` (as
+/// some libraries' do) would otherwise repeat the whole message.
+fn one_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line.replace('\n', " ")
 }
 
 /// Handles clap's own errors: help and version go to stdout with exit 0;
@@ -167,6 +184,21 @@ mod tests {
         for (err, code) in cases {
             assert_eq!(code_for(&err), code, "{err:#}");
         }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot list running jobs: {source}")]
+        struct Both {
+            #[source]
+            source: StoreError,
+        }
+        let err = anyhow::Error::new(Both { source: StoreError::NotFound(3) }).context("run");
+        let line = one_line(&err);
+        assert_eq!(line, format!("run: cannot list running jobs: {}", StoreError::NotFound(3)));
+        let plain = anyhow::Error::new(StoreError::NotFound(3)).context("cannot show job #3");
+        assert_eq!(one_line(&plain), format!("cannot show job #3: {}", StoreError::NotFound(3)));
     }
 
     #[test]
