@@ -240,18 +240,24 @@ fn connect(path: &Path, options: &SqliteOptions) -> rusqlite::Result<Connection>
     loop {
         let mut conn = Connection::open_with_flags(path, flags)?;
         install_busy_handler(&mut conn, JOURNAL_SWITCH_WAIT)?;
-        match conn
+        // SQLite answers a switch it could not make with the old mode, not
+        // an error: a connection left in rollback mode would write pages
+        // straight into the file under another process's immutable probe.
+        let refused = match conn
             .query_row(&format!("PRAGMA journal_mode = {mode}"), [], |r| r.get::<_, String>(0))
         {
-            Ok(_) => return Ok(conn),
-            Err(e)
-                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
-                    && waited < options.busy_timeout =>
-            {
-                waited += JOURNAL_SWITCH_WAIT;
-            }
+            Ok(now) if now.eq_ignore_ascii_case(mode) => return Ok(conn),
+            Ok(now) => rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+                Some(format!("the journal mode stayed {now}, not {mode}")),
+            ),
+            Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => e,
             Err(e) => return Err(e),
+        };
+        if waited >= options.busy_timeout {
+            return Err(refused);
         }
+        waited += JOURNAL_SWITCH_WAIT;
     }
 }
 
@@ -318,7 +324,7 @@ fn install_busy_handler(conn: &mut Connection, timeout: Duration) -> rusqlite::R
     clippy::disallowed_methods,
     reason = "SQLite's busy handler must block its own thread; it runs on tokio's blocking pool"
 )]
-fn nap_blocking(d: Duration) {
+pub(crate) fn nap_blocking(d: Duration) {
     std::thread::sleep(d);
 }
 
