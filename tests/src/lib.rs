@@ -67,6 +67,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a conformance failure is a panic")]
 
 pub mod child;
+pub mod disk_full;
 mod harness;
 pub mod scenarios;
 
