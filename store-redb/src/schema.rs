@@ -351,13 +351,25 @@ fn inspect(db: &impl ReadableDatabase) -> Result<Found, Failure> {
 /// without a limit, for another process's write transaction to end; the
 /// open runs on its own thread so that this call gives up after
 /// `lock_timeout` (the thread closes the database when it gets it).
+///
+/// The open verifies every page checksum first (redb's integrity check on
+/// open, under its writer lock). A plain open trusts the file: on one
+/// damaged outside redb (torture S16, one flipped byte in a b-tree page)
+/// it hands out pages already in use and, on close, panics twice inside
+/// redb, which aborts the process whatever we catch. The check refuses
+/// such a file before a byte is written. It reads the whole file: about
+/// 1 ms per 1,000 jobs (measured: +80–90 ms on a 73 MB queue of 100,000
+/// jobs, nothing measurable on 1,000). After a crash redb runs the same
+/// walk anyway.
 pub(crate) fn open_writable(path: &Path, lock_timeout: Duration) -> Result<Database, StoreError> {
     let (tx, rx) = std::sync::mpsc::channel();
     let owned = path.to_owned();
     std::thread::Builder::new()
         .name("slothqueue-redb-open".to_owned())
         .spawn(move || {
-            let r = patiently(lock_timeout, || guarded(|| Ok(builder().create(&owned)?)));
+            let mut b = builder();
+            b.set_check_integrity_on_open(true);
+            let r = patiently(lock_timeout, || guarded(|| Ok(b.create(&owned)?)));
             // Nobody listening means the caller gave up; dropping closes it.
             let _ = tx.send(r);
         })

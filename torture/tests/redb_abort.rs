@@ -1,37 +1,32 @@
-//! A known abort inside redb 4.6 that slothqueue cannot catch, pinned with
-//! its minimized reproducer (found by the proptest in `fuzz.rs` with a
-//! random seed, then reduced to one byte).
+//! Torture S16 on redb: a damaged allocator state, found by the proptest
+//! in `fuzz.rs` with a random seed and minimized to one byte, once aborted
+//! the process; now the open refuses the file.
 //!
-//! The reproducer is a valid queue (5 jobs: one done, one running) with
-//! one byte flipped: offset 12521, 159 → 227, inside a page of the tree
-//! the header's primary commit slot points to. redb only verifies page
-//! checksums in its repair and `check_integrity` (which does name this
-//! file: "Primary is corrupted despite 2-phase commit"), so a plain open
-//! trusts the damaged allocator state: `push` and `claim` succeed, then
-//! `Database::close`, writing the allocator state, hands out a page that
-//! is already in use. `LRUWriteCache::take_value` panics on the missing
-//! cache entry (cached_file.rs:97) while the cache's mutex is held; while
-//! that panic unwinds, `WritablePage::drop` locks the now poisoned mutex
-//! and unwraps (cached_file.rs:44): a panic in a destructor during
-//! cleanup, which aborts the process whatever `catch_unwind` the store
-//! wraps around the close. The same shape was seen first as bitmap.rs:315
-//! then btree_cursor/btree_base. From our side it is avoidable only by a
-//! full integrity check before every writable open (O(file size)), which
-//! is a decision still to be made; until then the fuzz run of `cargo xtask
-//! torture` reports this signature as known instead of failing.
+//! The reproducer, `fixtures/s16_damaged_allocator.redb`, is a valid
+//! queue (5 jobs pushed with keys `k0`..`k4`, one claimed and completed,
+//! one claimed) with one byte flipped: offset 12521, 159 → 227, inside a page of the tree
+//! the header's primary commit slot points to. A plain redb open trusts
+//! the file (redb verifies page checksums only in its repair and
+//! integrity check), so `push` and `claim` succeeded, then
+//! `Database::close`, writing the allocator state, handed out a page that
+//! was already in use: a panic in redb's write cache (cached_file.rs:97)
+//! with its mutex held, then a second one in `WritablePage::drop` on the
+//! poisoned mutex while unwinding, which aborts whatever `catch_unwind`
+//! the store wraps around the close. The fix: every writable open runs
+//! redb's integrity check first (`schema::open_writable`), which names
+//! this file ("Primary is corrupted despite 2-phase commit").
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a test failure is a panic")]
 
 use std::path::Path;
 use std::sync::Arc;
 
-use slothqueue_core::{ClaimFilter, ClockOnly, ListFilter, NewJob, Owner, Store, Timestamp};
+use slothqueue_core::{
+    ClaimFilter, ClockOnly, ListFilter, NewJob, Owner, Store, StoreError, Timestamp,
+};
 use slothqueue_store_redb::{RedbOptions, RedbStore};
 
 const T: Timestamp = Timestamp::from_millis(1_700_000_000_000);
-
-/// The flipped byte: (offset, byte in the valid queue, byte written).
-const FLIP: (usize, u8, u8) = (12521, 159, 227);
 
 /// Set in the child process that runs the reproducer.
 const CHILD: &str = "SQ_REDB_ABORT_CHILD";
@@ -40,41 +35,31 @@ fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
-fn store(path: &Path) -> Arc<dyn Store> {
-    Arc::new(RedbStore::open(path, RedbOptions::default()).unwrap())
-}
-
-/// The valid queue the reproducer is a flip of (the same bytes each time).
-fn golden(path: &Path) {
-    let store = store(path);
-    rt().block_on(async {
-        for i in 0..5 {
-            let job = NewJob::shell(format!("echo {i}"), "/tmp").key(format!("k{i}"));
-            store.push(job, T).await.unwrap();
-        }
-        let owner = Owner::named("golden");
-        let filter = ClaimFilter::default();
-        let c = store.claim(&owner, &filter, T, &ClockOnly).await.unwrap().unwrap();
-        store.complete(c.job.id, &c.fence, Default::default(), T).await.unwrap();
-        store.claim(&owner, &filter, T, &ClockOnly).await.unwrap().unwrap();
-    });
-}
-
-/// What the fuzz target does with an opened file; the drop at the end
-/// closes it, where redb aborts.
+/// What the fuzz target does with an opened file. Before the fix the
+/// open succeeded and the drop at the end aborted the process; now the
+/// open must be refused, as a damaged file, with nothing written.
 fn use_damaged(path: &Path) {
-    let store = store(path);
+    let before = std::fs::read(path).unwrap();
+    let store = match RedbStore::open(path, RedbOptions::default()) {
+        Ok(store) => Arc::new(store) as Arc<dyn Store>,
+        Err(e) => {
+            assert!(matches!(e, StoreError::Corrupt { .. }), "refused, but not as damaged: {e:?}");
+            assert_eq!(std::fs::read(path).unwrap(), before, "the refused file was written to");
+            return;
+        }
+    };
     rt().block_on(async {
         let _ = store.list(&ListFilter::default()).await;
         let _ = store.stats(T).await;
         let _ = store.push(NewJob::shell("true", "/tmp"), T).await;
         let _ = store.claim(&Owner::named("fuzz"), &ClaimFilter::default(), T, &ClockOnly).await;
     });
+    drop(store);
+    panic!("the damaged file was opened for writing");
 }
 
 #[test]
-#[ignore = "redb 4.6 aborts: a panic in Database::close on a damaged allocator state, then a second one in WritablePage::drop while unwinding (see the module docs)"]
-fn a_damaged_allocator_state_does_not_abort_the_process() {
+fn s16_a_damaged_allocator_state_is_refused_at_open_instead_of_aborting() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.redb");
     if std::env::var_os(CHILD).is_some() {
@@ -82,16 +67,12 @@ fn a_damaged_allocator_state_does_not_abort_the_process() {
         use_damaged(Path::new(&path));
         return;
     }
-    golden(&path);
-    let mut bytes = std::fs::read(&path).unwrap();
-    let (at, was, now) = FLIP;
-    assert_eq!(bytes[at], was, "the valid queue's layout changed: find a new reproducer");
-    bytes[at] = now;
-    std::fs::write(&path, &bytes).unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/s16_damaged_allocator.redb");
+    std::fs::copy(&fixture, &path).unwrap();
     // In a child: the abort would take the test harness with it.
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "a_damaged_allocator_state_does_not_abort_the_process"])
-        .args(["--include-ignored", "--nocapture"])
+        .args(["--exact", "s16_a_damaged_allocator_state_is_refused_at_open_instead_of_aborting"])
+        .arg("--nocapture")
         .env(CHILD, &path)
         .output()
         .unwrap();

@@ -82,9 +82,8 @@ fn ci() -> Result<(), String> {
     }
     run::cargo_env(&["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")])?;
     // CI explores one fixed proptest seed so that a red run is reproducible
-    // and a rare find (a redb abort on a hand-crafted file, see the torture
-    // suite's S16 notes) cannot flip CI at random; `cargo test` on a
-    // developer's machine and `cargo xtask torture` keep drawing new seeds.
+    // on any machine; `cargo test` on a developer's machine and the full
+    // `cargo xtask torture` keep drawing new seeds.
     run::cargo_env(&["test", "--workspace"], &[("PROPTEST_RNG_SEED", CI_PROPTEST_SEED)])?;
     conformance::run(&[])?;
     // Keeps the bench harness alive; asserts nothing about speed. The dev

@@ -161,15 +161,6 @@ fn fuzz(args: &[String]) -> Result<(), String> {
             println!("fuzz: {target} ok, {runs} inputs in {secs} s (seed {seed})");
             continue;
         }
-        if known_redb_abort(&text) {
-            println!(
-                "fuzz: {target} stopped on the known redb abort (a panic inside redb, then another \
-                 in a redb destructor while unwinding; see torture/tests/redb_abort.rs); not \
-                 counted as a failure. The log: {}",
-                log_path.display()
-            );
-            continue;
-        }
         let interesting: Vec<&str> =
             text.lines().filter(|l| !l.starts_with("panic (maybe caught)")).collect();
         let caught: Vec<&str> =
@@ -204,28 +195,6 @@ fn fresh_seed() -> u32 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32))
         .unwrap_or(1)
-}
-
-/// Whether a fuzz target's log ends in the known redb abort that
-/// `torture/tests/redb_abort.rs` pins: the last panics are one inside
-/// redb, a second inside redb while it unwinds, and Rust's abort for a
-/// panic in a destructor during cleanup. Anything else still fails the
-/// run: a panic in our code, an untyped refusal, a changed file, a
-/// timeout.
-fn known_redb_abort(log: &str) -> bool {
-    const PANIC: &str = "panic (maybe caught): ";
-    if log.contains("FUZZ FAILURE") {
-        return false;
-    }
-    let panics: Vec<&str> = log.lines().filter(|l| l.starts_with(PANIC)).collect();
-    match panics.as_slice() {
-        [.., first, second, last] => {
-            last.contains("panic in a destructor during cleanup")
-                && first.contains("/redb-")
-                && second.contains("/redb-")
-        }
-        _ => false,
-    }
 }
 
 /// The value after `name` in `args`.
@@ -306,25 +275,4 @@ fn host_triple() -> Result<String, String> {
         .lines()
         .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
         .ok_or_else(|| format!("`{rustc} -vV` named no host"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::known_redb_abort;
-
-    const REDB: &str = "panic (maybe caught): panicked at /x/redb-4.6.0/src/tree_store/page_store/";
-    const CLEANUP: &str = "panic (maybe caught): panicked at /rustc/library/core/src/panicking.rs:233:5: panic in a destructor during cleanup";
-
-    #[test]
-    fn only_the_redb_double_panic_is_known() {
-        let known = format!(
-            "{REDB}cached_file.rs:97:39: x\n{REDB}cached_file.rs:44:14: y\n{CLEANUP}\n==1== ERROR: libFuzzer: deadly signal"
-        );
-        assert!(known_redb_abort(&known));
-        let ours = "panic (maybe caught): panicked at store-redb/src/store.rs:1:1: x";
-        assert!(!known_redb_abort(&format!("{ours}\n{REDB}a.rs:1:1: y\n{CLEANUP}")));
-        assert!(!known_redb_abort(&format!("{REDB}a.rs:1:1: x\nFUZZ FAILURE: a panic escaped")));
-        assert!(!known_redb_abort(&format!("{REDB}a.rs:1:1: x\n{REDB}b.rs:1:1: y")));
-        assert!(!known_redb_abort("==1== ERROR: libFuzzer: timeout after 30 seconds"));
-    }
 }
