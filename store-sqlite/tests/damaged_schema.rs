@@ -67,7 +67,7 @@ async fn s16_an_extra_index_is_refused_at_open() {
 /// "unsupported file format", an untyped storage error, instead of as a
 /// damaged file; it must be refused as corrupt and left untouched.
 #[test]
-fn an_unknown_schema_format_in_the_header_is_a_corrupt_file() {
+fn s16_an_unknown_schema_format_in_the_header_is_a_corrupt_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.db");
     drop(SqliteStore::open(&path, SqliteOptions::default()).unwrap());

@@ -258,7 +258,7 @@ async fn ids_are_never_reused_and_restored_ids_are_kept() {
 }
 
 #[tokio::test]
-async fn several_handles_creating_one_new_queue_at_once_all_succeed() {
+async fn s17_several_handles_creating_one_new_queue_at_once_all_succeed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.db");
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(6));

@@ -8,6 +8,7 @@
 //!   the queue file byte-for-byte unchanged.
 //! - `e2e`: persistence, the seed's transcript, concurrent runners, kill -9
 //!   recovery, SIGTERM, the missing-file rule, export/import, the demo.
+//! - `creation`: processes racing to create one queue (torture S17).
 //! - `read_only`: the commands that only look leave a redb file's bytes
 //!   alone (issue #8, torture S16).
 #![allow(
@@ -17,6 +18,7 @@
 )]
 
 mod bad_input;
+mod creation;
 mod e2e;
 mod read_only;
 mod snapshots;
