@@ -369,14 +369,61 @@ pub(crate) fn open_writable(path: &Path, lock_timeout: Duration) -> Result<Datab
         .spawn(move || {
             let mut b = builder();
             b.set_check_integrity_on_open(true);
-            let r = patiently(lock_timeout, || guarded(|| Ok(b.create(&owned)?)));
+            let header = HeaderSnapshot::take(&owned);
+            let r = patiently(lock_timeout, || guarded(|| Ok(b.create(&owned)?)))
+                .map_err(|e| e.into_store(&owned));
+            if let (Err(StoreError::Corrupt { .. }), Some(header)) = (&r, header) {
+                header.put_back(&owned);
+            }
             // Nobody listening means the caller gave up; dropping closes it.
             let _ = tx.send(r);
         })
         .map_err(|e| io_error(path, "starting the open", e))?;
     match rx.recv_timeout(lock_timeout.saturating_add(Duration::from_millis(100))) {
-        Ok(r) => r.map_err(|e| e.into_store(path)),
+        Ok(r) => r,
         Err(_) => Err(StoreError::Busy { waited: lock_timeout }),
+    }
+}
+
+/// The start of a queue file, where redb keeps its header, as it was
+/// before a writable open.
+///
+/// A file the read-only probe accepts may still need recovery in a
+/// writable open's eyes (a stored layout that does not match the file's
+/// length, a primary slot marked unflushed); redb then rewrites the header
+/// before it verifies the trees, and a file it refuses as corrupt would be
+/// left changed (found by the `open_redb` fuzz target: one byte of the
+/// layout recomputed). redb wrote nothing else by then, so putting the
+/// header back leaves a refused file as it was.
+struct HeaderSnapshot {
+    bytes: Vec<u8>,
+    len: u64,
+}
+
+impl HeaderSnapshot {
+    /// redb's header is 320 bytes; one page covers it in every version.
+    const BYTES: u64 = 4096;
+
+    fn take(path: &Path) -> Option<HeaderSnapshot> {
+        let file = File::open(path).ok()?;
+        let len = file.metadata().ok()?.len();
+        let mut bytes = vec![0; usize::try_from(len.min(Self::BYTES)).ok()?];
+        file.read_exact_at(&mut bytes, 0).ok()?;
+        Some(HeaderSnapshot { bytes, len })
+    }
+
+    /// Writes the header back if it changed and the file kept its length.
+    /// Best effort: the open is refused either way.
+    fn put_back(&self, path: &Path) {
+        let Some(now) = HeaderSnapshot::take(path) else { return };
+        if now.len != self.len || now.bytes == self.bytes {
+            return;
+        }
+        if let Ok(file) = OpenOptions::new().write(true).open(path) {
+            if file.write_all_at(&self.bytes, 0).is_ok() {
+                let _ = file.sync_data();
+            }
+        }
     }
 }
 

@@ -1,6 +1,7 @@
-//! Torture S16 on redb: a damaged allocator state, found by the proptest
-//! in `fuzz.rs` with a random seed and minimized to one byte, once aborted
-//! the process; now the open refuses the file.
+//! Torture S16 on redb, two finds on damaged files, each pinned by a
+//! checked-in reproducer. The first, a damaged allocator state found by
+//! the proptest in `fuzz.rs` with a random seed and minimized to one byte,
+//! once aborted the process; now the open refuses the file.
 //!
 //! The reproducer, `fixtures/s16_damaged_allocator.redb`, is a valid
 //! queue (5 jobs pushed with keys `k0`..`k4`, one claimed and completed,
@@ -78,4 +79,22 @@ fn s16_a_damaged_allocator_state_is_refused_at_open_instead_of_aborting() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{:?}\n{stderr}", out.status);
+}
+
+/// Found by the `open_redb` fuzz target after the fix above: a damaged file
+/// that redb's read-only open accepts but a writable open must recover
+/// first (its stored layout disagrees with the file's length). redb
+/// rewrote the header (one byte of the layout, at offset 28) and only then
+/// found the trees corrupt, so the refused file had changed.
+#[test]
+fn s16_a_damaged_file_needing_recovery_is_refused_with_its_header_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/s16_unclean_damaged_header.redb");
+    std::fs::copy(&fixture, &path).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let err = RedbStore::open(&path, RedbOptions::default()).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "the refused file was written to");
 }
