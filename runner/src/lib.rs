@@ -24,7 +24,8 @@
 //! the CLI shows. Time is injected: wall time through the
 //! [`Clock`](slothqueue_core::Clock) in [`RunnerConfig`], awake time
 //! (max runtime, heartbeats, gate intervals) through tokio's timers, so tests
-//! can pause it.
+//! can pause it. Follow mode's idle wait is the one exception: a kernel
+//! timer, one wake-up per poll where tokio's wheel took three.
 //!
 //! ```no_run
 //! # use std::{path::Path, sync::Arc, time::Duration};
@@ -51,6 +52,7 @@ pub mod exec;
 mod failpoint;
 mod fmt;
 pub mod gate;
+mod idle;
 mod logfile;
 mod owner;
 pub mod process;

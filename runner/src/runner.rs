@@ -23,6 +23,7 @@ use crate::exec::{
 };
 use crate::fmt::format_duration;
 use crate::gate::Gate;
+use crate::idle::IdleTimer;
 use crate::owner::{ProcJudge, this_process_owner};
 use crate::process::{
     lease_marker, marked_groups, may_signal_group, orphan_group_is_jobs, stop_group,
@@ -240,6 +241,7 @@ impl Runner {
             summary: RunSummary::default(),
             started_at,
             busy_warned: false,
+            idle_timer: IdleTimer::default(),
         };
         let result = run.main_loop().await;
         if let Err(e) = run.store.remove_runner(&run.cfg.owner.id).await {
@@ -269,6 +271,7 @@ struct Run {
     summary: RunSummary,
     started_at: Timestamp,
     busy_warned: bool,
+    idle_timer: IdleTimer,
 }
 
 impl Run {
@@ -433,7 +436,8 @@ impl Run {
     }
 
     /// Follow mode with nothing to do: sleep until the next due time (or a
-    /// poll interval, whichever is first), a wake-up or a shutdown.
+    /// poll interval, whichever is first), a wake-up or a shutdown. The
+    /// sleep is a kernel timer ([`IdleTimer`]): one wake-up per poll.
     async fn idle(&mut self, next_due: Option<Timestamp>) {
         let now = self.now();
         let poll_until = now.saturating_add(self.cfg.poll_interval);
@@ -444,7 +448,7 @@ impl Run {
         self.record(RunnerActivity::Idle { until: Some(until) }).await;
         let mut shutdown = self.shutdown.clone();
         tokio::select! {
-            () = tokio::time::sleep(until.duration_since(now)) => {}
+            () = self.idle_timer.sleep(until.duration_since(now)) => {}
             () = self.waker.notified() => {}
             () = shutdown.requested() => {}
         }

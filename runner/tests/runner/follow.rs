@@ -5,7 +5,7 @@ use std::time::Duration;
 use slothqueue_core::{JobState, NewJob, RunnerActivity};
 use slothqueue_runner::{Mode, RunnerEvent};
 
-use crate::support::{drain_mode, env, eventually};
+use crate::support::{DEADLINE, drain_mode, env, eventually};
 
 #[tokio::test]
 async fn follow_wakes_on_the_waker_and_at_the_next_due_time() {
@@ -68,4 +68,44 @@ async fn follow_wakes_on_the_waker_and_at_the_next_due_time() {
     eventually("the record removed", || true).await;
     assert!(env.store.runners().await.unwrap().is_empty());
     assert_eq!(env.job(now_job).await.state, JobState::Done);
+}
+
+/// Without a wake-up, a job another program added is found by the next
+/// poll. The idle wait is a kernel timer, so this takes real time: a poll
+/// interval of 100 ms.
+#[tokio::test]
+async fn follow_finds_unannounced_jobs_at_the_next_poll() {
+    let env = env();
+    let mut cfg = drain_mode(env.config(), Mode::Follow);
+    cfg.poll_interval = Duration::from_millis(100);
+    let mut running = env.start(env.runner(cfg));
+    let mut since = env.now();
+    for round in 0..3 {
+        // Wait until the runner sleeps again (an idle record newer than the
+        // last job), so that the job arrives unannounced.
+        let asleep = tokio::time::timeout(DEADLINE, async {
+            loop {
+                let records = env.store.runners().await.unwrap();
+                if records.iter().any(
+                    |r| matches!(r.activity, RunnerActivity::Idle { until: Some(t) } if t > since),
+                ) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        assert!(asleep.await.is_ok(), "the runner never went idle");
+        let id = env.add(&format!("echo poll {round}"), |j| j).await;
+        running
+            .events
+            .wait_for(
+                "the polled job",
+                |e| matches!(e, RunnerEvent::Done { job, .. } if *job == id),
+            )
+            .await;
+        since = env.now();
+    }
+    running.trigger.trigger();
+    let summary = running.finish().await.unwrap();
+    assert_eq!(summary.done, 3);
 }
