@@ -8,6 +8,7 @@
 //! contracts; a backend is correct when it passes all of it.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -256,7 +257,9 @@ impl From<TransitionError> for StoreError {
 /// `Arc<dyn Store>` and never learn which backend they got.
 ///
 /// Time (`now`) and the judge of owner liveness are arguments, never read
-/// inside, so every contract can be tested with a manual clock.
+/// inside, so every contract can be tested with a manual clock. The judge
+/// comes as an `Arc` so a backend can take it onto its blocking pool and
+/// judge the leases inside the very transaction that acts on the verdicts.
 #[async_trait]
 pub trait Store: Send + Sync {
     /// Adds a job (see [`crate::machine::plan_push`] for the idempotency
@@ -279,7 +282,7 @@ pub trait Store: Send + Sync {
         owner: &Owner,
         filter: &ClaimFilter,
         now: Timestamp,
-        judge: &dyn LivenessJudge,
+        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Option<Claimed>, StoreError>;
 
     /// Extends the lease held under `fence` (also after expiry, if nobody
@@ -347,7 +350,7 @@ pub trait Store: Send + Sync {
     async fn reclaim_dead(
         &self,
         now: Timestamp,
-        judge: &dyn LivenessJudge,
+        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Vec<Job>, StoreError>;
 
     /// Deletes terminal jobs (and pending ones if asked), with their

@@ -361,11 +361,11 @@ impl Run {
             kinds: Some(self.executors.keys().cloned().collect()),
         };
         let store = self.store.clone();
-        let judge = ClaimJudge(self.cfg.judge.clone());
+        let judge: Arc<dyn LivenessJudge> = Arc::new(ClaimJudge(self.cfg.judge.clone()));
         let owner = self.cfg.owner.clone();
         let clock = self.cfg.clock.clone();
         self.retrying("claim a job", || {
-            let (store, judge, owner, filter) = (&store, &judge, &owner, &filter);
+            let (store, judge, owner, filter) = (&store, judge.clone(), &owner, &filter);
             let now = clock.now();
             async move { store.claim(owner, filter, now, judge).await }
         })
@@ -513,10 +513,13 @@ impl Run {
         // Only the attempts whose orphans were just dealt with: an owner
         // that died since the list waits for the next sweep, so its job is
         // never pending while its processes still run.
-        let judge = SweptJudge { inner: self.cfg.judge.clone(), swept };
+        let judge: Arc<dyn LivenessJudge> =
+            Arc::new(SweptJudge { inner: self.cfg.judge.clone(), swept });
         let clock = self.cfg.clock.clone();
         let Some(reclaimed) = self
-            .retrying("reclaim jobs of dead runners", || store.reclaim_dead(clock.now(), &judge))
+            .retrying("reclaim jobs of dead runners", || {
+                store.reclaim_dead(clock.now(), judge.clone())
+            })
             .await?
         else {
             return Ok(0);

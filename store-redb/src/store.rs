@@ -239,47 +239,7 @@ impl RedbStore {
             })),
         }
     }
-
-    /// The leases of the running jobs `filter` admits, judged here (the
-    /// judge is borrowed, so it cannot go to the blocking pool), for the
-    /// write transaction that follows.
-    async fn verdicts(
-        &self,
-        filter: Option<ClaimFilter>,
-        judge: &dyn LivenessJudge,
-    ) -> Result<Verdicts, StoreError> {
-        let leases = self
-            .blocking(move |i| {
-                i.read(|txn| {
-                    let running = txn.open_table(RUNNING)?;
-                    let jobs = txn.open_table(JOBS)?;
-                    let mut out = Vec::new();
-                    for entry in running.iter()? {
-                        let id = entry?.0.value();
-                        let job = load(&jobs, id)?.ok_or_else(|| out_of_step("running", id))?;
-                        if filter.as_ref().is_none_or(|f| f.admits(&job)) {
-                            if let Some(lease) = job.lease {
-                                out.push((id, lease));
-                            }
-                        }
-                    }
-                    Ok(out)
-                })
-            })
-            .await?;
-        Ok(leases
-            .into_iter()
-            .map(|(id, lease)| {
-                let verdict = judge.judge(&lease);
-                ((id, lease.owner.id, lease.attempt), verdict)
-            })
-            .collect())
-    }
 }
-
-/// The judge's answers, by (job, owner id, attempt): a lease that changed
-/// since it was judged has no answer and is left alone this time.
-type Verdicts = HashMap<(JobId, String, u32), Liveness>;
 
 #[derive(Debug, Default)]
 struct Gate {
@@ -788,7 +748,7 @@ fn claim_in(
     filter: &ClaimFilter,
     now: Timestamp,
     policy: &Policy,
-    verdicts: &Verdicts,
+    judge: &dyn LivenessJudge,
 ) -> Result<Option<Claimed>, Failure> {
     t.advance(now)?;
     // Running jobs whose owner is gone, or whose lease ran out while the
@@ -805,9 +765,9 @@ fn claim_in(
         if !filter.admits(&job) {
             continue;
         }
-        let Some(&liveness) = verdicts.get(&(id, lease.owner.id.clone(), lease.attempt)) else {
-            continue;
-        };
+        // Judged here, inside the transaction: the verdict is about the
+        // very lease acted on.
+        let liveness = judge.judge(lease);
         match machine::claim(&job, owner, now, policy, liveness) {
             Ok(ClaimOutcome::Retired(tr)) => t.apply(&job, &tr)?,
             Ok(ClaimOutcome::Claimed(tr)) => {
@@ -1181,13 +1141,12 @@ impl Store for RedbStore {
         owner: &Owner,
         filter: &ClaimFilter,
         now: Timestamp,
-        judge: &dyn LivenessJudge,
+        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Option<Claimed>, StoreError> {
-        let verdicts = self.verdicts(Some(filter.clone()), judge).await?;
         let (owner, filter) = (owner.clone(), filter.clone());
         self.blocking(move |i| {
             let policy = i.options.policy.clone();
-            i.write(|t| claim_in(t, &owner, &filter, now, &policy, &verdicts))
+            i.write(|t| claim_in(t, &owner, &filter, now, &policy, &*judge))
         })
         .await
     }
@@ -1336,9 +1295,8 @@ impl Store for RedbStore {
     async fn reclaim_dead(
         &self,
         now: Timestamp,
-        judge: &dyn LivenessJudge,
+        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Vec<Job>, StoreError> {
-        let verdicts = self.verdicts(None, judge).await?;
         self.blocking(move |i| {
             i.write(|t| {
                 let mut ids = Vec::new();
@@ -1349,12 +1307,7 @@ impl Store for RedbStore {
                 for id in ids {
                     let job = t.job(id)?.ok_or_else(|| out_of_step("running", id))?;
                     let Some(lease) = &job.lease else { continue };
-                    let Some(&liveness) =
-                        verdicts.get(&(id, lease.owner.id.clone(), lease.attempt))
-                    else {
-                        continue;
-                    };
-                    if let Some(tr) = machine::reclaim_dead(&job, now, liveness) {
+                    if let Some(tr) = machine::reclaim_dead(&job, now, judge.judge(lease)) {
                         t.apply(&job, &tr)?;
                         before.push(job);
                     }

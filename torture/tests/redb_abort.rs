@@ -54,9 +54,9 @@ fn golden(path: &Path) {
         }
         let owner = Owner::named("golden");
         let filter = ClaimFilter::default();
-        let c = store.claim(&owner, &filter, T, &ClockOnly).await.unwrap().unwrap();
+        let c = store.claim(&owner, &filter, T, Arc::new(ClockOnly)).await.unwrap().unwrap();
         store.complete(c.job.id, &c.fence, Default::default(), T).await.unwrap();
-        store.claim(&owner, &filter, T, &ClockOnly).await.unwrap().unwrap();
+        store.claim(&owner, &filter, T, Arc::new(ClockOnly)).await.unwrap().unwrap();
     });
 }
 
@@ -68,7 +68,9 @@ fn use_damaged(path: &Path) {
         let _ = store.list(&ListFilter::default()).await;
         let _ = store.stats(T).await;
         let _ = store.push(NewJob::shell("true", "/tmp"), T).await;
-        let _ = store.claim(&Owner::named("fuzz"), &ClaimFilter::default(), T, &ClockOnly).await;
+        let _ = store
+            .claim(&Owner::named("fuzz"), &ClaimFilter::default(), T, Arc::new(ClockOnly))
+            .await;
     });
 }
 

@@ -213,6 +213,8 @@ impl Intercepted {
 }
 
 mod intercepted {
+    use std::sync::Arc;
+
     use async_trait::async_trait;
     use slothqueue_core::machine::{Completion, Failure, HeartbeatAck};
     use slothqueue_core::{
@@ -239,7 +241,7 @@ mod intercepted {
             owner: &Owner,
             filter: &ClaimFilter,
             now: Timestamp,
-            judge: &dyn LivenessJudge,
+            judge: Arc<dyn LivenessJudge>,
         ) -> Result<Option<Claimed>, StoreError> {
             (self.before_claim)()?;
             self.inner.claim(owner, filter, now, judge).await
@@ -304,7 +306,7 @@ mod intercepted {
         async fn reclaim_dead(
             &self,
             now: Timestamp,
-            judge: &dyn LivenessJudge,
+            judge: Arc<dyn LivenessJudge>,
         ) -> Result<Vec<Job>, StoreError> {
             self.inner.reclaim_dead(now, judge).await
         }
