@@ -19,7 +19,8 @@ use slothqueue_core::machine::{self, ClaimOutcome, PushPlan};
 use slothqueue_core::{
     ClaimFilter, Claimed, Completion, Event, EventKind, Failure as JobFailure, Fence, HeartbeatAck,
     Job, JobId, JobState, Lease, ListFilter, ListOrder, Liveness, LivenessJudge, NewJob, Owner,
-    Policy, PurgeFilter, Pushed, RunnerRecord, Stats, Store, StoreError, Timestamp,
+    Policy, PurgeFilter, Pushed, RunnerRecord, SettledAndClaimed, Settlement, Stats, Store,
+    StoreError, Timestamp,
 };
 
 use crate::error::{Failure, corrupt, panic_message};
@@ -1211,6 +1212,33 @@ impl Store for RedbStore {
         .await
     }
 
+    async fn settle_and_claim(
+        &self,
+        id: JobId,
+        fence: &Fence,
+        settlement: Settlement,
+        owner: &Owner,
+        filter: &ClaimFilter,
+        now: Timestamp,
+        judge: Arc<dyn LivenessJudge>,
+    ) -> Result<SettledAndClaimed, StoreError> {
+        let (fence, owner, filter) = (fence.clone(), owner.clone(), filter.clone());
+        self.blocking(move |i| {
+            let policy = i.options.policy.clone();
+            i.write(|t| {
+                let job = t.must(id)?;
+                let tr = machine::settle(&job, &fence, &settlement, now, &policy)?;
+                t.apply(&job, &tr)?;
+                if matches!(settlement, Settlement::Complete(_)) {
+                    crate::failpoint::hit("mid_complete"); // written, not committed
+                }
+                let next = claim_in(t, &owner, &filter, now, &policy, &*judge)?;
+                Ok(SettledAndClaimed { settled: tr.job, next })
+            })
+        })
+        .await
+    }
+
     async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError> {
         let fence = fence.clone();
         self.blocking(move |i| {
@@ -1367,5 +1395,57 @@ impl Store for RedbStore {
             })
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slothqueue_core::ClockOnly;
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_millis(1_700_000_000_000 + secs * 1000)
+    }
+
+    /// The settle and the claim are one transaction: when the claim half
+    /// fails (here on a job it cannot decode), the settle is rolled back
+    /// with it and the finished job is still running under its lease.
+    #[tokio::test]
+    async fn a_failing_claim_half_rolls_the_settle_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(&dir.path().join("q.redb"), RedbOptions::default()).unwrap();
+        let owner = Owner::named("w");
+        let any = ClaimFilter::default();
+        store.push(NewJob::shell("true", "/"), t(0)).await.unwrap();
+        let held = store.claim(&owner, &any, t(1), Arc::new(ClockOnly)).await.unwrap().unwrap();
+        let next = store.push(NewJob::shell("true", "/"), t(1)).await.unwrap().job;
+        store
+            .inner
+            .with_db(|h| {
+                let Handle::Writable(db) = h else { panic!("a writable handle") };
+                let txn = db.begin_write()?;
+                txn.open_table(JOBS)?.insert(next.id, b"not json".as_slice())?;
+                txn.commit()?;
+                Ok(())
+            })
+            .unwrap();
+
+        let done = Settlement::Complete(Completion::default());
+        let err = store
+            .settle_and_claim(
+                held.job.id,
+                &held.fence,
+                done,
+                &owner,
+                &any,
+                t(2),
+                Arc::new(ClockOnly),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+        let job = store.get(held.job.id).await.unwrap();
+        assert_eq!(job.state, JobState::Running);
+        assert_eq!(job.lease.map(|l| l.fence()), Some(held.fence));
     }
 }

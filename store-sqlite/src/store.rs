@@ -22,7 +22,8 @@ use slothqueue_core::machine::{self, ClaimOutcome, PushPlan, Transition};
 use slothqueue_core::{
     ClaimFilter, Claimed, Completion, Event, EventKind, Failure, Fence, HeartbeatAck, Job, JobId,
     JobState, Lease, ListFilter, ListOrder, Liveness, LivenessJudge, NewJob, Owner, Policy,
-    PurgeFilter, Pushed, RunnerRecord, Stats, Store, StoreError, Timestamp,
+    PurgeFilter, Pushed, RunnerRecord, SettledAndClaimed, Settlement, Stats, Store, StoreError,
+    Timestamp,
 };
 
 use crate::error::{Context, Error};
@@ -1165,6 +1166,32 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn settle_and_claim(
+        &self,
+        id: JobId,
+        fence: &Fence,
+        settlement: Settlement,
+        owner: &Owner,
+        filter: &ClaimFilter,
+        now: Timestamp,
+        judge: Arc<dyn LivenessJudge>,
+    ) -> Result<SettledAndClaimed, StoreError> {
+        let (fence, owner, filter) = (fence.clone(), owner.clone(), filter.clone());
+        self.with(move |conn, policy| {
+            write_tx(conn, |conn| {
+                let job = load(conn, id)?;
+                let t = machine::settle(&job, &fence, &settlement, now, policy)?;
+                apply(conn, &job, &t)?;
+                if t.job.state == JobState::Done {
+                    crate::failpoint::hit("mid_complete"); // written, not committed
+                }
+                let next = claim_tx(conn, &owner, &filter, now, policy, &*judge)?;
+                Ok(SettledAndClaimed { settled: t.job, next })
+            })
+        })
+        .await
+    }
+
     async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError> {
         let fence = fence.clone();
         self.transition(id, move |job, _| machine::release(job, &fence, now)).await
@@ -1629,5 +1656,41 @@ mod tests {
         store.lock_for_test().execute_batch("UPDATE jobs SET payload = 'not json'").unwrap();
         let err = store.get(1).await.unwrap_err();
         assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    }
+
+    /// The settle and the claim are one transaction: when the claim half
+    /// fails (here on a row it cannot decode), the settle is rolled back
+    /// with it and the finished job is still running under its lease.
+    #[tokio::test]
+    async fn a_failing_claim_half_rolls_the_settle_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir, SqliteOptions::default());
+        let owner = Owner::named("w");
+        let any = ClaimFilter::default();
+        store.push(NewJob::shell("true", "/"), t(0)).await.unwrap();
+        let held = store.claim(&owner, &any, t(1), Arc::new(ClockOnly)).await.unwrap().unwrap();
+        let next = store.push(NewJob::shell("true", "/"), t(1)).await.unwrap().job;
+        store
+            .lock_for_test()
+            .execute("UPDATE jobs SET payload = 'not json' WHERE id = ?1", [next.id])
+            .unwrap();
+
+        let done = Settlement::Complete(Completion::default());
+        let err = store
+            .settle_and_claim(
+                held.job.id,
+                &held.fence,
+                done,
+                &owner,
+                &any,
+                t(2),
+                Arc::new(ClockOnly),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+        let job = store.get(held.job.id).await.unwrap();
+        assert_eq!(job.state, JobState::Running);
+        assert_eq!(job.lease.map(|l| l.fence()), Some(held.fence));
     }
 }
