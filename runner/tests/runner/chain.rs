@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use slothqueue_core::JobState;
-use slothqueue_runner::Mode;
+use slothqueue_core::{EventKind, JobState};
+use slothqueue_runner::{Mode, ShutdownSignal};
 
-use crate::support::{Env, Intercepted, env};
+use crate::support::{DEADLINE, Env, Intercepted, env};
 
 /// Drains three jobs (one failing) under `cfg_edit`; returns how many
 /// `settle_and_claim` calls the store saw.
@@ -58,4 +58,34 @@ async fn a_cooldown_an_on_finish_command_or_once_mode_keeps_the_calls_apart() {
     let env = crate::support::env();
     let calls = drain_three(&env, |cfg| cfg.mode = Mode::Once).await;
     assert_eq!(calls, 0, "combined in once mode");
+}
+
+#[tokio::test]
+async fn a_chained_claim_overtaken_by_a_shutdown_is_released_unrun() {
+    let env = env();
+    let first = env.add("true", |j| j).await;
+    let second = env.add("touch ran", |j| j).await;
+    let (trigger, shutdown) = ShutdownSignal::new();
+    let mut store = Intercepted::new(env.store.clone());
+    // The shutdown arrives while the first job's end and the second's
+    // claim are being written together.
+    store.before_settle_and_claim = Box::new(move || {
+        trigger.trigger();
+        Ok(())
+    });
+    let runner = slothqueue_runner::Runner::new(Arc::new(store), env.config());
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let summary = tokio::time::timeout(DEADLINE, runner.run(tx, shutdown))
+        .await
+        .expect("the runner stops")
+        .unwrap();
+    assert!(summary.interrupted);
+    assert_eq!(summary.done, 1);
+    assert_eq!(env.job(first).await.state, JobState::Done);
+    let job = env.job(second).await;
+    assert_eq!((job.state, job.attempts), (JobState::Pending, 0), "{job:?}");
+    let kinds: Vec<EventKind> =
+        env.store.events(second).await.unwrap().into_iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EventKind::Pushed, EventKind::Claimed, EventKind::Released]);
+    assert!(!env.path("ran").exists(), "the released job ran");
 }

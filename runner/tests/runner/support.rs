@@ -200,6 +200,8 @@ pub struct Intercepted {
     pub inner: Arc<dyn Store>,
     pub before_claim: Hook,
     pub before_complete: Hook,
+    /// Run before `settle_and_claim` only, after the other two hooks.
+    pub before_settle_and_claim: Hook,
     /// How many `settle_and_claim` calls reached the real store.
     pub settle_and_claims: std::sync::atomic::AtomicU32,
 }
@@ -211,6 +213,7 @@ impl Intercepted {
             inner,
             before_claim: Box::new(|| Ok(())),
             before_complete: Box::new(|| Ok(())),
+            before_settle_and_claim: Box::new(|| Ok(())),
             settle_and_claims: std::sync::atomic::AtomicU32::new(0),
         }
     }
@@ -294,6 +297,7 @@ mod intercepted {
                 (self.before_complete)()?;
             }
             (self.before_claim)()?;
+            (self.before_settle_and_claim)()?;
             self.settle_and_claims.fetch_add(1, Ordering::SeqCst);
             self.inner.settle_and_claim(id, fence, settlement, owner, filter, now, judge).await
         }
