@@ -55,7 +55,8 @@ async fn cycle(store: &dyn Store, owner: &Owner, cwd: &Path) -> Result<()> {
 
 /// Claims the best due job and completes it.
 async fn claim_complete(store: &dyn Store, owner: &Owner) -> Result<()> {
-    let Some(claimed) = store.claim(owner, &ClaimFilter::default(), now(), &ClockOnly).await?
+    let Some(claimed) =
+        store.claim(owner, &ClaimFilter::default(), now(), Arc::new(ClockOnly)).await?
     else {
         bail!("a claim found nothing due");
     };

@@ -404,6 +404,30 @@ pub fn fail(
     Ok(Transition { job: next, events: vec![event] })
 }
 
+/// How an owner ends an attempt it saw through: what
+/// [`crate::Store::settle_and_claim`] writes before it claims the next job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settlement {
+    /// The attempt succeeded: [`complete`].
+    Complete(Completion),
+    /// The attempt failed: [`fail`].
+    Fail(Failure),
+}
+
+/// The owner's end of an attempt, as [`complete`] or [`fail`] decides it.
+pub fn settle(
+    job: &Job,
+    fence: &Fence,
+    settlement: &Settlement,
+    now: Timestamp,
+    policy: &Policy,
+) -> Result<Transition, TransitionError> {
+    match settlement {
+        Settlement::Complete(done) => complete(job, fence, done, now),
+        Settlement::Fail(failure) => fail(job, fence, failure, now, policy),
+    }
+}
+
 /// The owner hands the job back (a clean shutdown): pending, due now, and
 /// the attempt is not charged. A job whose cancel was requested ends
 /// `cancelled` instead.

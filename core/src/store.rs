@@ -8,6 +8,7 @@
 //! contracts; a backend is correct when it passes all of it.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::job::{Event, Fence, Job, JobId, JobState, NewJob, Owner};
 use crate::liveness::LivenessJudge;
-use crate::machine::{Completion, Failure, HeartbeatAck, TransitionError};
+use crate::machine::{Completion, Failure, HeartbeatAck, Settlement, TransitionError};
 use crate::time::Timestamp;
 
 /// The result of a push.
@@ -57,6 +58,15 @@ pub struct Claimed {
     pub fence: Fence,
     /// Set when the job was taken back from a previous owner.
     pub reclaimed_from: Option<Owner>,
+}
+
+/// What [`Store::settle_and_claim`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettledAndClaimed {
+    /// The finished job, as `complete` or `fail` would have returned it.
+    pub settled: Job,
+    /// The next job, as `claim` would have returned it right after.
+    pub next: Option<Claimed>,
 }
 
 /// The order `list` returns jobs in.
@@ -256,7 +266,9 @@ impl From<TransitionError> for StoreError {
 /// `Arc<dyn Store>` and never learn which backend they got.
 ///
 /// Time (`now`) and the judge of owner liveness are arguments, never read
-/// inside, so every contract can be tested with a manual clock.
+/// inside, so every contract can be tested with a manual clock. The judge
+/// comes as an `Arc` so a backend can take it onto its blocking pool and
+/// judge the leases inside the very transaction that acts on the verdicts.
 #[async_trait]
 pub trait Store: Send + Sync {
     /// Adds a job (see [`crate::machine::plan_push`] for the idempotency
@@ -279,7 +291,7 @@ pub trait Store: Send + Sync {
         owner: &Owner,
         filter: &ClaimFilter,
         now: Timestamp,
-        judge: &dyn LivenessJudge,
+        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Option<Claimed>, StoreError>;
 
     /// Extends the lease held under `fence` (also after expiry, if nobody
@@ -312,6 +324,40 @@ pub trait Store: Send + Sync {
         failure: Failure,
         now: Timestamp,
     ) -> Result<Job, StoreError>;
+
+    /// Settles the attempt held under `fence` (as `complete` or `fail`
+    /// would) and claims the next job for `owner` (as `claim` would right
+    /// after) in one transaction: a runner going from one job to the next
+    /// pays one durable commit instead of two. If the settle is refused
+    /// (`LeaseLost`, `NotFound`, ...) nothing is written and nothing is
+    /// claimed. The trail gains exactly the events the two calls would
+    /// write.
+    ///
+    /// The default makes the two calls one after the other, which is not
+    /// atomic: a crash between them leaves the job settled and nothing
+    /// claimed, which the two calls allow anyway. It serves wrappers and
+    /// models; a backend overrides it with one transaction.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the arguments of `complete`/`fail` and of `claim`, as those take them"
+    )]
+    async fn settle_and_claim(
+        &self,
+        id: JobId,
+        fence: &Fence,
+        settlement: Settlement,
+        owner: &Owner,
+        filter: &ClaimFilter,
+        now: Timestamp,
+        judge: Arc<dyn LivenessJudge>,
+    ) -> Result<SettledAndClaimed, StoreError> {
+        let settled = match settlement {
+            Settlement::Complete(done) => self.complete(id, fence, done, now).await?,
+            Settlement::Fail(failure) => self.fail(id, fence, failure, now).await?,
+        };
+        let next = self.claim(owner, filter, now, judge).await?;
+        Ok(SettledAndClaimed { settled, next })
+    }
 
     /// Returns the job to pending without charging the attempt.
     async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError>;
@@ -347,7 +393,7 @@ pub trait Store: Send + Sync {
     async fn reclaim_dead(
         &self,
         now: Timestamp,
-        judge: &dyn LivenessJudge,
+        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Vec<Job>, StoreError>;
 
     /// Deletes terminal jobs (and pending ones if asked), with their

@@ -129,7 +129,9 @@ pub fn open_from_bytes(backend: Backend, bytes: &[u8]) {
             let _ = store.stats(T).await;
             let _ = store.push(NewJob::shell("true", "/tmp").key("fuzz"), T).await;
             let owner = Owner::named("fuzz");
-            if let Ok(Some(c)) = store.claim(&owner, &ClaimFilter::default(), T, &ClockOnly).await {
+            if let Ok(Some(c)) =
+                store.claim(&owner, &ClaimFilter::default(), T, Arc::new(ClockOnly)).await
+            {
                 let _ = store.heartbeat(c.job.id, &c.fence, None, T).await;
                 let _ = store.complete(c.job.id, &c.fence, Default::default(), T).await;
             }
@@ -165,10 +167,10 @@ pub fn golden(backend: Backend) -> Vec<u8> {
             }
             let owner = Owner::named("golden");
             let filter = ClaimFilter::default();
-            let c = store.claim(&owner, &filter, T, &ClockOnly).await.expect("claim");
+            let c = store.claim(&owner, &filter, T, Arc::new(ClockOnly)).await.expect("claim");
             let c = c.expect("a due job");
             store.complete(c.job.id, &c.fence, Default::default(), T).await.expect("complete");
-            store.claim(&owner, &filter, T, &ClockOnly).await.expect("claim");
+            store.claim(&owner, &filter, T, Arc::new(ClockOnly)).await.expect("claim");
         });
     }
     std::fs::read(&path).expect("reading the golden queue")

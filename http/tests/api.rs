@@ -8,6 +8,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
 
 use common::{Backend, Server, start};
 use reqwest::{Method, StatusCode};
@@ -161,7 +162,7 @@ async fn cancel_pending_and_conflict_on_done(backend: Backend) {
     let now = SystemClock.now();
     let claimed = s
         .store
-        .claim(&Owner::named("test"), &ClaimFilter::default(), now, &ClockOnly)
+        .claim(&Owner::named("test"), &ClaimFilter::default(), now, Arc::new(ClockOnly))
         .await
         .unwrap()
         .unwrap();

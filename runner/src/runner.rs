@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use slothqueue_core::{
     ClaimFilter, Claimed, Clock, Completion, Failure, Fence, Job, JobId, JobState, Lease,
-    ListFilter, Liveness, LivenessJudge, Owner, RunnerActivity, RunnerRecord, SHELL_KIND, Store,
-    StoreError, SystemClock, Timestamp,
+    ListFilter, Liveness, LivenessJudge, Owner, RunnerActivity, RunnerRecord, SHELL_KIND,
+    Settlement, Store, StoreError, SystemClock, Timestamp,
 };
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
@@ -292,10 +292,21 @@ impl Run {
         self.sweep_dead().await?;
         let mut last_sweep = Instant::now();
         let mut last_end: Option<Instant> = None;
+        // A job claimed in the same transaction that settled the previous
+        // one (see `may_chain`): it runs next, without another claim.
+        let mut chained: Option<Claimed> = None;
         loop {
             if self.shutdown.is_requested() {
+                if let Some(claimed) = chained.take() {
+                    self.hand_back(&claimed).await?;
+                }
                 self.summary.interrupted = true;
                 return Ok(());
+            }
+            if let Some(claimed) = chained.take() {
+                chained = self.run_job(claimed, last_sweep).await?;
+                last_end = Some(Instant::now());
+                continue;
             }
             let store = self.store.clone();
             let Some(next) = self.retrying("read the queue", || store.next_due()).await? else {
@@ -346,7 +357,7 @@ impl Run {
                     }
                 }
             };
-            self.run_job(claimed).await?;
+            chained = self.run_job(claimed, last_sweep).await?;
             last_end = Some(Instant::now());
             if self.cfg.mode == Mode::Once {
                 if self.shutdown.is_requested() {
@@ -357,18 +368,23 @@ impl Run {
         }
     }
 
-    /// `Some(claim result)`, or `None` when a shutdown cut the retries short.
-    async fn claim(&mut self) -> Result<Option<Option<Claimed>>, RunnerError> {
-        let filter = ClaimFilter {
+    /// The jobs this runner claims: its queues, and the kinds it can run.
+    fn claim_filter(&self) -> ClaimFilter {
+        ClaimFilter {
             queues: self.cfg.queues.clone(),
             kinds: Some(self.executors.keys().cloned().collect()),
-        };
+        }
+    }
+
+    /// `Some(claim result)`, or `None` when a shutdown cut the retries short.
+    async fn claim(&mut self) -> Result<Option<Option<Claimed>>, RunnerError> {
+        let filter = self.claim_filter();
         let store = self.store.clone();
-        let judge = ClaimJudge(self.cfg.judge.clone());
+        let judge: Arc<dyn LivenessJudge> = Arc::new(ClaimJudge(self.cfg.judge.clone()));
         let owner = self.cfg.owner.clone();
         let clock = self.cfg.clock.clone();
         self.retrying("claim a job", || {
-            let (store, judge, owner, filter) = (&store, &judge, &owner, &filter);
+            let (store, judge, owner, filter) = (&store, judge.clone(), &owner, &filter);
             let now = clock.now();
             async move { store.claim(owner, filter, now, judge).await }
         })
@@ -454,6 +470,90 @@ impl Run {
         }
     }
 
+    /// Whether the attempt ending now may be settled together with the
+    /// next claim ([`Store::settle_and_claim`], one commit instead of two):
+    /// only when the main loop would claim right after with nothing in
+    /// between. Not in `once` mode, with a cooldown or an on-finish command
+    /// (each comes between the two), once a shutdown was asked for or the
+    /// sweep is due (it must come first), nor while a gate is closed (the
+    /// main loop then waits at the gates as usual). The gates are read here
+    /// instead of before the claim, so each job still costs one reading.
+    async fn may_chain(&self, last_sweep: Instant) -> bool {
+        if self.cfg.mode == Mode::Once
+            || !self.cfg.cooldown.is_zero()
+            || self.cfg.on_finish.is_some()
+            || self.shutdown.is_requested()
+            || last_sweep.elapsed() >= SWEEP_EVERY
+        {
+            return false;
+        }
+        for gate in &self.cfg.gates {
+            if !gate.check().await.open {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Records the end of an attempt; with `chain`, claims the next job in
+    /// the same transaction. `None` when a shutdown cut the retries short.
+    async fn settle(
+        &mut self,
+        id: JobId,
+        fence: &Fence,
+        settlement: Settlement,
+        chain: bool,
+    ) -> Result<Option<(Job, Option<Claimed>)>, RunnerError> {
+        let what = match settlement {
+            Settlement::Complete(_) => "record a completed job",
+            Settlement::Fail(_) => "record a failed job",
+        };
+        let store = self.store.clone();
+        let clock = self.cfg.clock.clone();
+        if !chain {
+            return self
+                .retrying(what, || {
+                    let (store, settlement, now) = (&store, settlement.clone(), clock.now());
+                    async move {
+                        match settlement {
+                            Settlement::Complete(done) => {
+                                store.complete(id, fence, done, now).await
+                            }
+                            Settlement::Fail(failure) => store.fail(id, fence, failure, now).await,
+                        }
+                        .map(|job| (job, None))
+                    }
+                })
+                .await;
+        }
+        let filter = self.claim_filter();
+        let judge: Arc<dyn LivenessJudge> = Arc::new(ClaimJudge(self.cfg.judge.clone()));
+        let owner = self.cfg.owner.clone();
+        self.retrying(what, || {
+            let (store, owner, filter) = (&store, &owner, &filter);
+            let (settlement, judge, now) = (settlement.clone(), judge.clone(), clock.now());
+            async move {
+                let r = store
+                    .settle_and_claim(id, fence, settlement, owner, filter, now, judge)
+                    .await?;
+                Ok((r.settled, r.next))
+            }
+        })
+        .await
+    }
+
+    /// Returns a chained claim that will not run (a shutdown came after
+    /// it), without charging the attempt.
+    async fn hand_back(&mut self, claimed: &Claimed) -> Result<(), RunnerError> {
+        let store = self.store.clone();
+        let clock = self.cfg.clock.clone();
+        let (id, fence) = (claimed.job.id, &claimed.fence);
+        match self.retrying("release a job", || store.release(id, fence, clock.now())).await {
+            Ok(_) | Err(RunnerError::Store { source: StoreError::LeaseLost { .. }, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Waits until every gate is open, reporting each check while one holds.
     /// `false` when a shutdown came first.
     async fn pass_gates(&mut self) -> bool {
@@ -517,10 +617,13 @@ impl Run {
         // Only the attempts whose orphans were just dealt with: an owner
         // that died since the list waits for the next sweep, so its job is
         // never pending while its processes still run.
-        let judge = SweptJudge { inner: self.cfg.judge.clone(), swept };
+        let judge: Arc<dyn LivenessJudge> =
+            Arc::new(SweptJudge { inner: self.cfg.judge.clone(), swept });
         let clock = self.cfg.clock.clone();
         let Some(reclaimed) = self
-            .retrying("reclaim jobs of dead runners", || store.reclaim_dead(clock.now(), &judge))
+            .retrying("reclaim jobs of dead runners", || {
+                store.reclaim_dead(clock.now(), judge.clone())
+            })
             .await?
         else {
             return Ok(0);
@@ -554,8 +657,13 @@ impl Run {
     }
 
     /// Executes a claimed job under heartbeats and its max runtime, and
-    /// records how it ended.
-    async fn run_job(&mut self, claimed: Claimed) -> Result<(), RunnerError> {
+    /// records how it ended. Returns the next job when it was claimed in the
+    /// same transaction (see [`Run::may_chain`]).
+    async fn run_job(
+        &mut self,
+        claimed: Claimed,
+        last_sweep: Instant,
+    ) -> Result<Option<Claimed>, RunnerError> {
         let Claimed { job, fence, .. } = claimed;
         crate::failpoint::hit("after_claim");
         let Some(executor) = self.executors.get(&job.kind).cloned() else {
@@ -564,7 +672,7 @@ impl Run {
             let store = self.store.clone();
             let clock = self.cfg.clock.clone();
             self.retrying("release a job", || store.release(job.id, &fence, clock.now())).await?;
-            return Ok(());
+            return Ok(None);
         };
         let started = Instant::now();
         let mut settle_at = Some(started + SETTLE);
@@ -650,10 +758,11 @@ impl Run {
         });
         if lease_lost {
             self.lost(job.id, elapsed);
-            return Ok(());
+            return Ok(None);
         }
         crate::failpoint::hit("before_complete");
-        self.record_outcome(&job, &fence, stopper.request.map(|s| s.reason), outcome, elapsed).await
+        let reason = stopper.request.map(|s| s.reason);
+        self.record_outcome(&job, &fence, reason, outcome, elapsed, last_sweep).await
     }
 
     fn lost(&mut self, id: JobId, elapsed: Duration) {
@@ -668,7 +777,8 @@ impl Run {
         reason: Option<StopReason>,
         outcome: ExecOutcome,
         elapsed: Duration,
-    ) -> Result<(), RunnerError> {
+        last_sweep: Instant,
+    ) -> Result<Option<Claimed>, RunnerError> {
         let store = self.store.clone();
         let clock = self.cfg.clock.clone();
         let id = job.id;
@@ -686,28 +796,25 @@ impl Run {
                         self.report(RunnerEvent::Released { job: id, elapsed });
                     }
                 }
-                return Ok(());
+                return Ok(None);
             }
             (_, ExecOutcome::Success { result, exit_code }) => {
-                let done = Completion { result, exit_code };
-                let completed = self
-                    .retrying("record a completed job", || {
-                        store.complete(id, fence, done.clone(), clock.now())
-                    })
-                    .await;
-                match completed {
+                let done = Settlement::Complete(Completion { result, exit_code });
+                let chain = self.may_chain(last_sweep).await;
+                match self.settle(id, fence, done, chain).await {
                     Err(RunnerError::Store { source: StoreError::LeaseLost { .. }, .. }) => {
                         self.lost(id, elapsed)
                     }
                     Err(e) => return Err(e),
                     Ok(None) => {}
-                    Ok(Some(after)) => {
+                    Ok(Some((after, next))) => {
                         self.summary.done += 1;
                         self.report(RunnerEvent::Done { job: id, elapsed });
                         self.on_finish(&after).await;
+                        return Ok(next);
                     }
                 }
-                return Ok(());
+                return Ok(None);
             }
             (_, ExecOutcome::Failure { error, exit_code }) => Failure { error, exit_code },
             (Some(StopReason::Timeout), ExecOutcome::Stopped { detail }) => Failure {
@@ -728,17 +835,15 @@ impl Run {
             Some(code) => format!("exit code {code}"),
             None => failure.error.clone(),
         };
-        let failed = self
-            .retrying("record a failed job", || store.fail(id, fence, failure.clone(), clock.now()))
-            .await;
-        let after = match failed {
+        let chain = self.may_chain(last_sweep).await;
+        let (after, next) = match self.settle(id, fence, Settlement::Fail(failure), chain).await {
             Err(RunnerError::Store { source: StoreError::LeaseLost { .. }, .. }) => {
                 self.lost(id, elapsed);
-                return Ok(());
+                return Ok(None);
             }
             Err(e) => return Err(e),
-            Ok(None) => return Ok(()),
-            Ok(Some(after)) => after,
+            Ok(None) => return Ok(None),
+            Ok(Some(settled)) => settled,
         };
         match after.state {
             JobState::Cancelled => {
@@ -765,7 +870,7 @@ impl Run {
             }
         }
         self.on_finish(&after).await;
-        Ok(())
+        Ok(next)
     }
 
     /// Runs the `--on-finish` command for `job` (as recorded after the

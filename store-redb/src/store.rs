@@ -19,7 +19,8 @@ use slothqueue_core::machine::{self, ClaimOutcome, PushPlan};
 use slothqueue_core::{
     ClaimFilter, Claimed, Completion, Event, EventKind, Failure as JobFailure, Fence, HeartbeatAck,
     Job, JobId, JobState, Lease, ListFilter, ListOrder, Liveness, LivenessJudge, NewJob, Owner,
-    Policy, PurgeFilter, Pushed, RunnerRecord, Stats, Store, StoreError, Timestamp,
+    Policy, PurgeFilter, Pushed, RunnerRecord, SettledAndClaimed, Settlement, Stats, Store,
+    StoreError, Timestamp,
 };
 
 use crate::error::{Failure, corrupt, panic_message};
@@ -239,47 +240,7 @@ impl RedbStore {
             })),
         }
     }
-
-    /// The leases of the running jobs `filter` admits, judged here (the
-    /// judge is borrowed, so it cannot go to the blocking pool), for the
-    /// write transaction that follows.
-    async fn verdicts(
-        &self,
-        filter: Option<ClaimFilter>,
-        judge: &dyn LivenessJudge,
-    ) -> Result<Verdicts, StoreError> {
-        let leases = self
-            .blocking(move |i| {
-                i.read(|txn| {
-                    let running = txn.open_table(RUNNING)?;
-                    let jobs = txn.open_table(JOBS)?;
-                    let mut out = Vec::new();
-                    for entry in running.iter()? {
-                        let id = entry?.0.value();
-                        let job = load(&jobs, id)?.ok_or_else(|| out_of_step("running", id))?;
-                        if filter.as_ref().is_none_or(|f| f.admits(&job)) {
-                            if let Some(lease) = job.lease {
-                                out.push((id, lease));
-                            }
-                        }
-                    }
-                    Ok(out)
-                })
-            })
-            .await?;
-        Ok(leases
-            .into_iter()
-            .map(|(id, lease)| {
-                let verdict = judge.judge(&lease);
-                ((id, lease.owner.id, lease.attempt), verdict)
-            })
-            .collect())
-    }
 }
-
-/// The judge's answers, by (job, owner id, attempt): a lease that changed
-/// since it was judged has no answer and is left alone this time.
-type Verdicts = HashMap<(JobId, String, u32), Liveness>;
 
 #[derive(Debug, Default)]
 struct Gate {
@@ -788,7 +749,7 @@ fn claim_in(
     filter: &ClaimFilter,
     now: Timestamp,
     policy: &Policy,
-    verdicts: &Verdicts,
+    judge: &dyn LivenessJudge,
 ) -> Result<Option<Claimed>, Failure> {
     t.advance(now)?;
     // Running jobs whose owner is gone, or whose lease ran out while the
@@ -805,9 +766,9 @@ fn claim_in(
         if !filter.admits(&job) {
             continue;
         }
-        let Some(&liveness) = verdicts.get(&(id, lease.owner.id.clone(), lease.attempt)) else {
-            continue;
-        };
+        // Judged here, inside the transaction: the verdict is about the
+        // very lease acted on.
+        let liveness = judge.judge(lease);
         match machine::claim(&job, owner, now, policy, liveness) {
             Ok(ClaimOutcome::Retired(tr)) => t.apply(&job, &tr)?,
             Ok(ClaimOutcome::Claimed(tr)) => {
@@ -1181,13 +1142,12 @@ impl Store for RedbStore {
         owner: &Owner,
         filter: &ClaimFilter,
         now: Timestamp,
-        judge: &dyn LivenessJudge,
+        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Option<Claimed>, StoreError> {
-        let verdicts = self.verdicts(Some(filter.clone()), judge).await?;
         let (owner, filter) = (owner.clone(), filter.clone());
         self.blocking(move |i| {
             let policy = i.options.policy.clone();
-            i.write(|t| claim_in(t, &owner, &filter, now, &policy, &verdicts))
+            i.write(|t| claim_in(t, &owner, &filter, now, &policy, &*judge))
         })
         .await
     }
@@ -1247,6 +1207,33 @@ impl Store for RedbStore {
                 let tr = machine::fail(&job, &fence, &failure, now, &policy)?;
                 t.apply(&job, &tr)?;
                 Ok(tr.job)
+            })
+        })
+        .await
+    }
+
+    async fn settle_and_claim(
+        &self,
+        id: JobId,
+        fence: &Fence,
+        settlement: Settlement,
+        owner: &Owner,
+        filter: &ClaimFilter,
+        now: Timestamp,
+        judge: Arc<dyn LivenessJudge>,
+    ) -> Result<SettledAndClaimed, StoreError> {
+        let (fence, owner, filter) = (fence.clone(), owner.clone(), filter.clone());
+        self.blocking(move |i| {
+            let policy = i.options.policy.clone();
+            i.write(|t| {
+                let job = t.must(id)?;
+                let tr = machine::settle(&job, &fence, &settlement, now, &policy)?;
+                t.apply(&job, &tr)?;
+                if matches!(settlement, Settlement::Complete(_)) {
+                    crate::failpoint::hit("mid_complete"); // written, not committed
+                }
+                let next = claim_in(t, &owner, &filter, now, &policy, &*judge)?;
+                Ok(SettledAndClaimed { settled: tr.job, next })
             })
         })
         .await
@@ -1336,9 +1323,8 @@ impl Store for RedbStore {
     async fn reclaim_dead(
         &self,
         now: Timestamp,
-        judge: &dyn LivenessJudge,
+        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Vec<Job>, StoreError> {
-        let verdicts = self.verdicts(None, judge).await?;
         self.blocking(move |i| {
             i.write(|t| {
                 let mut ids = Vec::new();
@@ -1349,12 +1335,7 @@ impl Store for RedbStore {
                 for id in ids {
                     let job = t.job(id)?.ok_or_else(|| out_of_step("running", id))?;
                     let Some(lease) = &job.lease else { continue };
-                    let Some(&liveness) =
-                        verdicts.get(&(id, lease.owner.id.clone(), lease.attempt))
-                    else {
-                        continue;
-                    };
-                    if let Some(tr) = machine::reclaim_dead(&job, now, liveness) {
+                    if let Some(tr) = machine::reclaim_dead(&job, now, judge.judge(lease)) {
                         t.apply(&job, &tr)?;
                         before.push(job);
                     }
@@ -1414,5 +1395,57 @@ impl Store for RedbStore {
             })
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slothqueue_core::ClockOnly;
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_millis(1_700_000_000_000 + secs * 1000)
+    }
+
+    /// The settle and the claim are one transaction: when the claim half
+    /// fails (here on a job it cannot decode), the settle is rolled back
+    /// with it and the finished job is still running under its lease.
+    #[tokio::test]
+    async fn a_failing_claim_half_rolls_the_settle_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(&dir.path().join("q.redb"), RedbOptions::default()).unwrap();
+        let owner = Owner::named("w");
+        let any = ClaimFilter::default();
+        store.push(NewJob::shell("true", "/"), t(0)).await.unwrap();
+        let held = store.claim(&owner, &any, t(1), Arc::new(ClockOnly)).await.unwrap().unwrap();
+        let next = store.push(NewJob::shell("true", "/"), t(1)).await.unwrap().job;
+        store
+            .inner
+            .with_db(|h| {
+                let Handle::Writable(db) = h else { panic!("a writable handle") };
+                let txn = db.begin_write()?;
+                txn.open_table(JOBS)?.insert(next.id, b"not json".as_slice())?;
+                txn.commit()?;
+                Ok(())
+            })
+            .unwrap();
+
+        let done = Settlement::Complete(Completion::default());
+        let err = store
+            .settle_and_claim(
+                held.job.id,
+                &held.fence,
+                done,
+                &owner,
+                &any,
+                t(2),
+                Arc::new(ClockOnly),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+        let job = store.get(held.job.id).await.unwrap();
+        assert_eq!(job.state, JobState::Running);
+        assert_eq!(job.lease.map(|l| l.fence()), Some(held.fence));
     }
 }

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a test failure is a panic")]
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use slothqueue_core::{
@@ -58,7 +59,10 @@ async fn write_v1_fixture() {
     let claim = |who: &'static str, now: Timestamp| {
         let s = &s;
         async move {
-            s.claim(&owner(who), &ClaimFilter::default(), now, &Unknown).await.unwrap().unwrap()
+            s.claim(&owner(who), &ClaimFilter::default(), now, Arc::new(Unknown))
+                .await
+                .unwrap()
+                .unwrap()
         }
     };
     let delayed = sh("echo pending-later")
@@ -189,8 +193,11 @@ async fn v1_fixture_reads_back() {
     let dup = s.push(sh("echo report-v2").key("report"), at(11)).await.unwrap();
     assert_eq!((dup.created, dup.job.id), (false, 9));
     assert_eq!(s.push(sh("echo new"), at(11)).await.unwrap().job.id, 13);
-    let c =
-        s.claim(&owner("w9"), &ClaimFilter::default(), at(11), &Unknown).await.unwrap().unwrap();
+    let c = s
+        .claim(&owner("w9"), &ClaimFilter::default(), at(11), Arc::new(Unknown))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(c.job.id, 7, "priority 5 first");
     s.check_integrity().unwrap();
 }

@@ -10,7 +10,6 @@
 //! deadlock), so a deferred write fails with `SQLITE_BUSY` at once instead of
 //! waiting its turn behind a runner.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
@@ -23,7 +22,8 @@ use slothqueue_core::machine::{self, ClaimOutcome, PushPlan, Transition};
 use slothqueue_core::{
     ClaimFilter, Claimed, Completion, Event, EventKind, Failure, Fence, HeartbeatAck, Job, JobId,
     JobState, Lease, ListFilter, ListOrder, Liveness, LivenessJudge, NewJob, Owner, Policy,
-    PurgeFilter, Pushed, RunnerRecord, Stats, Store, StoreError, Timestamp,
+    PurgeFilter, Pushed, RunnerRecord, SettledAndClaimed, Settlement, Stats, Store, StoreError,
+    Timestamp,
 };
 
 use crate::error::{Context, Error};
@@ -785,42 +785,20 @@ fn running_jobs(conn: &Connection) -> Result<Vec<Job>, Error> {
     query_jobs(conn, &sql, &[])
 }
 
-/// What the liveness judge said about each lease, keyed by the lease's
-/// identity: a verdict only applies to the very lease it was given for.
-type Verdicts = HashMap<(JobId, String, u32), Liveness>;
-
-fn lease_key(id: JobId, lease: &Lease) -> (JobId, String, u32) {
-    (id, lease.owner.id.clone(), lease.attempt)
-}
-
-fn verdict(verdicts: &Verdicts, job: &Job) -> Liveness {
-    // A lease the judge never saw appeared after it judged: it was granted
-    // a moment ago, so its owner is alive.
-    job.lease
-        .as_ref()
-        .and_then(|l| verdicts.get(&lease_key(job.id, l)).copied())
-        .unwrap_or(Liveness::Alive)
-}
-
-fn judge_leases(jobs: &[Job], judge: &dyn LivenessJudge) -> Verdicts {
-    jobs.iter()
-        .filter_map(|j| j.lease.as_ref().map(|l| (lease_key(j.id, l), judge.judge(l))))
-        .collect()
-}
-
 fn claim_tx(
     conn: &Connection,
     owner: &Owner,
     filter: &ClaimFilter,
     now: Timestamp,
     policy: &Policy,
-    verdicts: &Verdicts,
+    judge: &dyn LivenessJudge,
 ) -> Result<Option<Claimed>, Error> {
     // Abandoned running jobs first: reclaimable ones become candidates,
-    // ones that must not run again are ended here.
+    // ones that must not run again are ended here. The judge runs inside
+    // the transaction, so its verdict is about the very lease acted on.
     let mut best_running: Option<(Job, Transition)> = None;
     for job in running_jobs(conn)?.into_iter().filter(|j| filter.admits(j)) {
-        let liveness = verdict(verdicts, &job);
+        let Some(liveness) = job.lease.as_ref().map(|l| judge.judge(l)) else { continue };
         if machine::reclaimable(&job, now, liveness).is_none() {
             continue;
         }
@@ -1136,16 +1114,11 @@ impl Store for SqliteStore {
         owner: &Owner,
         filter: &ClaimFilter,
         now: Timestamp,
-        judge: &dyn LivenessJudge,
+        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Option<Claimed>, StoreError> {
-        // The judge is borrowed and may read /proc, so it runs here, between
-        // a read of the (few) running leases and the write transaction; the
-        // transaction applies a verdict only to the exact lease judged.
-        let running = self.with(|conn, _| running_jobs(conn)).await?;
-        let verdicts = judge_leases(&running, judge);
         let (owner, filter) = (owner.clone(), filter.clone());
         self.with(move |conn, policy| {
-            write_tx(conn, |conn| claim_tx(conn, &owner, &filter, now, policy, &verdicts))
+            write_tx(conn, |conn| claim_tx(conn, &owner, &filter, now, policy, &*judge))
         })
         .await
     }
@@ -1191,6 +1164,32 @@ impl Store for SqliteStore {
         let fence = fence.clone();
         self.transition(id, move |job, policy| machine::fail(job, &fence, &failure, now, policy))
             .await
+    }
+
+    async fn settle_and_claim(
+        &self,
+        id: JobId,
+        fence: &Fence,
+        settlement: Settlement,
+        owner: &Owner,
+        filter: &ClaimFilter,
+        now: Timestamp,
+        judge: Arc<dyn LivenessJudge>,
+    ) -> Result<SettledAndClaimed, StoreError> {
+        let (fence, owner, filter) = (fence.clone(), owner.clone(), filter.clone());
+        self.with(move |conn, policy| {
+            write_tx(conn, |conn| {
+                let job = load(conn, id)?;
+                let t = machine::settle(&job, &fence, &settlement, now, policy)?;
+                apply(conn, &job, &t)?;
+                if t.job.state == JobState::Done {
+                    crate::failpoint::hit("mid_complete"); // written, not committed
+                }
+                let next = claim_tx(conn, &owner, &filter, now, policy, &*judge)?;
+                Ok(SettledAndClaimed { settled: t.job, next })
+            })
+        })
+        .await
     }
 
     async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError> {
@@ -1245,21 +1244,28 @@ impl Store for SqliteStore {
     async fn reclaim_dead(
         &self,
         now: Timestamp,
-        judge: &dyn LivenessJudge,
+        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Vec<Job>, StoreError> {
-        let running = self.with(|conn, _| running_jobs(conn)).await?;
-        let verdicts: Verdicts = judge_leases(&running, judge)
-            .into_iter()
-            .filter(|(_, v)| *v == Liveness::Gone)
-            .collect();
-        if verdicts.is_empty() {
-            return Ok(Vec::new()); // nothing to write: no write lock taken
-        }
         self.with(move |conn, _| {
+            // Most sweeps find nothing: judge under a read snapshot first so
+            // those take no write lock. Only when some owner is gone does
+            // the write transaction read and judge again, and act on what
+            // it judged itself.
+            let gone = read_tx(conn, |conn| {
+                Ok(running_jobs(conn)?
+                    .iter()
+                    .any(|j| j.lease.as_ref().is_some_and(|l| judge.judge(l) == Liveness::Gone)))
+            })?;
+            if !gone {
+                return Ok(Vec::new());
+            }
             write_tx(conn, |conn| {
                 let mut taken = Vec::new();
                 for job in running_jobs(conn)? {
-                    if let Some(t) = machine::reclaim_dead(&job, now, verdict(&verdicts, &job)) {
+                    let Some(liveness) = job.lease.as_ref().map(|l| judge.judge(l)) else {
+                        continue;
+                    };
+                    if let Some(t) = machine::reclaim_dead(&job, now, liveness) {
                         apply(conn, &job, &t)?;
                         taken.push(job);
                     }
@@ -1508,7 +1514,7 @@ mod tests {
         store.push_many(jobs, t(0)).await.unwrap();
         let owner = Owner::named("w");
         for i in 0..300 {
-            let c = store.claim(&owner, &ClaimFilter::default(), t(1), &ClockOnly).await;
+            let c = store.claim(&owner, &ClaimFilter::default(), t(1), Arc::new(ClockOnly)).await;
             let c = c.unwrap().unwrap();
             match i % 4 {
                 0 => {}
@@ -1576,7 +1582,8 @@ mod tests {
         let store = open(&dir, SqliteOptions::default());
         store.push(NewJob::shell("true", "/"), t(0)).await.unwrap();
         let owner = Owner::named("w");
-        let c = store.claim(&owner, &ClaimFilter::default(), t(1), &ClockOnly).await.unwrap();
+        let c =
+            store.claim(&owner, &ClaimFilter::default(), t(1), Arc::new(ClockOnly)).await.unwrap();
         let c = c.unwrap();
         store.heartbeat(c.job.id, &c.fence, Some(42), t(2)).await.unwrap();
         let record = RunnerRecord {
@@ -1604,14 +1611,17 @@ mod tests {
         }
         let owner = Owner::named("w");
         let any = ClaimFilter::default();
-        let first = store.claim(&owner, &any, t(1), &ClockOnly).await.unwrap().unwrap();
+        let first = store.claim(&owner, &any, t(1), Arc::new(ClockOnly)).await.unwrap().unwrap();
         assert_eq!(first.job.id, 2, "priority 9 is not due yet; priority 1 is");
         let shell_only =
             ClaimFilter { queues: vec!["default".into()], kinds: Some(vec!["shell".into()]) };
-        let second = store.claim(&owner, &shell_only, t(1), &ClockOnly).await.unwrap().unwrap();
+        let second =
+            store.claim(&owner, &shell_only, t(1), Arc::new(ClockOnly)).await.unwrap().unwrap();
         assert_eq!(second.job.id, 3);
-        assert!(store.claim(&owner, &shell_only, t(1), &ClockOnly).await.unwrap().is_none());
-        let third = store.claim(&owner, &any, t(61), &ClockOnly).await.unwrap().unwrap();
+        assert!(
+            store.claim(&owner, &shell_only, t(1), Arc::new(ClockOnly)).await.unwrap().is_none()
+        );
+        let third = store.claim(&owner, &any, t(61), Arc::new(ClockOnly)).await.unwrap().unwrap();
         assert_eq!(third.job.id, 1);
     }
 
@@ -1646,5 +1656,41 @@ mod tests {
         store.lock_for_test().execute_batch("UPDATE jobs SET payload = 'not json'").unwrap();
         let err = store.get(1).await.unwrap_err();
         assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    }
+
+    /// The settle and the claim are one transaction: when the claim half
+    /// fails (here on a row it cannot decode), the settle is rolled back
+    /// with it and the finished job is still running under its lease.
+    #[tokio::test]
+    async fn a_failing_claim_half_rolls_the_settle_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir, SqliteOptions::default());
+        let owner = Owner::named("w");
+        let any = ClaimFilter::default();
+        store.push(NewJob::shell("true", "/"), t(0)).await.unwrap();
+        let held = store.claim(&owner, &any, t(1), Arc::new(ClockOnly)).await.unwrap().unwrap();
+        let next = store.push(NewJob::shell("true", "/"), t(1)).await.unwrap().job;
+        store
+            .lock_for_test()
+            .execute("UPDATE jobs SET payload = 'not json' WHERE id = ?1", [next.id])
+            .unwrap();
+
+        let done = Settlement::Complete(Completion::default());
+        let err = store
+            .settle_and_claim(
+                held.job.id,
+                &held.fence,
+                done,
+                &owner,
+                &any,
+                t(2),
+                Arc::new(ClockOnly),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+        let job = store.get(held.job.id).await.unwrap();
+        assert_eq!(job.state, JobState::Running);
+        assert_eq!(job.lease.map(|l| l.fence()), Some(held.fence));
     }
 }

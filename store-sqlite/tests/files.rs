@@ -7,6 +7,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rusqlite::Connection;
 use slothqueue_core::{
@@ -71,7 +72,8 @@ async fn make_queue(path: &Path, journal: Journal) {
             .await
             .unwrap();
     }
-    let c = store.claim(&Owner::named("w"), &ClaimFilter::default(), t(1), &ClockOnly).await;
+    let c =
+        store.claim(&Owner::named("w"), &ClaimFilter::default(), t(1), Arc::new(ClockOnly)).await;
     let c = c.unwrap().unwrap();
     store.complete(c.job.id, &c.fence, Completion::default(), t(2)).await.unwrap();
     drop(store);

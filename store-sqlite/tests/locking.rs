@@ -81,7 +81,8 @@ async fn every_write_waits_for_the_busy_timeout_then_says_busy() {
         s.push(NewJob::shell(format!("echo {i}"), "/"), t(0)).await.unwrap();
     }
     let owner = Owner::named("w");
-    let c = s.claim(&owner, &ClaimFilter::default(), t(1), &ClockOnly).await.unwrap().unwrap();
+    let c =
+        s.claim(&owner, &ClaimFilter::default(), t(1), Arc::new(ClockOnly)).await.unwrap().unwrap();
     let (id, fence) = (c.job.id, c.fence.clone());
     let record = RunnerRecord {
         owner: owner.clone(),
@@ -100,8 +101,11 @@ async fn every_write_waits_for_the_busy_timeout_then_says_busy() {
 
     assert_waits_then_busy("push", s.push(NewJob::shell("x", "/"), t(2))).await;
     assert_waits_then_busy("push_many", s.push_many(vec![NewJob::shell("x", "/")], t(2))).await;
-    assert_waits_then_busy("claim", s.claim(&owner, &ClaimFilter::default(), t(2), &ClockOnly))
-        .await;
+    assert_waits_then_busy(
+        "claim",
+        s.claim(&owner, &ClaimFilter::default(), t(2), Arc::new(ClockOnly)),
+    )
+    .await;
     assert_waits_then_busy("heartbeat", s.heartbeat(id, &fence, Some(7), t(2))).await;
     assert_waits_then_busy("complete", s.complete(id, &fence, Completion::default(), t(2))).await;
     let failure = Failure { error: "boom".into(), exit_code: Some(1) };
@@ -109,7 +113,7 @@ async fn every_write_waits_for_the_busy_timeout_then_says_busy() {
     assert_waits_then_busy("release", s.release(id, &fence, t(2))).await;
     assert_waits_then_busy("cancel", s.cancel(id, t(2))).await;
     assert_waits_then_busy("retry", s.retry(id, t(2))).await;
-    assert_waits_then_busy("reclaim_dead", s.reclaim_dead(t(2), &Gone)).await;
+    assert_waits_then_busy("reclaim_dead", s.reclaim_dead(t(2), Arc::new(Gone))).await;
     assert_waits_then_busy("purge", s.purge(&PurgeFilter::default())).await;
     assert_waits_then_busy("restore", s.restore(other, trail)).await;
     assert_waits_then_busy("put_runner", s.put_runner(&record)).await;

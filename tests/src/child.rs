@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 
 use slothqueue_core::{ClaimFilter, ClockOnly, Completion, JobId, Owner, Policy, Timestamp};
 
@@ -80,7 +81,7 @@ pub async fn do_work(open: OpenFn, work: &Work) -> Vec<JobId> {
         Role::Claim => {
             let owner = Owner::named(work.owner.clone());
             while let Some(c) = store
-                .claim(&owner, &ClaimFilter::default(), work.now, &ClockOnly)
+                .claim(&owner, &ClaimFilter::default(), work.now, Arc::new(ClockOnly))
                 .await
                 .expect("child: claim")
             {

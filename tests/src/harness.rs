@@ -187,7 +187,7 @@ impl Harness {
         now: Timestamp,
     ) -> Option<Claimed> {
         store
-            .claim(&self.owner(owner_id), filter, now, &*self.judge)
+            .claim(&self.owner(owner_id), filter, now, self.judge.clone())
             .await
             .expect("claim must not error")
     }

@@ -218,7 +218,7 @@ impl Store for RefStore {
         owner: &Owner,
         filter: &ClaimFilter,
         now: Timestamp,
-        judge: &dyn LivenessJudge,
+        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Option<Claimed>, StoreError> {
         self.with(|st| {
             let mut candidates: Vec<Job> = st
@@ -393,7 +393,7 @@ impl Store for RefStore {
     async fn reclaim_dead(
         &self,
         now: Timestamp,
-        judge: &dyn LivenessJudge,
+        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Vec<Job>, StoreError> {
         self.with(|st| {
             let running: Vec<Job> =

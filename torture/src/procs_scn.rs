@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -305,7 +306,12 @@ pub fn s10_pid_reuse(ctx: &mut Ctx) -> Result<Status> {
                 .block_on(store.push(NewJob::shell(hist.wrap("true"), cwd), an_hour_ago))
                 .context("cannot push")?;
             let claimed = rt
-                .block_on(store.claim(owner, &ClaimFilter::default(), an_hour_ago, &ClockOnly))
+                .block_on(store.claim(
+                    owner,
+                    &ClaimFilter::default(),
+                    an_hour_ago,
+                    Arc::new(ClockOnly),
+                ))
                 .context("cannot claim")?
                 .context("nothing to claim")?;
             if claimed.job.id != pushed.job.id {

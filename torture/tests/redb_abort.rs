@@ -53,7 +53,9 @@ fn use_damaged(path: &Path) {
         let _ = store.list(&ListFilter::default()).await;
         let _ = store.stats(T).await;
         let _ = store.push(NewJob::shell("true", "/tmp"), T).await;
-        let _ = store.claim(&Owner::named("fuzz"), &ClaimFilter::default(), T, &ClockOnly).await;
+        let _ = store
+            .claim(&Owner::named("fuzz"), &ClaimFilter::default(), T, Arc::new(ClockOnly))
+            .await;
     });
     drop(store);
     panic!("the damaged file was opened for writing");

@@ -9,6 +9,7 @@
     reason = "test helpers fail the test loudly; clippy exempts only #[test] bodies"
 )]
 
+mod chain;
 mod faulty;
 mod follow;
 mod gates;

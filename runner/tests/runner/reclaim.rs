@@ -2,6 +2,7 @@
 //! group killed first; a live runner's job is never taken.
 
 use std::os::unix::process::CommandExt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use slothqueue_core::{ClaimFilter, ClockOnly, JobState, Owner};
@@ -26,7 +27,7 @@ async fn a_dead_owners_orphaned_group_is_killed_before_the_job_runs_again() {
     let dead = dead_owner();
     let claimed = env
         .store
-        .claim(&dead, &ClaimFilter::default(), env.now(), &ClockOnly)
+        .claim(&dead, &ClaimFilter::default(), env.now(), Arc::new(ClockOnly))
         .await
         .unwrap()
         .unwrap();
@@ -64,7 +65,7 @@ async fn the_reclaim_event_names_the_killed_group() {
     let dead = dead_owner();
     let claimed = env
         .store
-        .claim(&dead, &ClaimFilter::default(), env.now(), &ClockOnly)
+        .claim(&dead, &ClaimFilter::default(), env.now(), Arc::new(ClockOnly))
         .await
         .unwrap()
         .unwrap();
@@ -93,8 +94,12 @@ async fn a_group_whose_leader_predates_the_claim_is_not_touched() {
     let dead = dead_owner();
     // ...claimed "an hour later" (the clock is the store's argument).
     let later = env.now().saturating_add(Duration::from_secs(3600));
-    let claimed =
-        env.store.claim(&dead, &ClaimFilter::default(), later, &ClockOnly).await.unwrap().unwrap();
+    let claimed = env
+        .store
+        .claim(&dead, &ClaimFilter::default(), later, Arc::new(ClockOnly))
+        .await
+        .unwrap()
+        .unwrap();
     env.store.heartbeat(id, &claimed.fence, Some(pgid), later).await.unwrap();
     let (summary, lines) = env.drain(env.runner(env.config())).await;
     assert_eq!(lines[0], format!("reclaimed 1 stale job(s): #{id}"));
@@ -114,7 +119,7 @@ async fn a_live_owner_on_this_host_is_never_robbed() {
     let job = slothqueue_core::NewJob::shell("true", env.dir.path().to_string_lossy());
     let id = env.store.push(job, long_ago).await.unwrap().job.id;
     env.store
-        .claim(&alive_owner, &ClaimFilter::default(), long_ago, &ClockOnly)
+        .claim(&alive_owner, &ClaimFilter::default(), long_ago, Arc::new(ClockOnly))
         .await
         .unwrap()
         .unwrap();
@@ -137,7 +142,7 @@ async fn a_group_whose_leader_started_long_after_the_claim_is_not_touched() {
     let dead = dead_owner();
     let claimed = env
         .store
-        .claim(&dead, &ClaimFilter::default(), long_ago, &ClockOnly)
+        .claim(&dead, &ClaimFilter::default(), long_ago, Arc::new(ClockOnly))
         .await
         .unwrap()
         .unwrap();

@@ -1,6 +1,7 @@
 //! Stopping a running job: max runtime, cancel, lost lease, shutdown. Each
 //! one kills the whole process group and leaves no process behind.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use slothqueue_core::{ClaimFilter, JobState, Owner};
@@ -113,7 +114,7 @@ async fn a_lost_lease_kills_the_job_and_does_not_complete_it() {
     let thief = Owner::named("thief");
     let stolen = env
         .store
-        .claim(&thief, &ClaimFilter::default(), env.now(), &AlwaysGone)
+        .claim(&thief, &ClaimFilter::default(), env.now(), Arc::new(AlwaysGone))
         .await
         .unwrap()
         .expect("the thief gets the job");

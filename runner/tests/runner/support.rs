@@ -193,12 +193,17 @@ pub fn drain_mode(mut cfg: RunnerConfig, mode: Mode) -> RunnerConfig {
 pub type Hook = Box<dyn Fn() -> Result<(), slothqueue_core::StoreError> + Send + Sync>;
 
 /// Delegates every call to a real store, running a hook before `claim` and
-/// `complete`: how the tests inject a busy file or a death at a chosen step
-/// without re-writing the whole trait per test.
+/// `complete` (both also before `settle_and_claim`, which the runner uses
+/// for a complete followed by a claim): how the tests inject a busy file or
+/// a death at a chosen step without re-writing the whole trait per test.
 pub struct Intercepted {
     pub inner: Arc<dyn Store>,
     pub before_claim: Hook,
     pub before_complete: Hook,
+    /// Run before `settle_and_claim` only, after the other two hooks.
+    pub before_settle_and_claim: Hook,
+    /// How many `settle_and_claim` calls reached the real store.
+    pub settle_and_claims: std::sync::atomic::AtomicU32,
 }
 
 impl Intercepted {
@@ -208,16 +213,22 @@ impl Intercepted {
             inner,
             before_claim: Box::new(|| Ok(())),
             before_complete: Box::new(|| Ok(())),
+            before_settle_and_claim: Box::new(|| Ok(())),
+            settle_and_claims: std::sync::atomic::AtomicU32::new(0),
         }
     }
 }
 
 mod intercepted {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+
     use async_trait::async_trait;
     use slothqueue_core::machine::{Completion, Failure, HeartbeatAck};
     use slothqueue_core::{
         ClaimFilter, Claimed, Event, Fence, Job, JobId, ListFilter, LivenessJudge, NewJob, Owner,
-        PurgeFilter, Pushed, RunnerRecord, Stats, Store, StoreError, Timestamp,
+        PurgeFilter, Pushed, RunnerRecord, SettledAndClaimed, Settlement, Stats, Store, StoreError,
+        Timestamp,
     };
 
     use super::Intercepted;
@@ -239,7 +250,7 @@ mod intercepted {
             owner: &Owner,
             filter: &ClaimFilter,
             now: Timestamp,
-            judge: &dyn LivenessJudge,
+            judge: Arc<dyn LivenessJudge>,
         ) -> Result<Option<Claimed>, StoreError> {
             (self.before_claim)()?;
             self.inner.claim(owner, filter, now, judge).await
@@ -271,6 +282,24 @@ mod intercepted {
             now: Timestamp,
         ) -> Result<Job, StoreError> {
             self.inner.fail(id, fence, failure, now).await
+        }
+        async fn settle_and_claim(
+            &self,
+            id: JobId,
+            fence: &Fence,
+            settlement: Settlement,
+            owner: &Owner,
+            filter: &ClaimFilter,
+            now: Timestamp,
+            judge: Arc<dyn LivenessJudge>,
+        ) -> Result<SettledAndClaimed, StoreError> {
+            if matches!(settlement, Settlement::Complete(_)) {
+                (self.before_complete)()?;
+            }
+            (self.before_claim)()?;
+            (self.before_settle_and_claim)()?;
+            self.settle_and_claims.fetch_add(1, Ordering::SeqCst);
+            self.inner.settle_and_claim(id, fence, settlement, owner, filter, now, judge).await
         }
         async fn release(
             &self,
@@ -304,7 +333,7 @@ mod intercepted {
         async fn reclaim_dead(
             &self,
             now: Timestamp,
-            judge: &dyn LivenessJudge,
+            judge: Arc<dyn LivenessJudge>,
         ) -> Result<Vec<Job>, StoreError> {
             self.inner.reclaim_dead(now, judge).await
         }

@@ -59,8 +59,11 @@ async fn s05_crash_after_spawn_the_orphan_is_found_by_its_lease_marker() {
     let env = env();
     let id = env.add(&overlap_probe(&env), |j| j).await;
     let dead = dead_owner();
-    let claimed =
-        env.store.claim(&dead, &ClaimFilter::default(), env.now(), &ClockOnly).await.unwrap();
+    let claimed = env
+        .store
+        .claim(&dead, &ClaimFilter::default(), env.now(), Arc::new(ClockOnly))
+        .await
+        .unwrap();
     let fence = claimed.unwrap().fence;
     let mut orphan = orphan(&env, id, &fence);
     let pgid = orphan.id() as i32;
@@ -104,8 +107,11 @@ async fn s04_an_owner_dying_between_sweep_and_claim_is_not_rerun_over_its_orphan
     let id = env.add(&overlap_probe(&env), |j| j.priority(9)).await;
     let other = env.add("true", |j| j).await;
     let doomed = Owner { id: "doomed-runner".into(), ..this_process_owner() };
-    let claimed =
-        env.store.claim(&doomed, &ClaimFilter::default(), env.now(), &ClockOnly).await.unwrap();
+    let claimed = env
+        .store
+        .claim(&doomed, &ClaimFilter::default(), env.now(), Arc::new(ClockOnly))
+        .await
+        .unwrap();
     let fence = claimed.unwrap().fence;
     let mut orphan = orphan(&env, id, &fence);
     let pgid = orphan.id() as i32;

@@ -128,7 +128,7 @@ pub async fn cancel_requested_job_of_a_dead_owner_ends_cancelled(h: &Harness) {
     assert_eq!(after.finished_at, Some(now));
     assert_eq!(event_kinds(&*s, j.id).await.last(), Some(&EventKind::Cancelled));
     let filter = ClaimFilter::default();
-    let none = s.claim(&h.owner("w3"), &filter, h.at(secs(999)), &*h.judge()).await;
+    let none = s.claim(&h.owner("w3"), &filter, h.at(secs(999)), h.judge()).await;
     assert!(none.expect("claim").is_none());
 }
 

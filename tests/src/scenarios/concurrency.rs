@@ -59,7 +59,8 @@ pub async fn claim_race_across_handles_hands_each_job_once(h: &Harness) {
         tasks.push(tokio::spawn(async move {
             let mut mine = Vec::new();
             let filter = ClaimFilter::default();
-            while let Some(c) = store.claim(&owner, &filter, t, &*judge).await.expect("claim") {
+            while let Some(c) = store.claim(&owner, &filter, t, judge.clone()).await.expect("claim")
+            {
                 assert_eq!(c.job.attempts, 1, "#{} was claimed before", c.job.id);
                 store
                     .complete(c.job.id, &c.fence, Completion::default(), t)

@@ -11,6 +11,7 @@ pub mod purge;
 pub mod push;
 pub mod queries;
 pub mod retry;
+pub mod settle;
 
 /// The one list of scenarios: calls back `$crate::$cb!` with the given
 /// context and `[area::name, …]`. The test macro, [`crate::run_all`] and
@@ -45,6 +46,11 @@ macro_rules! __with_scenarios {
             lease::reclaim_dead_fails_a_job_out_of_attempts,
             lease::release_returns_the_job_without_charging_the_attempt,
             lease::complete_records_the_result_and_ends_the_lease,
+            settle::settle_and_claim_settles_then_claims_the_next_job,
+            settle::settle_and_claim_with_a_lost_lease_changes_nothing,
+            settle::settle_and_claim_follows_the_claim_order_and_filter,
+            settle::settle_and_claim_writes_the_trail_of_the_two_calls,
+            settle::settle_and_claim_claims_nothing_when_nothing_is_due,
             retry::failures_back_off_2_4_8_seconds_then_fail,
             retry::backoff_caps_at_300_seconds,
             retry::retry_puts_a_failed_job_back_with_attempts_reset,
