@@ -83,10 +83,10 @@ pub fn fail(why: &str) -> ! {
 /// A scratch directory, on tmpfs when there is one: every commit fsyncs.
 pub fn scratch() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(d) = tempfile::tempdir_in(shm) {
-            return d;
-        }
+    if shm.is_dir()
+        && let Ok(d) = tempfile::tempdir_in(shm)
+    {
+        return d;
     }
     tempfile::tempdir().expect("a temporary directory")
 }
