@@ -147,9 +147,10 @@ pub enum RunnerActivity {
         /// Since when.
         since: Timestamp,
     },
-    /// Nothing due; sleeping until `until` (or a poll).
+    /// Nothing due; sleeping until a job is due, a wake-up or a poll.
     Idle {
-        /// When it will look again.
+        /// When the next job it knows of is due; `None` when none is
+        /// waiting (it still polls for jobs added without telling it).
         until: Option<Timestamp>,
     },
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use slothqueue_core::{
@@ -43,6 +43,12 @@ const ABANDON_MARGIN: Duration = Duration::from_secs(10);
 /// delays their return; sweeping before every claim cost a read of every
 /// running job per job. A drain that finds nothing to claim sweeps at once.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// How often an idle runner rewrites an unchanged idle record, so that
+/// `status` still hears from it (a runner on another host counts as live
+/// for 5 minutes after its last record). More often would be a write, and
+/// on redb an fsync, every poll of a machine with nothing to do.
+const IDLE_RECORD_REFRESH: Duration = Duration::from_secs(60);
 /// How long a job runs before the runner records its process group in the
 /// lease and `Running` in its runner record. Until then a successor finds
 /// the job's processes by their [`LEASE_VAR`](crate::process::LEASE_VAR)
@@ -242,6 +248,7 @@ impl Runner {
             started_at,
             busy_warned: false,
             idle_timer: IdleTimer::default(),
+            idle_recorded: Mutex::new(None),
         };
         let result = run.main_loop().await;
         if let Err(e) = run.store.remove_runner(&run.cfg.owner.id).await {
@@ -272,6 +279,9 @@ struct Run {
     started_at: Timestamp,
     busy_warned: bool,
     idle_timer: IdleTimer,
+    /// The idle record last written (what it said, when, and the summary
+    /// then); cleared by any other record. See [`IDLE_RECORD_REFRESH`].
+    idle_recorded: Mutex<Option<(RunnerActivity, Instant, RunSummary)>>,
 }
 
 impl Run {
@@ -428,6 +438,9 @@ impl Run {
     /// Records what this runner does, for `status`. Failing to is not worth
     /// stopping for.
     async fn record(&self, activity: RunnerActivity) {
+        if !matches!(activity, RunnerActivity::Idle { .. }) {
+            *self.idle_recorded.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        }
         let record = RunnerRecord {
             owner: self.cfg.owner.clone(),
             queues: self.cfg.queues.clone(),
@@ -461,7 +474,19 @@ impl Run {
             Some(t) if t > now => t.min(poll_until),
             _ => poll_until,
         };
-        self.record(RunnerActivity::Idle { until: Some(until) }).await;
+        // The record names a job's due time, not the next poll, so that
+        // it stays the same from poll to poll and need not be rewritten.
+        let activity = RunnerActivity::Idle { until: next_due.filter(|t| *t > now) };
+        let unchanged = matches!(
+            &*self.idle_recorded.lock().unwrap_or_else(PoisonError::into_inner),
+            Some((said, at, summary))
+                if *said == activity && *summary == self.summary && at.elapsed() < IDLE_RECORD_REFRESH
+        );
+        if !unchanged {
+            self.record(activity.clone()).await;
+            *self.idle_recorded.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some((activity, Instant::now(), self.summary));
+        }
         let mut shutdown = self.shutdown.clone();
         tokio::select! {
             () = self.idle_timer.sleep(until.duration_since(now)) => {}

@@ -1,11 +1,13 @@
 //! Follow mode: sleeps until work is due or a wake-up, never busy.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use slothqueue_core::{JobState, NewJob, RunnerActivity};
 use slothqueue_runner::{Mode, RunnerEvent};
 
-use crate::support::{DEADLINE, drain_mode, env, eventually};
+use crate::support::{DEADLINE, Intercepted, drain_mode, env, eventually};
 
 #[tokio::test]
 async fn follow_wakes_on_the_waker_and_at_the_next_due_time() {
@@ -78,23 +80,25 @@ async fn follow_finds_unannounced_jobs_at_the_next_poll() {
     let env = env();
     let mut cfg = drain_mode(env.config(), Mode::Follow);
     cfg.poll_interval = Duration::from_millis(100);
-    let mut running = env.start(env.runner(cfg));
     let mut since = env.now();
+    let mut running = env.start(env.runner(cfg));
     for round in 0..3 {
-        // Wait until the runner sleeps again (an idle record newer than the
-        // last job), so that the job arrives unannounced.
+        // Wait until the runner sleeps again (an idle record written since
+        // the last job was added: the runner writes one after each job),
+        // so that the job arrives unannounced.
         let asleep = tokio::time::timeout(DEADLINE, async {
             loop {
                 let records = env.store.runners().await.unwrap();
-                if records.iter().any(
-                    |r| matches!(r.activity, RunnerActivity::Idle { until: Some(t) } if t > since),
-                ) {
+                if records.iter().any(|r| {
+                    matches!(r.activity, RunnerActivity::Idle { .. }) && r.updated_at >= since
+                }) {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         });
         assert!(asleep.await.is_ok(), "the runner never went idle");
+        since = env.now();
         let id = env.add(&format!("echo poll {round}"), |j| j).await;
         running
             .events
@@ -103,9 +107,39 @@ async fn follow_finds_unannounced_jobs_at_the_next_poll() {
                 |e| matches!(e, RunnerEvent::Done { job, .. } if *job == id),
             )
             .await;
-        since = env.now();
     }
     running.trigger.trigger();
     let summary = running.finish().await.unwrap();
     assert_eq!(summary.done, 3);
+}
+
+/// Waiting costs nothing: an idle runner looks at the queue every poll but
+/// rewrites its unchanged idle record only once a minute (on redb every
+/// record is an fsync), and writes a new one after each job.
+#[tokio::test]
+async fn an_idle_runner_does_not_rewrite_its_record_every_poll() {
+    let env = env();
+    let store = Arc::new(Intercepted::new(env.store.clone()));
+    let mut cfg = drain_mode(env.config(), Mode::Follow);
+    cfg.poll_interval = Duration::from_millis(20);
+    let mut running = env.start(slothqueue_runner::Runner::new(store.clone(), cfg));
+    let polls = |n| {
+        let store = store.clone();
+        move || store.next_dues.load(Ordering::Relaxed) >= n
+    };
+    eventually("ten polls", polls(10)).await;
+    // Starting, then one idle record.
+    assert_eq!(store.put_runners.load(Ordering::Relaxed), 2);
+
+    let id = env.add("echo one", |j| j).await;
+    running
+        .events
+        .wait_for("the job", |e| matches!(e, RunnerEvent::Done { job, .. } if *job == id))
+        .await;
+    let after_job = store.next_dues.load(Ordering::Relaxed);
+    eventually("ten more polls", polls(after_job + 10)).await;
+    // The job's end is news: one more idle record, then silence again.
+    assert_eq!(store.put_runners.load(Ordering::Relaxed), 3);
+    running.trigger.trigger();
+    running.finish().await.unwrap();
 }

@@ -204,6 +204,10 @@ pub struct Intercepted {
     pub before_settle_and_claim: Hook,
     /// How many `settle_and_claim` calls reached the real store.
     pub settle_and_claims: std::sync::atomic::AtomicU32,
+    /// How many `next_due` calls (one per look at the queue) were made.
+    pub next_dues: std::sync::atomic::AtomicU32,
+    /// How many runner records were written.
+    pub put_runners: std::sync::atomic::AtomicU32,
 }
 
 impl Intercepted {
@@ -215,6 +219,8 @@ impl Intercepted {
             before_complete: Box::new(|| Ok(())),
             before_settle_and_claim: Box::new(|| Ok(())),
             settle_and_claims: std::sync::atomic::AtomicU32::new(0),
+            next_dues: std::sync::atomic::AtomicU32::new(0),
+            put_runners: std::sync::atomic::AtomicU32::new(0),
         }
     }
 }
@@ -328,6 +334,7 @@ mod intercepted {
             self.inner.stats(now).await
         }
         async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+            self.next_dues.fetch_add(1, Ordering::Relaxed);
             self.inner.next_due().await
         }
         async fn reclaim_dead(
@@ -344,6 +351,7 @@ mod intercepted {
             self.inner.restore(job, events).await
         }
         async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {
+            self.put_runners.fetch_add(1, Ordering::Relaxed);
             self.inner.put_runner(record).await
         }
         async fn remove_runner(&self, owner_id: &str) -> Result<(), StoreError> {
