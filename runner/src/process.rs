@@ -325,6 +325,42 @@ pub(crate) fn seal_inherited_fds() {
     }
 }
 
+/// SIGCHLD: ignoring it changes how children are reaped, so an inherited
+/// "ignore" is left as it is (and the spawn takes the `pre_exec` path).
+const SIGCHLD_BIT: u64 = 1 << (libc::SIGCHLD - 1);
+
+/// Turns each signal this process inherited as ignored into one it catches
+/// and drops, so that the runner still ignores it but a child, whose caught
+/// signals exec resets to their defaults, does not inherit the "ignore".
+/// Without this, a runner started with SIGQUIT ignored (`slothqueue run &`
+/// in a shell script: a non-interactive shell ignores SIGINT and SIGQUIT
+/// for background commands) forks its whole process for every job, since
+/// only a `pre_exec` hook could reset the signal (`copy_page_range` in the
+/// drain profile, issue #7). SIGHUP and SIGPIPE are left alone (see
+/// [`IGNORED_OK`]), and SIGCHLD. Needs tokio's signal driver; without it
+/// nothing changes. Called once when a run starts.
+pub(crate) fn catch_inherited_ignores() {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return };
+    let Some(ignored) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+    else {
+        return;
+    };
+    for signo in 1..=31 {
+        let bit = 1u64 << (signo - 1);
+        if ignored & bit == 0 || (IGNORED_OK | SIGCHLD_BIT) & bit != 0 {
+            continue;
+        }
+        // tokio keeps the handler for the life of the process; with the
+        // stream dropped, a delivery is caught and goes nowhere: ignored.
+        // It refuses the signals no handler may take (none of which can
+        // be ignored in a way that matters here).
+        let _ = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(signo));
+    }
+}
+
 /// How far the close-on-exec fallback goes on kernels without
 /// `close_range`.
 const FALLBACK_FD_LIMIT: libc::c_int = 4096;

@@ -229,13 +229,17 @@ impl Runner {
     ///
     /// Descriptors this process inherited without close-on-exec become
     /// close-on-exec: no job may inherit them, and sealing them once here
-    /// spares every job's spawn a fork of the whole runner.
+    /// spares every job's spawn a fork of the whole runner. Signals it
+    /// inherited as ignored (but SIGHUP, SIGPIPE and SIGCHLD) are caught
+    /// and dropped from then on, for the same reason: still ignored by the
+    /// runner, not inherited by its jobs.
     pub async fn run(
         self,
         reporter: impl Reporter + 'static,
         shutdown: ShutdownSignal,
     ) -> Result<RunSummary, RunnerError> {
         crate::process::seal_inherited_fds();
+        crate::process::catch_inherited_ignores();
         let started_at = self.config.clock.now();
         let mut run = Run {
             store: self.store,
