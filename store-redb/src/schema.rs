@@ -412,11 +412,20 @@ impl HeaderSnapshot {
         Some(HeaderSnapshot { bytes, len })
     }
 
-    /// Writes the header back if it changed and the file kept its length.
-    /// Best effort: the open is refused either way.
+    /// Writes the header back if it changed and the file kept its length,
+    /// and only if both commit slots are as they were: a recovery rewrites
+    /// the first 64 bytes (flags, layout) and leaves the slots' contents
+    /// alone, while any commit by another process since the snapshot
+    /// changed a slot, and putting back the old header would drop that
+    /// commit. Best effort: the open is refused either way.
     fn put_back(&self, path: &Path) {
+        /// Where redb's two commit slots are (64 bytes in, 128 each).
+        const SLOTS: std::ops::Range<usize> = 64..320;
         let Some(now) = HeaderSnapshot::take(path) else { return };
         if now.len != self.len || now.bytes == self.bytes {
+            return;
+        }
+        if now.bytes.get(SLOTS) != self.bytes.get(SLOTS) {
             return;
         }
         if let Ok(file) = OpenOptions::new().write(true).open(path) {
@@ -750,6 +759,29 @@ mod tests {
         assert!(!sniff(SQLITE_MAGIC));
         assert!(!sniff(b"redb"));
         assert!(!sniff(b""));
+    }
+
+    #[test]
+    fn a_header_is_put_back_only_when_no_commit_came_in_between() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.redb");
+        let original: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &original).unwrap();
+        let snapshot = HeaderSnapshot::take(&path).unwrap();
+
+        // What a recovery writes: flags and layout, before the slots.
+        let mut recovered = original.clone();
+        recovered[28] ^= 0xff;
+        std::fs::write(&path, &recovered).unwrap();
+        snapshot.put_back(&path);
+        assert_eq!(std::fs::read(&path).unwrap(), original);
+
+        // Another process's commit changed a slot: left as it is.
+        let mut committed = recovered.clone();
+        committed[200] ^= 0xff;
+        std::fs::write(&path, &committed).unwrap();
+        snapshot.put_back(&path);
+        assert_eq!(std::fs::read(&path).unwrap(), committed);
     }
 
     #[test]
