@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use slothqueue_core::{
-    ClaimFilter, Clock, ClockOnly, Completion, NewJob, Owner, Store, SystemClock, Timestamp,
+    ClaimRequest, Clock, ClockOnly, Completion, NewJob, Owner, Store, SystemClock, Timestamp,
 };
 use slothqueue_runner::{LoadGate, Mode, Runner, RunnerConfig, ShutdownSignal, log_dir_for};
 
@@ -56,7 +56,7 @@ async fn cycle(store: &dyn Store, owner: &Owner, cwd: &Path) -> Result<()> {
 /// Claims the best due job and completes it.
 async fn claim_complete(store: &dyn Store, owner: &Owner) -> Result<()> {
     let Some(claimed) =
-        store.claim(owner, &ClaimFilter::default(), now(), Arc::new(ClockOnly)).await?
+        store.claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)), now()).await?
     else {
         bail!("a claim found nothing due");
     };

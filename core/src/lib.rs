@@ -20,12 +20,12 @@ pub use job::{
 };
 pub use liveness::{ClockOnly, Liveness, LivenessJudge};
 pub use machine::{
-    ClaimOutcome, Completion, Failure, HeartbeatAck, PushPlan, ReclaimReason, Settlement,
-    Transition, TransitionError,
+    ClaimFilter, ClaimOutcome, ClaimPlan, ClaimRequest, Claimed, Completion, Failure, HeartbeatAck,
+    PlannedWrite, PushPlan, Reclaim, ReclaimReason, Settlement, Transition, TransitionError,
 };
 pub use policy::Policy;
 pub use store::{
-    ClaimFilter, Claimed, ListFilter, ListOrder, PurgeFilter, Pushed, RunnerActivity, RunnerRecord,
-    SettledAndClaimed, Stats, Store, StoreError,
+    ListFilter, ListOrder, PurgeFilter, Pushed, RunnerActivity, RunnerRecord, SettledAndClaimed,
+    Stats, Store, StoreError,
 };
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};

@@ -7,12 +7,13 @@
 //! condition, append the events. Nothing here reads a clock or touches I/O,
 //! so the same functions serve as the reference model in tests.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
 use crate::job::{Event, EventKind, Fence, Job, JobId, JobState, Lease, NewJob, Owner, SHELL_KIND};
-use crate::liveness::Liveness;
+use crate::liveness::{Liveness, LivenessJudge};
 use crate::policy::Policy;
 use crate::time::Timestamp;
 
@@ -146,27 +147,32 @@ pub enum PushPlan {
     Insert {
         /// The old key holder after the change.
         displaced: Option<Box<Transition>>,
+        /// The pending job this push supersedes (the old holder, when it
+        /// was still pending): what [`crate::Pushed::superseded`] reports.
+        superseded: Option<JobId>,
     },
 }
 
 /// Decides a push against the current holder of its key (the newer wins).
 pub fn plan_push(new: &NewJob, holder: Option<&Job>, new_id: JobId, now: Timestamp) -> PushPlan {
-    let Some(old) = holder else { return PushPlan::Insert { displaced: None } };
+    let Some(old) = holder else { return PushPlan::Insert { displaced: None, superseded: None } };
     if old.payload_hash == payload_hash(&new.payload) && old.kind == new.kind {
         return PushPlan::Duplicate(old.id);
     }
     let mut job = old.clone();
     job.idempotency_key = None;
     let mut events = Vec::new();
+    let mut superseded = None;
     if job.state == JobState::Pending {
         job.state = JobState::Cancelled;
         job.finished_at = Some(now);
+        superseded = Some(job.id);
         events.push(
             Event::new(job.id, EventKind::Superseded, now)
                 .saying(format!("superseded by #{new_id}")),
         );
     }
-    PushPlan::Insert { displaced: Some(Box::new(Transition { job, events })) }
+    PushPlan::Insert { displaced: Some(Box::new(Transition { job, events })), superseded }
 }
 
 /// Why a running job may be taken from its owner.
@@ -213,6 +219,8 @@ pub enum ClaimOutcome {
 /// Claims `job` for `owner`: a due pending job, or a running job whose
 /// owner is gone or whose lease expired (`owner_liveness` is the judge's
 /// answer about the current lease holder; ignored for pending jobs).
+/// Stores do not call this directly: [`plan_claim`] decides which job a
+/// claim takes and calls it.
 pub fn claim(
     job: &Job,
     owner: &Owner,
@@ -248,14 +256,209 @@ pub fn claim(
     Ok(ClaimOutcome::Claimed(Transition { job: next, events }))
 }
 
-/// The sweep form of reclaim: a running job whose owner is certainly gone
-/// goes back to pending (or ends, if it has no attempts left or a cancel
-/// was requested). Returns `None` when the job must be left alone.
-pub fn reclaim_dead(job: &Job, now: Timestamp, owner_liveness: Liveness) -> Option<Transition> {
-    if owner_liveness != Liveness::Gone {
-        return None;
+/// Which jobs a claim may take.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimFilter {
+    /// Only these queues; empty means every queue.
+    pub queues: Vec<String>,
+    /// Only these kinds; `None` means every kind, and `Some(vec![])`
+    /// admits nothing (a runner with no executors claims nothing).
+    pub kinds: Option<Vec<String>>,
+}
+
+impl ClaimFilter {
+    /// Whether `job` passes the filter.
+    pub fn admits(&self, job: &Job) -> bool {
+        (self.queues.is_empty() || self.queues.contains(&job.queue))
+            && self.kinds.as_ref().is_none_or(|ks| ks.contains(&job.kind))
     }
-    let reason = reclaimable(job, now, owner_liveness)?;
+}
+
+/// Which running jobs a claim may take from their owners.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reclaim {
+    /// Only jobs whose lease expired while the judge could not tell
+    /// ([`Liveness::Unknown`]). A job whose owner the judge says is gone is
+    /// left alone: its dead attempt may still have processes running, and
+    /// only a caller that killed them first may take it back, with
+    /// [`crate::Store::reclaim_dead`]. What a runner asks for.
+    ExpiredOnly,
+    /// Also the jobs of owners the judge says are gone, at once. For a
+    /// caller with nothing left to kill (tests, models, remote owners).
+    #[default]
+    DeadOrExpired,
+}
+
+/// What a claim asks for: who claims, which jobs it may take, who judges
+/// the owners of running jobs, and whether a dead owner's job may be taken.
+#[derive(Clone)]
+pub struct ClaimRequest {
+    /// The claimer; the lease is written in its name.
+    pub owner: Owner,
+    /// The queues and kinds it can run.
+    pub filter: ClaimFilter,
+    /// Judges the owner of each running job's lease. Called inside the
+    /// claim's transaction, so its verdict is about the very lease acted
+    /// on; that is why it comes as an `Arc` (a backend may move it onto
+    /// its blocking pool).
+    pub judge: Arc<dyn LivenessJudge>,
+    /// Whether dead owners' jobs may be taken, or only expired leases.
+    pub reclaim: Reclaim,
+}
+
+impl ClaimRequest {
+    /// A request by `owner` for any job, judged by `judge`, taking dead
+    /// owners' jobs too ([`Reclaim::DeadOrExpired`]).
+    pub fn new(owner: Owner, judge: Arc<dyn LivenessJudge>) -> Self {
+        ClaimRequest { owner, filter: ClaimFilter::default(), judge, reclaim: Reclaim::default() }
+    }
+
+    /// Only jobs `filter` admits.
+    #[must_use]
+    pub fn filter(mut self, filter: ClaimFilter) -> Self {
+        self.filter = filter;
+        self
+    }
+
+    /// Takes running jobs as `reclaim` allows.
+    #[must_use]
+    pub fn reclaim(mut self, reclaim: Reclaim) -> Self {
+        self.reclaim = reclaim;
+        self
+    }
+
+    /// The judge's verdict on a running job's owner, as this request lets
+    /// the claim act on it: a gone owner counts as alive (not ours to
+    /// take) under [`Reclaim::ExpiredOnly`].
+    fn verdict(&self, lease: &Lease) -> Liveness {
+        match (self.judge.judge(lease), self.reclaim) {
+            (Liveness::Gone, Reclaim::ExpiredOnly) => Liveness::Alive,
+            (verdict, _) => verdict,
+        }
+    }
+}
+
+impl std::fmt::Debug for ClaimRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaimRequest")
+            .field("owner", &self.owner)
+            .field("filter", &self.filter)
+            .field("reclaim", &self.reclaim)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One write a plan asks for: the job as read, and its transition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedWrite {
+    /// The job as the store read it (stores key their index updates on it).
+    pub before: Job,
+    /// What to write instead.
+    pub after: Transition,
+}
+
+/// What one claim writes, decided by [`plan_claim`]: the abandoned jobs it
+/// ends on the way, then the job it takes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimPlan {
+    /// Abandoned running jobs that must not run again (out of attempts, or
+    /// cancelled while their owner was away), ended now; written first.
+    pub retire: Vec<PlannedWrite>,
+    /// The job the claimer takes, if any.
+    pub take: Option<PlannedWrite>,
+}
+
+/// A successful claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claimed {
+    /// The job, now running under the claimer's lease.
+    pub job: Job,
+    /// The proof of ownership for every later write.
+    pub fence: Fence,
+    /// Set when the job was taken back from a previous owner.
+    pub reclaimed_from: Option<Owner>,
+}
+
+impl ClaimPlan {
+    /// What the claimer gets once the plan is written.
+    pub fn claimed(&self) -> Option<Claimed> {
+        let take = self.take.as_ref()?;
+        let fence = take.after.job.lease.as_ref()?.fence();
+        Some(Claimed {
+            job: take.after.job.clone(),
+            fence,
+            reclaimed_from: take.before.lease.as_ref().map(|l| l.owner.clone()),
+        })
+    }
+}
+
+/// **The claim rule.** Which job a claim takes, and which abandoned jobs it
+/// ends on the way, from the candidates a store read inside the claim's
+/// transaction:
+///
+/// - `running`: every running job (the plan applies the filter itself and
+///   asks the request's judge about each lease);
+/// - `best_due`: the first due pending job the filter admits, in claim
+///   order (highest priority, earliest `not_before`, lowest id), or `None`.
+///
+/// Every admitted running job that may be taken from its owner (see
+/// [`Reclaim`] and [`reclaimable`]) but must not run again is retired,
+/// whether or not it would have won. Of the others and `best_due`, the
+/// first in claim order is taken. A `best_due` that is not a due pending
+/// job the filter admits means the store's index is out of step with its
+/// rows: `InvalidTransition`, and the store reports damage.
+pub fn plan_claim(
+    request: &ClaimRequest,
+    running: impl IntoIterator<Item = Job>,
+    best_due: Option<Job>,
+    now: Timestamp,
+    policy: &Policy,
+) -> Result<ClaimPlan, TransitionError> {
+    let mut plan = ClaimPlan::default();
+    for job in running {
+        if job.state != JobState::Running || !request.filter.admits(&job) {
+            continue;
+        }
+        let Some(lease) = &job.lease else { continue };
+        let verdict = request.verdict(lease);
+        let Ok(outcome) = claim(&job, &request.owner, now, policy, verdict) else {
+            continue; // alive, or unknown and not expired: not ours to take
+        };
+        match outcome {
+            ClaimOutcome::Retired(after) => plan.retire.push(PlannedWrite { before: job, after }),
+            ClaimOutcome::Claimed(after) => {
+                if plan.take.as_ref().is_none_or(|b| job.claim_order() < b.before.claim_order()) {
+                    plan.take = Some(PlannedWrite { before: job, after });
+                }
+            }
+        }
+    }
+    if let Some(job) = best_due {
+        if plan.take.as_ref().is_none_or(|b| job.claim_order() < b.before.claim_order()) {
+            if !request.filter.admits(&job) {
+                return Err(invalid(&job, "claim"));
+            }
+            match claim(&job, &request.owner, now, policy, Liveness::Unknown)? {
+                ClaimOutcome::Claimed(after) => {
+                    plan.take = Some(PlannedWrite { before: job, after })
+                }
+                // A pending job is never retired: claim() retires only
+                // running ones.
+                ClaimOutcome::Retired(_) => return Err(invalid(&job, "claim")),
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// The sweep's reclaim of one attempt whose owner the caller found dead
+/// (and whose leftover processes it dealt with): the job goes back to
+/// pending, or ends if it has no attempts left or a cancel was requested.
+/// `None` when the job is no longer running under exactly that attempt:
+/// it moved on, and must be left alone.
+pub fn reclaim_dead(job: &Job, attempt: &Fence, now: Timestamp) -> Option<Transition> {
+    check_owner(job, attempt).ok()?;
+    let reason = ReclaimReason::OwnerDead;
     if let Some(ended) = retire_abandoned(job, now, reason) {
         return Some(ended);
     }
@@ -777,7 +980,8 @@ mod tests {
             PushPlan::Duplicate(1)
         );
         match plan_push(&NewJob::shell("b", "/").key("k"), Some(&old), 2, T0) {
-            PushPlan::Insert { displaced: Some(t) } => {
+            PushPlan::Insert { displaced: Some(t), superseded } => {
+                assert_eq!(superseded, Some(1));
                 assert_eq!(t.job.state, JobState::Cancelled);
                 assert_eq!(t.job.idempotency_key, None);
                 assert_eq!(kinds(&t), vec![EventKind::Superseded]);
@@ -786,7 +990,8 @@ mod tests {
         }
         let running = claimed(&old, "a", T0);
         match plan_push(&NewJob::shell("b", "/").key("k"), Some(&running), 2, T0) {
-            PushPlan::Insert { displaced: Some(t) } => {
+            PushPlan::Insert { displaced: Some(t), superseded } => {
+                assert_eq!(superseded, None, "a running holder is not superseded");
                 assert_eq!(
                     t.job.state,
                     JobState::Running,
@@ -798,19 +1003,96 @@ mod tests {
         }
         assert_eq!(
             plan_push(&NewJob::shell("b", "/"), None, 2, T0),
-            PushPlan::Insert { displaced: None }
+            PushPlan::Insert { displaced: None, superseded: None }
         );
     }
 
     #[test]
-    fn reclaim_dead_only_for_gone_owners() {
+    fn reclaim_dead_takes_only_the_named_attempt() {
         let job = claimed(&pushed(1), "a", T0);
-        assert!(reclaim_dead(&job, T0, Liveness::Alive).is_none());
-        assert!(reclaim_dead(&job, T0.saturating_add(secs(999)), Liveness::Unknown).is_none());
-        let t = reclaim_dead(&job, T0, Liveness::Gone).expect("gone owner is reclaimed");
+        let stale = Fence { owner: "a".into(), attempt: 0 };
+        assert!(reclaim_dead(&job, &stale, T0).is_none(), "another attempt is left alone");
+        let t = reclaim_dead(&job, &fence(&job), T0).expect("the named attempt is reclaimed");
         assert_eq!(t.job.state, JobState::Pending);
         assert_eq!(t.job.attempts, 1, "the next claim counts the new attempt");
         assert_eq!(t.events[0].message.as_deref(), Some("owner dead"));
+        assert!(reclaim_dead(&t.job, &fence(&job), T0).is_none(), "a pending job is left alone");
+    }
+
+    struct Verdicts(Vec<(&'static str, Liveness)>);
+
+    impl LivenessJudge for Verdicts {
+        fn judge(&self, lease: &Lease) -> Liveness {
+            self.0.iter().find(|(o, _)| *o == lease.owner.id).map_or(Liveness::Unknown, |v| v.1)
+        }
+    }
+
+    fn request(verdicts: Vec<(&'static str, Liveness)>, reclaim: Reclaim) -> ClaimRequest {
+        ClaimRequest::new(Owner::named("me"), Arc::new(Verdicts(verdicts))).reclaim(reclaim)
+    }
+
+    fn ids(plan: &ClaimPlan) -> (Vec<JobId>, Option<JobId>) {
+        (plan.retire.iter().map(|w| w.before.id).collect(), plan.take.as_ref().map(|w| w.before.id))
+    }
+
+    #[test]
+    fn plan_claim_retires_every_abandoned_job_even_behind_the_winner() {
+        let p = Policy::default();
+        let late = T0.saturating_add(secs(3600));
+        let mut exhausted = pushed(1);
+        exhausted.max_attempts = 1;
+        exhausted.priority = -5;
+        let exhausted = claimed(&exhausted, "dead", T0);
+        let mut best = pushed(2);
+        best.priority = 9;
+        let r = request(vec![], Reclaim::ExpiredOnly);
+        let plan = plan_claim(&r, [exhausted], Some(best), late, &p).expect("plan");
+        assert_eq!(ids(&plan), (vec![1], Some(2)));
+        assert_eq!(plan.retire[0].after.job.state, JobState::Failed);
+        let claimed = plan.claimed().expect("a claim");
+        assert_eq!((claimed.job.id, claimed.reclaimed_from), (2, None));
+    }
+
+    #[test]
+    fn plan_claim_leaves_dead_owners_to_the_sweep_unless_asked() {
+        let p = Policy::default();
+        let running = claimed(&pushed(1), "dead", T0);
+        let soon = T0.saturating_add(secs(1));
+        let only_expired = request(vec![("dead", Liveness::Gone)], Reclaim::ExpiredOnly);
+        let plan = plan_claim(&only_expired, [running.clone()], None, soon, &p).expect("plan");
+        assert_eq!(ids(&plan), (vec![], None));
+        let dead_too = request(vec![("dead", Liveness::Gone)], Reclaim::DeadOrExpired);
+        let plan = plan_claim(&dead_too, [running.clone()], None, soon, &p).expect("plan");
+        assert_eq!(ids(&plan), (vec![], Some(1)));
+        let from = plan.claimed().and_then(|c| c.reclaimed_from).map(|o| o.id);
+        assert_eq!(from.as_deref(), Some("dead"));
+        let alive = request(vec![("dead", Liveness::Alive)], Reclaim::DeadOrExpired);
+        let hour = T0.saturating_add(secs(3600));
+        assert_eq!(
+            ids(&plan_claim(&alive, [running], None, hour, &p).expect("plan")),
+            (vec![], None)
+        );
+    }
+
+    #[test]
+    fn plan_claim_takes_the_first_in_claim_order_and_refuses_a_bad_candidate() {
+        let p = Policy::default();
+        let hour = T0.saturating_add(secs(3600));
+        let mut expired = pushed(1);
+        expired.priority = 3;
+        let expired = claimed(&expired, "slow", T0);
+        let mut due = pushed(2);
+        due.priority = 1;
+        let r = request(vec![], Reclaim::ExpiredOnly);
+        let plan = plan_claim(&r, [expired.clone()], Some(due.clone()), hour, &p).expect("plan");
+        assert_eq!(ids(&plan), (vec![], Some(1)), "the expired job has the higher priority");
+        due.priority = 5;
+        let plan = plan_claim(&r, [expired], Some(due.clone()), hour, &p).expect("plan");
+        assert_eq!(ids(&plan), (vec![], Some(2)));
+        let early = Job { not_before: hour.saturating_add(secs(1)), ..due.clone() };
+        assert!(plan_claim(&r, [], Some(early), hour, &p).is_err(), "not due: damage");
+        let other = r.clone().filter(ClaimFilter { queues: vec!["other".into()], kinds: None });
+        assert!(plan_claim(&other, [], Some(due), hour, &p).is_err(), "not admitted: damage");
     }
 
     #[test]

@@ -8,15 +8,15 @@
 //! contracts; a backend is correct when it passes all of it.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::job::{Event, Fence, Job, JobId, JobState, NewJob, Owner};
-use crate::liveness::LivenessJudge;
-use crate::machine::{Completion, Failure, HeartbeatAck, Settlement, TransitionError};
+use crate::machine::{
+    ClaimRequest, Claimed, Completion, Failure, HeartbeatAck, Settlement, TransitionError,
+};
 use crate::time::Timestamp;
 
 /// The result of a push.
@@ -29,35 +29,6 @@ pub struct Pushed {
     pub created: bool,
     /// The pending job this push superseded, if any.
     pub superseded: Option<JobId>,
-}
-
-/// Which jobs a claim may take.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ClaimFilter {
-    /// Only these queues; empty means every queue.
-    pub queues: Vec<String>,
-    /// Only these kinds; `None` means every kind, and `Some(vec![])`
-    /// admits nothing (a runner with no executors claims nothing).
-    pub kinds: Option<Vec<String>>,
-}
-
-impl ClaimFilter {
-    /// Whether `job` passes the filter.
-    pub fn admits(&self, job: &Job) -> bool {
-        (self.queues.is_empty() || self.queues.contains(&job.queue))
-            && self.kinds.as_ref().is_none_or(|ks| ks.contains(&job.kind))
-    }
-}
-
-/// A successful claim.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Claimed {
-    /// The job, now running under the claimer's lease.
-    pub job: Job,
-    /// The proof of ownership for every later write.
-    pub fence: Fence,
-    /// Set when the job was taken back from a previous owner.
-    pub reclaimed_from: Option<Owner>,
 }
 
 /// What [`Store::settle_and_claim`] did.
@@ -266,10 +237,10 @@ impl From<TransitionError> for StoreError {
 /// A durable job queue. Object-safe: the runner and the CLI hold an
 /// `Arc<dyn Store>` and never learn which backend they got.
 ///
-/// Time (`now`) and the judge of owner liveness are arguments, never read
-/// inside, so every contract can be tested with a manual clock. The judge
-/// comes as an `Arc` so a backend can take it onto its blocking pool and
-/// judge the leases inside the very transaction that acts on the verdicts.
+/// Time (`now`) and the judge of owner liveness (inside a
+/// [`ClaimRequest`]) are arguments, never read inside, so every contract
+/// can be tested with a manual clock. What a claim takes is decided by
+/// [`crate::machine::plan_claim`], never by the backend.
 #[async_trait]
 pub trait Store: Send + Sync {
     /// Adds a job (see [`crate::machine::plan_push`] for the idempotency
@@ -281,18 +252,17 @@ pub trait Store: Send + Sync {
     async fn push_many(&self, jobs: Vec<NewJob>, now: Timestamp)
     -> Result<Vec<Pushed>, StoreError>;
 
-    /// Hands the best available job to `owner`: a due pending job, or a
-    /// running job whose owner `judge` says is gone, or whose lease expired
-    /// while the judge could not tell. Order: highest priority, earliest
-    /// `not_before`, lowest id. Jobs found abandoned with no attempts left
-    /// (or with a cancel requested) are ended on the way. Among racing
-    /// claimers each job goes to exactly one. `None` when nothing is due.
+    /// Hands the best available job to `request.owner`, as
+    /// [`crate::machine::plan_claim`] decides from the running jobs and the
+    /// best due pending job the filter admits: order highest priority,
+    /// earliest `not_before`, lowest id; abandoned jobs with no attempts
+    /// left (or a cancel requested) are ended on the way. The judge is
+    /// asked inside the transaction. Among racing claimers each job goes to
+    /// exactly one. `None` when nothing is due.
     async fn claim(
         &self,
-        owner: &Owner,
-        filter: &ClaimFilter,
+        request: &ClaimRequest,
         now: Timestamp,
-        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Option<Claimed>, StoreError>;
 
     /// Extends the lease held under `fence` (also after expiry, if nobody
@@ -327,8 +297,8 @@ pub trait Store: Send + Sync {
     ) -> Result<Job, StoreError>;
 
     /// Settles the attempt held under `fence` (as `complete` or `fail`
-    /// would) and claims the next job for `owner` (as `claim` would right
-    /// after) in one transaction: a runner going from one job to the next
+    /// would) and claims the next job for `next.owner` (as `claim` would
+    /// right after) in one transaction: a runner going from one job to the next
     /// pays one durable commit instead of two. If the settle is refused
     /// (`LeaseLost`, `NotFound`, ...) nothing is written and nothing is
     /// claimed. The trail gains exactly the events the two calls would
@@ -338,25 +308,19 @@ pub trait Store: Send + Sync {
     /// atomic: a crash between them leaves the job settled and nothing
     /// claimed, which the two calls allow anyway. It serves wrappers and
     /// models; a backend overrides it with one transaction.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "the arguments of `complete`/`fail` and of `claim`, as those take them"
-    )]
     async fn settle_and_claim(
         &self,
         id: JobId,
         fence: &Fence,
         settlement: Settlement,
-        owner: &Owner,
-        filter: &ClaimFilter,
+        next: &ClaimRequest,
         now: Timestamp,
-        judge: Arc<dyn LivenessJudge>,
     ) -> Result<SettledAndClaimed, StoreError> {
         let settled = match settlement {
             Settlement::Complete(done) => self.complete(id, fence, done, now).await?,
             Settlement::Fail(failure) => self.fail(id, fence, failure, now).await?,
         };
-        let next = self.claim(owner, filter, now, judge).await?;
+        let next = self.claim(next, now).await?;
         Ok(SettledAndClaimed { settled, next })
     }
 
@@ -387,14 +351,16 @@ pub trait Store: Send + Sync {
     /// a sleeping runner should look again.
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError>;
 
-    /// Sends every running job whose owner `judge` says is gone back to
-    /// pending with a `reclaimed` event (or ends it, as `claim` would).
-    /// Returns the jobs as they were before, leases included, so the caller
-    /// can kill an orphaned process group.
+    /// Takes back exactly these attempts, found dead by the caller (which
+    /// dealt with what was left of their processes first): each job still
+    /// running under that fence goes back to pending with a `reclaimed`
+    /// event, or ends as [`crate::machine::reclaim_dead`] decides. Jobs
+    /// that moved on, or are gone, are skipped. Returns the jobs as they
+    /// were before, leases included.
     async fn reclaim_dead(
         &self,
+        attempts: &[(JobId, Fence)],
         now: Timestamp,
-        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Vec<Job>, StoreError>;
 
     /// Deletes terminal jobs (and pending ones if asked), with their

@@ -6,13 +6,25 @@
 #![allow(clippy::expect_used, reason = "a broken expectation in a test is a failure")]
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use slothqueue_core::machine::{self, ClaimOutcome};
+use slothqueue_core::machine::{self, ClaimRequest};
 use slothqueue_core::{
-    Completion, Event, Failure, Fence, Job, JobState, Liveness, NewJob, Owner, Policy, Timestamp,
+    Completion, Event, Failure, Fence, Job, JobState, Lease, Liveness, LivenessJudge, NewJob,
+    Owner, Policy, Timestamp,
 };
+
+/// The model's judge: the owners it declared dead are gone, the rest
+/// cannot be checked (their leases decide).
+struct DeadSet(BTreeSet<String>);
+
+impl LivenessJudge for DeadSet {
+    fn judge(&self, lease: &Lease) -> Liveness {
+        if self.0.contains(&lease.owner.id) { Liveness::Gone } else { Liveness::Unknown }
+    }
+}
 
 const OWNERS: usize = 3;
 const T0: i64 = 1_700_000_000_000;
@@ -231,8 +243,12 @@ impl World {
             }
             Op::ReclaimDead => {
                 for i in 0..self.jobs.len() {
-                    let live = self.liveness(&self.jobs[i].0);
-                    let r = machine::reclaim_dead(&self.jobs[i].0, now, live);
+                    // The sweep names each attempt it found dead.
+                    let attempt = match &self.jobs[i].0.lease {
+                        Some(l) if self.liveness(&self.jobs[i].0) == Liveness::Gone => l.fence(),
+                        _ => Fence { owner: "nobody".into(), attempt: 0 },
+                    };
+                    let r = machine::reclaim_dead(&self.jobs[i].0, &attempt, now);
                     let m = &mut self.models[i];
                     let gone = m.state == JobState::Running
                         && m.holder.as_ref().is_some_and(|(o, _, _)| self.dead.contains(o));
@@ -258,60 +274,77 @@ impl World {
         }
     }
 
-    /// Claim as a store would: the best candidate by the design's order.
+    /// Claim as a store does: the running jobs and the best due pending job
+    /// go to `plan_claim`, and its plan is checked against the model's own
+    /// reading of the design before it is written.
     fn claim(&mut self, owner: usize) {
         let now = self.now();
-        loop {
-            let candidates: Vec<usize> = (0..self.jobs.len())
-                .filter(|&i| {
-                    let j = &self.jobs[i].0;
-                    j.is_due(now) || machine::reclaimable(j, now, self.liveness(j)).is_some()
-                })
-                .collect();
-            // Model's view of what is claimable, computed independently.
-            let model_candidates: Vec<usize> = (0..self.models.len())
-                .filter(|&i| {
-                    let m = &self.models[i];
-                    (m.state == JobState::Pending && m.not_before <= self.now)
-                        || (m.state == JobState::Running
-                            && m.holder.as_ref().is_some_and(|(o, _, until)| {
-                                self.dead.contains(o) || *until < self.now
-                            }))
-                })
-                .collect();
-            assert_eq!(candidates, model_candidates, "claimable sets agree");
-            let Some(&best) = candidates.iter().min_by_key(|&&i| self.jobs[i].0.claim_order())
-            else {
-                return;
-            };
-            let live = self.liveness(&self.jobs[best].0);
-            let me = self.owners[owner].clone();
-            let outcome = machine::claim(&self.jobs[best].0, &me, now, &self.policy, live)
-                .expect("candidate claims");
-            let m = &mut self.models[best];
-            match outcome {
-                ClaimOutcome::Claimed(t) => {
-                    assert!(
-                        !(m.state == JobState::Running
-                            && (m.cancel_requested || m.attempts >= m.max_attempts))
-                    );
-                    m.state = JobState::Running;
-                    m.attempts += 1;
-                    m.holder = Some((me.id.clone(), m.attempts, self.now + 60_000));
-                    self.commit(best, t);
-                    return;
-                }
-                ClaimOutcome::Retired(t) => {
-                    m.state =
-                        if m.cancel_requested { JobState::Cancelled } else { JobState::Failed };
-                    assert!(
-                        m.cancel_requested || m.attempts >= m.max_attempts,
-                        "only an exhausted or cancelled job retires"
-                    );
-                    m.holder = None;
-                    self.commit(best, t);
-                }
-            }
+        let running: Vec<Job> = self
+            .jobs
+            .iter()
+            .map(|(j, _)| j.clone())
+            .filter(|j| j.state == JobState::Running)
+            .collect();
+        let best_due = self
+            .jobs
+            .iter()
+            .map(|(j, _)| j)
+            .filter(|j| j.is_due(now))
+            .min_by_key(|j| j.claim_order())
+            .cloned();
+        let me = self.owners[owner].clone();
+        let request = ClaimRequest::new(me.clone(), Arc::new(DeadSet(self.dead.clone())));
+        let plan = machine::plan_claim(&request, running, best_due, now, &self.policy)
+            .expect("a plan from consistent candidates");
+        // The model: every abandoned job (owner dead, or lease expired) that
+        // is cancelled or out of attempts retires; of the rest and the due
+        // pending jobs, the first by priority, not_before, id is taken.
+        let abandoned = |m: &Model| {
+            m.state == JobState::Running
+                && m.holder
+                    .as_ref()
+                    .is_some_and(|(o, _, until)| self.dead.contains(o) || *until < self.now)
+        };
+        let retiring: Vec<usize> = (0..self.models.len())
+            .filter(|&i| {
+                let m = &self.models[i];
+                abandoned(m) && (m.cancel_requested || m.attempts >= m.max_attempts)
+            })
+            .collect();
+        let winner = (0..self.models.len())
+            .filter(|&i| {
+                let m = &self.models[i];
+                (m.state == JobState::Pending && m.not_before <= self.now)
+                    || (abandoned(m) && !retiring.contains(&i))
+            })
+            .min_by_key(|&i| {
+                let m = &self.models[i];
+                (std::cmp::Reverse(m.priority), m.not_before, m.id)
+            });
+        let ids: Vec<i64> = self.jobs.iter().map(|(j, _)| j.id).collect();
+        let index = |id: i64| ids.iter().position(|&j| j == id);
+        let planned_retire: Vec<usize> =
+            plan.retire.iter().filter_map(|w| index(w.before.id)).collect();
+        assert_eq!(planned_retire, retiring, "the plan retires exactly the abandoned, ended jobs");
+        assert_eq!(
+            plan.take.as_ref().and_then(|w| index(w.before.id)),
+            winner,
+            "the plan takes the model's winner"
+        );
+        for w in plan.retire {
+            let i = index(w.before.id).expect("retired job exists");
+            let m = &mut self.models[i];
+            m.state = if m.cancel_requested { JobState::Cancelled } else { JobState::Failed };
+            m.holder = None;
+            self.commit(i, w.after);
+        }
+        if let Some(w) = plan.take {
+            let i = index(w.before.id).expect("taken job exists");
+            let m = &mut self.models[i];
+            m.state = JobState::Running;
+            m.attempts += 1;
+            m.holder = Some((me.id.clone(), m.attempts, self.now + 60_000));
+            self.commit(i, w.after);
         }
     }
 

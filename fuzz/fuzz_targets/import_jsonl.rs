@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use slothqueue_core::{ClaimFilter, ClockOnly, Event, Job, ListFilter, NewJob, Owner};
+use slothqueue_core::{ClaimFilter, ClaimRequest, ClockOnly, Event, Job, ListFilter, NewJob, Owner};
 use slothqueue_fuzz::{Backend, T, open, rt, run, scratch};
 
 /// `parse_line` without the messages.
@@ -43,7 +43,7 @@ fn import(backend: Backend, lines: &[(Job, Vec<Event>)]) {
         }
         let later = T.saturating_add(std::time::Duration::from_secs(86_400));
         let owner = Owner::named("fuzz");
-        let _ = store.claim(&owner, &ClaimFilter::default(), later, Arc::new(ClockOnly)).await;
+        let _ = store.claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)), later).await;
         let _ = store.push(NewJob::shell("true", "/tmp"), T).await;
     });
 }
@@ -60,12 +60,12 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
         let owner = Owner::named("seed");
         let filter = ClaimFilter::default();
         let c = store
-            .claim(&owner, &filter, T, Arc::new(ClockOnly))
+            .claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)).filter(filter.clone()), T)
             .await
             .expect("claim")
             .expect("due");
         store.complete(c.job.id, &c.fence, Default::default(), T).await.expect("complete");
-        store.claim(&owner, &filter, T, Arc::new(ClockOnly)).await.expect("claim");
+        store.claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)).filter(filter.clone()), T).await.expect("claim");
         let mut text = String::new();
         for job in store.list(&ListFilter::default()).await.expect("list") {
             let mut v = serde_json::to_value(&job).expect("job json");

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use slothqueue_core::{
-    ClaimFilter, ClockOnly, ListFilter, NewJob, Owner, Store, StoreError, Timestamp,
+    ClaimFilter, ClaimRequest, ClockOnly, ListFilter, NewJob, Owner, Store, StoreError, Timestamp,
 };
 use slothqueue_store_redb::{RedbOptions, RedbStore};
 use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
@@ -130,7 +130,7 @@ pub fn open_from_bytes(backend: Backend, bytes: &[u8]) {
             let _ = store.push(NewJob::shell("true", "/tmp").key("fuzz"), T).await;
             let owner = Owner::named("fuzz");
             if let Ok(Some(c)) =
-                store.claim(&owner, &ClaimFilter::default(), T, Arc::new(ClockOnly)).await
+                store.claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)), T).await
             {
                 let _ = store.heartbeat(c.job.id, &c.fence, None, T).await;
                 let _ = store.complete(c.job.id, &c.fence, Default::default(), T).await;
@@ -167,10 +167,10 @@ pub fn golden(backend: Backend) -> Vec<u8> {
             }
             let owner = Owner::named("golden");
             let filter = ClaimFilter::default();
-            let c = store.claim(&owner, &filter, T, Arc::new(ClockOnly)).await.expect("claim");
+            let c = store.claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)).filter(filter.clone()), T).await.expect("claim");
             let c = c.expect("a due job");
             store.complete(c.job.id, &c.fence, Default::default(), T).await.expect("complete");
-            store.claim(&owner, &filter, T, Arc::new(ClockOnly)).await.expect("claim");
+            store.claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)).filter(filter.clone()), T).await.expect("claim");
         });
     }
     std::fs::read(&path).expect("reading the golden queue")

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use common::{Backend, Server, start};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use slothqueue_core::{ClaimFilter, Clock, ClockOnly, Completion, Owner, SystemClock};
+use slothqueue_core::{ClaimRequest, Clock, ClockOnly, Completion, Owner, SystemClock};
 
 on_both_backends!(
     enqueue_show_list_stats,
@@ -162,7 +162,7 @@ async fn cancel_pending_and_conflict_on_done(backend: Backend) {
     let now = SystemClock.now();
     let claimed = s
         .store
-        .claim(&Owner::named("test"), &ClaimFilter::default(), now, Arc::new(ClockOnly))
+        .claim(&ClaimRequest::new(Owner::named("test"), Arc::new(ClockOnly)), now)
         .await
         .unwrap()
         .unwrap();

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use slothqueue_core::{
-    ClaimFilter, Claimed, Clock, Completion, Failure, Fence, Job, JobId, JobState, Lease,
-    ListFilter, Liveness, LivenessJudge, Owner, RunnerActivity, RunnerRecord, SHELL_KIND,
+    ClaimFilter, ClaimRequest, Claimed, Clock, Completion, Failure, Fence, Job, JobId, JobState,
+    ListFilter, Liveness, LivenessJudge, Owner, Reclaim, RunnerActivity, RunnerRecord, SHELL_KIND,
     Settlement, Store, StoreError, SystemClock, Timestamp,
 };
 use tokio::sync::{Notify, mpsc, watch};
@@ -382,27 +382,27 @@ impl Run {
         }
     }
 
-    /// The jobs this runner claims: its queues, and the kinds it can run.
-    fn claim_filter(&self) -> ClaimFilter {
-        ClaimFilter {
-            queues: self.cfg.queues.clone(),
-            kinds: Some(self.executors.keys().cloned().collect()),
-        }
+    /// What this runner claims: jobs of its queues and of the kinds it can
+    /// run, and of a running job only an expired lease, never a dead
+    /// owner's job: a claim cannot first kill what is left of the dead
+    /// attempt, so that job is the sweep's ([`Run::sweep_dead`]), and a job
+    /// never runs twice at once, even when its owner dies between a sweep
+    /// and a claim.
+    fn claim_request(&self) -> ClaimRequest {
+        ClaimRequest::new(self.cfg.owner.clone(), self.cfg.judge.clone())
+            .filter(ClaimFilter {
+                queues: self.cfg.queues.clone(),
+                kinds: Some(self.executors.keys().cloned().collect()),
+            })
+            .reclaim(Reclaim::ExpiredOnly)
     }
 
     /// `Some(claim result)`, or `None` when a shutdown cut the retries short.
     async fn claim(&mut self) -> Result<Option<Option<Claimed>>, RunnerError> {
-        let filter = self.claim_filter();
+        let request = self.claim_request();
         let store = self.store.clone();
-        let judge: Arc<dyn LivenessJudge> = Arc::new(ClaimJudge(self.cfg.judge.clone()));
-        let owner = self.cfg.owner.clone();
         let clock = self.cfg.clock.clone();
-        self.retrying("claim a job", || {
-            let (store, judge, owner, filter) = (&store, judge.clone(), &owner, &filter);
-            let now = clock.now();
-            async move { store.claim(owner, filter, now, judge).await }
-        })
-        .await
+        self.retrying("claim a job", || store.claim(&request, clock.now())).await
     }
 
     /// Calls `op` until it succeeds, waiting out temporary errors (a busy
@@ -555,16 +555,12 @@ impl Run {
                 })
                 .await;
         }
-        let filter = self.claim_filter();
-        let judge: Arc<dyn LivenessJudge> = Arc::new(ClaimJudge(self.cfg.judge.clone()));
-        let owner = self.cfg.owner.clone();
+        let request = self.claim_request();
         self.retrying(what, || {
-            let (store, owner, filter) = (&store, &owner, &filter);
-            let (settlement, judge, now) = (settlement.clone(), judge.clone(), clock.now());
+            let (store, request) = (&store, &request);
+            let (settlement, now) = (settlement.clone(), clock.now());
             async move {
-                let r = store
-                    .settle_and_claim(id, fence, settlement, owner, filter, now, judge)
-                    .await?;
+                let r = store.settle_and_claim(id, fence, settlement, request, now).await?;
                 Ok((r.settled, r.next))
             }
         })
@@ -641,18 +637,14 @@ impl Run {
         let mut swept = Vec::new();
         for job in dead {
             self.kill_orphan(job, &mut killed).await;
-            swept.extend(job.lease.as_ref().map(|l| (l.owner.id.clone(), l.attempt)));
+            swept.extend(job.lease.as_ref().map(|l| (job.id, l.fence())));
         }
-        // Only the attempts whose orphans were just dealt with: an owner
+        // Exactly the attempts whose orphans were just dealt with: an owner
         // that died since the list waits for the next sweep, so its job is
         // never pending while its processes still run.
-        let judge: Arc<dyn LivenessJudge> =
-            Arc::new(SweptJudge { inner: self.cfg.judge.clone(), swept });
         let clock = self.cfg.clock.clone();
         let Some(reclaimed) = self
-            .retrying("reclaim jobs of dead runners", || {
-                store.reclaim_dead(clock.now(), judge.clone())
-            })
+            .retrying("reclaim jobs of dead runners", || store.reclaim_dead(&swept, clock.now()))
             .await?
         else {
             return Ok(0);
@@ -963,41 +955,6 @@ impl Run {
             ExecOutcome::Stopped { detail } => format!("stopped ({detail})"),
         };
         self.warn(format!("on-finish command for job #{} failed: {problem}", job.id));
-    }
-}
-
-/// The judge a claim uses: a dead owner's job is not the claim's to take,
-/// because a claim cannot first kill what is left of the dead attempt. The
-/// sweep takes it back after doing so ([`SweptJudge`]); so a job never runs
-/// twice at once, even when its owner dies between a sweep and a claim.
-struct ClaimJudge(Arc<dyn LivenessJudge>);
-
-impl LivenessJudge for ClaimJudge {
-    fn judge(&self, lease: &Lease) -> Liveness {
-        match self.0.judge(lease) {
-            Liveness::Gone => Liveness::Alive,
-            other => other,
-        }
-    }
-}
-
-/// The judge the sweep reclaims with: `Gone` only for the attempts (owner,
-/// attempt) whose orphans it has just dealt with.
-struct SweptJudge {
-    inner: Arc<dyn LivenessJudge>,
-    swept: Vec<(String, u32)>,
-}
-
-impl LivenessJudge for SweptJudge {
-    fn judge(&self, lease: &Lease) -> Liveness {
-        match self.inner.judge(lease) {
-            Liveness::Gone
-                if !self.swept.iter().any(|(o, a)| *o == lease.owner.id && *a == lease.attempt) =>
-            {
-                Liveness::Alive
-            }
-            other => other,
-        }
     }
 }
 

@@ -15,12 +15,11 @@ use async_trait::async_trait;
 use redb::{
     Durability, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction,
 };
-use slothqueue_core::machine::{self, ClaimOutcome, PushPlan};
+use slothqueue_core::machine::{self, PushPlan};
 use slothqueue_core::{
-    ClaimFilter, Claimed, Completion, Event, EventKind, Failure as JobFailure, Fence, HeartbeatAck,
-    Job, JobId, JobState, Lease, ListFilter, ListOrder, Liveness, LivenessJudge, NewJob, Owner,
-    Policy, PurgeFilter, Pushed, RunnerRecord, SettledAndClaimed, Settlement, Stats, Store,
-    StoreError, Timestamp,
+    ClaimFilter, ClaimRequest, Claimed, Completion, Event, Failure as JobFailure, Fence,
+    HeartbeatAck, Job, JobId, JobState, Lease, ListFilter, ListOrder, NewJob, Policy, PurgeFilter,
+    Pushed, RunnerRecord, SettledAndClaimed, Settlement, Stats, Store, StoreError, Timestamp,
 };
 
 use crate::error::{Failure, corrupt, panic_message};
@@ -743,74 +742,33 @@ fn out_of_step(index: &str, id: JobId) -> Failure {
     Failure::Damaged(format!("the {index} index names job #{id}, which is not there"))
 }
 
+/// One claim, as [`machine::plan_claim`] decides it from the running jobs
+/// and the best ready job, judged inside this transaction.
 fn claim_in(
     t: &mut Tx<'_>,
-    owner: &Owner,
-    filter: &ClaimFilter,
+    request: &ClaimRequest,
     now: Timestamp,
     policy: &Policy,
-    judge: &dyn LivenessJudge,
 ) -> Result<Option<Claimed>, Failure> {
     t.advance(now)?;
-    // Running jobs whose owner is gone, or whose lease ran out while the
-    // judge could not tell: end the ones that must not run again, keep the
-    // best of the others.
     let mut ids = Vec::new();
     for entry in t.running.iter()? {
         ids.push(entry?.0.value());
     }
-    let mut best_reclaim: Option<(Job, machine::Transition)> = None;
+    let mut running = Vec::with_capacity(ids.len());
     for id in ids {
-        let job = t.job(id)?.ok_or_else(|| out_of_step("running", id))?;
-        let Some(lease) = &job.lease else { continue };
-        if !filter.admits(&job) {
-            continue;
-        }
-        // Judged here, inside the transaction: the verdict is about the
-        // very lease acted on.
-        let liveness = judge.judge(lease);
-        match machine::claim(&job, owner, now, policy, liveness) {
-            Ok(ClaimOutcome::Retired(tr)) => t.apply(&job, &tr)?,
-            Ok(ClaimOutcome::Claimed(tr)) => {
-                if best_reclaim.as_ref().is_none_or(|(b, _)| job.claim_order() < b.claim_order()) {
-                    best_reclaim = Some((job, tr));
-                }
-            }
-            // Alive, or unknown and not expired: not ours to take.
-            Err(_) => {}
-        }
+        running.push(t.job(id)?.ok_or_else(|| out_of_step("running", id))?);
     }
-    let pending = match t.best_ready(filter, now)? {
-        Some(id) => {
-            let job = t.job(id)?.ok_or_else(|| out_of_step("ready", id))?;
-            if !job.is_due(now) {
-                return Err(Failure::Damaged(format!(
-                    "the ready index names job #{id}, which is not due pending"
-                )));
-            }
-            Some(job)
-        }
+    let best_due = match t.best_ready(&request.filter, now)? {
+        Some(id) => Some(t.job(id)?.ok_or_else(|| out_of_step("ready", id))?),
         None => None,
     };
-    let (old, tr) = match (best_reclaim, pending) {
-        (Some((r, tr)), Some(p)) if r.claim_order() < p.claim_order() => (r, tr),
-        (_, Some(p)) => match machine::claim(&p, owner, now, policy, Liveness::Unknown)? {
-            ClaimOutcome::Claimed(tr) => (p, tr),
-            ClaimOutcome::Retired(_) => {
-                return Err(Failure::Damaged(format!("pending job #{} cannot be claimed", p.id)));
-            }
-        },
-        (Some((r, tr)), None) => (r, tr),
-        (None, None) => return Ok(None),
-    };
-    t.apply(&old, &tr)?;
-    let fence = tr
-        .job
-        .lease
-        .as_ref()
-        .map(Lease::fence)
-        .ok_or_else(|| Failure::Damaged("a claim without a lease".to_owned()))?;
-    Ok(Some(Claimed { job: tr.job, fence, reclaimed_from: old.lease.map(|l| l.owner) }))
+    let plan = machine::plan_claim(request, running, best_due, now, policy)
+        .map_err(|e| Failure::Damaged(format!("the ready index is out of step: {e}")))?;
+    for w in plan.retire.iter().chain(&plan.take) {
+        t.apply(&w.before, &w.after)?;
+    }
+    Ok(plan.claimed())
 }
 
 fn push_in(
@@ -832,12 +790,8 @@ fn push_in(
         PushPlan::Duplicate(existing) => {
             Ok(Pushed { job: t.must(existing)?, created: false, superseded: None })
         }
-        PushPlan::Insert { displaced } => {
-            let mut superseded = None;
+        PushPlan::Insert { displaced, superseded } => {
             if let (Some(d), Some(old)) = (displaced, holder.as_ref()) {
-                if d.events.iter().any(|e| e.kind == EventKind::Superseded) {
-                    superseded = Some(old.id);
-                }
                 t.apply(old, &d)?;
             }
             let created = machine::create(id, new, now, policy);
@@ -1139,15 +1093,13 @@ impl Store for RedbStore {
 
     async fn claim(
         &self,
-        owner: &Owner,
-        filter: &ClaimFilter,
+        request: &ClaimRequest,
         now: Timestamp,
-        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Option<Claimed>, StoreError> {
-        let (owner, filter) = (owner.clone(), filter.clone());
+        let request = request.clone();
         self.blocking(move |i| {
             let policy = i.options.policy.clone();
-            i.write(|t| claim_in(t, &owner, &filter, now, &policy, &*judge))
+            i.write(|t| claim_in(t, &request, now, &policy))
         })
         .await
     }
@@ -1217,12 +1169,10 @@ impl Store for RedbStore {
         id: JobId,
         fence: &Fence,
         settlement: Settlement,
-        owner: &Owner,
-        filter: &ClaimFilter,
+        next: &ClaimRequest,
         now: Timestamp,
-        judge: Arc<dyn LivenessJudge>,
     ) -> Result<SettledAndClaimed, StoreError> {
-        let (fence, owner, filter) = (fence.clone(), owner.clone(), filter.clone());
+        let (fence, request) = (fence.clone(), next.clone());
         self.blocking(move |i| {
             let policy = i.options.policy.clone();
             i.write(|t| {
@@ -1232,7 +1182,7 @@ impl Store for RedbStore {
                 if matches!(settlement, Settlement::Complete(_)) {
                     crate::failpoint::hit("mid_complete"); // written, not committed
                 }
-                let next = claim_in(t, &owner, &filter, now, &policy, &*judge)?;
+                let next = claim_in(t, &request, now, &policy)?;
                 Ok(SettledAndClaimed { settled: tr.job, next })
             })
         })
@@ -1322,20 +1272,19 @@ impl Store for RedbStore {
 
     async fn reclaim_dead(
         &self,
+        attempts: &[(JobId, Fence)],
         now: Timestamp,
-        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Vec<Job>, StoreError> {
+        if attempts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let attempts = attempts.to_vec();
         self.blocking(move |i| {
             i.write(|t| {
-                let mut ids = Vec::new();
-                for entry in t.running.iter()? {
-                    ids.push(entry?.0.value());
-                }
                 let mut before = Vec::new();
-                for id in ids {
-                    let job = t.job(id)?.ok_or_else(|| out_of_step("running", id))?;
-                    let Some(lease) = &job.lease else { continue };
-                    if let Some(tr) = machine::reclaim_dead(&job, now, judge.judge(lease)) {
+                for (id, attempt) in &attempts {
+                    let Some(job) = t.job(*id)? else { continue };
+                    if let Some(tr) = machine::reclaim_dead(&job, attempt, now) {
                         t.apply(&job, &tr)?;
                         before.push(job);
                     }
@@ -1401,7 +1350,7 @@ impl Store for RedbStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use slothqueue_core::ClockOnly;
+    use slothqueue_core::{ClockOnly, Owner};
 
     fn t(secs: i64) -> Timestamp {
         Timestamp::from_millis(1_700_000_000_000 + secs * 1000)
@@ -1417,7 +1366,11 @@ mod tests {
         let owner = Owner::named("w");
         let any = ClaimFilter::default();
         store.push(NewJob::shell("true", "/"), t(0)).await.unwrap();
-        let held = store.claim(&owner, &any, t(1), Arc::new(ClockOnly)).await.unwrap().unwrap();
+        let held = store
+            .claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)).filter(any.clone()), t(1))
+            .await
+            .unwrap()
+            .unwrap();
         let next = store.push(NewJob::shell("true", "/"), t(1)).await.unwrap().job;
         store
             .inner
@@ -1436,10 +1389,8 @@ mod tests {
                 held.job.id,
                 &held.fence,
                 done,
-                &owner,
-                &any,
+                &ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)).filter(any.clone()),
                 t(2),
-                Arc::new(ClockOnly),
             )
             .await
             .unwrap_err();

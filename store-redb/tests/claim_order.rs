@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use slothqueue_core::{
-    ClaimFilter, Job, JobState, Lease, Liveness, LivenessJudge, NewJob, Owner, Store, Timestamp,
+    ClaimFilter, ClaimRequest, Job, JobState, Lease, Liveness, LivenessJudge, NewJob, Owner, Store,
+    Timestamp,
 };
 use slothqueue_store_redb::{RedbOptions, RedbStore};
 
@@ -88,7 +89,7 @@ proptest! {
                     .filter(|j| j.state == JobState::Pending && j.is_due(now) && filter.admits(j))
                     .min_by_key(|j| j.claim_order())
                     .map(|j| j.id);
-                let got = store.claim(&owner, &filter, now, Arc::new(AllAlive)).await.unwrap();
+                let got = store.claim(&ClaimRequest::new(owner.clone(), Arc::new(AllAlive)).filter(filter.clone()), now).await.unwrap();
                 prop_assert_eq!(got.as_ref().map(|c| c.job.id), expected, "at +{}s with {:?}", at_s, filter);
                 if let Some(c) = got {
                     let m = model.iter_mut().find(|j| j.id == c.job.id).unwrap();
@@ -117,13 +118,30 @@ async fn future_jobs_do_not_hide_a_due_one() {
     let f = ClaimFilter::default();
     // Pass the watermark over every job, then step the clock back.
     let none = store
-        .claim(&owner, &f, T0.saturating_sub(Duration::from_secs(1)), Arc::new(AllAlive))
+        .claim(
+            &ClaimRequest::new(owner.clone(), Arc::new(AllAlive)).filter(f.clone()),
+            T0.saturating_sub(Duration::from_secs(1)),
+        )
         .await;
     assert!(none.unwrap().is_none());
-    let top = store.claim(&owner, &f, later, Arc::new(AllAlive)).await.unwrap().unwrap();
+    let top = store
+        .claim(&ClaimRequest::new(owner.clone(), Arc::new(AllAlive)).filter(f.clone()), later)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(top.job.priority, 299);
-    let c = store.claim(&owner, &f, T0, Arc::new(AllAlive)).await.unwrap().unwrap();
+    let c = store
+        .claim(&ClaimRequest::new(owner.clone(), Arc::new(AllAlive)).filter(f.clone()), T0)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(c.job.id, due, "the clock stepped back: only the due job may go");
-    assert!(store.claim(&owner, &f, T0, Arc::new(AllAlive)).await.unwrap().is_none());
+    assert!(
+        store
+            .claim(&ClaimRequest::new(owner.clone(), Arc::new(AllAlive)).filter(f.clone()), T0)
+            .await
+            .unwrap()
+            .is_none()
+    );
     store.check_integrity().unwrap();
 }

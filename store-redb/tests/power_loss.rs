@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use redb::{BackendError, StorageBackend};
 use slothqueue_core::{
-    ClaimFilter, Completion, Failure, Lease, ListFilter, ListOrder, Liveness, LivenessJudge,
-    NewJob, Owner, PurgeFilter, RunnerActivity, RunnerRecord, Store, Timestamp,
+    ClaimFilter, ClaimRequest, Completion, Failure, Lease, ListFilter, ListOrder, Liveness,
+    LivenessJudge, NewJob, Owner, PurgeFilter, RunnerActivity, RunnerRecord, Store, Timestamp,
 };
 use slothqueue_store_redb::{RedbOptions, RedbStore};
 
@@ -158,19 +158,37 @@ async fn workload(image: &Image) -> Vec<(u64, String)> {
     step!(s.push(sh("echo a").key("k1"), T).await.unwrap());
     step!(s.push(sh("echo b").priority(5), T).await.unwrap());
     step!(s.push_many(vec![sh("echo c"), sh("echo d"), sh("echo e")], T).await.unwrap());
-    let b = step!(s.claim(&Owner::named("w1"), &f, at(1), Arc::new(Judge)).await.unwrap().unwrap());
+    let b = step!(
+        s.claim(&ClaimRequest::new(Owner::named("w1"), Arc::new(Judge)).filter(f.clone()), at(1))
+            .await
+            .unwrap()
+            .unwrap()
+    );
     step!(s.heartbeat(b.job.id, &b.fence, Some(9), at(2)).await.unwrap());
     step!(s.complete(b.job.id, &b.fence, Completion::default(), at(3)).await.unwrap());
-    let a = step!(s.claim(&Owner::named("w1"), &f, at(4), Arc::new(Judge)).await.unwrap().unwrap());
+    let a = step!(
+        s.claim(&ClaimRequest::new(Owner::named("w1"), Arc::new(Judge)).filter(f.clone()), at(4))
+            .await
+            .unwrap()
+            .unwrap()
+    );
     let boom = Failure { error: "boom".into(), exit_code: Some(1) };
     step!(s.fail(a.job.id, &a.fence, boom, at(5)).await.unwrap());
     step!(s.cancel(3, at(6)).await.unwrap());
     step!(s.push(sh("echo a2").key("k1"), at(7)).await.unwrap());
-    let d =
-        step!(s.claim(&Owner::named("gone"), &f, at(8), Arc::new(Judge)).await.unwrap().unwrap());
-    step!(s.reclaim_dead(at(9), Arc::new(Judge)).await.unwrap());
-    let d2 =
-        step!(s.claim(&Owner::named("w2"), &f, at(10), Arc::new(Judge)).await.unwrap().unwrap());
+    let d = step!(
+        s.claim(&ClaimRequest::new(Owner::named("gone"), Arc::new(Judge)).filter(f.clone()), at(8))
+            .await
+            .unwrap()
+            .unwrap()
+    );
+    step!(s.reclaim_dead(&[(d.job.id, d.fence.clone())], at(9)).await.unwrap());
+    let d2 = step!(
+        s.claim(&ClaimRequest::new(Owner::named("w2"), Arc::new(Judge)).filter(f.clone()), at(10))
+            .await
+            .unwrap()
+            .unwrap()
+    );
     assert_eq!(d.job.id, d2.job.id);
     step!(s.release(d2.job.id, &d2.fence, at(11)).await.unwrap());
     step!(s.purge(&PurgeFilter::default()).await.unwrap());

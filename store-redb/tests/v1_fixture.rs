@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use slothqueue_core::{
-    ClaimFilter, Completion, EventKind, Failure, JobState, ListFilter, ListOrder, Liveness,
+    ClaimRequest, Completion, EventKind, Failure, JobState, ListFilter, ListOrder, Liveness,
     LivenessJudge, NewJob, Owner, PurgeFilter, RunnerActivity, RunnerRecord, Store, StoreError,
     Timestamp,
 };
@@ -59,10 +59,7 @@ async fn write_v1_fixture() {
     let claim = |who: &'static str, now: Timestamp| {
         let s = &s;
         async move {
-            s.claim(&owner(who), &ClaimFilter::default(), now, Arc::new(Unknown))
-                .await
-                .unwrap()
-                .unwrap()
+            s.claim(&ClaimRequest::new(owner(who), Arc::new(Unknown)), now).await.unwrap().unwrap()
         }
     };
     let delayed = sh("echo pending-later")
@@ -193,11 +190,8 @@ async fn v1_fixture_reads_back() {
     let dup = s.push(sh("echo report-v2").key("report"), at(11)).await.unwrap();
     assert_eq!((dup.created, dup.job.id), (false, 9));
     assert_eq!(s.push(sh("echo new"), at(11)).await.unwrap().job.id, 13);
-    let c = s
-        .claim(&owner("w9"), &ClaimFilter::default(), at(11), Arc::new(Unknown))
-        .await
-        .unwrap()
-        .unwrap();
+    let c =
+        s.claim(&ClaimRequest::new(owner("w9"), Arc::new(Unknown)), at(11)).await.unwrap().unwrap();
     assert_eq!(c.job.id, 7, "priority 5 first");
     s.check_integrity().unwrap();
 }

@@ -18,12 +18,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags, Row, params, params_from_iter};
-use slothqueue_core::machine::{self, ClaimOutcome, PushPlan, Transition};
+use slothqueue_core::machine::{self, PushPlan, Transition};
 use slothqueue_core::{
-    ClaimFilter, Claimed, Completion, Event, EventKind, Failure, Fence, HeartbeatAck, Job, JobId,
-    JobState, Lease, ListFilter, ListOrder, Liveness, LivenessJudge, NewJob, Owner, Policy,
-    PurgeFilter, Pushed, RunnerRecord, SettledAndClaimed, Settlement, Stats, Store, StoreError,
-    Timestamp,
+    ClaimFilter, ClaimRequest, Claimed, Completion, Event, EventKind, Failure, Fence, HeartbeatAck,
+    Job, JobId, JobState, Lease, ListFilter, ListOrder, NewJob, Owner, Policy, PurgeFilter, Pushed,
+    RunnerRecord, SettledAndClaimed, Settlement, Stats, Store, StoreError, Timestamp,
 };
 
 use crate::error::{Context, Error};
@@ -785,54 +784,22 @@ fn running_jobs(conn: &Connection) -> Result<Vec<Job>, Error> {
     query_jobs(conn, &sql, &[])
 }
 
+/// One claim, as [`machine::plan_claim`] decides it from the running jobs
+/// and the best due pending job, judged inside this transaction.
 fn claim_tx(
     conn: &Connection,
-    owner: &Owner,
-    filter: &ClaimFilter,
+    request: &ClaimRequest,
     now: Timestamp,
     policy: &Policy,
-    judge: &dyn LivenessJudge,
 ) -> Result<Option<Claimed>, Error> {
-    // Abandoned running jobs first: reclaimable ones become candidates,
-    // ones that must not run again are ended here. The judge runs inside
-    // the transaction, so its verdict is about the very lease acted on.
-    let mut best_running: Option<(Job, Transition)> = None;
-    for job in running_jobs(conn)?.into_iter().filter(|j| filter.admits(j)) {
-        let Some(liveness) = job.lease.as_ref().map(|l| judge.judge(l)) else { continue };
-        if machine::reclaimable(&job, now, liveness).is_none() {
-            continue;
-        }
-        match machine::claim(&job, owner, now, policy, liveness)? {
-            ClaimOutcome::Retired(t) => apply(conn, &job, &t)?,
-            ClaimOutcome::Claimed(t) => {
-                if best_running.as_ref().is_none_or(|(b, _)| job.claim_order() < b.claim_order()) {
-                    best_running = Some((job, t));
-                }
-            }
-        }
+    let running = running_jobs(conn)?;
+    let best_due = best_due_pending(conn, &request.filter, now)?;
+    let plan = machine::plan_claim(request, running, best_due, now, policy)
+        .map_err(|e| Error::Decode(format!("the pending indexes are out of step: {e}")))?;
+    for w in plan.retire.iter().chain(&plan.take) {
+        apply(conn, &w.before, &w.after)?;
     }
-    let pending = loop {
-        let Some(job) = best_due_pending(conn, filter, now)? else { break None };
-        match machine::claim(&job, owner, now, policy, Liveness::Unknown)? {
-            ClaimOutcome::Claimed(t) => break Some((job, t)),
-            // The core never retires a pending job; if it ever does, store
-            // that and look again.
-            ClaimOutcome::Retired(t) => apply(conn, &job, &t)?,
-        }
-    };
-    let chosen = match (best_running, pending) {
-        (Some(r), Some(p)) => Some(if p.0.claim_order() < r.0.claim_order() { p } else { r }),
-        (r, p) => r.or(p),
-    };
-    let Some((old, t)) = chosen else { return Ok(None) };
-    apply(conn, &old, &t)?;
-    let Some(fence) = t.job.lease.as_ref().map(Lease::fence) else {
-        return Err(Error::Store(StoreError::Backend(format!(
-            "claim of job #{} produced no lease",
-            old.id
-        ))));
-    };
-    Ok(Some(Claimed { job: t.job, fence, reclaimed_from: old.lease.map(|l| l.owner) }))
+    Ok(plan.claimed())
 }
 
 // ---------------------------------------------------------------------------
@@ -873,13 +840,9 @@ fn push_one(
             };
             Ok(Pushed { job, created: false, superseded: None })
         }
-        PushPlan::Insert { displaced } => {
-            let mut superseded = None;
+        PushPlan::Insert { displaced, superseded } => {
             if let (Some(t), Some(old)) = (displaced, holder.as_ref()) {
                 apply(conn, old, &t)?;
-                if old.state == JobState::Pending && t.job.state != JobState::Pending {
-                    superseded = Some(old.id);
-                }
             }
             let t = machine::create(id, new, now, policy);
             insert_job(conn, &t.job)?;
@@ -1111,16 +1074,12 @@ impl Store for SqliteStore {
 
     async fn claim(
         &self,
-        owner: &Owner,
-        filter: &ClaimFilter,
+        request: &ClaimRequest,
         now: Timestamp,
-        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Option<Claimed>, StoreError> {
-        let (owner, filter) = (owner.clone(), filter.clone());
-        self.with(move |conn, policy| {
-            write_tx(conn, |conn| claim_tx(conn, &owner, &filter, now, policy, &*judge))
-        })
-        .await
+        let request = request.clone();
+        self.with(move |conn, policy| write_tx(conn, |conn| claim_tx(conn, &request, now, policy)))
+            .await
     }
 
     async fn heartbeat(
@@ -1171,12 +1130,10 @@ impl Store for SqliteStore {
         id: JobId,
         fence: &Fence,
         settlement: Settlement,
-        owner: &Owner,
-        filter: &ClaimFilter,
+        next: &ClaimRequest,
         now: Timestamp,
-        judge: Arc<dyn LivenessJudge>,
     ) -> Result<SettledAndClaimed, StoreError> {
-        let (fence, owner, filter) = (fence.clone(), owner.clone(), filter.clone());
+        let (fence, request) = (fence.clone(), next.clone());
         self.with(move |conn, policy| {
             write_tx(conn, |conn| {
                 let job = load(conn, id)?;
@@ -1185,7 +1142,7 @@ impl Store for SqliteStore {
                 if t.job.state == JobState::Done {
                     crate::failpoint::hit("mid_complete"); // written, not committed
                 }
-                let next = claim_tx(conn, &owner, &filter, now, policy, &*judge)?;
+                let next = claim_tx(conn, &request, now, policy)?;
                 Ok(SettledAndClaimed { settled: t.job, next })
             })
         })
@@ -1243,29 +1200,19 @@ impl Store for SqliteStore {
 
     async fn reclaim_dead(
         &self,
+        attempts: &[(JobId, Fence)],
         now: Timestamp,
-        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Vec<Job>, StoreError> {
+        if attempts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let attempts = attempts.to_vec();
         self.with(move |conn, _| {
-            // Most sweeps find nothing: judge under a read snapshot first so
-            // those take no write lock. Only when some owner is gone does
-            // the write transaction read and judge again, and act on what
-            // it judged itself.
-            let gone = read_tx(conn, |conn| {
-                Ok(running_jobs(conn)?
-                    .iter()
-                    .any(|j| j.lease.as_ref().is_some_and(|l| judge.judge(l) == Liveness::Gone)))
-            })?;
-            if !gone {
-                return Ok(Vec::new());
-            }
             write_tx(conn, |conn| {
                 let mut taken = Vec::new();
-                for job in running_jobs(conn)? {
-                    let Some(liveness) = job.lease.as_ref().map(|l| judge.judge(l)) else {
-                        continue;
-                    };
-                    if let Some(t) = machine::reclaim_dead(&job, now, liveness) {
+                for (id, attempt) in &attempts {
+                    let Some(job) = find(conn, *id)? else { continue };
+                    if let Some(t) = machine::reclaim_dead(&job, attempt, now) {
                         apply(conn, &job, &t)?;
                         taken.push(job);
                     }
@@ -1514,7 +1461,7 @@ mod tests {
         store.push_many(jobs, t(0)).await.unwrap();
         let owner = Owner::named("w");
         for i in 0..300 {
-            let c = store.claim(&owner, &ClaimFilter::default(), t(1), Arc::new(ClockOnly)).await;
+            let c = store.claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)), t(1)).await;
             let c = c.unwrap().unwrap();
             match i % 4 {
                 0 => {}
@@ -1582,8 +1529,10 @@ mod tests {
         let store = open(&dir, SqliteOptions::default());
         store.push(NewJob::shell("true", "/"), t(0)).await.unwrap();
         let owner = Owner::named("w");
-        let c =
-            store.claim(&owner, &ClaimFilter::default(), t(1), Arc::new(ClockOnly)).await.unwrap();
+        let c = store
+            .claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)), t(1))
+            .await
+            .unwrap();
         let c = c.unwrap();
         store.heartbeat(c.job.id, &c.fence, Some(42), t(2)).await.unwrap();
         let record = RunnerRecord {
@@ -1611,17 +1560,42 @@ mod tests {
         }
         let owner = Owner::named("w");
         let any = ClaimFilter::default();
-        let first = store.claim(&owner, &any, t(1), Arc::new(ClockOnly)).await.unwrap().unwrap();
+        let first = store
+            .claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)).filter(any.clone()), t(1))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(first.job.id, 2, "priority 9 is not due yet; priority 1 is");
         let shell_only =
             ClaimFilter { queues: vec!["default".into()], kinds: Some(vec!["shell".into()]) };
-        let second =
-            store.claim(&owner, &shell_only, t(1), Arc::new(ClockOnly)).await.unwrap().unwrap();
+        let second = store
+            .claim(
+                &ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)).filter(shell_only.clone()),
+                t(1),
+            )
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(second.job.id, 3);
         assert!(
-            store.claim(&owner, &shell_only, t(1), Arc::new(ClockOnly)).await.unwrap().is_none()
+            store
+                .claim(
+                    &ClaimRequest::new(owner.clone(), Arc::new(ClockOnly))
+                        .filter(shell_only.clone()),
+                    t(1)
+                )
+                .await
+                .unwrap()
+                .is_none()
         );
-        let third = store.claim(&owner, &any, t(61), Arc::new(ClockOnly)).await.unwrap().unwrap();
+        let third = store
+            .claim(
+                &ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)).filter(any.clone()),
+                t(61),
+            )
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(third.job.id, 1);
     }
 
@@ -1668,7 +1642,11 @@ mod tests {
         let owner = Owner::named("w");
         let any = ClaimFilter::default();
         store.push(NewJob::shell("true", "/"), t(0)).await.unwrap();
-        let held = store.claim(&owner, &any, t(1), Arc::new(ClockOnly)).await.unwrap().unwrap();
+        let held = store
+            .claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)).filter(any.clone()), t(1))
+            .await
+            .unwrap()
+            .unwrap();
         let next = store.push(NewJob::shell("true", "/"), t(1)).await.unwrap().job;
         store
             .lock_for_test()
@@ -1681,10 +1659,8 @@ mod tests {
                 held.job.id,
                 &held.fence,
                 done,
-                &owner,
-                &any,
+                &ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)).filter(any.clone()),
                 t(2),
-                Arc::new(ClockOnly),
             )
             .await
             .unwrap_err();

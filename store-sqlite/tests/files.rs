@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use rusqlite::Connection;
 use slothqueue_core::{
-    ClaimFilter, ClockOnly, Completion, Event, EventKind, Job, JobState, NewJob, Owner,
+    ClaimRequest, ClockOnly, Completion, Event, EventKind, Job, JobState, NewJob, Owner,
     PurgeFilter, Store, StoreError, Timestamp,
 };
 use slothqueue_store_sqlite::{
@@ -72,8 +72,7 @@ async fn make_queue(path: &Path, journal: Journal) {
             .await
             .unwrap();
     }
-    let c =
-        store.claim(&Owner::named("w"), &ClaimFilter::default(), t(1), Arc::new(ClockOnly)).await;
+    let c = store.claim(&ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly)), t(1)).await;
     let c = c.unwrap().unwrap();
     store.complete(c.job.id, &c.fence, Completion::default(), t(2)).await.unwrap();
     drop(store);

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 use slothqueue_core::{
-    ClaimFilter, ClockOnly, Completion, EventKind, Failure, JobState, NewJob, Owner,
+    ClaimFilter, ClaimRequest, ClockOnly, Completion, EventKind, Failure, JobState, NewJob, Owner,
     RunnerActivity, RunnerRecord, Stats, Store, Timestamp,
 };
 use slothqueue_store_sqlite::{APPLICATION_ID, SCHEMA_VERSION, SqliteOptions, SqliteStore};
@@ -63,21 +63,37 @@ async fn build(path: &Path) {
 
     // #1 running under a's lease, with its child's process group.
     s.push(NewJob::shell("sleep 600", "/home/u"), t(0)).await.unwrap();
-    let c = s.claim(&a, &any, t(1), Arc::new(ClockOnly)).await.unwrap().unwrap();
+    let c = s
+        .claim(&ClaimRequest::new(a.clone(), Arc::new(ClockOnly)).filter(any.clone()), t(1))
+        .await
+        .unwrap()
+        .unwrap();
     s.heartbeat(c.job.id, &c.fence, Some(777), t(2)).await.unwrap();
     s.put_runner(&runner_record()).await.unwrap();
     // #2 done, holding key k1.
     s.push(NewJob::shell("echo ok", "/home/u").key("k1"), t(10)).await.unwrap();
-    let c = s.claim(&b, &only("default"), t(11), Arc::new(ClockOnly)).await.unwrap().unwrap();
+    let c = s
+        .claim(&ClaimRequest::new(b.clone(), Arc::new(ClockOnly)).filter(only("default")), t(11))
+        .await
+        .unwrap()
+        .unwrap();
     let done = Completion { result: Some("ok".into()), exit_code: Some(0) };
     s.complete(c.job.id, &c.fence, done, t(12)).await.unwrap();
     // #3 failed, out of attempts.
     s.push(NewJob::shell("exit 3", "/").max_attempts(1), t(20)).await.unwrap();
-    let c = s.claim(&b, &any, t(21), Arc::new(ClockOnly)).await.unwrap().unwrap();
+    let c = s
+        .claim(&ClaimRequest::new(b.clone(), Arc::new(ClockOnly)).filter(any.clone()), t(21))
+        .await
+        .unwrap()
+        .unwrap();
     s.fail(c.job.id, &c.fence, failure("exit code 3", 3), t(22)).await.unwrap();
     // #4 pending again after a failure, retrying 2 s later.
     s.push(NewJob::shell("flaky", "/"), t(30)).await.unwrap();
-    let c = s.claim(&b, &any, t(31), Arc::new(ClockOnly)).await.unwrap().unwrap();
+    let c = s
+        .claim(&ClaimRequest::new(b.clone(), Arc::new(ClockOnly)).filter(any.clone()), t(31))
+        .await
+        .unwrap()
+        .unwrap();
     s.fail(c.job.id, &c.fence, failure("exit code 1", 1), t(32)).await.unwrap();
     // #5 cancelled while pending.
     s.push(NewJob::shell("never", "/"), t(40)).await.unwrap();
@@ -94,12 +110,20 @@ async fn build(path: &Path) {
     s.push(mail, t(60)).await.unwrap();
     // #9 running with a cancel requested.
     s.push(NewJob::shell("long", "/").queue("slow"), t(70)).await.unwrap();
-    let c = s.claim(&b, &only("slow"), t(71), Arc::new(ClockOnly)).await.unwrap().unwrap();
+    let c = s
+        .claim(&ClaimRequest::new(b.clone(), Arc::new(ClockOnly)).filter(only("slow")), t(71))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(c.job.id, 9);
     s.cancel(9, t(72)).await.unwrap();
     // #10 failed, then retried.
     s.push(NewJob::shell("again", "/").queue("slow").max_attempts(1), t(80)).await.unwrap();
-    let c = s.claim(&b, &only("slow"), t(81), Arc::new(ClockOnly)).await.unwrap().unwrap();
+    let c = s
+        .claim(&ClaimRequest::new(b.clone(), Arc::new(ClockOnly)).filter(only("slow")), t(81))
+        .await
+        .unwrap()
+        .unwrap();
     s.fail(c.job.id, &c.fence, failure("exit code 2", 2), t(82)).await.unwrap();
     s.retry(10, t(83)).await.unwrap();
     drop(s);

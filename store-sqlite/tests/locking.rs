@@ -13,9 +13,8 @@ use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 use slothqueue_core::{
-    ClaimFilter, ClockOnly, Completion, Event, EventKind, Failure, Lease, ListFilter, Liveness,
-    LivenessJudge, NewJob, Owner, PurgeFilter, RunnerActivity, RunnerRecord, Store, StoreError,
-    Timestamp,
+    ClaimRequest, ClockOnly, Completion, Event, EventKind, Failure, ListFilter, NewJob, Owner,
+    PurgeFilter, RunnerActivity, RunnerRecord, Store, StoreError, Timestamp,
 };
 use slothqueue_store_sqlite::{Journal, SqliteOptions, SqliteStore};
 
@@ -23,14 +22,6 @@ const TIMEOUT: Duration = Duration::from_millis(200);
 
 fn t(secs: i64) -> Timestamp {
     Timestamp::from_millis(1_700_000_000_000 + secs * 1000)
-}
-
-struct Gone;
-
-impl LivenessJudge for Gone {
-    fn judge(&self, _: &Lease) -> Liveness {
-        Liveness::Gone
-    }
 }
 
 fn open(path: &Path, journal: Journal) -> Arc<SqliteStore> {
@@ -81,8 +72,11 @@ async fn every_write_waits_for_the_busy_timeout_then_says_busy() {
         s.push(NewJob::shell(format!("echo {i}"), "/"), t(0)).await.unwrap();
     }
     let owner = Owner::named("w");
-    let c =
-        s.claim(&owner, &ClaimFilter::default(), t(1), Arc::new(ClockOnly)).await.unwrap().unwrap();
+    let c = s
+        .claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)), t(1))
+        .await
+        .unwrap()
+        .unwrap();
     let (id, fence) = (c.job.id, c.fence.clone());
     let record = RunnerRecord {
         owner: owner.clone(),
@@ -103,7 +97,7 @@ async fn every_write_waits_for_the_busy_timeout_then_says_busy() {
     assert_waits_then_busy("push_many", s.push_many(vec![NewJob::shell("x", "/")], t(2))).await;
     assert_waits_then_busy(
         "claim",
-        s.claim(&owner, &ClaimFilter::default(), t(2), Arc::new(ClockOnly)),
+        s.claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)), t(2)),
     )
     .await;
     assert_waits_then_busy("heartbeat", s.heartbeat(id, &fence, Some(7), t(2))).await;
@@ -113,7 +107,7 @@ async fn every_write_waits_for_the_busy_timeout_then_says_busy() {
     assert_waits_then_busy("release", s.release(id, &fence, t(2))).await;
     assert_waits_then_busy("cancel", s.cancel(id, t(2))).await;
     assert_waits_then_busy("retry", s.retry(id, t(2))).await;
-    assert_waits_then_busy("reclaim_dead", s.reclaim_dead(t(2), Arc::new(Gone))).await;
+    assert_waits_then_busy("reclaim_dead", s.reclaim_dead(&[(id, fence.clone())], t(2))).await;
     assert_waits_then_busy("purge", s.purge(&PurgeFilter::default())).await;
     assert_waits_then_busy("restore", s.restore(other, trail)).await;
     assert_waits_then_busy("put_runner", s.put_runner(&record)).await;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use slothqueue_core::{ClaimFilter, ClockOnly, Completion, JobId, Owner, Policy, Timestamp};
+use slothqueue_core::{ClaimRequest, ClockOnly, Completion, JobId, Owner, Policy, Timestamp};
 
 use crate::OpenFn;
 use crate::harness::shell;
@@ -79,12 +79,8 @@ pub async fn do_work(open: OpenFn, work: &Work) -> Vec<JobId> {
     let mut ids = Vec::new();
     match work.role {
         Role::Claim => {
-            let owner = Owner::named(work.owner.clone());
-            while let Some(c) = store
-                .claim(&owner, &ClaimFilter::default(), work.now, Arc::new(ClockOnly))
-                .await
-                .expect("child: claim")
-            {
+            let request = ClaimRequest::new(Owner::named(work.owner.clone()), Arc::new(ClockOnly));
+            while let Some(c) = store.claim(&request, work.now).await.expect("child: claim") {
                 let done = Completion { result: Some(work.owner.clone()), exit_code: Some(0) };
                 store.complete(c.job.id, &c.fence, done, work.now).await.expect("child: complete");
                 ids.push(c.job.id);

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use slothqueue_core::machine::replay;
 use slothqueue_core::{
-    ClaimFilter, Claimed, Event, EventKind, Job, JobId, Lease, ListFilter, ListOrder, Liveness,
-    LivenessJudge, NewJob, Owner, Policy, Store, Timestamp,
+    ClaimFilter, ClaimRequest, Claimed, Event, EventKind, Fence, Job, JobId, JobState, Lease,
+    ListFilter, ListOrder, Liveness, LivenessJudge, NewJob, Owner, Policy, Reclaim, Store,
+    Timestamp,
 };
 
 use crate::OpenFn;
@@ -187,9 +188,31 @@ impl Harness {
         now: Timestamp,
     ) -> Option<Claimed> {
         store
-            .claim(&self.owner(owner_id), filter, now, self.judge.clone())
+            .claim(&self.request(owner_id).filter(filter.clone()), now)
             .await
             .expect("claim must not error")
+    }
+
+    /// A claim request by `owner_id` for any job, judged by the harness's
+    /// judge, taking gone owners' jobs at once ([`Reclaim::DeadOrExpired`]).
+    pub fn request(&self, owner_id: &str) -> ClaimRequest {
+        ClaimRequest::new(self.owner(owner_id), self.judge.clone()).reclaim(Reclaim::DeadOrExpired)
+    }
+
+    /// What a runner's sweep does: judges every running job's owner with
+    /// the harness's judge and reclaims exactly the attempts found gone.
+    pub async fn reclaim_gone(&self, store: &dyn Store, now: Timestamp) -> Vec<Job> {
+        let running = ListFilter { state: Some(JobState::Running), ..ListFilter::default() };
+        let attempts: Vec<(JobId, Fence)> = store
+            .list(&running)
+            .await
+            .expect("list running jobs")
+            .iter()
+            .filter_map(|j| j.lease.as_ref().map(|l| (j, l)))
+            .filter(|(_, l)| self.judge.judge(l) == Liveness::Gone)
+            .map(|(j, l)| (j.id, l.fence()))
+            .collect();
+        store.reclaim_dead(&attempts, now).await.expect("reclaim_dead must not error")
     }
 
     /// Claims and insists on getting job `id`.

@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use slothqueue_core::machine::{self, ClaimOutcome, PushPlan, Transition};
+use slothqueue_core::machine::{self, PushPlan, Transition};
 use slothqueue_core::{
-    ClaimFilter, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job, JobId, JobState,
-    ListFilter, ListOrder, LivenessJudge, NewJob, Owner, Policy, PurgeFilter, Pushed, RunnerRecord,
-    Stats, Store, StoreError, Timestamp,
+    ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job, JobId, JobState,
+    ListFilter, ListOrder, NewJob, Policy, PurgeFilter, Pushed, RunnerRecord, Stats, Store,
+    StoreError, Timestamp,
 };
 
 /// One line of the append-only log: a job written whole with the events
@@ -112,12 +112,8 @@ impl State {
             PushPlan::Duplicate(old) => {
                 Pushed { job: self.jobs[&old].clone(), created: false, superseded: None }
             }
-            PushPlan::Insert { displaced } => {
-                let mut superseded = None;
+            PushPlan::Insert { displaced, superseded } => {
                 if let Some(d) = displaced {
-                    if !d.events.is_empty() {
-                        superseded = Some(d.job.id);
-                    }
                     self.apply(*d);
                 }
                 let t = machine::create(id, new, now, policy);
@@ -215,38 +211,24 @@ impl Store for RefStore {
 
     async fn claim(
         &self,
-        owner: &Owner,
-        filter: &ClaimFilter,
+        request: &ClaimRequest,
         now: Timestamp,
-        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Option<Claimed>, StoreError> {
         self.with(|st| {
-            let mut candidates: Vec<Job> = st
+            let running: Vec<Job> =
+                st.jobs.values().filter(|j| j.state == JobState::Running).cloned().collect();
+            let best_due = st
                 .jobs
                 .values()
-                .filter(|j| filter.admits(j))
-                .filter(|j| j.is_due(now) || j.state == JobState::Running)
-                .cloned()
-                .collect();
-            candidates.sort_by_key(Job::claim_order);
-            for job in candidates {
-                let verdict = job
-                    .lease
-                    .as_ref()
-                    .map_or(slothqueue_core::Liveness::Unknown, |l| judge.judge(l));
-                match machine::claim(&job, owner, now, &self.policy, verdict) {
-                    Ok(ClaimOutcome::Claimed(t)) => {
-                        let reclaimed_from = job.lease.as_ref().map(|l| l.owner.clone());
-                        let claimed = t.job.clone();
-                        st.apply(t);
-                        let fence = claimed.lease.as_ref().expect("a lease").fence();
-                        return Ok(Some(Claimed { job: claimed, fence, reclaimed_from }));
-                    }
-                    Ok(ClaimOutcome::Retired(t)) => st.apply(t),
-                    Err(_) => {}
-                }
+                .filter(|j| j.is_due(now) && request.filter.admits(j))
+                .min_by_key(|j| j.claim_order())
+                .cloned();
+            let plan = machine::plan_claim(request, running, best_due, now, &self.policy)?;
+            let claimed = plan.claimed();
+            for w in plan.retire.into_iter().chain(plan.take) {
+                st.apply(w.after);
             }
-            Ok(None)
+            Ok(claimed)
         })
     }
 
@@ -392,16 +374,14 @@ impl Store for RefStore {
 
     async fn reclaim_dead(
         &self,
+        attempts: &[(JobId, Fence)],
         now: Timestamp,
-        judge: Arc<dyn LivenessJudge>,
     ) -> Result<Vec<Job>, StoreError> {
         self.with(|st| {
-            let running: Vec<Job> =
-                st.jobs.values().filter(|j| j.state == JobState::Running).cloned().collect();
             let mut swept = Vec::new();
-            for job in running {
-                let Some(lease) = &job.lease else { continue };
-                if let Some(t) = machine::reclaim_dead(&job, now, judge.judge(lease)) {
+            for (id, attempt) in attempts {
+                let Some(job) = st.jobs.get(id).cloned() else { continue };
+                if let Some(t) = machine::reclaim_dead(&job, attempt, now) {
                     st.apply(t);
                     swept.push(job);
                 }

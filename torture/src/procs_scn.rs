@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use rustix::process::Signal;
 use slothqueue_core::{
-    ClaimFilter, Clock, ClockOnly, EventKind, JobId, JobState, NewJob, Owner, SystemClock,
+    ClaimRequest, Clock, ClockOnly, EventKind, JobId, JobState, NewJob, Owner, SystemClock,
 };
 
 use crate::ctx::{Ctx, Status};
@@ -306,12 +306,10 @@ pub fn s10_pid_reuse(ctx: &mut Ctx) -> Result<Status> {
                 .block_on(store.push(NewJob::shell(hist.wrap("true"), cwd), an_hour_ago))
                 .context("cannot push")?;
             let claimed = rt
-                .block_on(store.claim(
-                    owner,
-                    &ClaimFilter::default(),
-                    an_hour_ago,
-                    Arc::new(ClockOnly),
-                ))
+                .block_on(
+                    store
+                        .claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)), an_hour_ago),
+                )
                 .context("cannot claim")?
                 .context("nothing to claim")?;
             if claimed.job.id != pushed.job.id {

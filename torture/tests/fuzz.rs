@@ -30,7 +30,7 @@ use std::sync::{Arc, OnceLock};
 
 use proptest::prelude::*;
 use slothqueue_core::{
-    ClaimFilter, ClockOnly, Event, Job, ListFilter, NewJob, Owner, Store, StoreError, Timestamp,
+    ClaimRequest, ClockOnly, Event, Job, ListFilter, NewJob, Owner, Store, StoreError, Timestamp,
 };
 use slothqueue_store_redb::{RedbOptions, RedbStore};
 use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
@@ -81,13 +81,13 @@ fn golden(backend: Backend) -> &'static [u8] {
                 }
                 let owner = Owner::named("golden");
                 let c = store
-                    .claim(&owner, &ClaimFilter::default(), T, Arc::new(ClockOnly))
+                    .claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)), T)
                     .await
                     .unwrap()
                     .unwrap();
                 store.complete(c.job.id, &c.fence, Default::default(), T).await.unwrap();
                 store
-                    .claim(&owner, &ClaimFilter::default(), T, Arc::new(ClockOnly))
+                    .claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)), T)
                     .await
                     .unwrap()
                     .unwrap();
@@ -136,7 +136,7 @@ fn open_from_bytes(backend: Backend, bytes: &[u8]) -> Result<(), TestCaseError> 
                 let _ = store.stats(T).await;
                 let _ = store.push(NewJob::shell("true", "/tmp"), T).await;
                 let _ = store
-                    .claim(&Owner::named("fuzz"), &ClaimFilter::default(), T, Arc::new(ClockOnly))
+                    .claim(&ClaimRequest::new(Owner::named("fuzz"), Arc::new(ClockOnly)), T)
                     .await;
             });
         }
@@ -175,7 +175,7 @@ fn exported_line() -> serde_json::Value {
         rt().block_on(async {
             let p = store.push(NewJob::shell("echo hi", "/tmp").key("k"), T).await.unwrap();
             let owner = Owner::named("x");
-            store.claim(&owner, &ClaimFilter::default(), T, Arc::new(ClockOnly)).await.unwrap();
+            store.claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)), T).await.unwrap();
             let job = store.get(p.job.id).await.unwrap();
             let events = store.events(p.job.id).await.unwrap();
             let mut v = serde_json::to_value(&job).unwrap();
@@ -251,9 +251,8 @@ fn import_into(backend: Backend, line: &serde_json::Value) {
         let _ = store.get(job.id).await;
         let _ = store.stats(T).await;
         let later = T.saturating_add(std::time::Duration::from_secs(86_400));
-        let _ = store
-            .claim(&Owner::named("fuzz"), &ClaimFilter::default(), later, Arc::new(ClockOnly))
-            .await;
+        let _ =
+            store.claim(&ClaimRequest::new(Owner::named("fuzz"), Arc::new(ClockOnly)), later).await;
         let _ = store.push(NewJob::shell("true", "/tmp"), T).await;
     });
 }

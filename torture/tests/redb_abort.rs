@@ -23,7 +23,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use slothqueue_core::{
-    ClaimFilter, ClockOnly, ListFilter, NewJob, Owner, Store, StoreError, Timestamp,
+    ClaimRequest, ClockOnly, ListFilter, NewJob, Owner, Store, StoreError, Timestamp,
 };
 use slothqueue_store_redb::{RedbOptions, RedbStore};
 
@@ -53,9 +53,7 @@ fn use_damaged(path: &Path) {
         let _ = store.list(&ListFilter::default()).await;
         let _ = store.stats(T).await;
         let _ = store.push(NewJob::shell("true", "/tmp"), T).await;
-        let _ = store
-            .claim(&Owner::named("fuzz"), &ClaimFilter::default(), T, Arc::new(ClockOnly))
-            .await;
+        let _ = store.claim(&ClaimRequest::new(Owner::named("fuzz"), Arc::new(ClockOnly)), T).await;
     });
     drop(store);
     panic!("the damaged file was opened for writing");

@@ -5,7 +5,7 @@ use std::os::unix::process::CommandExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use slothqueue_core::{ClaimFilter, ClockOnly, JobState, Owner};
+use slothqueue_core::{ClaimRequest, ClockOnly, JobState, Owner};
 use slothqueue_runner::process::group_members;
 use slothqueue_runner::{RunnerEvent, this_process_owner};
 
@@ -27,7 +27,7 @@ async fn a_dead_owners_orphaned_group_is_killed_before_the_job_runs_again() {
     let dead = dead_owner();
     let claimed = env
         .store
-        .claim(&dead, &ClaimFilter::default(), env.now(), Arc::new(ClockOnly))
+        .claim(&ClaimRequest::new(dead.clone(), Arc::new(ClockOnly)), env.now())
         .await
         .unwrap()
         .unwrap();
@@ -65,7 +65,7 @@ async fn the_reclaim_event_names_the_killed_group() {
     let dead = dead_owner();
     let claimed = env
         .store
-        .claim(&dead, &ClaimFilter::default(), env.now(), Arc::new(ClockOnly))
+        .claim(&ClaimRequest::new(dead.clone(), Arc::new(ClockOnly)), env.now())
         .await
         .unwrap()
         .unwrap();
@@ -96,7 +96,7 @@ async fn a_group_whose_leader_predates_the_claim_is_not_touched() {
     let later = env.now().saturating_add(Duration::from_secs(3600));
     let claimed = env
         .store
-        .claim(&dead, &ClaimFilter::default(), later, Arc::new(ClockOnly))
+        .claim(&ClaimRequest::new(dead.clone(), Arc::new(ClockOnly)), later)
         .await
         .unwrap()
         .unwrap();
@@ -119,7 +119,7 @@ async fn a_live_owner_on_this_host_is_never_robbed() {
     let job = slothqueue_core::NewJob::shell("true", env.dir.path().to_string_lossy());
     let id = env.store.push(job, long_ago).await.unwrap().job.id;
     env.store
-        .claim(&alive_owner, &ClaimFilter::default(), long_ago, Arc::new(ClockOnly))
+        .claim(&ClaimRequest::new(alive_owner.clone(), Arc::new(ClockOnly)), long_ago)
         .await
         .unwrap()
         .unwrap();
@@ -142,7 +142,7 @@ async fn a_group_whose_leader_started_long_after_the_claim_is_not_touched() {
     let dead = dead_owner();
     let claimed = env
         .store
-        .claim(&dead, &ClaimFilter::default(), long_ago, Arc::new(ClockOnly))
+        .claim(&ClaimRequest::new(dead.clone(), Arc::new(ClockOnly)), long_ago)
         .await
         .unwrap()
         .unwrap();

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use slothqueue_core::{ClaimFilter, JobState, Owner};
+use slothqueue_core::{ClaimRequest, JobState, Owner};
 use slothqueue_runner::RunnerEvent;
 use slothqueue_runner::process::group_members;
 
@@ -114,7 +114,7 @@ async fn a_lost_lease_kills_the_job_and_does_not_complete_it() {
     let thief = Owner::named("thief");
     let stolen = env
         .store
-        .claim(&thief, &ClaimFilter::default(), env.now(), Arc::new(AlwaysGone))
+        .claim(&ClaimRequest::new(thief.clone(), Arc::new(AlwaysGone)), env.now())
         .await
         .unwrap()
         .expect("the thief gets the job");

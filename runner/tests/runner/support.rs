@@ -226,15 +226,13 @@ impl Intercepted {
 }
 
 mod intercepted {
-    use std::sync::Arc;
     use std::sync::atomic::Ordering;
 
     use async_trait::async_trait;
     use slothqueue_core::machine::{Completion, Failure, HeartbeatAck};
     use slothqueue_core::{
-        ClaimFilter, Claimed, Event, Fence, Job, JobId, ListFilter, LivenessJudge, NewJob, Owner,
-        PurgeFilter, Pushed, RunnerRecord, SettledAndClaimed, Settlement, Stats, Store, StoreError,
-        Timestamp,
+        ClaimRequest, Claimed, Event, Fence, Job, JobId, ListFilter, NewJob, PurgeFilter, Pushed,
+        RunnerRecord, SettledAndClaimed, Settlement, Stats, Store, StoreError, Timestamp,
     };
 
     use super::Intercepted;
@@ -253,13 +251,11 @@ mod intercepted {
         }
         async fn claim(
             &self,
-            owner: &Owner,
-            filter: &ClaimFilter,
+            request: &ClaimRequest,
             now: Timestamp,
-            judge: Arc<dyn LivenessJudge>,
         ) -> Result<Option<Claimed>, StoreError> {
             (self.before_claim)()?;
-            self.inner.claim(owner, filter, now, judge).await
+            self.inner.claim(request, now).await
         }
         async fn heartbeat(
             &self,
@@ -294,10 +290,8 @@ mod intercepted {
             id: JobId,
             fence: &Fence,
             settlement: Settlement,
-            owner: &Owner,
-            filter: &ClaimFilter,
+            next: &ClaimRequest,
             now: Timestamp,
-            judge: Arc<dyn LivenessJudge>,
         ) -> Result<SettledAndClaimed, StoreError> {
             if matches!(settlement, Settlement::Complete(_)) {
                 (self.before_complete)()?;
@@ -305,7 +299,7 @@ mod intercepted {
             (self.before_claim)()?;
             (self.before_settle_and_claim)()?;
             self.settle_and_claims.fetch_add(1, Ordering::SeqCst);
-            self.inner.settle_and_claim(id, fence, settlement, owner, filter, now, judge).await
+            self.inner.settle_and_claim(id, fence, settlement, next, now).await
         }
         async fn release(
             &self,
@@ -339,10 +333,10 @@ mod intercepted {
         }
         async fn reclaim_dead(
             &self,
+            attempts: &[(JobId, Fence)],
             now: Timestamp,
-            judge: Arc<dyn LivenessJudge>,
         ) -> Result<Vec<Job>, StoreError> {
-            self.inner.reclaim_dead(now, judge).await
+            self.inner.reclaim_dead(attempts, now).await
         }
         async fn purge(&self, filter: &PurgeFilter) -> Result<Vec<JobId>, StoreError> {
             self.inner.purge(filter).await

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use slothqueue_core::{
-    ClaimFilter, ClockOnly, Fence, JobId, JobState, Lease, Liveness, LivenessJudge, Owner,
+    ClaimRequest, ClockOnly, Fence, JobId, JobState, Lease, Liveness, LivenessJudge, Owner,
 };
 use slothqueue_runner::process::{LEASE_VAR, group_members, lease_marker};
 use slothqueue_runner::this_process_owner;
@@ -61,7 +61,7 @@ async fn s05_crash_after_spawn_the_orphan_is_found_by_its_lease_marker() {
     let dead = dead_owner();
     let claimed = env
         .store
-        .claim(&dead, &ClaimFilter::default(), env.now(), Arc::new(ClockOnly))
+        .claim(&ClaimRequest::new(dead.clone(), Arc::new(ClockOnly)), env.now())
         .await
         .unwrap();
     let fence = claimed.unwrap().fence;
@@ -109,7 +109,7 @@ async fn s04_an_owner_dying_between_sweep_and_claim_is_not_rerun_over_its_orphan
     let doomed = Owner { id: "doomed-runner".into(), ..this_process_owner() };
     let claimed = env
         .store
-        .claim(&doomed, &ClaimFilter::default(), env.now(), Arc::new(ClockOnly))
+        .claim(&ClaimRequest::new(doomed.clone(), Arc::new(ClockOnly)), env.now())
         .await
         .unwrap();
     let fence = claimed.unwrap().fence;

@@ -1,8 +1,6 @@
 //! `cancel`, and what happens to missing ids.
 
-use slothqueue_core::{
-    ClaimFilter, Completion, EventKind, Failure, Fence, JobState, Liveness, StoreError,
-};
+use slothqueue_core::{Completion, EventKind, Failure, Fence, JobState, Liveness, StoreError};
 
 use crate::{Harness, event_kinds, job, secs, shell, snapshot};
 
@@ -127,8 +125,7 @@ pub async fn cancel_requested_job_of_a_dead_owner_ends_cancelled(h: &Harness) {
     assert_eq!(after.lease, None);
     assert_eq!(after.finished_at, Some(now));
     assert_eq!(event_kinds(&*s, j.id).await.last(), Some(&EventKind::Cancelled));
-    let filter = ClaimFilter::default();
-    let none = s.claim(&h.owner("w3"), &filter, h.at(secs(999)), h.judge()).await;
+    let none = s.claim(&h.request("w3"), h.at(secs(999))).await;
     assert!(none.expect("claim").is_none());
 }
 

@@ -148,3 +148,62 @@ pub async fn claim_returns_none_when_nothing_is_due(h: &Harness) {
     assert!(h.claim(&*s, "w2", much_later).await.is_none(), "a done job is never claimed");
     assert_eq!(snapshot(&*s, j.id).await, before);
 }
+
+/// A claim ends every abandoned job it may take that must not run again
+/// (here: lease expired, no attempts left), also one *behind* the job it
+/// takes: the rule is the core's claim plan, and a store that stops at the
+/// winner leaves a dead job `running` until some later claim.
+pub async fn claim_retires_abandoned_jobs_behind_the_job_it_takes(h: &Harness) {
+    let s = h.store();
+    let t = h.start();
+    let spent = h.push(&*s, shell("echo spent").priority(-5).max_attempts(1), t).await;
+    h.claim_expect(&*s, "w1", t, spent.id).await;
+    let best = h.push(&*s, shell("echo best").priority(9), t).await;
+    let later = h.at(secs(3_600));
+    let c = h.claim(&*s, "w2", later).await.expect("the pending job is taken");
+    assert_eq!(c.job.id, best.id);
+    let ended = job(&*s, spent.id).await;
+    assert_eq!(ended.state, JobState::Failed, "the abandoned job behind the winner is ended");
+    assert_eq!(ended.lease, None);
+    assert_eq!(ended.finished_at, Some(later));
+    assert_eq!(
+        event_kinds(&*s, spent.id).await,
+        [EventKind::Pushed, EventKind::Claimed, EventKind::Expired]
+    );
+    assert_trail_consistent(&*s, spent.id).await;
+}
+
+/// A claim looks only at the jobs its filter admits: an abandoned job of
+/// another queue is neither taken nor ended by it.
+pub async fn claim_retires_only_jobs_its_filter_admits(h: &Harness) {
+    let s = h.store();
+    let t = h.start();
+    let other = h.push(&*s, shell("echo other").queue("other").max_attempts(1), t).await;
+    h.claim_expect(&*s, "w1", t, other.id).await;
+    let later = h.at(secs(3_600));
+    let mine = ClaimFilter { queues: vec!["mine".to_owned()], kinds: None };
+    assert!(h.claim_filtered(&*s, "w2", &mine, later).await.is_none());
+    assert_eq!(job(&*s, other.id).await.state, JobState::Running, "not the claim's to end");
+    h.claim(&*s, "w2", later).await;
+    assert_eq!(job(&*s, other.id).await.state, JobState::Failed);
+}
+
+/// `Reclaim::ExpiredOnly` (what a runner asks for) leaves a gone owner's
+/// job alone while its lease is valid, ends nothing of it, and takes it
+/// once the lease expired; `DeadOrExpired` takes it at once.
+pub async fn claim_takes_a_dead_owners_job_only_when_the_request_allows(h: &Harness) {
+    let s = h.store();
+    let t = h.start();
+    let j = h.push(&*s, shell("echo orphan"), t).await;
+    h.claim_expect(&*s, "w1", t, j.id).await;
+    h.set_liveness("w1", slothqueue_core::Liveness::Gone);
+    let soon = h.at(secs(5));
+    let expired_only = h.request("w2").reclaim(slothqueue_core::Reclaim::ExpiredOnly);
+    let got = s.claim(&expired_only, soon).await.expect("claim");
+    assert!(got.is_none(), "a dead owner's job is the sweep's while its lease holds");
+    assert_eq!(job(&*s, j.id).await.lease.map(|l| l.owner.id).as_deref(), Some("w1"));
+    let got = s.claim(&h.request("w2"), soon).await.expect("claim").expect("taken at once");
+    assert_eq!(got.job.id, j.id);
+    assert_eq!(got.reclaimed_from.map(|o| o.id).as_deref(), Some("w1"));
+    assert_eq!(got.job.attempts, 2);
+}

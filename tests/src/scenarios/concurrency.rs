@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use slothqueue_core::{ClaimFilter, Completion, EventKind, JobId, JobState, ListFilter, Store};
+use slothqueue_core::{Completion, EventKind, JobId, JobState, ListFilter, Store};
 
 use crate::child::{Role, Work, run_workers};
 use crate::{Harness, event_kinds, secs, shell};
@@ -54,13 +54,10 @@ pub async fn claim_race_across_handles_hands_each_job_once(h: &Harness) {
     let mut tasks = Vec::new();
     for w in 0..RACE_HANDLES {
         let store: Arc<dyn Store> = if w == 0 { s.clone() } else { h.open_second() };
-        let judge = h.judge();
-        let owner = h.owner(&format!("racer-{w}"));
+        let request = h.request(&format!("racer-{w}"));
         tasks.push(tokio::spawn(async move {
             let mut mine = Vec::new();
-            let filter = ClaimFilter::default();
-            while let Some(c) = store.claim(&owner, &filter, t, judge.clone()).await.expect("claim")
-            {
+            while let Some(c) = store.claim(&request, t).await.expect("claim") {
                 assert_eq!(c.job.attempts, 1, "#{} was claimed before", c.job.id);
                 store
                     .complete(c.job.id, &c.fence, Completion::default(), t)

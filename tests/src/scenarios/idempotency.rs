@@ -98,3 +98,23 @@ pub async fn duplicate_of_a_finished_job_is_not_queued_again(h: &Harness) {
     assert!(h.claim(&*s, "w1", h.at(secs(60))).await.is_none());
     assert_eq!(s.list(&ListFilter::default()).await.expect("list").len(), 1);
 }
+
+/// A new payload under the key of a finished job creates the new job and
+/// supersedes nothing (`superseded` is `None`): the done job stays done,
+/// with no new event, and only gives up the key.
+pub async fn same_key_new_payload_over_a_finished_job_supersedes_nothing(h: &Harness) {
+    let s = h.store();
+    let t = h.start();
+    let old = h.push_keyed(&*s, "echo v1", "nightly", t).await;
+    let c = h.claim_expect(&*s, "w1", t, old.id).await;
+    s.complete(old.id, &c.fence, Completion::default(), t).await.expect("complete");
+    let newer = s.push(shell("echo v2").key("nightly"), h.at(secs(1))).await.expect("push v2");
+    assert!(newer.created);
+    assert_eq!(newer.superseded, None);
+    let o = job(&*s, old.id).await;
+    assert_eq!((o.state, o.idempotency_key), (JobState::Done, None));
+    assert_eq!(
+        event_kinds(&*s, old.id).await,
+        [EventKind::Pushed, EventKind::Claimed, EventKind::Completed]
+    );
+}

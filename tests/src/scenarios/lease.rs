@@ -248,7 +248,7 @@ pub async fn alive_owner_is_never_reclaimed(h: &Harness) {
 
     let hour = h.at(secs(3_600));
     assert!(h.claim(&*s, "w2", hour).await.is_none(), "an alive owner's job was taken");
-    assert!(s.reclaim_dead(hour, h.judge()).await.expect("sweep").is_empty());
+    assert!(h.reclaim_gone(&*s, hour).await.is_empty());
     assert_eq!(snapshot(&*s, j.id).await, before);
 
     h.set_liveness("alive", Liveness::Unknown);
@@ -297,7 +297,7 @@ pub async fn reclaim_dead_returns_gone_owners_jobs_to_pending(h: &Harness) {
     let gone_before = job(&*s, jg.id).await;
 
     let now = h.at(secs(120));
-    let swept = s.reclaim_dead(now, h.judge()).await.expect("sweep");
+    let swept = h.reclaim_gone(&*s, now).await;
     assert_eq!(
         swept,
         std::slice::from_ref(&gone_before),
@@ -316,7 +316,7 @@ pub async fn reclaim_dead_returns_gone_owners_jobs_to_pending(h: &Harness) {
     );
     assert_eq!(snapshot(&*s, ja.id).await, alive_before);
     assert_eq!(snapshot(&*s, ju.id).await, unknown_before);
-    assert!(s.reclaim_dead(now, h.judge()).await.expect("sweep again").is_empty());
+    assert!(h.reclaim_gone(&*s, now).await.is_empty());
 
     let c = h.claim_expect(&*s, "w2", now, jg.id).await;
     assert_eq!(c.job.attempts, 2);
@@ -331,7 +331,7 @@ pub async fn reclaim_dead_fails_a_job_out_of_attempts(h: &Harness) {
     h.claim_expect(&*s, "gone", t, j.id).await;
     h.set_liveness("gone", Liveness::Gone);
     let now = h.at(secs(5));
-    let swept = s.reclaim_dead(now, h.judge()).await.expect("sweep");
+    let swept = h.reclaim_gone(&*s, now).await;
     assert_eq!(swept.iter().map(|j| j.id).collect::<Vec<_>>(), [j.id]);
     let after = job(&*s, j.id).await;
     assert_eq!(after.state, JobState::Failed);

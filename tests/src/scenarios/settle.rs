@@ -18,16 +18,8 @@ async fn settle_and_claim(
     filter: &ClaimFilter,
     now: Timestamp,
 ) -> Result<SettledAndClaimed, StoreError> {
-    s.settle_and_claim(
-        held.job.id,
-        &held.fence,
-        settlement,
-        &h.owner(owner_id),
-        filter,
-        now,
-        h.judge(),
-    )
-    .await
+    let next = h.request(owner_id).filter(filter.clone());
+    s.settle_and_claim(held.job.id, &held.fence, settlement, &next, now).await
 }
 
 fn done(result: &str) -> Settlement {
