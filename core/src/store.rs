@@ -4,7 +4,7 @@
 //! Every method is one atomic transaction. Owner-side writes (`heartbeat`,
 //! `complete`, `fail`, `release`) carry a [`Fence`] and change nothing unless
 //! the job is still running under exactly that owner and attempt. The
-//! conformance suite in `slothqueue-tests` is the executable form of these
+//! conformance suite in `slothqueue-conformance` is the executable form of these
 //! contracts; a backend is correct when it passes all of it.
 
 use std::path::PathBuf;

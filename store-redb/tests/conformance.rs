@@ -18,5 +18,5 @@ fn open_eventual(path: &Path, policy: Policy) -> Result<Arc<dyn Store>, StoreErr
     Ok(Arc::new(RedbStore::open(path, options)?))
 }
 
-slothqueue_tests::conformance_suite!(open);
-slothqueue_tests::conformance_suite!(open_eventual, eventual);
+slothqueue_conformance::conformance_suite!(open);
+slothqueue_conformance::conformance_suite!(open_eventual, eventual);

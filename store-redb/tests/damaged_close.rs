@@ -14,11 +14,8 @@ const T: Timestamp = Timestamp::from_millis(1_700_000_000_000);
 async fn s16_closing_a_damaged_file_does_not_panic() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.redb");
-    std::fs::copy(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/s16-damaged-allocator.redb"),
-        &path,
-    )
-    .unwrap();
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/s16_damaged_close.redb"), &path)
+        .unwrap();
     // Whatever the open and the push answer, dropping the store must not
     // panic (a panic here fails the test).
     if let Ok(store) = RedbStore::open(&path, RedbOptions::default()) {

@@ -183,7 +183,7 @@ async fn v1_fixture_reads_back() {
     let runners = s.runners().await.unwrap();
     assert_eq!(runners.len(), 1);
     assert_eq!(runners[0].activity, RunnerActivity::Running { job: 2 });
-    slothqueue_tests::assert_all_trails_consistent(&s).await;
+    slothqueue_conformance::assert_all_trails_consistent(&s).await;
 
     // Still a working queue: the key still deduplicates, ids go on past
     // the purged one, and claims take the due jobs in order.

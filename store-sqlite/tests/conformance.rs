@@ -17,5 +17,5 @@ fn open_rollback_journal(path: &Path, policy: Policy) -> Result<Arc<dyn Store>, 
     Ok(Arc::new(SqliteStore::open(path, options)?))
 }
 
-slothqueue_tests::conformance_suite!(open);
-slothqueue_tests::conformance_suite!(open_rollback_journal, rollback_journal);
+slothqueue_conformance::conformance_suite!(open);
+slothqueue_conformance::conformance_suite!(open_rollback_journal, rollback_journal);

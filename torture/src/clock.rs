@@ -22,7 +22,7 @@ use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
 
 use crate::ctx::{Ctx, Status};
 use crate::history::{self, Expect, History};
-use crate::procs_scn::add_job;
+use crate::processes::add_job;
 use crate::queue;
 use crate::util::{Procs, group_members, sh_quote, wait_for};
 

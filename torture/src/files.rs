@@ -606,9 +606,12 @@ fn fixtures(backend: Backend) -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let candidates = match backend {
         Backend::Sqlite => {
-            vec![root.join("../store-sqlite/tests/data/v1.sqlite"), root.join("fixtures/v1.sqlite")]
+            vec![
+                root.join("../store-sqlite/tests/data/v1.sqlite"),
+                root.join("tests/data/v1.sqlite"),
+            ]
         }
-        Backend::Redb => vec![root.join("fixtures/v1.redb")],
+        Backend::Redb => vec![root.join("tests/data/v1.redb")],
     };
     candidates.into_iter().filter(|p| p.exists()).collect()
 }

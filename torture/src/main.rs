@@ -27,7 +27,7 @@ mod files;
 mod helpers;
 mod history;
 mod load;
-mod procs_scn;
+mod processes;
 mod queue;
 mod util;
 
@@ -49,11 +49,11 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("S03", load::s03_contention),
     ("S04", load::s04_kill_loop),
     ("S05", load::s05_failpoints),
-    ("S07", procs_scn::s07_graceful_signals),
-    ("S08", procs_scn::s08_max_runtime),
-    ("S09", procs_scn::s09_orphaned_group),
-    ("S10", procs_scn::s10_pid_reuse),
-    ("S22", procs_scn::s22_child_inherits),
+    ("S07", processes::s07_graceful_signals),
+    ("S08", processes::s08_max_runtime),
+    ("S09", processes::s09_orphaned_group),
+    ("S10", processes::s10_pid_reuse),
+    ("S22", processes::s22_child_inherits),
     ("S11", clock::s11_forward_jump),
     ("S12", clock::s12_backward_step),
     ("S13", files::s13_busy),

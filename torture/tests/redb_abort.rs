@@ -3,7 +3,7 @@
 //! the proptest in `fuzz.rs` with a random seed and minimized to one byte,
 //! once aborted the process; now the open refuses the file.
 //!
-//! The reproducer, `fixtures/s16_damaged_allocator.redb`, is a valid
+//! The reproducer, `tests/data/s16_damaged_allocator.redb`, is a valid
 //! queue (5 jobs pushed with keys `k0`..`k4`, one claimed and completed,
 //! one claimed) with one byte flipped: offset 12521, 159 → 227, inside a page of the tree
 //! the header's primary commit slot points to. A plain redb open trusts
@@ -68,7 +68,8 @@ fn s16_a_damaged_allocator_state_is_refused_at_open_instead_of_aborting() {
         use_damaged(Path::new(&path));
         return;
     }
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/s16_damaged_allocator.redb");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/s16_damaged_allocator.redb");
     std::fs::copy(&fixture, &path).unwrap();
     // In a child: the abort would take the test harness with it.
     let out = std::process::Command::new(std::env::current_exe().unwrap())
@@ -91,7 +92,7 @@ fn s16_a_damaged_file_needing_recovery_is_refused_with_its_header_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.redb");
     let fixture =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/s16_unclean_damaged_header.redb");
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/s16_unclean_damaged_header.redb");
     std::fs::copy(&fixture, &path).unwrap();
     let before = std::fs::read(&path).unwrap();
     let err = RedbStore::open(&path, RedbOptions::default()).unwrap_err();

@@ -104,7 +104,7 @@ fn layering() -> Result<(), String> {
         ("slothqueue-store-sqlite", &["redb", "slothqueue-store-redb", "slothqueue-runner"]),
         ("slothqueue-store-redb", &["rusqlite", "slothqueue-store-sqlite", "slothqueue-runner"]),
         (
-            "slothqueue-tests",
+            "slothqueue-conformance",
             &["slothqueue-store-sqlite", "slothqueue-store-redb", "slothqueue-runner"],
         ),
     ];

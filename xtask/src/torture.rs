@@ -26,7 +26,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let bin = build_binary()?;
     // Fuzz-style property tests, bounded by their number of cases.
     let cases = if quick { "200" } else { "5000" };
-    let mut test = vec!["test", "-p", "slothqueue-torture", "--test", "fuzz"];
+    let mut test = vec!["test", "-p", "slothqueue-torture", "--test", "properties"];
     test.extend_from_slice(&CONFIG);
     let mut env = vec![("PROPTEST_CASES", cases), ("SQ_BIN", bin.as_str())];
     if quick {

@@ -16,6 +16,6 @@ mod gates;
 mod handlers;
 mod jobs;
 mod reclaim;
+mod regressions;
 mod stopping;
 mod support;
-mod torture;

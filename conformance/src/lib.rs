@@ -26,7 +26,7 @@
 //!     Ok(Arc::new(SqliteStore::open(path, policy)?))
 //! }
 //!
-//! slothqueue_tests::conformance_suite!(open);
+//! slothqueue_conformance::conformance_suite!(open);
 //! ```
 //!
 //! That expands to one `#[test]` per scenario, named after it
@@ -39,7 +39,7 @@
 //! module name:
 //!
 //! ```text
-//! slothqueue_tests::conformance_suite!(open_rollback_journal, rollback_journal);
+//! slothqueue_conformance::conformance_suite!(open_rollback_journal, rollback_journal);
 //! ```
 //!
 //! That wraps the same expansion in `mod rollback_journal { use super::*; … }`,

@@ -446,7 +446,7 @@ impl Store for RefStore {
     }
 }
 
-slothqueue_tests::conformance_suite!(open);
+slothqueue_conformance::conformance_suite!(open);
 
 /// The same suite again, as a backend's configuration variant would.
 fn open_variant(path: &Path, policy: Policy) -> Result<Arc<dyn Store>, StoreError> {
@@ -455,18 +455,18 @@ fn open_variant(path: &Path, policy: Policy) -> Result<Arc<dyn Store>, StoreErro
     open(&path.with_file_name(name), policy)
 }
 
-slothqueue_tests::conformance_suite!(open_variant, variant);
+slothqueue_conformance::conformance_suite!(open_variant, variant);
 
 #[test]
 fn every_scenario_is_listed_once() {
-    let mut names = slothqueue_tests::SCENARIOS.to_vec();
+    let mut names = slothqueue_conformance::SCENARIOS.to_vec();
     assert!(names.len() >= 30, "{} scenarios", names.len());
     names.sort_unstable();
     names.dedup();
-    assert_eq!(names.len(), slothqueue_tests::SCENARIOS.len());
+    assert_eq!(names.len(), slothqueue_conformance::SCENARIOS.len());
 }
 
 #[test]
 fn run_all_passes_on_the_reference_store() {
-    slothqueue_tests::run_all(open);
+    slothqueue_conformance::run_all(open);
 }
