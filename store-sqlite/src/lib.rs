@@ -24,10 +24,21 @@
 
 #![deny(missing_docs)]
 
+// The files, one role each (the same set in every store crate):
+// `error` maps every rusqlite error onto `StoreError`; `schema` is the
+// layout (DDL, versions, migrations); `open` vets, creates and migrates a
+// file; `txn` connects, configures and runs transactions; `rows` turns
+// jobs, events and runner records into rows and back; `store` holds the
+// operations and `impl Store`.
 mod error;
 mod failpoint;
+mod open;
+mod rows;
 mod schema;
 mod store;
+mod txn;
 
-pub use schema::{APPLICATION_ID, SCHEMA_VERSION, sniff};
-pub use store::{Journal, SqliteOptions, SqliteStore, Synchronous};
+pub use open::sniff;
+pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
+pub use store::SqliteStore;
+pub use txn::{Journal, SqliteOptions, Synchronous};
