@@ -1011,8 +1011,9 @@ mod tests {
     }
 
     /// The settle and the claim are one transaction: when the claim half
-    /// fails (here on a row it cannot decode), the settle is rolled back
-    /// with it and the finished job is still running under its lease.
+    /// fails (here on a job whose stored row does not decode), the settle
+    /// is rolled back with it and the finished job is still running under
+    /// its lease.
     #[tokio::test]
     async fn a_failing_claim_half_rolls_the_settle_back() {
         let dir = tempfile::tempdir().unwrap();
@@ -1026,10 +1027,7 @@ mod tests {
             .unwrap()
             .unwrap();
         let next = store.push(NewJob::shell("true", "/"), t(1)).await.unwrap().job;
-        store
-            .lock_for_test()
-            .execute("UPDATE jobs SET payload = 'not json' WHERE id = ?1", [next.id])
-            .unwrap();
+        garble(&store, next.id);
 
         let done = Settlement::Complete(Completion::default());
         let err = store
@@ -1046,5 +1044,14 @@ mod tests {
         let job = store.get(held.job.id).await.unwrap();
         assert_eq!(job.state, JobState::Running);
         assert_eq!(job.lease.map(|l| l.fence()), Some(held.fence));
+    }
+
+    /// Overwrites job `id`'s stored payload with text that is not JSON, as a
+    /// tool outside slothqueue might.
+    fn garble(store: &SqliteStore, id: JobId) {
+        store
+            .lock_for_test()
+            .execute("UPDATE jobs SET payload = 'not json' WHERE id = ?1", [id])
+            .unwrap();
     }
 }
