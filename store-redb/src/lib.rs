@@ -110,13 +110,16 @@
 
 #![deny(missing_docs)]
 
-// The files, one role each (the same set in every store crate):
-// `error` maps every redb error (and a panic inside redb) onto
-// `StoreError`; `schema` is the layout (tables, keys, versions,
-// migrations); `open` vets, creates and opens a file, with the memory
-// overlay; `txn` holds the handle, the write gate, the bounded lock wait
-// and the write transaction; `rows` is the index bookkeeping of `Tx` and
-// the JSON encoding; `store` holds the operations and `impl Store`.
+// The files, one role each, the same set in every store crate, listed so
+// that each uses only files before it (no cycle):
+// - `error`: every redb error (and a panic inside redb) onto `StoreError`;
+// - `schema`: the layout (tables, keys, versions, migrations);
+// - `rows`: `Tx`, the index bookkeeping, the claim's candidates, encoding;
+// - `txn`: the options, the handle, the write gate, the bounded wait for
+//   another process's lock, the write transaction;
+// - `open`: the sniff and probe, creation, the vetted and read-only opens,
+//   the memory overlay;
+// - `store`: the operations and `impl Store`.
 mod error;
 mod failpoint;
 mod open;

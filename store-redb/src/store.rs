@@ -56,17 +56,7 @@ impl RedbStore {
     /// [`StoreError::SchemaTooNew`] and left unchanged.
     pub fn open(path: &Path, options: RedbOptions) -> Result<RedbStore, StoreError> {
         let db = open::open_database(path, options.lock_timeout)?;
-        let gate = gate_for(path)?;
-        Ok(RedbStore {
-            inner: Arc::new(Inner {
-                path: path.to_owned(),
-                options,
-                db: RwLock::new(Db::new(Handle::Writable(db))),
-                gate,
-                on_file: true,
-                read_only: false,
-            }),
-        })
+        Ok(RedbStore::on(path, options, Handle::Writable(db), gate_for(path)?, true))
     }
 
     /// Opens the existing queue at `path` for reading only: nothing is
@@ -83,17 +73,7 @@ impl RedbStore {
     /// [`std::io::ErrorKind::ReadOnlyFilesystem`].
     pub fn open_read_only(path: &Path, options: RedbOptions) -> Result<RedbStore, StoreError> {
         let handle = open::open_read_only(path, options.lock_timeout)?;
-        let gate = gate_for(path)?;
-        Ok(RedbStore {
-            inner: Arc::new(Inner {
-                path: path.to_owned(),
-                options,
-                db: RwLock::new(Db::new(handle)),
-                gate,
-                on_file: true,
-                read_only: true,
-            }),
-        })
+        Ok(RedbStore::on(path, options, handle, gate_for(path)?, true))
     }
 
     /// Opens a queue on a redb storage backend rather than a file, for
@@ -109,16 +89,22 @@ impl RedbStore {
         options: RedbOptions,
     ) -> Result<RedbStore, StoreError> {
         let db = open::open_backend(backend, label, options.lock_timeout)?;
-        Ok(RedbStore {
-            inner: Arc::new(Inner {
-                path: label.to_owned(),
-                options,
-                db: RwLock::new(Db::new(Handle::Writable(db))),
-                gate: Arc::new(Gate::default()),
-                on_file: false,
-                read_only: false,
-            }),
-        })
+        Ok(RedbStore::on(label, options, Handle::Writable(db), Arc::new(Gate::default()), false))
+    }
+
+    /// A store on an opened handle; read-only unless the handle is writable.
+    fn on(
+        path: &Path,
+        options: RedbOptions,
+        handle: Handle,
+        gate: Arc<Gate>,
+        on_file: bool,
+    ) -> RedbStore {
+        let read_only = !matches!(handle, Handle::Writable(_));
+        let db = RwLock::new(Db::new(handle));
+        RedbStore {
+            inner: Arc::new(Inner { path: path.to_owned(), options, db, gate, on_file, read_only }),
+        }
     }
 
     /// The queue file.
@@ -482,11 +468,7 @@ impl Store for RedbStore {
         jobs: Vec<NewJob>,
         now: Timestamp,
     ) -> Result<Vec<Pushed>, StoreError> {
-        self.blocking(move |i| {
-            let policy = i.options.policy.clone();
-            i.write(|t| pushed_many(t, &jobs, now, &policy))
-        })
-        .await
+        self.blocking(move |i| i.write(|t| pushed_many(t, &jobs, now, &i.options.policy))).await
     }
 
     async fn claim(
@@ -495,11 +477,7 @@ impl Store for RedbStore {
         now: Timestamp,
     ) -> Result<Option<Claimed>, StoreError> {
         let request = request.clone();
-        self.blocking(move |i| {
-            let policy = i.options.policy.clone();
-            i.write(|t| claim_in(t, &request, now, &policy))
-        })
-        .await
+        self.blocking(move |i| i.write(|t| claim_in(t, &request, now, &i.options.policy))).await
     }
 
     async fn heartbeat(
@@ -511,10 +489,10 @@ impl Store for RedbStore {
     ) -> Result<HeartbeatAck, StoreError> {
         let fence = fence.clone();
         self.blocking(move |i| {
-            let policy = i.options.policy.clone();
+            let policy = &i.options.policy;
             i.write(|t| {
                 let job = t.must(id)?;
-                let (tr, ack) = machine::heartbeat(&job, &fence, now, &policy, child_pgid)?;
+                let (tr, ack) = machine::heartbeat(&job, &fence, now, policy, child_pgid)?;
                 t.apply(&job, &tr)?;
                 Ok(ack)
             })
@@ -555,15 +533,15 @@ impl Store for RedbStore {
     ) -> Result<SettledAndClaimed, StoreError> {
         let (fence, request) = (fence.clone(), next.clone());
         self.blocking(move |i| {
-            let policy = i.options.policy.clone();
+            let policy = &i.options.policy;
             i.write(|t| {
                 let job = t.must(id)?;
-                let tr = machine::settle(&job, &fence, &settlement, now, &policy)?;
+                let tr = machine::settle(&job, &fence, &settlement, now, policy)?;
                 t.apply(&job, &tr)?;
                 if tr.job.state == JobState::Done {
                     crate::failpoint::hit("mid_complete"); // written, not committed
                 }
-                let next = claim_in(t, &request, now, &policy)?;
+                let next = claim_in(t, &request, now, policy)?;
                 Ok(SettledAndClaimed { settled: tr.job, next })
             })
         })
@@ -711,10 +689,10 @@ impl RedbStore {
         F: Fn(&Job, &Policy) -> Result<Transition, TransitionError> + Send + 'static,
     {
         self.blocking(move |i| {
-            let policy = i.options.policy.clone();
+            let policy = &i.options.policy;
             i.write(|t| {
                 let job = t.must(id)?;
-                let tr = decide(&job, &policy)?;
+                let tr = decide(&job, policy)?;
                 t.apply(&job, &tr)?;
                 if tr.job.state == JobState::Done {
                     crate::failpoint::hit("mid_complete"); // written, not committed

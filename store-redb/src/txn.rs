@@ -47,7 +47,7 @@ pub(crate) enum Handle {
     /// crash with no live writer to repair it, empty, or never
     /// initialised), brought up to date in a memory overlay: a snapshot,
     /// which the store swaps for a [`Handle::ReadOnly`] as soon as the
-    /// file opens as one (see [`crate::open::open_current_read_only`]).
+    /// file opens as one (see `open_current_read_only` in `open.rs`).
     Snapshot(Database),
 }
 
