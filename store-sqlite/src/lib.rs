@@ -24,12 +24,16 @@
 
 #![deny(missing_docs)]
 
-// The files, one role each (the same set in every store crate):
-// `error` maps every rusqlite error onto `StoreError`; `schema` is the
-// layout (DDL, versions, migrations); `open` vets, creates and migrates a
-// file; `txn` connects, configures and runs transactions; `rows` turns
-// jobs, events and runner records into rows and back; `store` holds the
-// operations and `impl Store`.
+// The files, one role each, the same set in every store crate, listed so
+// that each uses only files before it (no cycle):
+// - `error`: every rusqlite error onto `StoreError`, in one place;
+// - `schema`: the layout (DDL, versions, migrations);
+// - `rows`: jobs, events and runner records as rows and back, the queries,
+//   the claim's candidates;
+// - `txn`: the options, connecting and configuring, the busy handler, the
+//   transactions;
+// - `open`: the read-only probe, creation, migration under the write lock;
+// - `store`: the operations and `impl Store`.
 mod error;
 mod failpoint;
 mod open;
