@@ -1,4 +1,5 @@
-//! What is measured: a backend under one of its two durability settings,
+//! What is measured: a backend under one of its durability settings (two
+//! for SQLite, one for redb),
 //! and how to open a store or a raw file exactly as that setting does.
 
 use std::fmt;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use slothqueue_core::Store;
-use slothqueue_store_redb::{DurabilityMode, RedbOptions, RedbStore};
+use slothqueue_store_redb::{RedbOptions, RedbStore};
 use slothqueue_store_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 
 /// A storage backend.
@@ -48,6 +49,15 @@ impl FromStr for Backend {
     }
 }
 
+impl Backend {
+    /// Whether the backend has a fast durability setting besides its
+    /// default. redb has none: it refuses `Durability::None` on a file
+    /// shared between processes, which every slothqueue file is.
+    pub fn has_fast_setting(self) -> bool {
+        self == Backend::Sqlite
+    }
+}
+
 /// A backend and one of its durability settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Setting {
@@ -71,10 +81,7 @@ impl Setting {
             (Backend::Redb, false) => {
                 "Durability::Immediate, ConcurrencyMode::MultiWriter (the default)"
             }
-            (Backend::Redb, true) => {
-                "DurabilityMode::Eventual: commits as Immediate, since redb refuses \
-                 Durability::None in MultiWriter mode"
-            }
+            (Backend::Redb, true) => "no such setting (redb has one durability)",
         }
     }
 
@@ -87,10 +94,10 @@ impl Setting {
                 Arc::new(SqliteStore::open(path, options)?)
             }
             Backend::Redb => {
-                let durability =
-                    if self.fast { DurabilityMode::Eventual } else { DurabilityMode::Immediate };
-                let options = RedbOptions { durability, ..RedbOptions::default() };
-                Arc::new(RedbStore::open(path, options)?)
+                if self.fast {
+                    anyhow::bail!("redb has no fast durability setting");
+                }
+                Arc::new(RedbStore::open(path, RedbOptions::default())?)
             }
         };
         Ok(store)

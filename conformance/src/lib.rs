@@ -35,7 +35,7 @@
 //! multi-process scenarios (see below). Only one invocation per module.
 //!
 //! To run the whole suite again under a configuration variant (SQLite's
-//! rollback journal, a redb durability setting), pass a second argument, a
+//! rollback journal, say), pass a second argument, a
 //! module name:
 //!
 //! ```text

@@ -23,7 +23,7 @@ pub use machine::{
     ClaimFilter, ClaimOutcome, ClaimPlan, ClaimRequest, Claimed, Completion, Failure, HeartbeatAck,
     PlannedWrite, PushPlan, Reclaim, ReclaimReason, Settlement, Transition, TransitionError,
 };
-pub use policy::Policy;
+pub use policy::{Policy, splitmix64};
 pub use store::{
     ListFilter, ListOrder, PurgeFilter, Pushed, RunnerActivity, RunnerRecord, SettledAndClaimed,
     Stats, Store, StoreError,

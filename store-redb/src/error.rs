@@ -1,7 +1,8 @@
 //! Every redb error becomes a [`StoreError`] here, in one place, so the
 //! rest of the crate can use `?` on redb calls and the mapping is reviewed
 //! once: damage is `Corrupt`, a full disk is `DiskFull`, contention is
-//! `Busy` (after the wait, decided by the caller), the rest `Io`/`Backend`.
+//! `Busy` (after the wait, decided by the caller), the rest `Io`/`Backend`;
+//! and a panic inside redb is caught and named damage ([`guarded`]).
 
 use std::io;
 use std::path::Path;
@@ -134,6 +135,15 @@ impl From<slothqueue_core::TransitionError> for Failure {
 impl From<io::Error> for Failure {
     fn from(e: io::Error) -> Self {
         Failure::Redb(redb::Error::Io(e))
+    }
+}
+
+/// Runs `f`, turning a panic inside redb (which it allows itself on files
+/// altered outside redb) into a corrupt-file error.
+pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(panic) => Err(Failure::Damaged(format!("redb gave up: {}", panic_message(&*panic)))),
     }
 }
 

@@ -42,12 +42,14 @@
 //! cannot change between the read and the write: the transaction is the
 //! `WHERE owner = ? AND attempt = ?` of the SQL backend.
 //!
-//! The one place redb's shape forced a different route to the same
-//! semantics: the liveness judge is borrowed, so it cannot travel to the
-//! blocking pool. A claim (and `reclaim_dead`) first reads the running
-//! leases, asks the judge about them, then runs the write transaction with
-//! the answers keyed by (job, owner, attempt); a lease that changed in
-//! between has no answer and is left alone until the next claim.
+//! A claim is decided as on every backend: in its write transaction, the
+//! running jobs and the best ready job are read and handed to
+//! [`slothqueue_core::machine::plan_claim`] with the claim's
+//! [`ClaimRequest`](slothqueue_core::ClaimRequest), whose liveness judge (an
+//! `Arc`, so it travels to the blocking pool) is asked about each running
+//! lease there, inside the transaction that acts on its verdict; the plan
+//! is then written. `reclaim_dead` takes the exact (job, attempt) pairs to
+//! take back and changes only a job still at that attempt.
 //!
 //! # Several processes, several handles
 //!
@@ -71,11 +73,10 @@
 //! # Durability
 //!
 //! Every commit is [`redb::Durability::Immediate`]: fsynced, with redb's
-//! 2-phase commit, before the call returns. redb refuses its only faster
-//! setting, `Durability::None`, on a file shared between processes (a
-//! commit held in one process's memory would be invisible to the others),
-//! so [`DurabilityMode::Eventual`] is accepted but commits durably too; see
-//! its documentation.
+//! 2-phase commit, before the call returns. There is no faster setting:
+//! redb refuses its only one, `Durability::None`, on a file shared between
+//! processes (a commit held in one process's memory would be invisible to
+//! the others), and every slothqueue file is shared.
 //!
 //! # Bad files and new files
 //!
@@ -109,10 +110,25 @@
 
 #![deny(missing_docs)]
 
+// The files, one role each, the same set in every store crate, listed so
+// that each uses only files before it (no cycle):
+// - `error`: every redb error (and a panic inside redb) onto `StoreError`;
+// - `schema`: the layout (tables, keys, versions, migrations);
+// - `rows`: `Tx`, the index bookkeeping, the claim's candidates, encoding;
+// - `txn`: the options, the handle, the write gate, the bounded wait for
+//   another process's lock, the write transaction;
+// - `open`: the sniff and probe, creation, the vetted and read-only opens,
+//   the memory overlay;
+// - `store`: the operations and `impl Store`.
 mod error;
 mod failpoint;
+mod open;
+mod rows;
 mod schema;
 mod store;
+mod txn;
 
-pub use schema::{SCHEMA_VERSION, sniff};
-pub use store::{DurabilityMode, RedbOptions, RedbStore};
+pub use open::sniff;
+pub use schema::SCHEMA_VERSION;
+pub use store::RedbStore;
+pub use txn::RedbOptions;

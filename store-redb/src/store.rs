@@ -1,107 +1,34 @@
 //! [`RedbStore`]: the [`Store`] trait on redb tables (see the crate docs for
-//! the table design). Each operation is one transaction run on tokio's
-//! blocking pool; every state change goes through a
-//! [`slothqueue_core::machine`] function and [`Tx::put`], which keeps the
-//! indexes in step with the row.
+//! the table design), and the operations behind it. Each operation is one
+//! transaction run on tokio's blocking pool; every state change goes
+//! through a [`slothqueue_core::machine`] function and [`Tx::put`], which
+//! keeps the indexes in step with the row.
 
-use std::collections::HashMap;
 use std::ops::Bound;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use redb::{
-    Durability, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction,
-};
-use slothqueue_core::machine::{self, PushPlan};
+use redb::{ReadTransaction, ReadableTable};
+use slothqueue_core::machine::{self, PushPlan, Transition, TransitionError};
 use slothqueue_core::{
-    ClaimFilter, ClaimRequest, Claimed, Completion, Event, Failure as JobFailure, Fence,
-    HeartbeatAck, Job, JobId, JobState, Lease, ListFilter, ListOrder, NewJob, Policy, PurgeFilter,
-    Pushed, RunnerRecord, SettledAndClaimed, Settlement, Stats, Store, StoreError, Timestamp,
+    ClaimRequest, Claimed, Completion, Event, Failure as JobFailure, Fence, HeartbeatAck, Job,
+    JobId, JobState, ListFilter, ListOrder, NewJob, Policy, PurgeFilter, Pushed, RunnerRecord,
+    SettledAndClaimed, Settlement, Stats, Store, StoreError, Timestamp,
 };
 
-use crate::error::{Failure, corrupt, panic_message};
-use crate::schema::{
-    self, COUNTS, EVENTS, Handle, JOBS, KEYS, META, META_NEXT_ID, META_WATERMARK, PENDING, READY,
-    RUNNERS, RUNNING, ReadyKey, guarded, i64_from_meta, i64_to_meta, priority_key,
-};
-
-/// How hard a commit tries to reach the disk before returning.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum DurabilityMode {
-    /// Every commit is fsynced (redb's 2-phase commit) before the call
-    /// returns: an acknowledged push survives a power cut.
-    #[default]
-    Immediate,
-    /// Asks for speed over durability. redb's only faster setting,
-    /// `Durability::None`, keeps the commit in this process's memory until
-    /// a later durable one, and redb 4.6 refuses it on a file shared
-    /// between processes (`NonDurableCommitUnsupported`), which every
-    /// slothqueue file is. So today this commits exactly like
-    /// [`DurabilityMode::Immediate`] and risks nothing; it is kept so that
-    /// callers can state the wish, and a later redb can grant it (at the
-    /// risk of losing the last commits, never of a damaged file).
-    Eventual,
-}
-
-/// How [`RedbStore::open`] opens a queue.
-#[derive(Clone, Debug)]
-pub struct RedbOptions {
-    /// Lease, backoff and attempt settings for every transition.
-    pub policy: Policy,
-    /// What a commit waits for.
-    pub durability: DurabilityMode,
-    /// How long a call waits for another process's write before answering
-    /// [`StoreError::Busy`].
-    pub lock_timeout: Duration,
-}
-
-impl Default for RedbOptions {
-    fn default() -> Self {
-        RedbOptions {
-            policy: Policy::default(),
-            durability: DurabilityMode::Immediate,
-            lock_timeout: Duration::from_secs(5),
-        }
-    }
-}
+use crate::error::{Failure, corrupt, guarded, panic_message};
+use crate::open;
+use crate::rows::{Tx, decode_event, decode_job, load, out_of_step, verify_indexes};
+use crate::schema::{COUNTS, EVENTS, JOBS, PENDING, RUNNERS, RUNNING};
+use crate::txn::{self, Db, Gate, Handle, RedbOptions, gate_for, read_only};
 
 /// A queue in one redb file. Cheap to share (`Arc`); several handles, in
 /// one process or many, may hold the same file.
 #[derive(Debug)]
 pub struct RedbStore {
     inner: Arc<Inner>,
-}
-
-/// The open database. Closing it, when the store is dropped or a handle
-/// is replaced after a latched I/O error, never panics out of the store:
-/// redb writes its allocator state on close, and on a file damaged where
-/// nothing has read yet, that can panic inside redb (S16: the torture
-/// suite's fuzzing found `add` on a bit-flipped file ending in exit 101).
-#[derive(Debug)]
-struct Db(Option<Handle>);
-
-impl Db {
-    fn new(handle: Handle) -> Self {
-        Db(Some(handle))
-    }
-
-    fn handle(&self) -> &Handle {
-        match &self.0 {
-            Some(h) => h,
-            None => unreachable!("the database is taken out only when dropped"),
-        }
-    }
-}
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        if let Some(handle) = self.0.take() {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || handle.close()));
-        }
-    }
 }
 
 #[derive(Debug)]
@@ -114,7 +41,7 @@ struct Inner {
     /// One write transaction at a time among every handle of this process
     /// on this file, handed over in turn rather than polled for, so
     /// threads of one process do not starve each other; other processes
-    /// are polled for (see [`patiently`]).
+    /// are polled for (see [`txn::patiently`]).
     gate: Arc<Gate>,
     /// Opened from a file (not a test backend), so it can be reopened.
     on_file: bool,
@@ -128,18 +55,8 @@ impl RedbStore {
     /// file is refused with [`StoreError::Corrupt`] or
     /// [`StoreError::SchemaTooNew`] and left unchanged.
     pub fn open(path: &Path, options: RedbOptions) -> Result<RedbStore, StoreError> {
-        let db = schema::open_database(path, options.lock_timeout)?;
-        let gate = gate_for(path)?;
-        Ok(RedbStore {
-            inner: Arc::new(Inner {
-                path: path.to_owned(),
-                options,
-                db: RwLock::new(Db::new(Handle::Writable(db))),
-                gate,
-                on_file: true,
-                read_only: false,
-            }),
-        })
+        let db = open::open_database(path, options.lock_timeout)?;
+        Ok(RedbStore::on(path, options, Handle::Writable(db), gate_for(path)?, true))
     }
 
     /// Opens the existing queue at `path` for reading only: nothing is
@@ -155,18 +72,8 @@ impl RedbStore {
     /// answers [`StoreError::Io`] of kind
     /// [`std::io::ErrorKind::ReadOnlyFilesystem`].
     pub fn open_read_only(path: &Path, options: RedbOptions) -> Result<RedbStore, StoreError> {
-        let handle = schema::open_read_only(path, options.lock_timeout)?;
-        let gate = gate_for(path)?;
-        Ok(RedbStore {
-            inner: Arc::new(Inner {
-                path: path.to_owned(),
-                options,
-                db: RwLock::new(Db::new(handle)),
-                gate,
-                on_file: true,
-                read_only: true,
-            }),
-        })
+        let handle = open::open_read_only(path, options.lock_timeout)?;
+        Ok(RedbStore::on(path, options, handle, gate_for(path)?, true))
     }
 
     /// Opens a queue on a redb storage backend rather than a file, for
@@ -181,17 +88,23 @@ impl RedbStore {
         label: &Path,
         options: RedbOptions,
     ) -> Result<RedbStore, StoreError> {
-        let db = schema::open_backend(backend, label, options.lock_timeout)?;
-        Ok(RedbStore {
-            inner: Arc::new(Inner {
-                path: label.to_owned(),
-                options,
-                db: RwLock::new(Db::new(Handle::Writable(db))),
-                gate: Arc::new(Gate::default()),
-                on_file: false,
-                read_only: false,
-            }),
-        })
+        let db = open::open_backend(backend, label, options.lock_timeout)?;
+        Ok(RedbStore::on(label, options, Handle::Writable(db), Arc::new(Gate::default()), false))
+    }
+
+    /// A store on an opened handle; read-only unless the handle is writable.
+    fn on(
+        path: &Path,
+        options: RedbOptions,
+        handle: Handle,
+        gate: Arc<Gate>,
+        on_file: bool,
+    ) -> RedbStore {
+        let read_only = !matches!(handle, Handle::Writable(_));
+        let db = RwLock::new(Db::new(handle));
+        RedbStore {
+            inner: Arc::new(Inner { path: path.to_owned(), options, db, gate, on_file, read_only }),
+        }
     }
 
     /// The queue file.
@@ -241,73 +154,6 @@ impl RedbStore {
     }
 }
 
-#[derive(Debug, Default)]
-struct Gate {
-    held: Mutex<bool>,
-    free: Condvar,
-}
-
-/// The gates of the files this process has open, by (device, inode), so
-/// that every handle on one file shares one, however the path was spelt.
-static GATES: Mutex<Vec<(FileId, Weak<Gate>)>> = Mutex::new(Vec::new());
-
-/// A file's (device, inode).
-type FileId = (u64, u64);
-
-fn gate_for(path: &Path) -> Result<Arc<Gate>, StoreError> {
-    let meta = std::fs::metadata(path).map_err(|e| crate::error::io(path, "reading", e))?;
-    let id = (meta.dev(), meta.ino());
-    let mut gates = GATES.lock().unwrap_or_else(PoisonError::into_inner);
-    gates.retain(|(_, g)| g.strong_count() > 0);
-    if let Some(gate) = gates.iter().find(|(k, _)| *k == id).and_then(|(_, g)| g.upgrade()) {
-        return Ok(gate);
-    }
-    let gate = Arc::new(Gate::default());
-    gates.push((id, Arc::downgrade(&gate)));
-    Ok(gate)
-}
-
-/// Holds [`Gate`] until dropped.
-struct GateGuard<'a>(&'a Gate);
-
-impl Drop for GateGuard<'_> {
-    fn drop(&mut self) {
-        *self.0.held.lock().unwrap_or_else(PoisonError::into_inner) = false;
-        self.0.free.notify_one();
-    }
-}
-
-/// The longest pause between two tries for another process's lock.
-const MAX_PAUSE: Duration = Duration::from_millis(10);
-
-/// Retries `attempt` while another process holds the file or its write
-/// lock, pausing 1, 2, 4 … up to 10 ms, for at most `timeout`; then
-/// [`StoreError::Busy`]. Any other outcome is returned at once.
-#[expect(
-    clippy::disallowed_methods,
-    reason = "waiting out another process's write lock is a real wait, bounded by lock_timeout"
-)]
-pub(crate) fn patiently<T>(
-    timeout: Duration,
-    mut attempt: impl FnMut() -> Result<T, Failure>,
-) -> Result<T, Failure> {
-    let start = Instant::now();
-    let mut pause = Duration::from_millis(1);
-    loop {
-        match attempt() {
-            Err(e) if e.is_would_block() => {
-                let waited = start.elapsed();
-                if waited >= timeout {
-                    return Err(Failure::Store(StoreError::Busy { waited }));
-                }
-                std::thread::sleep(pause.min(timeout - waited));
-                pause = (pause * 2).min(MAX_PAUSE);
-            }
-            r => return r,
-        }
-    }
-}
-
 impl Inner {
     /// Runs `f` in a read transaction.
     fn read<T>(&self, f: impl Fn(&ReadTransaction) -> Result<T, Failure>) -> Result<T, StoreError> {
@@ -333,7 +179,7 @@ impl Inner {
         if !stale {
             return;
         }
-        if let Ok(Some(ro)) = schema::open_current_read_only(&self.path, Duration::ZERO) {
+        if let Ok(Some(ro)) = open::open_current_read_only(&self.path, Duration::ZERO) {
             *self.db.write().unwrap_or_else(PoisonError::into_inner) =
                 Db::new(Handle::ReadOnly(ro));
         }
@@ -349,54 +195,8 @@ impl Inner {
             let Handle::Writable(db) = h else {
                 return Err(Failure::Store(read_only(&self.path)));
             };
-            // One budget of `lock_timeout` for both waits.
-            let (_gate, waited) = self.enter_gate()?;
-            let left = self.options.lock_timeout.saturating_sub(waited);
-            let mut txn = patiently(left, || Ok(db.try_begin_write()?)).map_err(|e| match e {
-                Failure::Store(StoreError::Busy { waited: w }) => {
-                    Failure::Store(StoreError::Busy { waited: w.saturating_add(waited) })
-                }
-                e => e,
-            })?;
-            txn.set_durability(durability(self.options.durability))?;
-            let out = {
-                let mut tx = Tx::open(&txn)?;
-                f(&mut tx)
-            };
-            match out {
-                Ok(v) => {
-                    txn.commit()?;
-                    Ok(v)
-                }
-                Err(e) => {
-                    // The abort only discards; the error that caused it matters.
-                    let _ = txn.abort();
-                    Err(e)
-                }
-            }
+            txn::write(db, &self.gate, self.options.lock_timeout, &f)
         })
-    }
-
-    /// Waits for this process's other writers to this file, at most
-    /// `lock_timeout`; answers how long it waited.
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "the wait for this process's other writers is bounded by lock_timeout"
-    )]
-    fn enter_gate(&self) -> Result<(GateGuard<'_>, Duration), Failure> {
-        let start = Instant::now();
-        let timeout = self.options.lock_timeout;
-        let mut held = self.gate.held.lock().unwrap_or_else(PoisonError::into_inner);
-        while *held {
-            let waited = start.elapsed();
-            let Some(left) = timeout.checked_sub(waited).filter(|d| !d.is_zero()) else {
-                return Err(Failure::Store(StoreError::Busy { waited }));
-            };
-            held =
-                self.gate.free.wait_timeout(held, left).unwrap_or_else(PoisonError::into_inner).0;
-        }
-        *held = true;
-        Ok((GateGuard(&self.gate), start.elapsed()))
     }
 
     /// Runs `f` on the database, mapping errors; after an I/O error redb
@@ -410,9 +210,9 @@ impl Inner {
         match first {
             Err(e) if e.is_previous_io() && self.on_file => {
                 let fresh = if self.read_only {
-                    schema::open_read_only(&self.path, self.options.lock_timeout)?
+                    open::open_read_only(&self.path, self.options.lock_timeout)?
                 } else {
-                    Handle::Writable(schema::open_writable(&self.path, self.options.lock_timeout)?)
+                    Handle::Writable(open::open_writable(&self.path, self.options.lock_timeout)?)
                 };
                 let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
                 *db = Db::new(fresh);
@@ -423,327 +223,8 @@ impl Inner {
     }
 }
 
-/// The answer to a write through a read-only handle: an I/O error of kind
-/// `ReadOnlyFilesystem`, the kind the OS gives for the same mistake.
-fn read_only(path: &Path) -> StoreError {
-    StoreError::Io {
-        context: format!("cannot write to {}", path.display()),
-        source: std::io::Error::new(
-            std::io::ErrorKind::ReadOnlyFilesystem,
-            "the queue was opened read-only",
-        ),
-    }
-}
-
-fn durability(_mode: DurabilityMode) -> Durability {
-    // Both modes: redb refuses `Durability::None` in multi-writer mode.
-    Durability::Immediate
-}
-
-/// The tables of one write transaction, and the index bookkeeping.
-struct Tx<'t> {
-    meta: Table<'t, &'static str, u64>,
-    jobs: Table<'t, i64, &'static [u8]>,
-    ready: Table<'t, ReadyKey, ()>,
-    pending: Table<'t, (i64, i64), (&'static str, &'static str, i32)>,
-    running: Table<'t, i64, i64>,
-    keys: Table<'t, &'static str, i64>,
-    events: Table<'t, (i64, u32), &'static [u8]>,
-    counts: Table<'t, &'static str, u64>,
-    runners: Table<'t, &'static str, &'static [u8]>,
-    /// Pending jobs with `not_before` at or below this are in `ready`.
-    watermark: i64,
-}
-
-impl<'t> Tx<'t> {
-    fn open(txn: &'t WriteTransaction) -> Result<Self, Failure> {
-        let meta = txn.open_table(META)?;
-        let watermark = meta
-            .get(META_WATERMARK)?
-            .map(|v| i64_from_meta(v.value()))
-            .ok_or_else(|| Failure::Damaged("the meta table has no ready watermark".to_owned()))?;
-        Ok(Tx {
-            meta,
-            jobs: txn.open_table(JOBS)?,
-            ready: txn.open_table(READY)?,
-            pending: txn.open_table(PENDING)?,
-            running: txn.open_table(RUNNING)?,
-            keys: txn.open_table(KEYS)?,
-            events: txn.open_table(EVENTS)?,
-            counts: txn.open_table(COUNTS)?,
-            runners: txn.open_table(RUNNERS)?,
-            watermark,
-        })
-    }
-
-    fn job(&self, id: JobId) -> Result<Option<Job>, Failure> {
-        load(&self.jobs, id)
-    }
-
-    fn must(&self, id: JobId) -> Result<Job, Failure> {
-        self.job(id)?.ok_or(Failure::Store(StoreError::NotFound(id)))
-    }
-
-    fn next_id(&self) -> Result<JobId, Failure> {
-        let n = self.meta.get(META_NEXT_ID)?.map(|v| v.value()).unwrap_or(1);
-        i64::try_from(n).map_err(|_| Failure::Damaged(format!("next id {n} out of range")))
-    }
-
-    fn set_next_id(&mut self, id: JobId) -> Result<(), Failure> {
-        let id =
-            u64::try_from(id).map_err(|_| Failure::Damaged(format!("id {id} out of range")))?;
-        self.meta.insert(META_NEXT_ID, id)?;
-        Ok(())
-    }
-
-    /// Replaces `old` (as read in this transaction) with `new` (or deletes
-    /// it), index entries and state counts included.
-    ///
-    /// The write's condition, as the SQL backend's `WHERE`: the stored row
-    /// must still have `old`'s state, attempts and lease (owner and
-    /// attempt), else nothing is written and the caller gets `LeaseLost`.
-    /// redb admits one write transaction at a time and starts it from the
-    /// latest commit, so this holds by construction; checking it costs one
-    /// lookup and keeps a future change from writing over a row it did not
-    /// read.
-    fn put(&mut self, old: Option<&Job>, new: Option<&Job>) -> Result<(), Failure> {
-        if let Some(o) = old {
-            let stored = self.job(o.id)?.ok_or(Failure::Store(StoreError::NotFound(o.id)))?;
-            let fence = |j: &Job| (j.state, j.attempts, j.lease.as_ref().map(Lease::fence));
-            if fence(&stored) != fence(o) {
-                return Err(Failure::Store(StoreError::LeaseLost { id: o.id }));
-            }
-            self.unindex(o)?;
-        }
-        match (old, new) {
-            (_, Some(n)) => {
-                let bytes = encode(n)?;
-                self.jobs.insert(n.id, bytes.as_slice())?;
-                self.index(n)?;
-            }
-            (Some(o), None) => {
-                self.jobs.remove(o.id)?;
-            }
-            (None, None) => {}
-        }
-        Ok(())
-    }
-
-    fn index(&mut self, job: &Job) -> Result<(), Failure> {
-        self.count(job.state, 1)?;
-        match job.state {
-            JobState::Pending => {
-                let nb = job.not_before.as_millis();
-                self.pending
-                    .insert((nb, job.id), (job.queue.as_str(), job.kind.as_str(), job.priority))?;
-                if nb <= self.watermark {
-                    self.ready.insert(ready_key(job), ())?;
-                }
-            }
-            JobState::Running => {
-                let Some(lease) = &job.lease else {
-                    return Err(Failure::Damaged(format!("running job #{} has no lease", job.id)));
-                };
-                self.running.insert(job.id, lease.until.as_millis())?;
-            }
-            JobState::Done | JobState::Failed | JobState::Cancelled => {}
-        }
-        if let Some(k) = &job.idempotency_key {
-            self.keys.insert(k.as_str(), job.id)?;
-        }
-        Ok(())
-    }
-
-    fn unindex(&mut self, job: &Job) -> Result<(), Failure> {
-        self.count(job.state, -1)?;
-        match job.state {
-            JobState::Pending => {
-                self.pending.remove((job.not_before.as_millis(), job.id))?;
-                self.ready.remove(ready_key(job))?;
-            }
-            JobState::Running => {
-                self.running.remove(job.id)?;
-            }
-            JobState::Done | JobState::Failed | JobState::Cancelled => {}
-        }
-        if let Some(k) = &job.idempotency_key {
-            let holds = self.keys.get(k.as_str())?.map(|v| v.value()) == Some(job.id);
-            if holds {
-                self.keys.remove(k.as_str())?;
-            }
-        }
-        Ok(())
-    }
-
-    fn count(&mut self, state: JobState, delta: i64) -> Result<(), Failure> {
-        let n = self.counts.get(state.as_str())?.map(|v| v.value()).unwrap_or(0);
-        let n = n.saturating_add_signed(delta);
-        if n == 0 {
-            self.counts.remove(state.as_str())?;
-        } else {
-            self.counts.insert(state.as_str(), n)?;
-        }
-        Ok(())
-    }
-
-    /// Appends to each event's job trail.
-    fn append(&mut self, events: &[Event]) -> Result<(), Failure> {
-        for e in events {
-            let seq = match self.events.range((e.job_id, 0)..=(e.job_id, u32::MAX))?.next_back() {
-                Some(last) => last?.0.value().1.checked_add(1).ok_or_else(|| {
-                    Failure::Damaged(format!("job #{} has too many events", e.job_id))
-                })?,
-                None => 0,
-            };
-            let bytes = serde_json::to_vec(e).map_err(encode_failed)?;
-            self.events.insert((e.job_id, seq), bytes.as_slice())?;
-        }
-        Ok(())
-    }
-
-    /// Applies a transition's result to the row it was computed from.
-    fn apply(&mut self, old: &Job, t: &machine::Transition) -> Result<(), Failure> {
-        self.put(Some(old), Some(&t.job))?;
-        self.append(&t.events)
-    }
-
-    /// Moves the pending jobs that became due since the last call into
-    /// `ready` and raises the watermark to `now`. Each job moves once; the
-    /// watermark never goes down (a clock stepping back is handled by the
-    /// claim skipping heads that are not due yet).
-    fn advance(&mut self, now: Timestamp) -> Result<(), Failure> {
-        let now = now.as_millis();
-        if now <= self.watermark {
-            return Ok(());
-        }
-        let lower = (self.watermark, i64::MAX);
-        let upper = (now, i64::MAX);
-        let mut due: Vec<(String, String, i32, i64, i64)> = Vec::new();
-        for entry in self.pending.range((Bound::Excluded(lower), Bound::Included(upper)))? {
-            let (k, v) = entry?;
-            let (nb, id) = k.value();
-            let (q, kind, p) = v.value();
-            due.push((q.to_owned(), kind.to_owned(), p, nb, id));
-        }
-        for (q, kind, p, nb, id) in &due {
-            self.ready.insert((q.as_str(), kind.as_str(), priority_key(*p), *nb, *id), ())?;
-        }
-        self.watermark = now;
-        self.meta.insert(META_WATERMARK, i64_to_meta(now))?;
-        Ok(())
-    }
-
-    /// The best due pending job `filter` admits: the head of each
-    /// (queue, kind) in `ready`, the best of those by claim order. A head
-    /// not due at `now` (the clock stepped back below the watermark) is
-    /// skipped with its whole priority level, whose other jobs are due no
-    /// earlier.
-    fn best_ready(&self, filter: &ClaimFilter, now: Timestamp) -> Result<Option<JobId>, Failure> {
-        let now = now.as_millis();
-        let mut best: Option<(u32, i64, i64)> = None;
-        let queues: Vec<Option<&str>> = if filter.queues.is_empty() {
-            vec![None]
-        } else {
-            filter.queues.iter().map(|q| Some(q.as_str())).collect()
-        };
-        for only in queues {
-            let mut lower: Bound<(String, String, u32, i64, i64)> = Bound::Included((
-                only.unwrap_or("").to_owned(),
-                String::new(),
-                0,
-                i64::MIN,
-                i64::MIN,
-            ));
-            loop {
-                let head = {
-                    let from = match &lower {
-                        Bound::Included(k) => Bound::Included(borrow_key(k)),
-                        Bound::Excluded(k) => Bound::Excluded(borrow_key(k)),
-                        Bound::Unbounded => Bound::Unbounded,
-                    };
-                    match self
-                        .ready
-                        .range::<(&str, &str, u32, i64, i64)>((from, Bound::Unbounded))?
-                        .next()
-                    {
-                        Some(entry) => {
-                            let (key, _) = entry?;
-                            let (q, k, p, nb, id) = key.value();
-                            Some((q.to_owned(), k.to_owned(), p, nb, id))
-                        }
-                        None => None,
-                    }
-                };
-                let Some((q, kind, p, nb, id)) = head else { break };
-                if only.is_some_and(|o| o != q) {
-                    break;
-                }
-                let kind_ok = filter.kinds.as_ref().is_none_or(|ks| ks.contains(&kind));
-                if kind_ok && nb > now {
-                    // Skip the rest of this priority level.
-                    lower = Bound::Excluded((q, kind, p, i64::MAX, i64::MAX));
-                    continue;
-                }
-                if kind_ok && best.is_none_or(|b| (p, nb, id) < b) {
-                    best = Some((p, nb, id));
-                }
-                // On to the next (queue, kind).
-                lower = Bound::Excluded((q, kind, u32::MAX, i64::MAX, i64::MAX));
-            }
-        }
-        Ok(best.map(|(_, _, id)| id))
-    }
-}
-
-fn borrow_key(k: &(String, String, u32, i64, i64)) -> (&str, &str, u32, i64, i64) {
-    (k.0.as_str(), k.1.as_str(), k.2, k.3, k.4)
-}
-
-fn ready_key(job: &Job) -> (&str, &str, u32, i64, i64) {
-    (
-        job.queue.as_str(),
-        job.kind.as_str(),
-        priority_key(job.priority),
-        job.not_before.as_millis(),
-        job.id,
-    )
-}
-
-fn encode(job: &Job) -> Result<Vec<u8>, Failure> {
-    serde_json::to_vec(job).map_err(encode_failed)
-}
-
-fn encode_failed(e: serde_json::Error) -> Failure {
-    Failure::Store(StoreError::Backend(format!("cannot encode a record: {e}")))
-}
-
-fn load(jobs: &impl ReadableTable<i64, &'static [u8]>, id: JobId) -> Result<Option<Job>, Failure> {
-    match jobs.get(id)? {
-        Some(bytes) => decode_job(id, bytes.value()).map(Some),
-        None => Ok(None),
-    }
-}
-
-fn decode_job(id: JobId, bytes: &[u8]) -> Result<Job, Failure> {
-    let job: Job = serde_json::from_slice(bytes)
-        .map_err(|e| Failure::Damaged(format!("job #{id} does not decode: {e}")))?;
-    if job.id != id {
-        return Err(Failure::Damaged(format!("row #{id} holds job #{}", job.id)));
-    }
-    Ok(job)
-}
-
-fn decode_event(bytes: &[u8]) -> Result<Event, Failure> {
-    serde_json::from_slice(bytes)
-        .map_err(|e| Failure::Damaged(format!("an event does not decode: {e}")))
-}
-
-fn out_of_step(index: &str, id: JobId) -> Failure {
-    Failure::Damaged(format!("the {index} index names job #{id}, which is not there"))
-}
-
 /// One claim, as [`machine::plan_claim`] decides it from the running jobs
-/// and the best ready job, judged inside this transaction.
+/// and the best due pending job, judged inside this transaction.
 fn claim_in(
     t: &mut Tx<'_>,
     request: &ClaimRequest,
@@ -751,18 +232,8 @@ fn claim_in(
     policy: &Policy,
 ) -> Result<Option<Claimed>, Failure> {
     t.advance(now)?;
-    let mut ids = Vec::new();
-    for entry in t.running.iter()? {
-        ids.push(entry?.0.value());
-    }
-    let mut running = Vec::with_capacity(ids.len());
-    for id in ids {
-        running.push(t.job(id)?.ok_or_else(|| out_of_step("running", id))?);
-    }
-    let best_due = match t.best_ready(&request.filter, now)? {
-        Some(id) => Some(t.job(id)?.ok_or_else(|| out_of_step("ready", id))?),
-        None => None,
-    };
+    let running = t.running_jobs()?;
+    let best_due = t.best_due(&request.filter, now)?;
     let plan = machine::plan_claim(request, running, best_due, now, policy)
         .map_err(|e| Failure::Damaged(format!("the ready index is out of step: {e}")))?;
     for w in plan.retire.iter().chain(&plan.take) {
@@ -971,93 +442,6 @@ fn next_due_in(txn: &ReadTransaction) -> Result<Option<Timestamp>, Failure> {
     Ok(earliest.map(Timestamp::from_millis))
 }
 
-/// Every index agrees with the rows: what `check_integrity` adds to
-/// redb's page-level check.
-fn verify_indexes(txn: &ReadTransaction) -> Result<(), Failure> {
-    let jobs = txn.open_table(JOBS)?;
-    let meta = txn.open_table(META)?;
-    let watermark = meta
-        .get(META_WATERMARK)?
-        .map(|v| i64_from_meta(v.value()))
-        .ok_or_else(|| Failure::Damaged("the meta table has no ready watermark".to_owned()))?;
-    let next_id = meta.get(META_NEXT_ID)?.map(|v| v.value()).unwrap_or(1);
-    let mut counts: HashMap<JobState, u64> = HashMap::new();
-    let (mut n_pending, mut n_ready, mut n_running, mut n_keys) = (0u64, 0u64, 0u64, 0u64);
-    let pending = txn.open_table(PENDING)?;
-    let ready = txn.open_table(READY)?;
-    let running = txn.open_table(RUNNING)?;
-    let keys = txn.open_table(KEYS)?;
-    let bad = |m: String| Err(Failure::Damaged(m));
-    for entry in jobs.iter()? {
-        let (k, v) = entry?;
-        let job = decode_job(k.value(), v.value())?;
-        if u64::try_from(job.id).map_or(true, |id| id >= next_id) {
-            return bad(format!("job #{} is at or above the next id {next_id}", job.id));
-        }
-        *counts.entry(job.state).or_default() += 1;
-        match job.state {
-            JobState::Pending => {
-                n_pending += 1;
-                let nb = job.not_before.as_millis();
-                if pending.get((nb, job.id))?.is_none() {
-                    return bad(format!("pending job #{} is missing from pending_by_time", job.id));
-                }
-                if nb <= watermark {
-                    n_ready += 1;
-                    if ready.get(ready_key(&job))?.is_none() {
-                        return bad(format!("due job #{} is missing from ready", job.id));
-                    }
-                }
-            }
-            JobState::Running => {
-                n_running += 1;
-                let until = running.get(job.id)?.map(|v| v.value());
-                if until != job.lease.as_ref().map(|l| l.until.as_millis()) {
-                    return bad(format!(
-                        "running job #{} disagrees with the running index",
-                        job.id
-                    ));
-                }
-            }
-            JobState::Done | JobState::Failed | JobState::Cancelled => {}
-        }
-        if let Some(key) = &job.idempotency_key {
-            n_keys += 1;
-            if keys.get(key.as_str())?.map(|v| v.value()) != Some(job.id) {
-                return bad(format!("job #{}'s idempotency key is not indexed", job.id));
-            }
-        }
-    }
-    let counted = txn.open_table(COUNTS)?;
-    for s in JobState::ALL {
-        let stored = counted.get(s.as_str())?.map(|v| v.value()).unwrap_or(0);
-        let actual = counts.get(&s).copied().unwrap_or(0);
-        if stored != actual {
-            return bad(format!("{stored} {s} jobs counted, {actual} found"));
-        }
-    }
-    for (what, indexed, actual) in [
-        ("pending_by_time", pending.len()?, n_pending),
-        ("ready", ready.len()?, n_ready),
-        ("running", running.len()?, n_running),
-        ("idempotency_keys", keys.len()?, n_keys),
-    ] {
-        if indexed != actual {
-            return bad(format!("{what} has {indexed} entries for {actual} jobs"));
-        }
-    }
-    let events = txn.open_table(EVENTS)?;
-    for entry in events.iter()? {
-        let (k, v) = entry?;
-        let (id, _) = k.value();
-        let e = decode_event(v.value())?;
-        if e.job_id != id || jobs.get(id)?.is_none() {
-            return bad(format!("an event filed under job #{id} belongs to no such job"));
-        }
-    }
-    Ok(())
-}
-
 fn pushed_many(
     t: &mut Tx<'_>,
     jobs: &[NewJob],
@@ -1084,11 +468,7 @@ impl Store for RedbStore {
         jobs: Vec<NewJob>,
         now: Timestamp,
     ) -> Result<Vec<Pushed>, StoreError> {
-        self.blocking(move |i| {
-            let policy = i.options.policy.clone();
-            i.write(|t| pushed_many(t, &jobs, now, &policy))
-        })
-        .await
+        self.blocking(move |i| i.write(|t| pushed_many(t, &jobs, now, &i.options.policy))).await
     }
 
     async fn claim(
@@ -1097,11 +477,7 @@ impl Store for RedbStore {
         now: Timestamp,
     ) -> Result<Option<Claimed>, StoreError> {
         let request = request.clone();
-        self.blocking(move |i| {
-            let policy = i.options.policy.clone();
-            i.write(|t| claim_in(t, &request, now, &policy))
-        })
-        .await
+        self.blocking(move |i| i.write(|t| claim_in(t, &request, now, &i.options.policy))).await
     }
 
     async fn heartbeat(
@@ -1113,10 +489,10 @@ impl Store for RedbStore {
     ) -> Result<HeartbeatAck, StoreError> {
         let fence = fence.clone();
         self.blocking(move |i| {
-            let policy = i.options.policy.clone();
+            let policy = &i.options.policy;
             i.write(|t| {
                 let job = t.must(id)?;
-                let (tr, ack) = machine::heartbeat(&job, &fence, now, &policy, child_pgid)?;
+                let (tr, ack) = machine::heartbeat(&job, &fence, now, policy, child_pgid)?;
                 t.apply(&job, &tr)?;
                 Ok(ack)
             })
@@ -1132,16 +508,7 @@ impl Store for RedbStore {
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let fence = fence.clone();
-        self.blocking(move |i| {
-            i.write(|t| {
-                let job = t.must(id)?;
-                let tr = machine::complete(&job, &fence, &done, now)?;
-                t.apply(&job, &tr)?;
-                crate::failpoint::hit("mid_complete"); // written, not committed
-                Ok(tr.job)
-            })
-        })
-        .await
+        self.transition(id, move |job, _| machine::complete(job, &fence, &done, now)).await
     }
 
     async fn fail(
@@ -1152,16 +519,8 @@ impl Store for RedbStore {
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let fence = fence.clone();
-        self.blocking(move |i| {
-            let policy = i.options.policy.clone();
-            i.write(|t| {
-                let job = t.must(id)?;
-                let tr = machine::fail(&job, &fence, &failure, now, &policy)?;
-                t.apply(&job, &tr)?;
-                Ok(tr.job)
-            })
-        })
-        .await
+        self.transition(id, move |job, policy| machine::fail(job, &fence, &failure, now, policy))
+            .await
     }
 
     async fn settle_and_claim(
@@ -1174,15 +533,15 @@ impl Store for RedbStore {
     ) -> Result<SettledAndClaimed, StoreError> {
         let (fence, request) = (fence.clone(), next.clone());
         self.blocking(move |i| {
-            let policy = i.options.policy.clone();
+            let policy = &i.options.policy;
             i.write(|t| {
                 let job = t.must(id)?;
-                let tr = machine::settle(&job, &fence, &settlement, now, &policy)?;
+                let tr = machine::settle(&job, &fence, &settlement, now, policy)?;
                 t.apply(&job, &tr)?;
-                if matches!(settlement, Settlement::Complete(_)) {
+                if tr.job.state == JobState::Done {
                     crate::failpoint::hit("mid_complete"); // written, not committed
                 }
-                let next = claim_in(t, &request, now, &policy)?;
+                let next = claim_in(t, &request, now, policy)?;
                 Ok(SettledAndClaimed { settled: tr.job, next })
             })
         })
@@ -1191,39 +550,15 @@ impl Store for RedbStore {
 
     async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError> {
         let fence = fence.clone();
-        self.blocking(move |i| {
-            i.write(|t| {
-                let job = t.must(id)?;
-                let tr = machine::release(&job, &fence, now)?;
-                t.apply(&job, &tr)?;
-                Ok(tr.job)
-            })
-        })
-        .await
+        self.transition(id, move |job, _| machine::release(job, &fence, now)).await
     }
 
     async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.blocking(move |i| {
-            i.write(|t| {
-                let job = t.must(id)?;
-                let tr = machine::cancel(&job, now)?;
-                t.apply(&job, &tr)?;
-                Ok(tr.job)
-            })
-        })
-        .await
+        self.transition(id, move |job, _| machine::cancel(job, now)).await
     }
 
     async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.blocking(move |i| {
-            i.write(|t| {
-                let job = t.must(id)?;
-                let tr = machine::retry(&job, now)?;
-                t.apply(&job, &tr)?;
-                Ok(tr.job)
-            })
-        })
-        .await
+        self.transition(id, move |job, _| machine::retry(job, now)).await
     }
 
     async fn get(&self, id: JobId) -> Result<Job, StoreError> {
@@ -1347,22 +682,49 @@ impl Store for RedbStore {
     }
 }
 
+impl RedbStore {
+    /// One user- or owner-side transition on one job: load, decide, write.
+    async fn transition<F>(&self, id: JobId, decide: F) -> Result<Job, StoreError>
+    where
+        F: Fn(&Job, &Policy) -> Result<Transition, TransitionError> + Send + 'static,
+    {
+        self.blocking(move |i| {
+            let policy = &i.options.policy;
+            i.write(|t| {
+                let job = t.must(id)?;
+                let tr = decide(&job, policy)?;
+                t.apply(&job, &tr)?;
+                if tr.job.state == JobState::Done {
+                    crate::failpoint::hit("mid_complete"); // written, not committed
+                }
+                Ok(tr.job)
+            })
+        })
+        .await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use slothqueue_core::{ClockOnly, Owner};
+    use slothqueue_core::{ClaimFilter, ClockOnly, Owner};
 
     fn t(secs: i64) -> Timestamp {
         Timestamp::from_millis(1_700_000_000_000 + secs * 1000)
     }
 
+    fn open(dir: &tempfile::TempDir, options: RedbOptions) -> RedbStore {
+        RedbStore::open(&dir.path().join("q.redb"), options).unwrap()
+    }
+
     /// The settle and the claim are one transaction: when the claim half
-    /// fails (here on a job it cannot decode), the settle is rolled back
-    /// with it and the finished job is still running under its lease.
+    /// fails (here on a job whose stored row does not decode), the settle
+    /// is rolled back with it and the finished job is still running under
+    /// its lease.
     #[tokio::test]
     async fn a_failing_claim_half_rolls_the_settle_back() {
         let dir = tempfile::tempdir().unwrap();
-        let store = RedbStore::open(&dir.path().join("q.redb"), RedbOptions::default()).unwrap();
+        let store = open(&dir, RedbOptions::default());
         let owner = Owner::named("w");
         let any = ClaimFilter::default();
         store.push(NewJob::shell("true", "/"), t(0)).await.unwrap();
@@ -1372,16 +734,7 @@ mod tests {
             .unwrap()
             .unwrap();
         let next = store.push(NewJob::shell("true", "/"), t(1)).await.unwrap().job;
-        store
-            .inner
-            .with_db(|h| {
-                let Handle::Writable(db) = h else { panic!("a writable handle") };
-                let txn = db.begin_write()?;
-                txn.open_table(JOBS)?.insert(next.id, b"not json".as_slice())?;
-                txn.commit()?;
-                Ok(())
-            })
-            .unwrap();
+        garble(&store, next.id);
 
         let done = Settlement::Complete(Completion::default());
         let err = store
@@ -1398,5 +751,20 @@ mod tests {
         let job = store.get(held.job.id).await.unwrap();
         assert_eq!(job.state, JobState::Running);
         assert_eq!(job.lease.map(|l| l.fence()), Some(held.fence));
+    }
+
+    /// Overwrites job `id`'s stored row with bytes that are not JSON, as a
+    /// tool outside slothqueue might.
+    fn garble(store: &RedbStore, id: JobId) {
+        store
+            .inner
+            .with_db(|h| {
+                let Handle::Writable(db) = h else { panic!("a writable handle") };
+                let txn = db.begin_write()?;
+                txn.open_table(JOBS)?.insert(id, b"not json".as_slice())?;
+                txn.commit()?;
+                Ok(())
+            })
+            .unwrap();
     }
 }

@@ -24,10 +24,25 @@
 
 #![deny(missing_docs)]
 
+// The files, one role each, the same set in every store crate, listed so
+// that each uses only files before it (no cycle):
+// - `error`: every rusqlite error onto `StoreError`, in one place;
+// - `schema`: the layout (DDL, versions, migrations);
+// - `rows`: jobs, events and runner records as rows and back, the queries,
+//   the claim's candidates;
+// - `txn`: the options, connecting and configuring, the busy handler, the
+//   transactions;
+// - `open`: the read-only probe, creation, migration under the write lock;
+// - `store`: the operations and `impl Store`.
 mod error;
 mod failpoint;
+mod open;
+mod rows;
 mod schema;
 mod store;
+mod txn;
 
-pub use schema::{APPLICATION_ID, SCHEMA_VERSION, sniff};
-pub use store::{Journal, SqliteOptions, SqliteStore, Synchronous};
+pub use open::sniff;
+pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
+pub use store::SqliteStore;
+pub use txn::{Journal, SqliteOptions, Synchronous};

@@ -1,85 +1,34 @@
-//! [`SqliteStore`]: the core's [`Store`] on one SQLite connection.
+//! [`SqliteStore`]: the core's [`Store`] on one SQLite connection, and the
+//! operations behind it.
 //!
-//! Every operation is one transaction on the blocking pool: read the row(s),
-//! ask `slothqueue_core::machine` what the transition is, write the result
-//! with the row's old state, owner and attempt in the `UPDATE`'s condition,
-//! append the events, commit. Nothing here decides a rule; it only stores.
-//!
-//! Writes begin `BEGIN IMMEDIATE`, never a deferred transaction that upgrades
-//! later: SQLite does not run the busy handler for an upgrade (it would
-//! deadlock), so a deferred write fails with `SQLITE_BUSY` at once instead of
-//! waiting its turn behind a runner.
+//! Every operation is one transaction on the blocking pool: read the row(s)
+//! or the candidates (`rows.rs`), ask `slothqueue_core::machine` what the
+//! transition is, write the result with the row's old state, owner and
+//! attempt in the `UPDATE`'s condition, append the events, commit. Nothing
+//! here decides a rule; it only stores.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use rusqlite::types::Value;
-use rusqlite::{Connection, OpenFlags, Row, params, params_from_iter};
+use rusqlite::{Connection, params, params_from_iter};
 use slothqueue_core::machine::{self, PushPlan, Transition};
 use slothqueue_core::{
-    ClaimFilter, ClaimRequest, Claimed, Completion, Event, EventKind, Failure, Fence, HeartbeatAck,
-    Job, JobId, JobState, Lease, ListFilter, ListOrder, NewJob, Owner, Policy, PurgeFilter, Pushed,
-    RunnerRecord, SettledAndClaimed, Settlement, Stats, Store, StoreError, Timestamp,
+    ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job, JobId, JobState,
+    ListFilter, ListOrder, NewJob, Policy, PurgeFilter, Pushed, RunnerRecord, SettledAndClaimed,
+    Settlement, Stats, Store, StoreError, Timestamp,
 };
 
 use crate::error::{Context, Error};
-use crate::schema::{self, Found};
-
-/// How hard SQLite syncs to disk on commit.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Synchronous {
-    /// `synchronous=FULL`: a commit that returned survives power loss. The
-    /// default, because slow is fine and gone is not: an acknowledged `add`
-    /// must not vanish.
-    #[default]
-    Full,
-    /// `synchronous=NORMAL`: in WAL mode, faster commits, but the last
-    /// transactions before a power loss or OS crash may be rolled back
-    /// (never corrupted; an application crash loses nothing).
-    Normal,
-}
-
-/// SQLite's journal mode.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Journal {
-    /// Write-ahead log: readers never block the writer, and `status` never
-    /// waits behind a runner. The default.
-    #[default]
-    Wal,
-    /// The classic rollback journal (`journal_mode=DELETE`). Exists so the
-    /// conformance suite can prove the store does not depend on WAL for
-    /// correctness; readers and the writer block each other briefly.
-    Rollback,
-}
-
-/// How to open a queue file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SqliteOptions {
-    /// Lease, backoff and attempt settings for every transition.
-    pub policy: Policy,
-    /// Durability of commits.
-    pub synchronous: Synchronous,
-    /// How long a write waits for another process's write lock before
-    /// giving up with `StoreError::Busy`: long enough that a CLI call never
-    /// fails just because a runner is committing.
-    pub busy_timeout: Duration,
-    /// The journal mode.
-    pub journal: Journal,
-}
-
-impl Default for SqliteOptions {
-    fn default() -> Self {
-        SqliteOptions {
-            policy: Policy::default(),
-            synchronous: Synchronous::Full,
-            busy_timeout: Duration::from_secs(5),
-            journal: Journal::Wal,
-        }
-    }
-}
+use crate::open;
+use crate::rows::{
+    COLUMNS, append_events, append_events_from, apply, best_due_pending, event_from_row, find,
+    insert_job, key_holder, load, millis, query_jobs, running_jobs, text, ts,
+};
+use crate::schema;
+use crate::txn::{Journal, SqliteOptions, Synchronous, read_tx, write_tx, write_tx_unsynced};
 
 /// A queue in one SQLite file. One connection per store, behind a mutex;
 /// any number of stores, in this process or others, may share the file.
@@ -111,13 +60,8 @@ impl SqliteStore {
     /// an older layout. A file that is not a queue, is damaged, or comes
     /// from a newer slothqueue is refused before anything is written to it.
     pub fn open(path: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
+        let conn = open::open(path, &options)?;
         let ctx = Context { path: path.to_path_buf(), busy_timeout: options.busy_timeout };
-        if schema::probe(path, options.busy_timeout)? == Found::New {
-            schema::create_file(path)?;
-        }
-        let mut conn = connect(path, &options).map_err(|e| ctx.map_sql(e))?;
-        configure(&mut conn, &options).map_err(|e| ctx.map_sql(e))?;
-        schema::migrate(&conn, path).map_err(|e| ctx.map(e))?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 conn: Mutex::new(conn),
@@ -213,576 +157,8 @@ impl Inner {
     }
 }
 
-/// The pragmas every connection runs with. The busy handler comes first so
-/// that even the journal-mode switch waits for another process's lock.
-/// How long one connection tries to switch the journal mode before
-/// [`connect`] starts over with a fresh one.
-const JOURNAL_SWITCH_WAIT: Duration = Duration::from_millis(50);
-
-/// A read-write connection whose journal mode is already the one asked for.
-///
-/// Switching a new, empty file to WAL needs an exclusive lock. When several
-/// handles create one queue at once, a connection opened before another
-/// converted the file still believes it is in rollback mode and asks for
-/// that lock, which the other's WAL connection, holding its shared lock for
-/// as long as it lives, never grants: it used to wait the whole busy timeout
-/// and fail. A fresh connection reads the converted header and simply joins
-/// the WAL, so a short try per connection and a new one after each refusal,
-/// up to the busy timeout in all, always gets through.
-fn connect(path: &Path, options: &SqliteOptions) -> rusqlite::Result<Connection> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let mode = match options.journal {
-        Journal::Wal => "WAL",
-        Journal::Rollback => "DELETE",
-    };
-    let mut waited = Duration::ZERO;
-    loop {
-        let mut conn = Connection::open_with_flags(path, flags)?;
-        install_busy_handler(&mut conn, JOURNAL_SWITCH_WAIT)?;
-        // SQLite answers a switch it could not make with the old mode, not
-        // an error: a connection left in rollback mode would write pages
-        // straight into the file under another process's immutable probe.
-        let refused = match conn
-            .query_row(&format!("PRAGMA journal_mode = {mode}"), [], |r| r.get::<_, String>(0))
-        {
-            Ok(now) if now.eq_ignore_ascii_case(mode) => return Ok(conn),
-            Ok(now) => rusqlite::Error::SqliteFailure(
-                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
-                Some(format!("the journal mode stayed {now}, not {mode}")),
-            ),
-            Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => e,
-            Err(e) => return Err(e),
-        };
-        if waited >= options.busy_timeout {
-            return Err(refused);
-        }
-        waited += JOURNAL_SWITCH_WAIT;
-    }
-}
-
-fn configure(conn: &mut Connection, options: &SqliteOptions) -> rusqlite::Result<()> {
-    install_busy_handler(conn, options.busy_timeout)?;
-    let mode = match options.journal {
-        Journal::Wal => "WAL",
-        Journal::Rollback => "DELETE",
-    };
-    let _: String = conn.query_row(&format!("PRAGMA journal_mode = {mode}"), [], |r| r.get(0))?;
-    // Plans must not depend on bound values. Without this, the bundled
-    // SQLite marks any statement with a `col = ?` term for re-preparation
-    // once its bindings are cleared, which rusqlite's statement cache does
-    // on every reuse: each cached statement was parsed and planned again on
-    // every call. Every hot query names its index anyway.
-    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
-    let sync = match options.synchronous {
-        Synchronous::Full => "FULL",
-        Synchronous::Normal => "NORMAL",
-    };
-    // A WAL checkpoint every 128 pages (512 KiB), not SQLite's 1000 (4 MiB):
-    // on a nearly full disk the WAL, rewriting the same pages, otherwise
-    // takes every byte before its first checkpoint, which then cannot grow
-    // the database file to empty it; the queue stays stuck (S15).
-    conn.execute_batch(&format!(
-        "PRAGMA synchronous = {sync};
-         PRAGMA foreign_keys = ON;
-         PRAGMA journal_size_limit = 67108864;
-         PRAGMA wal_autocheckpoint = 128;"
-    ))
-}
-
-/// Waits for a lock held by another connection for up to `timeout`, like
-/// `PRAGMA busy_timeout`, but polling every 0.5 to 2.5 ms (jittered) for the
-/// whole wait.
-///
-/// SQLite's own handler backs off to 100 ms naps, so under a steady stream
-/// of short write transactions (several runners, a burst of `add`s) a
-/// waiter that has napped long keeps missing the brief moments the lock is
-/// free and gives up after the timeout although the queue was never stuck.
-/// Short, jittered naps give every waiter its turn. As in SQLite, the wait
-/// is the sum of the naps, so no clock is read.
-fn install_busy_handler(conn: &mut Connection, timeout: Duration) -> rusqlite::Result<()> {
-    static SEEDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = SEEDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut state = splitmix64(u64::from(std::process::id()) << 32 ^ n);
-    let mut slept = Duration::ZERO;
-    conn.busy_handler(Some(move |count: i32| -> bool {
-        if count == 0 {
-            slept = Duration::ZERO;
-        }
-        if slept >= timeout {
-            return false;
-        }
-        state = splitmix64(state);
-        let nap = Duration::from_micros(500 + state % 2000).min(timeout - slept);
-        nap_blocking(nap);
-        slept += nap;
-        true
-    }))
-}
-
-#[expect(
-    clippy::disallowed_methods,
-    reason = "SQLite's busy handler must block its own thread; it runs on tokio's blocking pool"
-)]
-pub(crate) fn nap_blocking(d: Duration) {
-    std::thread::sleep(d);
-}
-
-/// A small, well-known mixing function: jitter without a random-number
-/// dependency.
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
-/// Runs `f` in a write transaction begun `BEGIN IMMEDIATE`, so the busy
-/// handler waits for the write lock up front. On any error the transaction
-/// is rolled back explicitly: after `SQLITE_FULL` SQLite may leave it open,
-/// and the next call must start clean.
-pub(crate) fn write_tx<T>(
-    conn: &Connection,
-    f: impl FnOnce(&Connection) -> Result<T, Error>,
-) -> Result<T, Error> {
-    // Cached: parsing these two on every write showed in profiles.
-    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-    let out = f(conn).and_then(|v| {
-        conn.prepare_cached("COMMIT")?.execute([])?;
-        Ok(v)
-    });
-    if out.is_err() && !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
-    }
-    out
-}
-
-/// As [`write_tx`], without the fsync when `skip_sync` (WAL with
-/// `synchronous=FULL`): for heartbeats and runner records, whose loss in a
-/// power cut changes nothing, since after one every lease's owner is gone
-/// (another boot) and every runner's record stale. A crash of any process
-/// loses nothing, the commit being in the file (in the OS's cache); WAL
-/// with `synchronous=NORMAL` never corrupts the file; and the next FULL
-/// commit makes it durable with its own.
-fn write_tx_unsynced<T>(
-    conn: &Connection,
-    skip_sync: bool,
-    f: impl FnOnce(&Connection) -> Result<T, Error>,
-) -> Result<T, Error> {
-    if !skip_sync {
-        return write_tx(conn, f);
-    }
-    conn.execute_batch("PRAGMA synchronous = NORMAL")?;
-    let out = write_tx(conn, f);
-    let restored = conn.execute_batch("PRAGMA synchronous = FULL");
-    let v = out?;
-    restored?;
-    Ok(v)
-}
-
-/// Runs `f` in a read transaction, so several queries see one snapshot.
-/// It never writes, so it never needs to upgrade.
-fn read_tx<T>(
-    conn: &Connection,
-    f: impl FnOnce(&Connection) -> Result<T, Error>,
-) -> Result<T, Error> {
-    conn.prepare_cached("BEGIN DEFERRED")?.execute([])?;
-    let out = f(conn);
-    if !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
-    }
-    out
-}
-
-// ---------------------------------------------------------------------------
-// Rows
-
-/// The job columns, in the order [`job_values`] and [`job_from_row`] use.
-const JOB_COLUMNS: [&str; 27] = [
-    "id",
-    "queue",
-    "kind",
-    "payload",
-    "priority",
-    "state",
-    "attempts",
-    "max_attempts",
-    "max_runtime_ms",
-    "not_before",
-    "lease_owner",
-    "lease_host",
-    "lease_boot_id",
-    "lease_pid",
-    "lease_pid_start",
-    "lease_attempt",
-    "lease_until",
-    "lease_child_pgid",
-    "idempotency_key",
-    "payload_hash",
-    "cancel_requested",
-    "last_error",
-    "result",
-    "exit_code",
-    "created_at",
-    "started_at",
-    "finished_at",
-];
-
-static COLUMNS: LazyLock<String> = LazyLock::new(|| JOB_COLUMNS.join(", "));
-
-static INSERT_JOB: LazyLock<String> = LazyLock::new(|| {
-    let marks: Vec<String> = (1..=JOB_COLUMNS.len()).map(|i| format!("?{i}")).collect();
-    format!("INSERT INTO jobs ({}) VALUES ({})", *COLUMNS, marks.join(", "))
-});
-
-/// Every column but the id, with the old state, owner and attempt in the
-/// condition: the write lands only on the row the transition was computed
-/// from.
-static UPDATE_JOB: LazyLock<String> = LazyLock::new(|| {
-    let n = JOB_COLUMNS.len();
-    let sets: Vec<String> =
-        JOB_COLUMNS.iter().enumerate().skip(1).map(|(i, c)| format!("{c} = ?{}", i + 1)).collect();
-    format!(
-        "UPDATE jobs SET {} WHERE id = ?1 AND state = ?{} AND lease_owner IS ?{} AND lease_attempt IS ?{}",
-        sets.join(", "),
-        n + 1,
-        n + 2,
-        n + 3
-    )
-});
-
-fn millis(t: Timestamp) -> Value {
-    Value::Integer(t.as_millis())
-}
-
-fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> Value) -> Value {
-    v.map_or(Value::Null, f)
-}
-
-fn text(s: &str) -> Value {
-    Value::Text(s.to_owned())
-}
-
-fn job_values(job: &Job) -> Result<Vec<Value>, Error> {
-    let payload = serde_json::to_string(&job.payload)
-        .map_err(|e| StoreError::InvalidInput(format!("the payload cannot be stored: {e}")))?;
-    let lease = job.lease.as_ref();
-    let owner = lease.map(|l| &l.owner);
-    Ok(vec![
-        Value::Integer(job.id),
-        text(&job.queue),
-        text(&job.kind),
-        Value::Text(payload),
-        Value::Integer(i64::from(job.priority)),
-        text(job.state.as_str()),
-        Value::Integer(i64::from(job.attempts)),
-        Value::Integer(i64::from(job.max_attempts)),
-        opt(job.max_runtime, |d| Value::Integer(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))),
-        millis(job.not_before),
-        opt(owner, |o| text(&o.id)),
-        opt(owner, |o| text(&o.host)),
-        opt(owner.and_then(|o| o.boot_id.as_deref()), text),
-        opt(owner.and_then(|o| o.pid), |p| Value::Integer(i64::from(p))),
-        // Stored bit for bit: SQLite integers are signed.
-        opt(owner.and_then(|o| o.pid_start_time), |s| {
-            Value::Integer(i64::from_ne_bytes(s.to_ne_bytes()))
-        }),
-        opt(lease, |l| Value::Integer(i64::from(l.attempt))),
-        opt(lease, |l| millis(l.until)),
-        opt(lease.and_then(|l| l.child_pgid), |g| Value::Integer(i64::from(g))),
-        opt(job.idempotency_key.as_deref(), text),
-        text(&job.payload_hash),
-        Value::Integer(i64::from(job.cancel_requested)),
-        opt(job.last_error.as_deref(), text),
-        opt(job.result.as_deref(), text),
-        opt(job.exit_code, |c| Value::Integer(i64::from(c))),
-        millis(job.created_at),
-        opt(job.started_at, millis),
-        opt(job.finished_at, millis),
-    ])
-}
-
-fn ts(v: i64) -> Timestamp {
-    Timestamp::from_millis(v)
-}
-
-fn job_from_row(row: &Row<'_>) -> Result<Job, Error> {
-    let id: i64 = row.get(0)?;
-    let state: String = row.get(5)?;
-    let state = state.parse::<JobState>().map_err(|e| Error::Decode(format!("job #{id}: {e}")))?;
-    let payload: String = row.get(3)?;
-    let payload = serde_json::from_str(&payload)
-        .map_err(|e| Error::Decode(format!("job #{id}: the payload is not JSON: {e}")))?;
-    let max_runtime = match row.get::<_, Option<i64>>(8)? {
-        None => None,
-        Some(ms) => Some(Duration::from_millis(
-            u64::try_from(ms)
-                .map_err(|_| Error::Decode(format!("job #{id}: negative max runtime {ms}")))?,
-        )),
-    };
-    let lease = match row.get::<_, Option<String>>(10)? {
-        None => None,
-        Some(owner_id) => Some(Lease {
-            owner: Owner {
-                id: owner_id,
-                host: row.get(11)?,
-                boot_id: row.get(12)?,
-                pid: row.get(13)?,
-                pid_start_time: row
-                    .get::<_, Option<i64>>(14)?
-                    .map(|s| u64::from_ne_bytes(s.to_ne_bytes())),
-            },
-            attempt: row.get(15)?,
-            until: ts(row.get(16)?),
-            child_pgid: row.get(17)?,
-        }),
-    };
-    Ok(Job {
-        id,
-        queue: row.get(1)?,
-        kind: row.get(2)?,
-        payload,
-        priority: row.get(4)?,
-        state,
-        attempts: row.get(6)?,
-        max_attempts: row.get(7)?,
-        max_runtime,
-        not_before: ts(row.get(9)?),
-        lease,
-        idempotency_key: row.get(18)?,
-        payload_hash: row.get(19)?,
-        cancel_requested: row.get::<_, i64>(20)? != 0,
-        last_error: row.get(21)?,
-        result: row.get(22)?,
-        exit_code: row.get(23)?,
-        created_at: ts(row.get(24)?),
-        started_at: row.get::<_, Option<i64>>(25)?.map(ts),
-        finished_at: row.get::<_, Option<i64>>(26)?.map(ts),
-    })
-}
-
-/// Runs a `SELECT` of [`JOB_COLUMNS`] and decodes every row.
-fn query_jobs(conn: &Connection, sql: &str, params: &[Value]) -> Result<Vec<Job>, Error> {
-    let mut stmt = conn.prepare_cached(sql)?;
-    let mut rows = stmt.query(params_from_iter(params))?;
-    let mut out = Vec::new();
-    while let Some(row) = rows.next()? {
-        out.push(job_from_row(row)?);
-    }
-    Ok(out)
-}
-
-fn query_job(conn: &Connection, sql: &str, params: &[Value]) -> Result<Option<Job>, Error> {
-    Ok(query_jobs(conn, sql, params)?.into_iter().next())
-}
-
-fn find(conn: &Connection, id: JobId) -> Result<Option<Job>, Error> {
-    let sql = format!("SELECT {} FROM jobs WHERE id = ?1", *COLUMNS);
-    query_job(conn, &sql, &[Value::Integer(id)])
-}
-
-fn load(conn: &Connection, id: JobId) -> Result<Job, Error> {
-    find(conn, id)?.ok_or(Error::Store(StoreError::NotFound(id)))
-}
-
-fn key_holder(conn: &Connection, key: &str) -> Result<Option<Job>, Error> {
-    let sql = format!("SELECT {} FROM jobs WHERE idempotency_key = ?1", *COLUMNS);
-    query_job(conn, &sql, &[text(key)])
-}
-
-fn insert_job(conn: &Connection, job: &Job) -> Result<(), Error> {
-    conn.prepare_cached(&INSERT_JOB)?.execute(params_from_iter(job_values(job)?))?;
-    Ok(())
-}
-
-/// Writes `new` over `old`, on condition that the row still is `old`.
-fn update_job(conn: &Connection, old: &Job, new: &Job) -> Result<(), Error> {
-    let mut values = job_values(new)?;
-    values[0] = Value::Integer(old.id);
-    values.push(text(old.state.as_str()));
-    values.push(opt(old.lease.as_ref(), |l| text(&l.owner.id)));
-    values.push(opt(old.lease.as_ref(), |l| Value::Integer(i64::from(l.attempt))));
-    let changed = conn.prepare_cached(&UPDATE_JOB)?.execute(params_from_iter(values))?;
-    if changed != 1 {
-        // Impossible under the write lock unless something outside
-        // slothqueue edits the file; refuse rather than guess.
-        return Err(Error::Store(StoreError::Backend(format!(
-            "job #{} changed under a write transaction ({changed} rows matched)",
-            old.id
-        ))));
-    }
-    Ok(())
-}
-
-fn append_events(conn: &Connection, events: &[Event]) -> Result<(), Error> {
-    append_events_from(conn, events, None)
-}
-
-/// Appends `events`, numbering a job's from `first_seq` when the caller
-/// knows its trail is empty (a job just created), else after its last one:
-/// one lookup per job, not per event.
-fn append_events_from(
-    conn: &Connection,
-    events: &[Event],
-    first_seq: Option<i64>,
-) -> Result<(), Error> {
-    let mut insert = conn.prepare_cached(
-        "INSERT INTO events (job_id, seq, at, kind, owner, attempt, message, retry_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?;
-    let mut last: Option<(JobId, i64)> = None;
-    for e in events {
-        let seq = match (last, first_seq) {
-            (Some((job, seq)), _) if job == e.job_id => seq + 1,
-            (None, Some(first)) => first,
-            _ => conn
-                .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE job_id = ?1")?
-                .query_row([e.job_id], |r| r.get(0))?,
-        };
-        last = Some((e.job_id, seq));
-        insert.execute(params![
-            e.job_id,
-            seq,
-            e.at.as_millis(),
-            e.kind.as_str(),
-            e.owner,
-            e.attempt,
-            e.message,
-            e.retry_at.map(Timestamp::as_millis),
-        ])?;
-    }
-    Ok(())
-}
-
-/// Writes a transition computed from `old`: the row, then its events.
-fn apply(conn: &Connection, old: &Job, t: &Transition) -> Result<(), Error> {
-    update_job(conn, old, &t.job)?;
-    append_events(conn, &t.events)
-}
-
-fn event_from_row(row: &Row<'_>) -> Result<Event, Error> {
-    let job_id: i64 = row.get(0)?;
-    let kind: String = row.get(2)?;
-    let kind =
-        kind.parse::<EventKind>().map_err(|e| Error::Decode(format!("job #{job_id}: {e}")))?;
-    Ok(Event {
-        job_id,
-        at: ts(row.get(1)?),
-        kind,
-        owner: row.get(3)?,
-        attempt: row.get(4)?,
-        message: row.get(5)?,
-        retry_at: row.get::<_, Option<i64>>(6)?.map(ts),
-    })
-}
-
 // ---------------------------------------------------------------------------
 // Claim
-
-/// The highest priority below `?1` that has a pending job (in queue `?2`).
-/// One index seek each, so a claim walks priority levels, not jobs.
-pub(crate) fn top_priority_sql(by_queue: bool) -> &'static str {
-    if by_queue {
-        "SELECT priority FROM jobs INDEXED BY jobs_pending_queue
-         WHERE state = 'pending' AND queue = ?2 AND priority < ?1
-         ORDER BY priority DESC LIMIT 1"
-    } else {
-        "SELECT priority FROM jobs INDEXED BY jobs_pending
-         WHERE state = 'pending' AND priority < ?1
-         ORDER BY priority DESC LIMIT 1"
-    }
-}
-
-/// The first due job at priority `?1` (`not_before <= ?2`), in queue `?3`,
-/// of one of `kinds` kinds (bound after the queue).
-pub(crate) fn due_at_priority_sql(by_queue: bool, kinds: usize) -> String {
-    let (index, queue) =
-        if by_queue { ("jobs_pending_queue", " AND queue = ?3") } else { ("jobs_pending", "") };
-    let first_kind = if by_queue { 4 } else { 3 };
-    let kinds = if kinds == 0 {
-        String::new()
-    } else {
-        let marks: Vec<String> = (0..kinds).map(|i| format!("?{}", first_kind + i)).collect();
-        format!(" AND kind IN ({})", marks.join(", "))
-    };
-    format!(
-        "SELECT {} FROM jobs INDEXED BY {index}
-         WHERE state = 'pending' AND priority = ?1 AND not_before <= ?2{queue}{kinds}
-         ORDER BY not_before, id LIMIT 1",
-        *COLUMNS
-    )
-}
-
-/// The best due pending job in one queue (or all), in claim order.
-fn best_due_in(
-    conn: &Connection,
-    queue: Option<&str>,
-    kinds: &[String],
-    now: Timestamp,
-) -> Result<Option<Job>, Error> {
-    let by_queue = queue.is_some();
-    let due_sql = due_at_priority_sql(by_queue, kinds.len());
-    let mut below = i64::from(i32::MAX) + 1;
-    loop {
-        let mut seek: Vec<Value> = vec![Value::Integer(below)];
-        if let Some(q) = queue {
-            seek.push(text(q));
-        }
-        let mut stmt = conn.prepare_cached(top_priority_sql(by_queue))?;
-        let priority: Option<i64> = {
-            let mut rows = stmt.query(params_from_iter(&seek))?;
-            match rows.next()? {
-                Some(row) => Some(row.get(0)?),
-                None => None,
-            }
-        };
-        let Some(priority) = priority else { return Ok(None) };
-        let mut params = vec![Value::Integer(priority), millis(now)];
-        if let Some(q) = queue {
-            params.push(text(q));
-        }
-        params.extend(kinds.iter().map(|k| text(k)));
-        if let Some(job) = query_job(conn, &due_sql, &params)? {
-            return Ok(Some(job));
-        }
-        below = priority;
-    }
-}
-
-/// The best due pending job the filter admits.
-fn best_due_pending(
-    conn: &Connection,
-    filter: &ClaimFilter,
-    now: Timestamp,
-) -> Result<Option<Job>, Error> {
-    let kinds: &[String] = match &filter.kinds {
-        Some(ks) if ks.is_empty() => return Ok(None),
-        Some(ks) => ks,
-        None => &[],
-    };
-    let mut queues: Vec<Option<&str>> = filter.queues.iter().map(|q| Some(q.as_str())).collect();
-    queues.sort_unstable();
-    queues.dedup();
-    if queues.is_empty() {
-        queues.push(None);
-    }
-    let mut best: Option<Job> = None;
-    for q in queues {
-        if let Some(job) = best_due_in(conn, q, kinds, now)? {
-            if best.as_ref().is_none_or(|b| job.claim_order() < b.claim_order()) {
-                best = Some(job);
-            }
-        }
-    }
-    Ok(best)
-}
-
-fn running_jobs(conn: &Connection) -> Result<Vec<Job>, Error> {
-    let sql = format!(
-        "SELECT {} FROM jobs INDEXED BY jobs_running WHERE state = 'running' ORDER BY lease_until",
-        *COLUMNS
-    );
-    query_jobs(conn, &sql, &[])
-}
 
 /// One claim, as [`machine::plan_claim`] decides it from the running jobs
 /// and the best due pending job, judged inside this transaction.
@@ -854,7 +230,7 @@ fn push_one(
 }
 
 // ---------------------------------------------------------------------------
-// The rest
+// Looking, purging, restoring
 
 fn list_tx(conn: &Connection, filter: &ListFilter) -> Result<Vec<Job>, Error> {
     let (sql, params) = list_sql(filter)?;
@@ -1301,8 +677,10 @@ impl SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rows::{due_at_priority_sql, top_priority_sql};
     use crate::schema::{APPLICATION_ID, SCHEMA_VERSION};
-    use slothqueue_core::ClockOnly;
+    use slothqueue_core::{ClaimFilter, ClockOnly, Owner};
+    use std::time::Duration;
 
     fn t(secs: i64) -> Timestamp {
         Timestamp::from_millis(1_700_000_000_000 + secs * 1000)
@@ -1633,8 +1011,9 @@ mod tests {
     }
 
     /// The settle and the claim are one transaction: when the claim half
-    /// fails (here on a row it cannot decode), the settle is rolled back
-    /// with it and the finished job is still running under its lease.
+    /// fails (here on a job whose stored row does not decode), the settle
+    /// is rolled back with it and the finished job is still running under
+    /// its lease.
     #[tokio::test]
     async fn a_failing_claim_half_rolls_the_settle_back() {
         let dir = tempfile::tempdir().unwrap();
@@ -1648,10 +1027,7 @@ mod tests {
             .unwrap()
             .unwrap();
         let next = store.push(NewJob::shell("true", "/"), t(1)).await.unwrap().job;
-        store
-            .lock_for_test()
-            .execute("UPDATE jobs SET payload = 'not json' WHERE id = ?1", [next.id])
-            .unwrap();
+        garble(&store, next.id);
 
         let done = Settlement::Complete(Completion::default());
         let err = store
@@ -1668,5 +1044,14 @@ mod tests {
         let job = store.get(held.job.id).await.unwrap();
         assert_eq!(job.state, JobState::Running);
         assert_eq!(job.lease.map(|l| l.fence()), Some(held.fence));
+    }
+
+    /// Overwrites job `id`'s stored payload with text that is not JSON, as a
+    /// tool outside slothqueue might.
+    fn garble(store: &SqliteStore, id: JobId) {
+        store
+            .lock_for_test()
+            .execute("UPDATE jobs SET payload = 'not json' WHERE id = ?1", [id])
+            .unwrap();
     }
 }

@@ -46,7 +46,7 @@ fn sh(cmd: &str) -> NewJob {
 
 /// Writes the fixture when `SLOTHQUEUE_WRITE_V1_FIXTURE=1` is set (once,
 /// by hand: `SLOTHQUEUE_WRITE_V1_FIXTURE=1 cargo test -p
-/// slothqueue-store-redb --test v1_fixture write_v1_fixture`); otherwise
+/// slothqueue-store-redb --test it v1_fixture::write_v1_fixture`); otherwise
 /// does nothing, so the committed file is never rewritten by accident.
 #[tokio::test(flavor = "multi_thread")]
 async fn write_v1_fixture() {

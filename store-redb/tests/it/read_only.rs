@@ -1,7 +1,7 @@
-//! `RedbStore::open_read_only` (issue #8): commands that only look must
-//! leave a queue byte-for-byte as they found it, which a writable redb open
-//! does not (it rewrites the header on opening and closing), and must still
-//! share the file with writers.
+//! `RedbStore::open_read_only`: commands that only look (`status`, `list`,
+//! `show`, `logs`, `export`) must leave a queue byte-for-byte as they found
+//! it, which a writable redb open does not (it rewrites the header on
+//! opening and closing), and must still share the file with writers.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a test failure is a panic")]
 

@@ -14,6 +14,9 @@ use slothqueue_store_redb::{RedbOptions, RedbStore, SCHEMA_VERSION};
 
 const T: Timestamp = Timestamp::from_millis(1_700_000_000_000);
 const CHILD_ENV: &str = "SLOTHQUEUE_REDB_CRASH_CHILD";
+/// [`crash_child`]'s name in the test binary (`tests/it/main.rs`), which
+/// runs it again as the child.
+const CHILD_TEST: &str = "crash::crash_child";
 const JOBS: usize = 30;
 
 /// In the child: push, optionally mark the file as a newer schema, and die
@@ -52,7 +55,7 @@ fn crash_child() {
 fn crashed_queue(dir: &Path, mode: &str) -> PathBuf {
     let path = dir.join(format!("{mode}.redb"));
     let status = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "crash_child", "--nocapture", "--test-threads", "1"])
+        .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads", "1"])
         .env(CHILD_ENV, format!("{mode}:{}", path.display()))
         .output()
         .unwrap();

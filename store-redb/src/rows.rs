@@ -1,0 +1,439 @@
+//! A job, an event or a runner record as entries of the tables, and back:
+//! [`Tx`], the tables of one write transaction, keeps every index (`ready`,
+//! `pending_by_time`, `running`, `idempotency_keys`, `state_counts`) in
+//! step with the row in one function ([`Tx::put`]), moves due jobs into
+//! `ready`, and reads the claim's candidates (the running jobs, the best
+//! ready job); JSON encode and decode; and the check that every index
+//! agrees with the rows.
+
+use std::collections::HashMap;
+use std::ops::Bound;
+
+use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
+use slothqueue_core::machine;
+use slothqueue_core::{ClaimFilter, Event, Job, JobId, JobState, Lease, StoreError, Timestamp};
+
+use crate::error::Failure;
+use crate::schema::{
+    COUNTS, EVENTS, JOBS, KEYS, META, META_NEXT_ID, META_WATERMARK, PENDING, READY, RUNNERS,
+    RUNNING, ReadyKey, i64_from_meta, i64_to_meta, priority_key,
+};
+
+/// The tables of one write transaction, and the index bookkeeping.
+pub(crate) struct Tx<'t> {
+    pub(crate) meta: Table<'t, &'static str, u64>,
+    pub(crate) jobs: Table<'t, i64, &'static [u8]>,
+    pub(crate) ready: Table<'t, ReadyKey, ()>,
+    pub(crate) pending: Table<'t, (i64, i64), (&'static str, &'static str, i32)>,
+    pub(crate) running: Table<'t, i64, i64>,
+    pub(crate) keys: Table<'t, &'static str, i64>,
+    pub(crate) events: Table<'t, (i64, u32), &'static [u8]>,
+    pub(crate) counts: Table<'t, &'static str, u64>,
+    pub(crate) runners: Table<'t, &'static str, &'static [u8]>,
+    /// Pending jobs with `not_before` at or below this are in `ready`.
+    pub(crate) watermark: i64,
+}
+
+impl<'t> Tx<'t> {
+    pub(crate) fn open(txn: &'t WriteTransaction) -> Result<Self, Failure> {
+        let meta = txn.open_table(META)?;
+        let watermark = meta
+            .get(META_WATERMARK)?
+            .map(|v| i64_from_meta(v.value()))
+            .ok_or_else(|| Failure::Damaged("the meta table has no ready watermark".to_owned()))?;
+        Ok(Tx {
+            meta,
+            jobs: txn.open_table(JOBS)?,
+            ready: txn.open_table(READY)?,
+            pending: txn.open_table(PENDING)?,
+            running: txn.open_table(RUNNING)?,
+            keys: txn.open_table(KEYS)?,
+            events: txn.open_table(EVENTS)?,
+            counts: txn.open_table(COUNTS)?,
+            runners: txn.open_table(RUNNERS)?,
+            watermark,
+        })
+    }
+
+    pub(crate) fn job(&self, id: JobId) -> Result<Option<Job>, Failure> {
+        load(&self.jobs, id)
+    }
+
+    pub(crate) fn must(&self, id: JobId) -> Result<Job, Failure> {
+        self.job(id)?.ok_or(Failure::Store(StoreError::NotFound(id)))
+    }
+
+    pub(crate) fn next_id(&self) -> Result<JobId, Failure> {
+        let n = self.meta.get(META_NEXT_ID)?.map(|v| v.value()).unwrap_or(1);
+        i64::try_from(n).map_err(|_| Failure::Damaged(format!("next id {n} out of range")))
+    }
+
+    pub(crate) fn set_next_id(&mut self, id: JobId) -> Result<(), Failure> {
+        let id =
+            u64::try_from(id).map_err(|_| Failure::Damaged(format!("id {id} out of range")))?;
+        self.meta.insert(META_NEXT_ID, id)?;
+        Ok(())
+    }
+
+    /// Replaces `old` (as read in this transaction) with `new` (or deletes
+    /// it), index entries and state counts included.
+    ///
+    /// The write's condition, as the SQL backend's `WHERE`: the stored row
+    /// must still have `old`'s state, attempts and lease (owner and
+    /// attempt), else nothing is written and the caller gets `LeaseLost`.
+    /// redb admits one write transaction at a time and starts it from the
+    /// latest commit, so this holds by construction; checking it costs one
+    /// lookup and keeps a future change from writing over a row it did not
+    /// read.
+    pub(crate) fn put(&mut self, old: Option<&Job>, new: Option<&Job>) -> Result<(), Failure> {
+        if let Some(o) = old {
+            let stored = self.job(o.id)?.ok_or(Failure::Store(StoreError::NotFound(o.id)))?;
+            let fence = |j: &Job| (j.state, j.attempts, j.lease.as_ref().map(Lease::fence));
+            if fence(&stored) != fence(o) {
+                return Err(Failure::Store(StoreError::LeaseLost { id: o.id }));
+            }
+            self.unindex(o)?;
+        }
+        match (old, new) {
+            (_, Some(n)) => {
+                let bytes = encode(n)?;
+                self.jobs.insert(n.id, bytes.as_slice())?;
+                self.index(n)?;
+            }
+            (Some(o), None) => {
+                self.jobs.remove(o.id)?;
+            }
+            (None, None) => {}
+        }
+        Ok(())
+    }
+
+    fn index(&mut self, job: &Job) -> Result<(), Failure> {
+        self.count(job.state, 1)?;
+        match job.state {
+            JobState::Pending => {
+                let nb = job.not_before.as_millis();
+                self.pending
+                    .insert((nb, job.id), (job.queue.as_str(), job.kind.as_str(), job.priority))?;
+                if nb <= self.watermark {
+                    self.ready.insert(ready_key(job), ())?;
+                }
+            }
+            JobState::Running => {
+                let Some(lease) = &job.lease else {
+                    return Err(Failure::Damaged(format!("running job #{} has no lease", job.id)));
+                };
+                self.running.insert(job.id, lease.until.as_millis())?;
+            }
+            JobState::Done | JobState::Failed | JobState::Cancelled => {}
+        }
+        if let Some(k) = &job.idempotency_key {
+            self.keys.insert(k.as_str(), job.id)?;
+        }
+        Ok(())
+    }
+
+    fn unindex(&mut self, job: &Job) -> Result<(), Failure> {
+        self.count(job.state, -1)?;
+        match job.state {
+            JobState::Pending => {
+                self.pending.remove((job.not_before.as_millis(), job.id))?;
+                self.ready.remove(ready_key(job))?;
+            }
+            JobState::Running => {
+                self.running.remove(job.id)?;
+            }
+            JobState::Done | JobState::Failed | JobState::Cancelled => {}
+        }
+        if let Some(k) = &job.idempotency_key {
+            let holds = self.keys.get(k.as_str())?.map(|v| v.value()) == Some(job.id);
+            if holds {
+                self.keys.remove(k.as_str())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn count(&mut self, state: JobState, delta: i64) -> Result<(), Failure> {
+        let n = self.counts.get(state.as_str())?.map(|v| v.value()).unwrap_or(0);
+        let n = n.saturating_add_signed(delta);
+        if n == 0 {
+            self.counts.remove(state.as_str())?;
+        } else {
+            self.counts.insert(state.as_str(), n)?;
+        }
+        Ok(())
+    }
+
+    /// Appends to each event's job trail.
+    pub(crate) fn append(&mut self, events: &[Event]) -> Result<(), Failure> {
+        for e in events {
+            let seq = match self.events.range((e.job_id, 0)..=(e.job_id, u32::MAX))?.next_back() {
+                Some(last) => last?.0.value().1.checked_add(1).ok_or_else(|| {
+                    Failure::Damaged(format!("job #{} has too many events", e.job_id))
+                })?,
+                None => 0,
+            };
+            let bytes = serde_json::to_vec(e).map_err(encode_failed)?;
+            self.events.insert((e.job_id, seq), bytes.as_slice())?;
+        }
+        Ok(())
+    }
+
+    /// Applies a transition's result to the row it was computed from.
+    pub(crate) fn apply(&mut self, old: &Job, t: &machine::Transition) -> Result<(), Failure> {
+        self.put(Some(old), Some(&t.job))?;
+        self.append(&t.events)
+    }
+
+    /// The running jobs, from the `running` index: the claim's first
+    /// candidates (expired or dead leases to take back).
+    pub(crate) fn running_jobs(&self) -> Result<Vec<Job>, Failure> {
+        let mut ids = Vec::new();
+        for entry in self.running.iter()? {
+            ids.push(entry?.0.value());
+        }
+        let mut running = Vec::with_capacity(ids.len());
+        for id in ids {
+            running.push(self.job(id)?.ok_or_else(|| out_of_step("running", id))?);
+        }
+        Ok(running)
+    }
+
+    /// The best due pending job `filter` admits (see [`Tx::best_ready`]),
+    /// once [`Tx::advance`] has moved what is due into `ready`.
+    pub(crate) fn best_due(
+        &self,
+        filter: &ClaimFilter,
+        now: Timestamp,
+    ) -> Result<Option<Job>, Failure> {
+        match self.best_ready(filter, now)? {
+            Some(id) => Ok(Some(self.job(id)?.ok_or_else(|| out_of_step("ready", id))?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Moves the pending jobs that became due since the last call into
+    /// `ready` and raises the watermark to `now`. Each job moves once; the
+    /// watermark never goes down (a clock stepping back is handled by the
+    /// claim skipping heads that are not due yet).
+    pub(crate) fn advance(&mut self, now: Timestamp) -> Result<(), Failure> {
+        let now = now.as_millis();
+        if now <= self.watermark {
+            return Ok(());
+        }
+        let lower = (self.watermark, i64::MAX);
+        let upper = (now, i64::MAX);
+        let mut due: Vec<(String, String, i32, i64, i64)> = Vec::new();
+        for entry in self.pending.range((Bound::Excluded(lower), Bound::Included(upper)))? {
+            let (k, v) = entry?;
+            let (nb, id) = k.value();
+            let (q, kind, p) = v.value();
+            due.push((q.to_owned(), kind.to_owned(), p, nb, id));
+        }
+        for (q, kind, p, nb, id) in &due {
+            self.ready.insert((q.as_str(), kind.as_str(), priority_key(*p), *nb, *id), ())?;
+        }
+        self.watermark = now;
+        self.meta.insert(META_WATERMARK, i64_to_meta(now))?;
+        Ok(())
+    }
+
+    /// The best due pending job `filter` admits: the head of each
+    /// (queue, kind) in `ready`, the best of those by claim order. A head
+    /// not due at `now` (the clock stepped back below the watermark) is
+    /// skipped with its whole priority level, whose other jobs are due no
+    /// earlier.
+    fn best_ready(&self, filter: &ClaimFilter, now: Timestamp) -> Result<Option<JobId>, Failure> {
+        let now = now.as_millis();
+        let mut best: Option<(u32, i64, i64)> = None;
+        let queues: Vec<Option<&str>> = if filter.queues.is_empty() {
+            vec![None]
+        } else {
+            filter.queues.iter().map(|q| Some(q.as_str())).collect()
+        };
+        for only in queues {
+            let mut lower: Bound<(String, String, u32, i64, i64)> = Bound::Included((
+                only.unwrap_or("").to_owned(),
+                String::new(),
+                0,
+                i64::MIN,
+                i64::MIN,
+            ));
+            loop {
+                let head = {
+                    let from = match &lower {
+                        Bound::Included(k) => Bound::Included(borrow_key(k)),
+                        Bound::Excluded(k) => Bound::Excluded(borrow_key(k)),
+                        Bound::Unbounded => Bound::Unbounded,
+                    };
+                    match self
+                        .ready
+                        .range::<(&str, &str, u32, i64, i64)>((from, Bound::Unbounded))?
+                        .next()
+                    {
+                        Some(entry) => {
+                            let (key, _) = entry?;
+                            let (q, k, p, nb, id) = key.value();
+                            Some((q.to_owned(), k.to_owned(), p, nb, id))
+                        }
+                        None => None,
+                    }
+                };
+                let Some((q, kind, p, nb, id)) = head else { break };
+                if only.is_some_and(|o| o != q) {
+                    break;
+                }
+                let kind_ok = filter.kinds.as_ref().is_none_or(|ks| ks.contains(&kind));
+                if kind_ok && nb > now {
+                    // Skip the rest of this priority level.
+                    lower = Bound::Excluded((q, kind, p, i64::MAX, i64::MAX));
+                    continue;
+                }
+                if kind_ok && best.is_none_or(|b| (p, nb, id) < b) {
+                    best = Some((p, nb, id));
+                }
+                // On to the next (queue, kind).
+                lower = Bound::Excluded((q, kind, u32::MAX, i64::MAX, i64::MAX));
+            }
+        }
+        Ok(best.map(|(_, _, id)| id))
+    }
+}
+
+fn borrow_key(k: &(String, String, u32, i64, i64)) -> (&str, &str, u32, i64, i64) {
+    (k.0.as_str(), k.1.as_str(), k.2, k.3, k.4)
+}
+
+fn ready_key(job: &Job) -> (&str, &str, u32, i64, i64) {
+    (
+        job.queue.as_str(),
+        job.kind.as_str(),
+        priority_key(job.priority),
+        job.not_before.as_millis(),
+        job.id,
+    )
+}
+
+fn encode(job: &Job) -> Result<Vec<u8>, Failure> {
+    serde_json::to_vec(job).map_err(encode_failed)
+}
+
+fn encode_failed(e: serde_json::Error) -> Failure {
+    Failure::Store(StoreError::Backend(format!("cannot encode a record: {e}")))
+}
+
+pub(crate) fn load(
+    jobs: &impl ReadableTable<i64, &'static [u8]>,
+    id: JobId,
+) -> Result<Option<Job>, Failure> {
+    match jobs.get(id)? {
+        Some(bytes) => decode_job(id, bytes.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+pub(crate) fn decode_job(id: JobId, bytes: &[u8]) -> Result<Job, Failure> {
+    let job: Job = serde_json::from_slice(bytes)
+        .map_err(|e| Failure::Damaged(format!("job #{id} does not decode: {e}")))?;
+    if job.id != id {
+        return Err(Failure::Damaged(format!("row #{id} holds job #{}", job.id)));
+    }
+    Ok(job)
+}
+
+pub(crate) fn decode_event(bytes: &[u8]) -> Result<Event, Failure> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| Failure::Damaged(format!("an event does not decode: {e}")))
+}
+
+pub(crate) fn out_of_step(index: &str, id: JobId) -> Failure {
+    Failure::Damaged(format!("the {index} index names job #{id}, which is not there"))
+}
+
+/// Every index agrees with the rows: what `check_integrity` adds to
+/// redb's page-level check.
+pub(crate) fn verify_indexes(txn: &ReadTransaction) -> Result<(), Failure> {
+    let jobs = txn.open_table(JOBS)?;
+    let meta = txn.open_table(META)?;
+    let watermark = meta
+        .get(META_WATERMARK)?
+        .map(|v| i64_from_meta(v.value()))
+        .ok_or_else(|| Failure::Damaged("the meta table has no ready watermark".to_owned()))?;
+    let next_id = meta.get(META_NEXT_ID)?.map(|v| v.value()).unwrap_or(1);
+    let mut counts: HashMap<JobState, u64> = HashMap::new();
+    let (mut n_pending, mut n_ready, mut n_running, mut n_keys) = (0u64, 0u64, 0u64, 0u64);
+    let pending = txn.open_table(PENDING)?;
+    let ready = txn.open_table(READY)?;
+    let running = txn.open_table(RUNNING)?;
+    let keys = txn.open_table(KEYS)?;
+    let bad = |m: String| Err(Failure::Damaged(m));
+    for entry in jobs.iter()? {
+        let (k, v) = entry?;
+        let job = decode_job(k.value(), v.value())?;
+        if u64::try_from(job.id).map_or(true, |id| id >= next_id) {
+            return bad(format!("job #{} is at or above the next id {next_id}", job.id));
+        }
+        *counts.entry(job.state).or_default() += 1;
+        match job.state {
+            JobState::Pending => {
+                n_pending += 1;
+                let nb = job.not_before.as_millis();
+                if pending.get((nb, job.id))?.is_none() {
+                    return bad(format!("pending job #{} is missing from pending_by_time", job.id));
+                }
+                if nb <= watermark {
+                    n_ready += 1;
+                    if ready.get(ready_key(&job))?.is_none() {
+                        return bad(format!("due job #{} is missing from ready", job.id));
+                    }
+                }
+            }
+            JobState::Running => {
+                n_running += 1;
+                let until = running.get(job.id)?.map(|v| v.value());
+                if until != job.lease.as_ref().map(|l| l.until.as_millis()) {
+                    return bad(format!(
+                        "running job #{} disagrees with the running index",
+                        job.id
+                    ));
+                }
+            }
+            JobState::Done | JobState::Failed | JobState::Cancelled => {}
+        }
+        if let Some(key) = &job.idempotency_key {
+            n_keys += 1;
+            if keys.get(key.as_str())?.map(|v| v.value()) != Some(job.id) {
+                return bad(format!("job #{}'s idempotency key is not indexed", job.id));
+            }
+        }
+    }
+    let counted = txn.open_table(COUNTS)?;
+    for s in JobState::ALL {
+        let stored = counted.get(s.as_str())?.map(|v| v.value()).unwrap_or(0);
+        let actual = counts.get(&s).copied().unwrap_or(0);
+        if stored != actual {
+            return bad(format!("{stored} {s} jobs counted, {actual} found"));
+        }
+    }
+    for (what, indexed, actual) in [
+        ("pending_by_time", pending.len()?, n_pending),
+        ("ready", ready.len()?, n_ready),
+        ("running", running.len()?, n_running),
+        ("idempotency_keys", keys.len()?, n_keys),
+    ] {
+        if indexed != actual {
+            return bad(format!("{what} has {indexed} entries for {actual} jobs"));
+        }
+    }
+    let events = txn.open_table(EVENTS)?;
+    for entry in events.iter()? {
+        let (k, v) = entry?;
+        let (id, _) = k.value();
+        let e = decode_event(v.value())?;
+        if e.job_id != id || jobs.get(id)?.is_none() {
+            return bad(format!("an event filed under job #{id} belongs to no such job"));
+        }
+    }
+    Ok(())
+}

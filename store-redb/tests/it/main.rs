@@ -1,0 +1,31 @@
+//! The redb store's own integration tests, in one binary (one link, not
+//! one per file). Each module guards one concern; its `//!` says which bug
+//! or promise. What belongs where:
+//!
+//! - `bad_files`: files that are not a healthy queue refused with a typed
+//!   error, never a panic, and left byte-for-byte as they were;
+//! - `crash`: a queue a killed process left open is repaired on open, after
+//!   a dry run in memory (runs this binary again as the child, by the test's
+//!   full name `crash::crash_child`);
+//! - `damaged_close`: a file whose damage redb meets only on close (S16);
+//! - `power_loss`: power cut after every sync of a workload (S06);
+//! - `disk_full`: a full disk fails cleanly and the handle recovers (S15);
+//! - `busy`: contention between handles and processes, bounded waits;
+//! - `read_only`: commands that only look change no byte of the file;
+//! - `claim_order`: the `ready` index against a model (proptest; its
+//!   regressions file sits beside it, `claim_order.proptest-regressions`);
+//! - `v1_fixture`: the schema-v1 fixture in `tests/data/` opens and reads
+//!   back exactly, forever.
+//!
+//! The shared `Store` contract is not here: it is `tests/conformance.rs`, its
+//! own binary, which `cargo xtask conformance` runs by name.
+
+mod bad_files;
+mod busy;
+mod claim_order;
+mod crash;
+mod damaged_close;
+mod disk_full;
+mod power_loss;
+mod read_only;
+mod v1_fixture;

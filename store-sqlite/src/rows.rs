@@ -1,0 +1,408 @@
+//! A job, an event or a runner record as rows of the `jobs`, `events` and
+//! `runners` tables, and back; the queries that read them, among them the
+//! claim's candidates (the running jobs, the best due pending job); and the
+//! writes of a transition, conditional on the row it was computed from.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use rusqlite::types::Value;
+use rusqlite::{Connection, Row, params, params_from_iter};
+use slothqueue_core::machine::Transition;
+use slothqueue_core::{
+    ClaimFilter, Event, EventKind, Job, JobId, JobState, Lease, Owner, StoreError, Timestamp,
+};
+
+use crate::error::Error;
+
+/// The job columns, in the order [`job_values`] and [`job_from_row`] use.
+const JOB_COLUMNS: [&str; 27] = [
+    "id",
+    "queue",
+    "kind",
+    "payload",
+    "priority",
+    "state",
+    "attempts",
+    "max_attempts",
+    "max_runtime_ms",
+    "not_before",
+    "lease_owner",
+    "lease_host",
+    "lease_boot_id",
+    "lease_pid",
+    "lease_pid_start",
+    "lease_attempt",
+    "lease_until",
+    "lease_child_pgid",
+    "idempotency_key",
+    "payload_hash",
+    "cancel_requested",
+    "last_error",
+    "result",
+    "exit_code",
+    "created_at",
+    "started_at",
+    "finished_at",
+];
+
+pub(crate) static COLUMNS: LazyLock<String> = LazyLock::new(|| JOB_COLUMNS.join(", "));
+
+static INSERT_JOB: LazyLock<String> = LazyLock::new(|| {
+    let marks: Vec<String> = (1..=JOB_COLUMNS.len()).map(|i| format!("?{i}")).collect();
+    format!("INSERT INTO jobs ({}) VALUES ({})", *COLUMNS, marks.join(", "))
+});
+
+/// Every column but the id, with the old state, owner and attempt in the
+/// condition: the write lands only on the row the transition was computed
+/// from.
+static UPDATE_JOB: LazyLock<String> = LazyLock::new(|| {
+    let n = JOB_COLUMNS.len();
+    let sets: Vec<String> =
+        JOB_COLUMNS.iter().enumerate().skip(1).map(|(i, c)| format!("{c} = ?{}", i + 1)).collect();
+    format!(
+        "UPDATE jobs SET {} WHERE id = ?1 AND state = ?{} AND lease_owner IS ?{} AND lease_attempt IS ?{}",
+        sets.join(", "),
+        n + 1,
+        n + 2,
+        n + 3
+    )
+});
+
+pub(crate) fn millis(t: Timestamp) -> Value {
+    Value::Integer(t.as_millis())
+}
+
+fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> Value) -> Value {
+    v.map_or(Value::Null, f)
+}
+
+pub(crate) fn text(s: &str) -> Value {
+    Value::Text(s.to_owned())
+}
+
+fn job_values(job: &Job) -> Result<Vec<Value>, Error> {
+    let payload = serde_json::to_string(&job.payload)
+        .map_err(|e| StoreError::InvalidInput(format!("the payload cannot be stored: {e}")))?;
+    let lease = job.lease.as_ref();
+    let owner = lease.map(|l| &l.owner);
+    Ok(vec![
+        Value::Integer(job.id),
+        text(&job.queue),
+        text(&job.kind),
+        Value::Text(payload),
+        Value::Integer(i64::from(job.priority)),
+        text(job.state.as_str()),
+        Value::Integer(i64::from(job.attempts)),
+        Value::Integer(i64::from(job.max_attempts)),
+        opt(job.max_runtime, |d| Value::Integer(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))),
+        millis(job.not_before),
+        opt(owner, |o| text(&o.id)),
+        opt(owner, |o| text(&o.host)),
+        opt(owner.and_then(|o| o.boot_id.as_deref()), text),
+        opt(owner.and_then(|o| o.pid), |p| Value::Integer(i64::from(p))),
+        // Stored bit for bit: SQLite integers are signed.
+        opt(owner.and_then(|o| o.pid_start_time), |s| {
+            Value::Integer(i64::from_ne_bytes(s.to_ne_bytes()))
+        }),
+        opt(lease, |l| Value::Integer(i64::from(l.attempt))),
+        opt(lease, |l| millis(l.until)),
+        opt(lease.and_then(|l| l.child_pgid), |g| Value::Integer(i64::from(g))),
+        opt(job.idempotency_key.as_deref(), text),
+        text(&job.payload_hash),
+        Value::Integer(i64::from(job.cancel_requested)),
+        opt(job.last_error.as_deref(), text),
+        opt(job.result.as_deref(), text),
+        opt(job.exit_code, |c| Value::Integer(i64::from(c))),
+        millis(job.created_at),
+        opt(job.started_at, millis),
+        opt(job.finished_at, millis),
+    ])
+}
+
+pub(crate) fn ts(v: i64) -> Timestamp {
+    Timestamp::from_millis(v)
+}
+
+fn job_from_row(row: &Row<'_>) -> Result<Job, Error> {
+    let id: i64 = row.get(0)?;
+    let state: String = row.get(5)?;
+    let state = state.parse::<JobState>().map_err(|e| Error::Decode(format!("job #{id}: {e}")))?;
+    let payload: String = row.get(3)?;
+    let payload = serde_json::from_str(&payload)
+        .map_err(|e| Error::Decode(format!("job #{id}: the payload is not JSON: {e}")))?;
+    let max_runtime = match row.get::<_, Option<i64>>(8)? {
+        None => None,
+        Some(ms) => Some(Duration::from_millis(
+            u64::try_from(ms)
+                .map_err(|_| Error::Decode(format!("job #{id}: negative max runtime {ms}")))?,
+        )),
+    };
+    let lease = match row.get::<_, Option<String>>(10)? {
+        None => None,
+        Some(owner_id) => Some(Lease {
+            owner: Owner {
+                id: owner_id,
+                host: row.get(11)?,
+                boot_id: row.get(12)?,
+                pid: row.get(13)?,
+                pid_start_time: row
+                    .get::<_, Option<i64>>(14)?
+                    .map(|s| u64::from_ne_bytes(s.to_ne_bytes())),
+            },
+            attempt: row.get(15)?,
+            until: ts(row.get(16)?),
+            child_pgid: row.get(17)?,
+        }),
+    };
+    Ok(Job {
+        id,
+        queue: row.get(1)?,
+        kind: row.get(2)?,
+        payload,
+        priority: row.get(4)?,
+        state,
+        attempts: row.get(6)?,
+        max_attempts: row.get(7)?,
+        max_runtime,
+        not_before: ts(row.get(9)?),
+        lease,
+        idempotency_key: row.get(18)?,
+        payload_hash: row.get(19)?,
+        cancel_requested: row.get::<_, i64>(20)? != 0,
+        last_error: row.get(21)?,
+        result: row.get(22)?,
+        exit_code: row.get(23)?,
+        created_at: ts(row.get(24)?),
+        started_at: row.get::<_, Option<i64>>(25)?.map(ts),
+        finished_at: row.get::<_, Option<i64>>(26)?.map(ts),
+    })
+}
+
+/// Runs a `SELECT` of [`JOB_COLUMNS`] and decodes every row.
+pub(crate) fn query_jobs(
+    conn: &Connection,
+    sql: &str,
+    params: &[Value],
+) -> Result<Vec<Job>, Error> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let mut rows = stmt.query(params_from_iter(params))?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(job_from_row(row)?);
+    }
+    Ok(out)
+}
+
+fn query_job(conn: &Connection, sql: &str, params: &[Value]) -> Result<Option<Job>, Error> {
+    Ok(query_jobs(conn, sql, params)?.into_iter().next())
+}
+
+pub(crate) fn find(conn: &Connection, id: JobId) -> Result<Option<Job>, Error> {
+    let sql = format!("SELECT {} FROM jobs WHERE id = ?1", *COLUMNS);
+    query_job(conn, &sql, &[Value::Integer(id)])
+}
+
+pub(crate) fn load(conn: &Connection, id: JobId) -> Result<Job, Error> {
+    find(conn, id)?.ok_or(Error::Store(StoreError::NotFound(id)))
+}
+
+pub(crate) fn key_holder(conn: &Connection, key: &str) -> Result<Option<Job>, Error> {
+    let sql = format!("SELECT {} FROM jobs WHERE idempotency_key = ?1", *COLUMNS);
+    query_job(conn, &sql, &[text(key)])
+}
+
+pub(crate) fn insert_job(conn: &Connection, job: &Job) -> Result<(), Error> {
+    conn.prepare_cached(&INSERT_JOB)?.execute(params_from_iter(job_values(job)?))?;
+    Ok(())
+}
+
+/// Writes `new` over `old`, on condition that the row still is `old`.
+fn update_job(conn: &Connection, old: &Job, new: &Job) -> Result<(), Error> {
+    let mut values = job_values(new)?;
+    values[0] = Value::Integer(old.id);
+    values.push(text(old.state.as_str()));
+    values.push(opt(old.lease.as_ref(), |l| text(&l.owner.id)));
+    values.push(opt(old.lease.as_ref(), |l| Value::Integer(i64::from(l.attempt))));
+    let changed = conn.prepare_cached(&UPDATE_JOB)?.execute(params_from_iter(values))?;
+    if changed != 1 {
+        // Impossible under the write lock unless something outside
+        // slothqueue edits the file; refuse rather than guess.
+        return Err(Error::Store(StoreError::Backend(format!(
+            "job #{} changed under a write transaction ({changed} rows matched)",
+            old.id
+        ))));
+    }
+    Ok(())
+}
+
+pub(crate) fn append_events(conn: &Connection, events: &[Event]) -> Result<(), Error> {
+    append_events_from(conn, events, None)
+}
+
+/// Appends `events`, numbering a job's from `first_seq` when the caller
+/// knows its trail is empty (a job just created), else after its last one:
+/// one lookup per job, not per event.
+pub(crate) fn append_events_from(
+    conn: &Connection,
+    events: &[Event],
+    first_seq: Option<i64>,
+) -> Result<(), Error> {
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO events (job_id, seq, at, kind, owner, attempt, message, retry_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?;
+    let mut last: Option<(JobId, i64)> = None;
+    for e in events {
+        let seq = match (last, first_seq) {
+            (Some((job, seq)), _) if job == e.job_id => seq + 1,
+            (None, Some(first)) => first,
+            _ => conn
+                .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE job_id = ?1")?
+                .query_row([e.job_id], |r| r.get(0))?,
+        };
+        last = Some((e.job_id, seq));
+        insert.execute(params![
+            e.job_id,
+            seq,
+            e.at.as_millis(),
+            e.kind.as_str(),
+            e.owner,
+            e.attempt,
+            e.message,
+            e.retry_at.map(Timestamp::as_millis),
+        ])?;
+    }
+    Ok(())
+}
+
+/// Writes a transition computed from `old`: the row, then its events.
+pub(crate) fn apply(conn: &Connection, old: &Job, t: &Transition) -> Result<(), Error> {
+    update_job(conn, old, &t.job)?;
+    append_events(conn, &t.events)
+}
+
+pub(crate) fn event_from_row(row: &Row<'_>) -> Result<Event, Error> {
+    let job_id: i64 = row.get(0)?;
+    let kind: String = row.get(2)?;
+    let kind =
+        kind.parse::<EventKind>().map_err(|e| Error::Decode(format!("job #{job_id}: {e}")))?;
+    Ok(Event {
+        job_id,
+        at: ts(row.get(1)?),
+        kind,
+        owner: row.get(3)?,
+        attempt: row.get(4)?,
+        message: row.get(5)?,
+        retry_at: row.get::<_, Option<i64>>(6)?.map(ts),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// The claim's candidates
+
+/// The highest priority below `?1` that has a pending job (in queue `?2`).
+/// One index seek each, so a claim walks priority levels, not jobs.
+pub(crate) fn top_priority_sql(by_queue: bool) -> &'static str {
+    if by_queue {
+        "SELECT priority FROM jobs INDEXED BY jobs_pending_queue
+         WHERE state = 'pending' AND queue = ?2 AND priority < ?1
+         ORDER BY priority DESC LIMIT 1"
+    } else {
+        "SELECT priority FROM jobs INDEXED BY jobs_pending
+         WHERE state = 'pending' AND priority < ?1
+         ORDER BY priority DESC LIMIT 1"
+    }
+}
+
+/// The first due job at priority `?1` (`not_before <= ?2`), in queue `?3`,
+/// of one of `kinds` kinds (bound after the queue).
+pub(crate) fn due_at_priority_sql(by_queue: bool, kinds: usize) -> String {
+    let (index, queue) =
+        if by_queue { ("jobs_pending_queue", " AND queue = ?3") } else { ("jobs_pending", "") };
+    let first_kind = if by_queue { 4 } else { 3 };
+    let kinds = if kinds == 0 {
+        String::new()
+    } else {
+        let marks: Vec<String> = (0..kinds).map(|i| format!("?{}", first_kind + i)).collect();
+        format!(" AND kind IN ({})", marks.join(", "))
+    };
+    format!(
+        "SELECT {} FROM jobs INDEXED BY {index}
+         WHERE state = 'pending' AND priority = ?1 AND not_before <= ?2{queue}{kinds}
+         ORDER BY not_before, id LIMIT 1",
+        *COLUMNS
+    )
+}
+
+/// The best due pending job in one queue (or all), in claim order.
+fn best_due_in(
+    conn: &Connection,
+    queue: Option<&str>,
+    kinds: &[String],
+    now: Timestamp,
+) -> Result<Option<Job>, Error> {
+    let by_queue = queue.is_some();
+    let due_sql = due_at_priority_sql(by_queue, kinds.len());
+    let mut below = i64::from(i32::MAX) + 1;
+    loop {
+        let mut seek: Vec<Value> = vec![Value::Integer(below)];
+        if let Some(q) = queue {
+            seek.push(text(q));
+        }
+        let mut stmt = conn.prepare_cached(top_priority_sql(by_queue))?;
+        let priority: Option<i64> = {
+            let mut rows = stmt.query(params_from_iter(&seek))?;
+            match rows.next()? {
+                Some(row) => Some(row.get(0)?),
+                None => None,
+            }
+        };
+        let Some(priority) = priority else { return Ok(None) };
+        let mut params = vec![Value::Integer(priority), millis(now)];
+        if let Some(q) = queue {
+            params.push(text(q));
+        }
+        params.extend(kinds.iter().map(|k| text(k)));
+        if let Some(job) = query_job(conn, &due_sql, &params)? {
+            return Ok(Some(job));
+        }
+        below = priority;
+    }
+}
+
+/// The best due pending job the filter admits.
+pub(crate) fn best_due_pending(
+    conn: &Connection,
+    filter: &ClaimFilter,
+    now: Timestamp,
+) -> Result<Option<Job>, Error> {
+    let kinds: &[String] = match &filter.kinds {
+        Some(ks) if ks.is_empty() => return Ok(None),
+        Some(ks) => ks,
+        None => &[],
+    };
+    let mut queues: Vec<Option<&str>> = filter.queues.iter().map(|q| Some(q.as_str())).collect();
+    queues.sort_unstable();
+    queues.dedup();
+    if queues.is_empty() {
+        queues.push(None);
+    }
+    let mut best: Option<Job> = None;
+    for q in queues {
+        if let Some(job) = best_due_in(conn, q, kinds, now)? {
+            if best.as_ref().is_none_or(|b| job.claim_order() < b.claim_order()) {
+                best = Some(job);
+            }
+        }
+    }
+    Ok(best)
+}
+
+pub(crate) fn running_jobs(conn: &Connection) -> Result<Vec<Job>, Error> {
+    let sql = format!(
+        "SELECT {} FROM jobs INDEXED BY jobs_running WHERE state = 'running' ORDER BY lease_until",
+        *COLUMNS
+    );
+    query_jobs(conn, &sql, &[])
+}

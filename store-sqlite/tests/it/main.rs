@@ -1,0 +1,22 @@
+//! The SQLite store's own integration tests, in one binary (one link, not
+//! one per file). Each module guards one concern; its `//!` says which bug
+//! or promise. What belongs where:
+//!
+//! - `files`: what opening does to files on disk (created private, foreign,
+//!   damaged, truncated or too-new files refused untouched, ids never
+//!   reused);
+//! - `damaged_schema`: a damaged stored schema refused at open (S16);
+//! - `fixture`: the schema-v1 fixture in `tests/data/` opens and reads back
+//!   exactly, forever;
+//! - `locking`: contention on the write lock (busy timeout, `Busy`, reads
+//!   going on meanwhile);
+//! - `disk_full`: a full disk fails cleanly and the handle recovers (S15).
+//!
+//! The shared `Store` contract is not here: it is `tests/conformance.rs`, its
+//! own binary, which `cargo xtask conformance` runs by name.
+
+mod damaged_schema;
+mod disk_full;
+mod files;
+mod fixture;
+mod locking;
