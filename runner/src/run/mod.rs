@@ -50,7 +50,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 const IDLE_RECORD_REFRESH: Duration = Duration::from_secs(60);
 
 /// What a store call retried through busy spells came to.
-pub(crate) enum Retried<T> {
+enum Retried<T> {
     /// It went through, with this answer.
     Done(T),
     /// A new shutdown request came while waiting to retry; the call was
@@ -157,7 +157,7 @@ impl Run {
             busy_warned: false,
             idle_timer: IdleTimer::default(),
             idle_record: None,
-            last_sweep: Instant::now(),
+            last_sweep: Instant::now(), // again after the first sweep
             last_end: None,
             chained: None,
         }
@@ -189,7 +189,7 @@ impl Run {
             return self.hand_back().await;
         }
         if let Some(claimed) = self.chained.take() {
-            self.run(claimed).await?;
+            self.run_attempt(claimed).await?;
             return Ok(Turn::Again);
         }
         let Retried::Done(next_due) = self.read_next_due().await? else { return Ok(Turn::Again) };
@@ -202,7 +202,7 @@ impl Run {
         self.sweep_if_due().await?;
         match self.claim().await? {
             Claim::Job(claimed) => {
-                self.run(claimed).await?;
+                self.run_attempt(claimed).await?;
                 Ok(self.once_done())
             }
             Claim::Nothing => self.nothing_claimed().await,
@@ -236,7 +236,7 @@ impl Run {
 
     /// Run: one attempt of `claimed`, from start to record. The job claimed
     /// in the same transaction as the record, if any, runs next.
-    async fn run(&mut self, claimed: Claimed) -> Result<(), RunnerError> {
+    async fn run_attempt(&mut self, claimed: Claimed) -> Result<(), RunnerError> {
         self.chained = self.run_job(claimed).await?;
         self.last_end = Some(Instant::now());
         Ok(())
