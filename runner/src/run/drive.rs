@@ -100,9 +100,9 @@ impl Run {
                             let grace = self.cfg.kill_grace;
                             self.report(RunnerEvent::ShuttingDown { job, grace });
                         }
-                    }
-                    if !stopper.is_stopping() || again {
                         stopper.stop(StopReason::Shutdown, again);
+                    } else if again {
+                        stopper.stop(StopReason::Shutdown, true);
                     }
                 }
                 got = recv_opt(&mut news), if news.is_some() => match got {
