@@ -49,11 +49,11 @@ impl Cadence {
     }
 }
 
-/// Extends the lease every `every` while the job runs, and records the
-/// job's process group once it is known and the job has run for
-/// [`PGID_RECORD_DELAY`] (so that a successor can kill it if this runner dies). Tells
-/// the driver when the lease is lost or a cancel was requested. The driver
-/// aborts this task when the job has ended.
+/// Extends the lease at the cadence's beat while the job runs, and records
+/// the job's process group once it is known and the job has run for
+/// [`PGID_RECORD_DELAY`] (so that a successor can kill it if this runner
+/// dies). Tells the driver when the lease is lost or a cancel was
+/// requested. The driver aborts this task when the job has ended.
 pub(super) async fn heartbeat_loop(
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
