@@ -47,4 +47,11 @@ impl RunnerError {
     pub(crate) fn store(context: impl Into<String>, source: StoreError) -> Self {
         RunnerError::Store { context: context.into(), source }
     }
+
+    /// Whether the store refused because the attempt's lease moved on
+    /// (another owner took the job, or it ended): what the attempt did no
+    /// longer counts, and that is no reason to stop the run.
+    pub(crate) fn is_lease_lost(&self) -> bool {
+        matches!(self, RunnerError::Store { source: StoreError::LeaseLost { .. }, .. })
+    }
 }

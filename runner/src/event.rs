@@ -10,7 +10,6 @@ use std::time::Duration;
 use slothqueue_core::JobId;
 
 use crate::fmt::format_duration;
-use crate::runner::RunSummary;
 
 /// When a failed job will run again.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,6 +167,38 @@ impl fmt::Display for RunnerEvent {
                 }
                 Ok(())
             }
+        }
+    }
+}
+
+/// What a run did. Failed counts attempts, not jobs: a job that failed
+/// twice and then succeeded counts two failed and one done.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Jobs completed.
+    pub done: u32,
+    /// Attempts that failed (including timeouts), retried or not.
+    pub failed: u32,
+    /// Jobs cancelled while running.
+    pub cancelled: u32,
+    /// Attempts whose lease was lost (killed, not completed).
+    pub lost: u32,
+    /// Jobs handed back to pending by a shutdown.
+    pub released: u32,
+    /// The run ended because of a shutdown request.
+    pub interrupted: bool,
+}
+
+impl RunSummary {
+    /// The process exit code the CLI uses: 130 when interrupted, 1 when any
+    /// attempt failed or lost its lease, else 0.
+    pub fn exit_code(&self) -> u8 {
+        if self.interrupted {
+            130
+        } else if self.failed > 0 || self.lost > 0 {
+            1
+        } else {
+            0
         }
     }
 }

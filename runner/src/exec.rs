@@ -18,77 +18,35 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use slothqueue_core::machine::is_plain_name;
-use slothqueue_core::{Job, Timestamp};
+use slothqueue_core::{Fence, Job, JobId, Timestamp};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use crate::error::RunnerError;
 use crate::fmt::format_timestamp;
 use crate::logfile::{Capture, LogTarget};
-use crate::process::{prepare_child, stop_group};
+use crate::process::group::{group_alive, signal_group, stop_group};
+use crate::process::spawn::prepare_child;
+use crate::stop::StopListener;
 
 /// How long to wait for the last output after a job's group is gone.
 const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+/// Default cap of one job's log file.
+pub(crate) const DEFAULT_LOG_CAP: u64 = 1 << 20;
+/// Default time between TERM and KILL.
+pub(crate) const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
 
-/// Why the runner wants a job to stop.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StopReason {
-    /// The job exceeded its max runtime.
-    Timeout,
-    /// A user cancelled the job.
-    Cancelled,
-    /// Another owner took the job; its results would be refused.
-    LeaseLost,
-    /// The runner is shutting down; the job goes back to pending.
-    Shutdown,
-}
+/// The environment variable marking every process of one attempt of a job
+/// (see [`lease_marker`]). A runner that dies between spawning a job and
+/// the heartbeat that records its process group leaves an orphan nobody
+/// could find by its group; the marker finds it (and any process that left
+/// the group but not the environment).
+pub const LEASE_VAR: &str = "SLOTHQUEUE_LEASE";
 
-/// A request to stop the current job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StopRequest {
-    /// Why.
-    pub reason: StopReason,
-    /// Skip the grace period: kill now (a second Ctrl-C).
-    pub immediate: bool,
-}
-
-/// Tells an executor when to stop. Cheap to clone.
-#[derive(Clone, Debug)]
-pub struct StopListener {
-    rx: watch::Receiver<Option<StopRequest>>,
-}
-
-impl StopListener {
-    pub(crate) fn new(rx: watch::Receiver<Option<StopRequest>>) -> Self {
-        StopListener { rx }
-    }
-
-    /// A listener nobody will ever stop.
-    pub fn never() -> Self {
-        let (_tx, rx) = watch::channel(None);
-        StopListener { rx }
-    }
-
-    /// The request so far, if any.
-    pub fn current(&self) -> Option<StopRequest> {
-        *self.rx.borrow()
-    }
-
-    /// Resolves when a stop is requested (at once if it already was).
-    pub async fn requested(&mut self) -> StopRequest {
-        let got = self.rx.wait_for(Option::is_some).await.ok().and_then(|r| *r);
-        match got {
-            Some(r) => r,
-            None => std::future::pending().await,
-        }
-    }
-
-    /// Resolves when the stop became immediate: kill without grace.
-    pub async fn immediate(&mut self) {
-        if self.rx.wait_for(|r| r.is_some_and(|r| r.immediate)).await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
+/// The value of [`LEASE_VAR`] for attempt `fence` of job `job`: unique on
+/// this host, as the owner's id is.
+pub fn lease_marker(job: JobId, fence: &Fence) -> String {
+    format!("{job}/{}/{}", fence.attempt, fence.owner)
 }
 
 /// What an executor gets besides the job.
@@ -101,8 +59,8 @@ pub struct ExecContext {
     pub(crate) log_cap: u64,
     pub(crate) kill_grace: Duration,
     pub(crate) started_at: Timestamp,
-    /// The attempt's [`LEASE_VAR`](crate::process::LEASE_VAR) value, set
-    /// in the job's environment; `None` outside a runner's claim.
+    /// The attempt's [`LEASE_VAR`] value, set in the job's environment;
+    /// `None` outside a runner's claim.
     pub(crate) lease_marker: Option<String>,
 }
 
@@ -116,8 +74,8 @@ impl ExecContext {
             stop: StopListener::never(),
             pgid,
             log_dir: log_dir.into(),
-            log_cap: crate::runner::DEFAULT_LOG_CAP,
-            kill_grace: crate::runner::DEFAULT_KILL_GRACE,
+            log_cap: DEFAULT_LOG_CAP,
+            kill_grace: DEFAULT_KILL_GRACE,
             started_at: now,
             lease_marker: None,
         }
@@ -423,7 +381,7 @@ pub(crate) async fn run_process(job: &Job, spec: ProcessSpec, mut ctx: ExecConte
     env.push(("SLOTHQUEUE_KIND".into(), job.kind.clone()));
     env.push(("SLOTHQUEUE_QUEUE".into(), job.queue.clone()));
     if let Some(marker) = &ctx.lease_marker {
-        env.push((crate::process::LEASE_VAR.into(), marker.clone()));
+        env.push((LEASE_VAR.into(), marker.clone()));
     }
     let log = LogTarget { dir: ctx.log_dir.clone(), id: job.id, cap: ctx.log_cap, header };
     let mut cmd = tokio::process::Command::new(&spec.program);
@@ -508,7 +466,7 @@ async fn spawn_and_wait(
         Ok(status) => {
             // The leader is gone; a `cmd &` it left behind is still the
             // job's and ends with it.
-            if crate::process::group_alive(pgid) {
+            if group_alive(pgid) {
                 stop_group(pgid, None, grace, Some(&mut ctx.stop)).await;
             }
             Ok(status)
@@ -558,7 +516,7 @@ struct GroupGuard {
 impl Drop for GroupGuard {
     fn drop(&mut self) {
         if self.armed {
-            crate::process::signal_group(self.pgid, rustix::process::Signal::KILL);
+            signal_group(self.pgid, rustix::process::Signal::KILL);
         }
     }
 }

@@ -271,6 +271,28 @@ impl Gate for AcPowerGate {
     }
 }
 
+/// One pass over a runner's gates.
+pub(crate) enum GateCheck {
+    /// Every gate is open; their readings, by index.
+    Open(Vec<(usize, GateReading)>),
+    /// The gate at this index holds (those after it were not read).
+    Closed(usize, GateReading),
+}
+
+/// Reads `gates` in order up to the first closed one: a reading may cost a
+/// file read or more, and one closed gate is enough to wait.
+pub(crate) async fn read_gates(gates: &[Box<dyn Gate>]) -> GateCheck {
+    let mut readings = Vec::with_capacity(gates.len());
+    for (i, gate) in gates.iter().enumerate() {
+        let reading = gate.check().await;
+        if !reading.open {
+            return GateCheck::Closed(i, reading);
+        }
+        readings.push((i, reading));
+    }
+    GateCheck::Open(readings)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

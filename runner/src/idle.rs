@@ -4,8 +4,8 @@
 //! poll interval) goes into the level of 4,096 ms slots, and when that slot
 //! comes up it is filed again into the 64 ms level, then the 1 ms level.
 //! Each refiling wakes the process, so every idle poll cost three wake-ups,
-//! two of them only to re-arm the timer (strace of `run --follow` on an
-//! empty queue, issue #7). A timerfd armed for the exact deadline and
+//! two of them only to re-arm the timer (as strace of `run --follow` on an
+//! empty queue shows). A timerfd armed for the exact deadline and
 //! watched by tokio's reactor wakes the process once, at the deadline:
 //! with no tokio timer pending the reactor blocks in `epoll_wait` with no
 //! timeout at all.

@@ -8,7 +8,7 @@
 //! - **Process groups.** Every command runs as the leader of its own group,
 //!   and every stop (max runtime, cancel, lost lease, shutdown) signals the
 //!   whole group — TERM, a grace period, then KILL — so no grandchild
-//!   survives its job ([`process`]).
+//!   survives its job.
 //! - **Owners that can be judged.** A runner's [`Owner`](slothqueue_core::Owner)
 //!   records host, boot id, pid and process start time, and [`ProcJudge`]
 //!   reads `/proc` to tell a slow owner (alive, never robbed) from a dead
@@ -46,6 +46,7 @@
 
 #![deny(missing_docs)]
 
+mod config;
 mod error;
 mod event;
 pub mod exec;
@@ -55,19 +56,24 @@ pub mod gate;
 mod idle;
 mod logfile;
 mod owner;
-pub mod process;
+mod process;
+mod run;
 mod runner;
 mod signal;
+mod stop;
 
+pub use config::{Mode, RunnerConfig};
 pub use error::RunnerError;
-pub use event::{Reporter, RetryPlan, RunnerEvent};
+pub use event::{Reporter, RetryPlan, RunSummary, RunnerEvent};
 pub use exec::{
-    ExecContext, ExecOutcome, Executor, HandlerDirExecutor, ShellExecutor, StopListener,
-    StopReason, StopRequest, handler_fn,
+    ExecContext, ExecOutcome, Executor, HandlerDirExecutor, LEASE_VAR, ShellExecutor, handler_fn,
+    lease_marker,
 };
 pub use fmt::{format_duration, format_timestamp};
 pub use gate::{AcPowerGate, Gate, GateReading, LoadGate, LoadProbe, PressureGate};
 pub use logfile::{log_dir_for, log_path};
 pub use owner::{ProcJudge, this_process_owner};
-pub use runner::{Mode, RunSummary, Runner, RunnerConfig};
+pub use process::group::group_members;
+pub use runner::Runner;
 pub use signal::{ShutdownSignal, ShutdownTrigger, unix_signals};
+pub use stop::{StopListener, StopReason, StopRequest};

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use slothqueue_core::{Lease, Liveness, LivenessJudge, Owner};
 
-use crate::process::proc_stat;
+use crate::process::procfs::{parse_stat, proc_stat};
 
 /// This host's name (`uname` nodename).
 pub(crate) fn hostname() -> String {
@@ -97,8 +97,8 @@ impl ProcJudge {
                 Liveness::Unknown
             };
         };
-        let Some(stat) = crate::process::parse_stat(&text) else { return Liveness::Unknown };
-        if matches!(stat.state, 'Z' | 'X') {
+        let Some(stat) = parse_stat(&text) else { return Liveness::Unknown };
+        if !stat.is_live() {
             return Liveness::Gone;
         }
         match owner.pid_start_time {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use slothqueue_core::{JobState, NewJob};
 use slothqueue_runner::{ExecOutcome, Mode, handler_fn};
 
-use crate::support::{drain_mode, env};
+use crate::support::{alive, drain_mode, env, eventually};
 
 #[tokio::test]
 async fn runs_in_priority_order_then_fifo() {
@@ -235,4 +235,27 @@ async fn on_finish_runs_after_each_job_and_its_failure_is_only_a_warning() {
     );
     assert_eq!((summary.done, summary.failed), (1, 1));
     assert_eq!(env.job(ok).await.state, JobState::Done);
+}
+
+#[tokio::test]
+async fn an_on_finish_command_past_its_timeout_is_killed_with_its_group() {
+    let env = env();
+    let id = env.add("true", |j| j).await;
+    let pid_file = env.path("on_finish_child");
+    let mut cfg = env.config();
+    // A background child in the command's group, which must die with it.
+    cfg.on_finish = Some(format!("sleep 30 & echo $! > {}; wait", pid_file.display()));
+    cfg.on_finish_timeout = Duration::from_millis(300);
+    let (summary, lines) = env.drain(env.runner(cfg)).await;
+    assert_eq!(summary.done, 1);
+    assert_eq!(summary.exit_code(), 0, "a notification never decides the run's outcome");
+    assert!(
+        lines.contains(&format!(
+            "warning: on-finish command for job #{id} failed: stopped (process group killed)"
+        )),
+        "{lines:?}"
+    );
+    let child: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    eventually("the on-finish command's child to be gone", || !alive(child)).await;
+    assert_eq!(env.job(id).await.state, JobState::Done);
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use slothqueue_core::{ClaimRequest, ClockOnly, JobState, Owner};
-use slothqueue_runner::process::group_members;
+use slothqueue_runner::group_members;
 use slothqueue_runner::{RunnerEvent, this_process_owner};
 
 use crate::support::{alive, env, eventually};

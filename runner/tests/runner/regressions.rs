@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use slothqueue_core::{
     ClaimRequest, ClockOnly, Fence, JobId, JobState, Lease, Liveness, LivenessJudge, Owner,
 };
-use slothqueue_runner::process::{LEASE_VAR, group_members, lease_marker};
 use slothqueue_runner::this_process_owner;
+use slothqueue_runner::{LEASE_VAR, group_members, lease_marker};
 
 use crate::support::{Env, Intercepted, alive, env, eventually};
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use slothqueue_core::{ClaimRequest, JobState, Owner};
 use slothqueue_runner::RunnerEvent;
-use slothqueue_runner::process::group_members;
+use slothqueue_runner::group_members;
 
 use crate::support::{AlwaysGone, alive, env, eventually, read_when_written};
 

@@ -1,0 +1,95 @@
+//! How a runner behaves: [`Mode`] and [`RunnerConfig`], the knobs a caller
+//! sets before a run. Its own file so that the loop (`run/`) and the
+//! [`Runner`](crate::Runner) that starts it can both read it without
+//! reading each other.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use slothqueue_core::{Clock, LivenessJudge, Owner, SystemClock};
+
+use crate::exec::{DEFAULT_KILL_GRACE, DEFAULT_LOG_CAP};
+use crate::gate::Gate;
+use crate::owner::{ProcJudge, this_process_owner};
+
+/// When the runner stops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Run everything that is due, then exit (the default).
+    #[default]
+    Drain,
+    /// Run at most one job.
+    Once,
+    /// Never exit on its own: when nothing is due, sleep until the next due
+    /// time, a poll interval, or a wake-up.
+    Follow,
+}
+
+/// How a runner behaves. [`RunnerConfig::new`] gives the defaults; set
+/// fields directly.
+pub struct RunnerConfig {
+    /// Drain, once or follow.
+    pub mode: Mode,
+    /// Queues served; empty for all.
+    pub queues: Vec<String>,
+    /// Checked in order before each job; all must be open.
+    pub gates: Vec<Box<dyn Gate>>,
+    /// Wait between gate checks while a gate holds (default 1 s).
+    pub check_interval: Duration,
+    /// Pause between one job's end and the next one's start (default 0).
+    pub cooldown: Duration,
+    /// In follow mode, look for work at least this often even when nothing
+    /// is due: other processes add jobs without waking us (default 5 s).
+    pub poll_interval: Duration,
+    /// Wait before retrying when the queue file is busy (default 1 s).
+    pub busy_pause: Duration,
+    /// Heartbeat period; `None` for a third of the lease the claim gave.
+    pub heartbeat_interval: Option<Duration>,
+    /// Between heartbeats, how often the running job is read back to see a
+    /// requested cancel or a lost lease (default 1 s). A read costs no
+    /// fsync, unlike a heartbeat, so a cancel lands in about a second
+    /// without a durable write every second.
+    pub cancel_check_interval: Duration,
+    /// A shell command run after each job (`--on-finish`).
+    pub on_finish: Option<String>,
+    /// How long `on_finish` may run before its group is killed (default 60 s).
+    pub on_finish_timeout: Duration,
+    /// Where per-job logs go (`<log_dir>/<id>.log`).
+    pub log_dir: PathBuf,
+    /// Most bytes of output kept per job (default 1 MiB).
+    pub log_cap_bytes: u64,
+    /// Time between TERM and KILL when stopping a job (default 2 s).
+    pub kill_grace: Duration,
+    /// Wall time for the store.
+    pub clock: Arc<dyn Clock>,
+    /// Judges other owners' liveness (default: [`ProcJudge`]).
+    pub judge: Arc<dyn LivenessJudge>,
+    /// This runner's identity (default: [`this_process_owner`]).
+    pub owner: Owner,
+}
+
+impl RunnerConfig {
+    /// The defaults: drain all queues, no gates, logs in `log_dir`.
+    pub fn new(log_dir: impl Into<PathBuf>) -> Self {
+        RunnerConfig {
+            mode: Mode::Drain,
+            queues: Vec::new(),
+            gates: Vec::new(),
+            check_interval: Duration::from_secs(1),
+            cooldown: Duration::ZERO,
+            poll_interval: Duration::from_secs(5),
+            busy_pause: Duration::from_secs(1),
+            heartbeat_interval: None,
+            cancel_check_interval: Duration::from_secs(1),
+            on_finish: None,
+            on_finish_timeout: Duration::from_secs(60),
+            log_dir: log_dir.into(),
+            log_cap_bytes: DEFAULT_LOG_CAP,
+            kill_grace: DEFAULT_KILL_GRACE,
+            clock: Arc::new(SystemClock),
+            judge: Arc::new(ProcJudge::new()),
+            owner: this_process_owner(),
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! One attempt of a claimed job: run it under heartbeats and its max
+//! runtime, then record how it ended. The ending is decided first (an
+//! outcome becomes a release or a settlement), then written once and
+//! reported once.
+
+use std::time::Duration;
+
+use slothqueue_core::{Claimed, Completion, Failure, Fence, Job, JobId, JobState, Settlement};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::error::RunnerError;
+use crate::event::{RetryPlan, RunnerEvent};
+use crate::exec::{ExecOutcome, lease_marker};
+use crate::fmt::format_duration;
+use crate::run::drive::Watch;
+use crate::run::heartbeat::{Cadence, PGID_RECORD_DELAY, heartbeat_loop};
+use crate::run::{Retried, Run};
+use crate::stop::StopReason;
+
+/// How an attempt's end goes into the store.
+enum Ending {
+    /// A shutdown stopped it: back to pending, the attempt not charged.
+    Release,
+    /// It completed or failed.
+    Settle(Settlement),
+}
+
+impl Ending {
+    /// What `outcome` means for `job`, given why the runner stopped it (if
+    /// it did): the runner words a stop, the executor only says it obeyed.
+    fn of(job: &Job, stopped: Option<StopReason>, outcome: ExecOutcome) -> Ending {
+        let failure = match (stopped, outcome) {
+            (Some(StopReason::Shutdown), ExecOutcome::Stopped { .. }) => return Ending::Release,
+            (_, ExecOutcome::Success { result, exit_code }) => {
+                return Ending::Settle(Settlement::Complete(Completion { result, exit_code }));
+            }
+            (_, ExecOutcome::Failure { error, exit_code }) => Failure { error, exit_code },
+            (Some(StopReason::Timeout), ExecOutcome::Stopped { detail }) => Failure {
+                error: format!(
+                    "timeout: exceeded max runtime of {} ({detail})",
+                    format_duration(job.max_runtime.unwrap_or_default())
+                ),
+                exit_code: None,
+            },
+            (Some(StopReason::Cancelled), ExecOutcome::Stopped { detail }) => {
+                Failure { error: format!("cancelled while running ({detail})"), exit_code: None }
+            }
+            (Some(StopReason::LeaseLost) | None, ExecOutcome::Stopped { detail }) => {
+                Failure { error: detail, exit_code: None }
+            }
+        };
+        Ending::Settle(Settlement::Fail(failure))
+    }
+
+    /// What the store is told it is doing, for warnings and errors.
+    fn what(&self) -> &'static str {
+        match self {
+            Ending::Release => "release a job",
+            Ending::Settle(Settlement::Complete(_)) => "record a completed job",
+            Ending::Settle(Settlement::Fail(_)) => "record a failed job",
+        }
+    }
+}
+
+/// The job as the store recorded the end of its attempt, and the next job
+/// when one was claimed in the same transaction.
+struct Settled {
+    job: Job,
+    next: Option<Claimed>,
+}
+
+impl Run {
+    /// Executes a claimed job under heartbeats and its max runtime, and
+    /// records how it ended. Returns the next job when it was claimed in the
+    /// same transaction (see [`Run::may_chain`]).
+    pub(super) async fn run_job(
+        &mut self,
+        claimed: Claimed,
+    ) -> Result<Option<Claimed>, RunnerError> {
+        let Claimed { job, fence, .. } = claimed;
+        crate::failpoint::hit("after_claim");
+        let Some(executor) = self.executors.get(&job.kind).cloned() else {
+            // The claim filter makes this unreachable; hand the job back.
+            self.warn(format!("no executor for kind `{}` of job #{}; released", job.kind, job.id));
+            self.release(job.id, &fence).await?;
+            return Ok(None);
+        };
+        let started = Instant::now();
+        let wall_start = self.now();
+        let cadence = Cadence::new(&self.cfg, job.lease.as_ref(), wall_start);
+        let (ctx, stopper, pgid) =
+            self.exec_context(fence.attempt, wall_start, Some(lease_marker(job.id, &fence)));
+        let (news_tx, news) = mpsc::unbounded_channel();
+        let beats = tokio::spawn(heartbeat_loop(
+            self.store.clone(),
+            self.cfg.clock.clone(),
+            job.id,
+            fence.clone(),
+            cadence,
+            pgid,
+            news_tx,
+        ));
+        let watch = Watch {
+            deadline: job.max_runtime.map(|d| started + d),
+            signals_seen: 0,
+            job: Some(job.id),
+            record_running_at: Some(started + PGID_RECORD_DELAY),
+            news: Some(news),
+        };
+        let driven = self.drive(executor.execute(&job, ctx), stopper, watch).await;
+        beats.abort();
+        let elapsed = started.elapsed();
+        if driven.lease_lost {
+            self.lost(job.id, elapsed);
+            return Ok(None);
+        }
+        crate::failpoint::hit("before_complete");
+        self.record_outcome(&job, &fence, driven.stopped, driven.outcome, elapsed).await
+    }
+
+    /// Records how an attempt ended: decides the ending, writes it (with
+    /// the next claim when it may chain), reports it, and runs the
+    /// on-finish command for a completed or failed job.
+    async fn record_outcome(
+        &mut self,
+        job: &Job,
+        fence: &Fence,
+        stopped: Option<StopReason>,
+        outcome: ExecOutcome,
+        elapsed: Duration,
+    ) -> Result<Option<Claimed>, RunnerError> {
+        let ending = Ending::of(job, stopped, outcome);
+        let chain = match ending {
+            Ending::Release => false,
+            Ending::Settle(_) => self.may_chain().await,
+        };
+        let settled = match self.write_ending(job.id, fence, &ending, chain).await {
+            Err(e) if e.is_lease_lost() => {
+                self.lost(job.id, elapsed);
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+            Ok(Retried::Done(settled)) => Some(settled),
+            Ok(Retried::ShutDown) => None,
+        };
+        let (settlement, Settled { job: after, next }) = match (ending, settled) {
+            // Counted and reported as released even when a second shutdown
+            // cut the release's retries short (then the store still has the
+            // job running under this runner's lease, until it is reclaimed).
+            (Ending::Release, _) => {
+                self.summary.released += 1;
+                self.report(RunnerEvent::Released { job: job.id, elapsed });
+                return Ok(None);
+            }
+            (Ending::Settle(_), None) => return Ok(None),
+            (Ending::Settle(settlement), Some(settled)) => (settlement, settled),
+        };
+        self.report_settled(&settlement, &after, elapsed);
+        self.on_finish(&after).await;
+        Ok(next)
+    }
+
+    /// Writes `ending`, retrying through busy spells; with `chain` (a
+    /// settlement only), claims the next job in the same transaction.
+    async fn write_ending(
+        &mut self,
+        id: JobId,
+        fence: &Fence,
+        ending: &Ending,
+        chain: bool,
+    ) -> Result<Retried<Settled>, RunnerError> {
+        let settlement = match ending {
+            Ending::Release => {
+                let released = self.release(id, fence).await?;
+                return Ok(released.map(|job| Settled { job, next: None }));
+            }
+            Ending::Settle(settlement) => settlement,
+        };
+        let store = self.store.clone();
+        let clock = self.cfg.clock.clone();
+        if !chain {
+            let settled = self
+                .retrying(ending.what(), || {
+                    let (store, settlement, now) = (&store, settlement.clone(), clock.now());
+                    async move {
+                        match settlement {
+                            Settlement::Complete(done) => {
+                                store.complete(id, fence, done, now).await
+                            }
+                            Settlement::Fail(failure) => store.fail(id, fence, failure, now).await,
+                        }
+                    }
+                })
+                .await?;
+            return Ok(settled.map(|job| Settled { job, next: None }));
+        }
+        let request = self.claim_request();
+        let settled = self
+            .retrying(ending.what(), || {
+                let (store, request) = (&store, &request);
+                let (settlement, now) = (settlement.clone(), clock.now());
+                async move { store.settle_and_claim(id, fence, settlement, request, now).await }
+            })
+            .await?;
+        Ok(settled.map(|r| Settled { job: r.settled, next: r.next }))
+    }
+
+    /// Counts and reports a settled attempt: done, cancelled, or failed
+    /// (with when it runs again, if it does).
+    fn report_settled(&mut self, settlement: &Settlement, after: &Job, elapsed: Duration) {
+        let id = after.id;
+        let failure = match settlement {
+            Settlement::Complete(_) => {
+                self.summary.done += 1;
+                self.report(RunnerEvent::Done { job: id, elapsed });
+                return;
+            }
+            Settlement::Fail(failure) => failure,
+        };
+        if after.state == JobState::Cancelled {
+            self.summary.cancelled += 1;
+            self.report(RunnerEvent::Cancelled { job: id, elapsed });
+            return;
+        }
+        self.summary.failed += 1;
+        let reason = match failure.exit_code {
+            Some(code) => format!("exit code {code}"),
+            None => failure.error.clone(),
+        };
+        let retry = (after.state == JobState::Pending).then(|| RetryPlan {
+            attempt: after.attempts,
+            max_attempts: after.max_attempts,
+            delay: whole_seconds(after.not_before.duration_since(self.now())),
+        });
+        self.report(RunnerEvent::Failed { job: id, elapsed, reason, retry });
+    }
+
+    /// The attempt's lease moved on: killed, not recorded.
+    fn lost(&mut self, id: JobId, elapsed: Duration) {
+        self.summary.lost += 1;
+        self.report(RunnerEvent::LeaseLost { job: id, elapsed });
+    }
+}
+
+/// A retry delay as the user reads it: backoff is whole seconds, and the few
+/// milliseconds spent recording the failure must not show as `1.997s`.
+fn whole_seconds(d: Duration) -> Duration {
+    if d < Duration::from_secs(1) {
+        d
+    } else {
+        Duration::from_secs((d.as_millis() as u64 + 500) / 1000)
+    }
+}

@@ -1,0 +1,148 @@
+//! Driving a stoppable process until it ends: the one loop that turns a
+//! deadline, shutdown requests and (for an attempt) the heartbeat task's
+//! news into stop requests, and that gives up on a process which does not
+//! stop when asked. An attempt and the on-finish command both run through
+//! it, with a context from the one builder here.
+
+use std::future::Future;
+
+use slothqueue_core::{JobId, RunnerActivity, Timestamp};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::event::RunnerEvent;
+use crate::exec::{ExecContext, ExecOutcome};
+use crate::run::Run;
+use crate::run::heartbeat::HeartbeatNews;
+use crate::stop::{StopReason, Stopper};
+
+/// What a drive watches besides the process and shutdown requests.
+pub(super) struct Watch {
+    /// When the process has run too long: it is stopped as timed out.
+    pub deadline: Option<Instant>,
+    /// Shutdown requests that came before the drive began. An attempt
+    /// counts from zero (a request that came just before it stops it at
+    /// once); the on-finish command runs even after a shutdown and
+    /// answers only to requests that come while it runs.
+    pub signals_seen: u32,
+    /// The job whose attempt this is: named when a shutdown stops it.
+    pub job: Option<JobId>,
+    /// When to record the attempt as running in the runner record: a job
+    /// that ends sooner costs no write.
+    pub record_running_at: Option<Instant>,
+    /// What the attempt's heartbeat task hears: a cancel, a lost lease.
+    pub news: Option<mpsc::UnboundedReceiver<HeartbeatNews>>,
+}
+
+/// How a driven process ended.
+pub(super) struct Driven {
+    /// As its executor saw it (or abandoned, when it would not stop).
+    pub outcome: ExecOutcome,
+    /// Why the runner asked it to stop, if it did: the first reason.
+    pub stopped: Option<StopReason>,
+    /// The heartbeat task found the lease gone while it ran.
+    pub lease_lost: bool,
+}
+
+impl Run {
+    /// The context for one process the runner starts, the stopper that
+    /// speaks to it, and the channel on which it reports its process group.
+    pub(super) fn exec_context(
+        &self,
+        attempt: u32,
+        started_at: Timestamp,
+        lease_marker: Option<String>,
+    ) -> (ExecContext, Stopper, watch::Receiver<Option<i32>>) {
+        let (stopper, stop) = Stopper::new(self.cfg.kill_grace);
+        let (pgid, pgid_rx) = watch::channel(None);
+        let ctx = ExecContext {
+            attempt,
+            stop,
+            pgid,
+            log_dir: self.cfg.log_dir.clone(),
+            log_cap: self.cfg.log_cap_bytes,
+            kill_grace: self.cfg.kill_grace,
+            started_at,
+            lease_marker,
+        };
+        (ctx, stopper, pgid_rx)
+    }
+
+    /// Runs `process` until it ends, asking it to stop (through `stopper`)
+    /// when its deadline passes, a shutdown is requested, or the heartbeat
+    /// task says the job was cancelled or its lease lost. A first shutdown
+    /// request stops it gracefully unless something else already does; a
+    /// second one kills it at once. A process that has not stopped by the
+    /// stopper's abandon time is dropped.
+    pub(super) async fn drive(
+        &mut self,
+        process: impl Future<Output = ExecOutcome>,
+        mut stopper: Stopper,
+        watch: Watch,
+    ) -> Driven {
+        let Watch { deadline, signals_seen, job, mut record_running_at, mut news } = watch;
+        tokio::pin!(process);
+        let mut shutdown = self.shutdown.clone();
+        let mut signals = signals_seen;
+        let mut lease_lost = false;
+        let outcome = loop {
+            tokio::select! {
+                out = &mut process => break out,
+                () = sleep_until_opt(deadline), if !stopper.is_stopping() => {
+                    stopper.stop(StopReason::Timeout, false);
+                }
+                () = shutdown.reached(signals + 1) => {
+                    signals = shutdown.count();
+                    self.summary.interrupted = true;
+                    let again = signals.saturating_sub(signals_seen) >= 2;
+                    if !stopper.is_stopping() {
+                        if let Some(job) = job {
+                            let grace = self.cfg.kill_grace;
+                            self.report(RunnerEvent::ShuttingDown { job, grace });
+                        }
+                        stopper.stop(StopReason::Shutdown, again);
+                    } else if again {
+                        stopper.stop(StopReason::Shutdown, true);
+                    }
+                }
+                got = recv_opt(&mut news), if news.is_some() => match got {
+                    Some(HeartbeatNews::LeaseLost) => {
+                        lease_lost = true;
+                        stopper.stop(StopReason::LeaseLost, false);
+                    }
+                    Some(HeartbeatNews::CancelRequested) => stopper.stop(StopReason::Cancelled, false),
+                    Some(HeartbeatNews::Warning(message)) => self.warn(message),
+                    None => news = None,
+                },
+                () = sleep_until_opt(record_running_at) => {
+                    record_running_at = None;
+                    if let Some(job) = job {
+                        self.record(RunnerActivity::Running { job }).await;
+                    }
+                }
+                () = sleep_until_opt(stopper.abandon_at()) => {
+                    break ExecOutcome::Stopped {
+                        detail: "abandoned: it did not stop when asked".to_owned(),
+                    };
+                }
+            }
+        };
+        Driven { outcome, stopped: stopper.reason(), lease_lost }
+    }
+}
+
+async fn sleep_until_opt(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn recv_opt(
+    news: &mut Option<mpsc::UnboundedReceiver<HeartbeatNews>>,
+) -> Option<HeartbeatNews> {
+    match news {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
