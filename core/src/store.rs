@@ -133,6 +133,10 @@ pub struct RunnerRecord {
     pub owner: Owner,
     /// The queues it serves; empty for all.
     pub queues: Vec<String>,
+    /// The kinds it can run (its executors); `None` for every kind, as
+    /// records written before kinds were recorded say.
+    #[serde(default)]
+    pub kinds: Option<Vec<String>>,
     /// When it started.
     pub started_at: Timestamp,
     /// When it last wrote this record.

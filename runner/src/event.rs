@@ -101,8 +101,46 @@ pub enum RunnerEvent {
         /// What happened, in one line.
         message: String,
     },
+    /// A drain is ending with due jobs this runner does not take.
+    Skipped {
+        /// The jobs, in claim order, with why each was passed over.
+        jobs: Vec<SkippedJob>,
+    },
     /// The run ended.
     Finished(RunSummary),
+}
+
+/// A due job a runner passed over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkippedJob {
+    /// The job.
+    pub job: JobId,
+    /// Why.
+    pub reason: SkipReason,
+}
+
+/// Why a runner passes over a due job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SkipReason {
+    /// The runner has no executor for the job's kind (no handler file).
+    NoHandler {
+        /// The kind.
+        kind: String,
+    },
+    /// The job's queue is not among the runner's `--queue`s.
+    QueueNotServed {
+        /// The queue.
+        queue: String,
+    },
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SkipReason::NoHandler { kind } => write!(f, "no handler for kind `{kind}`"),
+            SkipReason::QueueNotServed { queue } => write!(f, "queue `{queue}` not served"),
+        }
+    }
 }
 
 impl RunnerEvent {
@@ -115,6 +153,16 @@ impl RunnerEvent {
 impl fmt::Display for RunnerEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            RunnerEvent::Skipped { jobs } => {
+                let each: Vec<String> =
+                    jobs.iter().map(|s| format!("#{} ({})", s.job, s.reason)).collect();
+                write!(
+                    f,
+                    "skipped {} due job(s) this runner cannot run: {}",
+                    jobs.len(),
+                    each.join(", ")
+                )
+            }
             RunnerEvent::Reclaimed { jobs, .. } => {
                 let ids: Vec<String> = jobs.iter().map(|id| format!("#{id}")).collect();
                 write!(f, "reclaimed {} stale job(s): {}", jobs.len(), ids.join(", "))

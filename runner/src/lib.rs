@@ -64,7 +64,7 @@ mod stop;
 
 pub use config::{Mode, RunnerConfig};
 pub use error::RunnerError;
-pub use event::{Reporter, RetryPlan, RunSummary, RunnerEvent};
+pub use event::{Reporter, RetryPlan, RunSummary, RunnerEvent, SkipReason, SkippedJob};
 pub use exec::{
     ExecContext, ExecOutcome, Executor, HandlerDirExecutor, LEASE_VAR, ShellExecutor, handler_fn,
     lease_marker,

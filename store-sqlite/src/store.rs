@@ -916,6 +916,7 @@ mod tests {
         let record = RunnerRecord {
             owner: owner.clone(),
             queues: vec![],
+            kinds: None,
             started_at: t(0),
             updated_at: t(2),
             activity: slothqueue_core::RunnerActivity::Starting,

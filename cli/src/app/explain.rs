@@ -181,6 +181,7 @@ mod tests {
         RunnerRecord {
             owner: Owner { pid: Some(42), host: "box".into(), ..Owner::named("box:42:1:ff") },
             queues: vec![],
+            kinds: None,
             started_at: NOW,
             updated_at: NOW,
             activity,

@@ -40,6 +40,7 @@ fn runner(h: &Harness, id: &str, t: Timestamp) -> RunnerRecord {
     RunnerRecord {
         owner: h.owner(id),
         queues: vec!["default".into(), "other".into()],
+        kinds: None,
         started_at: t,
         updated_at: t,
         activity: RunnerActivity::Gated { reading: "load 3.20 >= ceiling 2.00".into(), since: t },

@@ -21,15 +21,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use slothqueue_core::{
-    ClaimFilter, ClaimRequest, Claimed, Fence, Job, JobId, Reclaim, RunnerActivity, RunnerRecord,
-    Store, StoreError, Timestamp,
+    ClaimFilter, ClaimRequest, Claimed, Fence, Job, JobId, JobState, ListFilter, ListOrder,
+    Reclaim, RunnerActivity, RunnerRecord, Store, StoreError, Timestamp,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::config::{Mode, RunnerConfig};
 use crate::error::RunnerError;
-use crate::event::{Reporter, RunSummary, RunnerEvent};
+use crate::event::{Reporter, RunSummary, RunnerEvent, SkipReason, SkippedJob};
 use crate::exec::Executor;
 use crate::fmt::format_duration;
 use crate::gate::{GateCheck, read_gates};
@@ -42,6 +42,10 @@ use crate::signal::ShutdownSignal;
 /// of every running job per job. A drain that finds nothing to claim sweeps
 /// at once.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// How many due jobs a drain ending with nothing claimed looks at to say
+/// which it skipped.
+const SKIPPED_LOOKED_AT: usize = 1_000;
 
 /// How often an idle runner rewrites an unchanged idle record, so that
 /// `status` still hears from it (a runner on another host counts as live
@@ -365,8 +369,42 @@ impl Run {
             }
             Mode::Drain | Mode::Once => {
                 self.last_sweep = Instant::now();
-                Ok(if self.sweep_dead().await? > 0 { Turn::Again } else { Turn::End })
+                if self.sweep_dead().await? > 0 {
+                    return Ok(Turn::Again);
+                }
+                self.report_skipped().await;
+                Ok(Turn::End)
             }
+        }
+    }
+
+    /// Before a drain ends with due jobs left: says which ones this runner
+    /// passed over and why (a kind it has no handler for, a queue it does
+    /// not serve), so "finished: 0 done" is not the whole story.
+    async fn report_skipped(&mut self) {
+        let filter = ListFilter {
+            state: Some(JobState::Pending),
+            order: ListOrder::DueFirst,
+            limit: Some(SKIPPED_LOOKED_AT),
+            ..ListFilter::default()
+        };
+        let Ok(pending) = self.store.list(&filter).await else { return };
+        let now = self.now();
+        let request = self.claim_request();
+        let jobs: Vec<SkippedJob> = pending
+            .iter()
+            .filter(|j| j.is_due(now) && !request.filter.admits(j))
+            .map(|j| SkippedJob {
+                job: j.id,
+                reason: if self.cfg.queues.is_empty() || self.cfg.queues.contains(&j.queue) {
+                    SkipReason::NoHandler { kind: j.kind.clone() }
+                } else {
+                    SkipReason::QueueNotServed { queue: j.queue.clone() }
+                },
+            })
+            .collect();
+        if !jobs.is_empty() {
+            self.report(RunnerEvent::Skipped { jobs });
         }
     }
 
@@ -470,6 +508,7 @@ impl Run {
         let record = RunnerRecord {
             owner: self.cfg.owner.clone(),
             queues: self.cfg.queues.clone(),
+            kinds: Some(self.executors.keys().cloned().collect()),
             started_at: self.started_at,
             updated_at: self.now(),
             activity,

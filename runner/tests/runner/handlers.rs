@@ -90,3 +90,28 @@ async fn a_handler_named_shell_does_not_take_over_shell_jobs() {
     env.drain(runner).await;
     assert_eq!(env.job(id).await.result.as_deref(), Some("plain"));
 }
+
+/// A drain that ends with due jobs it cannot run says which and why, so
+/// `finished: 0 done, 0 failed` is not all a user sees while a job of a
+/// kind nobody serves waits forever.
+#[tokio::test]
+async fn a_drain_says_which_due_jobs_it_skipped_and_why() {
+    let env = env();
+    let download =
+        env.store.push(NewJob::new("download", serde_json::json!({})), env.now()).await.unwrap();
+    let backup = env.add("true", |j| j.queue("backups")).await;
+    let mine = env.add("true", |j| j).await;
+    let mut cfg = env.config();
+    cfg.queues = vec!["default".to_owned()];
+    let (summary, lines) = env.drain(env.runner(cfg)).await;
+    assert_eq!(summary.done, 1);
+    assert_eq!(env.job(mine).await.state, JobState::Done);
+    let skipped = lines.iter().find(|l| l.starts_with("skipped")).expect("a skipped line");
+    assert_eq!(
+        skipped,
+        &format!(
+            "skipped 2 due job(s) this runner cannot run: #{} (no handler for kind `download`), #{backup} (queue `backups` not served)",
+            download.job.id
+        )
+    );
+}

@@ -195,6 +195,7 @@ async fn workload(image: &Image) -> Vec<(u64, String)> {
     let record = RunnerRecord {
         owner: Owner::named("w2"),
         queues: vec![],
+        kinds: None,
         started_at: T,
         updated_at: at(12),
         activity: RunnerActivity::Idle { until: None },

@@ -106,6 +106,7 @@ async fn write_v1_fixture() {
     s.put_runner(&RunnerRecord {
         owner: owner("w1"),
         queues: vec!["default".into()],
+        kinds: None,
         started_at: T,
         updated_at: at(9),
         activity: RunnerActivity::Running { job: 2 },

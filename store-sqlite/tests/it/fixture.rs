@@ -43,6 +43,7 @@ fn runner_record() -> RunnerRecord {
     RunnerRecord {
         owner: owner_a(),
         queues: vec!["default".into()],
+        kinds: None,
         started_at: t(0),
         updated_at: t(2),
         activity: RunnerActivity::Running { job: 1 },

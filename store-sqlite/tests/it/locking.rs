@@ -81,6 +81,7 @@ async fn every_write_waits_for_the_busy_timeout_then_says_busy() {
     let record = RunnerRecord {
         owner: owner.clone(),
         queues: vec![],
+        kinds: None,
         started_at: t(0),
         updated_at: t(0),
         activity: RunnerActivity::Starting,

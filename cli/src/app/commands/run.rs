@@ -74,7 +74,9 @@ pub(super) fn print_event(event: &RunnerEvent, json: bool, color: bool) {
         return;
     }
     let indent = match event {
-        RunnerEvent::Reclaimed { .. } | RunnerEvent::Finished(_) => "",
+        RunnerEvent::Reclaimed { .. } | RunnerEvent::Skipped { .. } | RunnerEvent::Finished(_) => {
+            ""
+        }
         _ => "  ",
     };
     let line = if color { line.replacen("FAILED", &red("FAILED", true), 1) } else { line };
@@ -113,6 +115,13 @@ fn event_json(event: &RunnerEvent) -> serde_json::Value {
         RunnerEvent::Released { job, .. } => json!({"event": "released", "job": job, "line": line}),
         RunnerEvent::Warning { message } => {
             json!({"event": "warning", "message": message, "line": line})
+        }
+        RunnerEvent::Skipped { jobs } => {
+            let jobs: Vec<serde_json::Value> = jobs
+                .iter()
+                .map(|s| json!({"job": s.job, "reason": s.reason.to_string()}))
+                .collect();
+            json!({"event": "skipped", "jobs": jobs, "line": line})
         }
         RunnerEvent::Finished(s) => summary_json(s, &line),
         _ => json!({"event": "other", "line": line}),
