@@ -46,6 +46,7 @@
 
 #![deny(missing_docs)]
 
+mod contain;
 mod error;
 mod event;
 pub mod exec;
@@ -59,6 +60,7 @@ pub mod process;
 mod runner;
 mod signal;
 
+pub use contain::{Containment, Mechanism, StopReport};
 pub use error::RunnerError;
 pub use event::{Reporter, RetryPlan, RunnerEvent};
 pub use exec::{
@@ -70,4 +72,8 @@ pub use gate::{AcPowerGate, Gate, GateReading, LoadGate, LoadProbe, PressureGate
 pub use logfile::{log_dir_for, log_path};
 pub use owner::{ProcJudge, this_process_owner};
 pub use runner::{Mode, RunSummary, Runner, RunnerConfig};
-pub use signal::{ShutdownSignal, ShutdownTrigger, unix_signals};
+pub use signal::{
+    JobControl, SHUTDOWN_SIGNALS, ShutdownRequest, ShutdownSignal, ShutdownTrigger, SignalSender,
+    SignalSet, Suspension, SuspensionTrigger, UnixSignals, inherited_ignores, suspend_self,
+    unix_signals, unix_signals_with,
+};
