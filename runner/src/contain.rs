@@ -8,7 +8,7 @@
 //!
 //! - **cgroup** — where a cgroup v2 hierarchy is writable (root, or a
 //!   delegated subtree), the attempt gets a child cgroup of the runner's
-//!   own, `slothqueue-<job>-<attempt>-<runner pid>-<n>`, that the job's
+//!   own, `slothqueue-<job>-<attempt>-<runner pid>-<runner start>-<n>`, that the job's
 //!   leader joins before it runs anything. Nothing its processes do (new
 //!   sessions, groups, a cleared environment, double forks) takes them out
 //!   of it; stopping writes `cgroup.kill` (kernel 5.14+, else KILLs each pid
@@ -188,6 +188,13 @@ struct Cgroup {
     /// Whether the placement failed (the leader is not in it).
     broken: AtomicBool,
     removed: AtomicBool,
+}
+
+/// What a stop already sent TERM to: the group (once), and by pid.
+#[derive(Debug, Default)]
+struct Sent {
+    group: bool,
+    pids: HashSet<(i32, u64)>,
 }
 
 #[derive(Debug, Default)]
@@ -417,8 +424,11 @@ impl Containment {
         // seen before (a parent that exited re-parents to us, not to them,
         // so this mostly catches what was forked since the last scan).
         let mut roots: HashSet<i32> = found.keys().copied().collect();
-        if let Some((l, _)) = leader {
-            roots.insert(l);
+        if let Some((l, start)) = leader {
+            // Only while the pid is still the leader's (not reused).
+            if table.get(&l).is_some_and(|p| p.starttime == start) {
+                roots.insert(l);
+            }
         }
         loop {
             let mut grew = false;
@@ -495,7 +505,7 @@ impl Containment {
     /// future midway leaves nothing to undo, and a later call goes on.
     pub async fn stop_all(&self, grace: Duration) -> StopReport {
         let mut counted: HashMap<(i32, u64), Found> = HashMap::new();
-        let mut termed: HashSet<(i32, u64)> = HashSet::new();
+        let mut termed = Sent::default();
         let mut reaped = 0;
         let mut killing = grace.is_zero();
         let mut deadline = Instant::now() + if killing { AFTER_KILL } else { grace };
@@ -553,28 +563,28 @@ impl Containment {
         found: &[(i32, u64, Found)],
         group: Option<i32>,
         sig: Signal,
-        mut once: Option<&mut HashSet<(i32, u64)>>,
+        mut memo: Option<&mut Sent>,
     ) {
-        let group_ok = found.iter().any(|f| f.2 == Found::Group) && group.is_some();
-        if let Some(pgid) = group.filter(|_| group_ok) {
-            if may_signal_group(pgid) {
-                let fresh = once.as_deref().is_none_or(|done| {
-                    found.iter().any(|f| f.2 == Found::Group && !done.contains(&(f.0, f.1)))
-                });
-                if fresh {
-                    if let Some(p) = Pid::from_raw(pgid) {
-                        let _ = rustix::process::kill_process_group(p, sig);
-                    }
+        let has_members = found.iter().any(|f| f.2 == Found::Group);
+        let group = group.filter(|&g| has_members && may_signal_group(g));
+        let mut by_group = false;
+        if let Some(pgid) = group {
+            if memo.as_deref().is_none_or(|m| !m.group) {
+                if let Some(p) = Pid::from_raw(pgid) {
+                    by_group = rustix::process::kill_process_group(p, sig).is_ok();
+                }
+                if let Some(m) = memo.as_deref_mut() {
+                    m.group = true;
                 }
             }
         }
         for &(pid, start, how) in found {
-            if let Some(done) = once.as_deref_mut() {
-                if !done.insert((pid, start)) {
-                    continue;
+            if let Some(m) = memo.as_deref_mut() {
+                if !m.pids.insert((pid, start)) {
+                    continue; // signalled before (a TERM is sent once)
                 }
             }
-            if how == Found::Group && group_ok {
+            if how == Found::Group && by_group {
                 continue; // the group signal reached it
             }
             signal_pid(pid, start, sig, self.me);
@@ -693,12 +703,76 @@ fn own_cgroup() -> Result<&'static (PathBuf, String), String> {
     .map_err(Clone::clone)
 }
 
+/// This process's start time (clock ticks after boot), for cgroup names.
+fn own_start() -> u64 {
+    static START: OnceLock<u64> = OnceLock::new();
+    *START.get_or_init(|| read_stat(std::process::id() as i32).map_or(0, |s| s.starttime))
+}
+
+/// The runner (pid, start time) a cgroup name
+/// `slothqueue-<job>-<attempt>-<pid>-<start>-<n>` belongs to.
+fn cgroup_owner(name: &str) -> Option<(i32, u64)> {
+    let rest = name.strip_prefix("slothqueue-")?;
+    let mut fields = rest.rsplit('-');
+    let _seq: u64 = fields.next()?.parse().ok()?;
+    let start = fields.next()?.parse().ok()?;
+    let pid = fields.next()?.parse().ok()?;
+    Some((pid, start))
+}
+
+/// What [`sweep_orphan_cgroups`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Attempt cgroups of dead runners removed.
+    pub removed: usize,
+    /// Processes KILLed in them.
+    pub killed: usize,
+    /// Cgroups that could not be emptied and removed in time.
+    pub left: Vec<PathBuf>,
+}
+
+/// Kills what is left in the attempt cgroups of runners that died (`kill
+/// -9`, a crash) under this runner's own cgroup, and removes them: the
+/// start-up counterpart of the lease-marker sweep, which also catches
+/// processes that cleared their environment. A cgroup whose runner (pid and
+/// start time, from its name) is alive is left alone. Call it once when a
+/// run starts, beside the reclaim of dead owners' jobs.
+pub async fn sweep_orphan_cgroups() -> SweepReport {
+    let mut report = SweepReport::default();
+    let Ok((parent, _)) = own_cgroup() else { return report };
+    let Ok(entries) = std::fs::read_dir(parent) else { return report };
+    for entry in entries.filter_map(Result::ok) {
+        let Some((pid, start)) = entry.file_name().to_str().and_then(cgroup_owner) else {
+            continue;
+        };
+        if read_stat(pid).is_some_and(|s| s.starttime == start) {
+            continue; // its runner is alive (maybe this one)
+        }
+        let dir = entry.path();
+        report.killed += cgroup_procs(&dir).len();
+        let deadline = Instant::now() + AFTER_KILL;
+        loop {
+            if cgroup_procs(&dir).is_empty() && std::fs::remove_dir(&dir).is_ok() {
+                report.removed += 1;
+                break;
+            }
+            if Instant::now() >= deadline {
+                report.left.push(dir);
+                break;
+            }
+            cgroup_kill(&dir);
+            tokio::time::sleep(POLL).await;
+        }
+    }
+    report
+}
+
 /// Creates the attempt's cgroup under the runner's own.
 fn create_cgroup(job: JobId, attempt: u32) -> Result<Cgroup, String> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let (parent, parent_rel) = own_cgroup()?;
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-    let name = format!("slothqueue-{job}-{attempt}-{}-{seq}", std::process::id());
+    let name = format!("slothqueue-{job}-{attempt}-{}-{}-{seq}", std::process::id(), own_start());
     let dir = parent.join(&name);
     std::fs::create_dir(&dir)
         .map_err(|e| format!("cannot create cgroup {}: {e}", dir.display()))?;
@@ -904,6 +978,32 @@ mod tests {
              not contained: no cgroup used"
         );
         assert_eq!(Mechanism::GroupOnly.to_string(), "group only");
+    }
+
+    #[test]
+    fn cgroup_names_say_whose_they_are() {
+        assert_eq!(cgroup_owner("slothqueue-12-3-4567-890-0"), Some((4567, 890)));
+        assert_eq!(cgroup_owner("slothqueue-x"), None);
+        assert_eq!(cgroup_owner("other-12-3-4567-890-0"), None);
+    }
+
+    #[tokio::test]
+    async fn the_sweep_kills_and_removes_dead_runners_cgroups_only() {
+        let Ok((parent, _)) = own_cgroup() else { return }; // no cgroup here: nothing to sweep
+        let me = std::process::id();
+        let dead = parent.join(format!("slothqueue-1-1-{me}-{}-0", own_start() + 1));
+        let live = parent.join(format!("slothqueue-1-1-{me}-{}-999999", own_start()));
+        std::fs::create_dir(&dead).unwrap();
+        std::fs::create_dir(&live).unwrap();
+        let mut orphan = std::process::Command::new("sleep").arg("300").spawn().unwrap();
+        std::fs::write(dead.join("cgroup.procs"), orphan.id().to_string()).unwrap();
+        let report = sweep_orphan_cgroups().await;
+        let status = orphan.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+        assert!(!dead.exists(), "{report:?}");
+        assert!(report.killed >= 1 && report.removed >= 1, "{report:?}");
+        assert!(live.exists(), "a live runner's cgroup was swept");
+        std::fs::remove_dir(&live).unwrap();
     }
 
     #[tokio::test]

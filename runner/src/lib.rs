@@ -60,7 +60,7 @@ pub mod process;
 mod runner;
 mod signal;
 
-pub use contain::{Containment, Mechanism, StopReport};
+pub use contain::{Containment, Mechanism, StopReport, SweepReport, sweep_orphan_cgroups};
 pub use error::RunnerError;
 pub use event::{Reporter, RetryPlan, RunnerEvent};
 pub use exec::{
