@@ -387,6 +387,16 @@ impl Containment {
         self.contains(sender.pid)
     }
 
+    /// Looks at the attempt's processes now and remembers them (pid and
+    /// start time), so that one which later loses every tie — its parent
+    /// exits, it has left the group and cleared its environment — is still
+    /// the attempt's for [`stop_all`](Containment::stop_all) and
+    /// [`contains`](Containment::contains). Without a cgroup, call it on
+    /// each heartbeat; with one it adds little. Returns how many it found.
+    pub fn observe(&self) -> usize {
+        self.find().len()
+    }
+
     /// The live processes of the attempt now, each with the path that found
     /// it; remembered for later scans.
     fn find(&self) -> Vec<(i32, u64, Found)> {
@@ -467,19 +477,24 @@ impl Containment {
     }
 
     /// Reaps the attempt's adopted zombies: children of the runner that
-    /// exited and are provably the attempt's (seen before, or in its
-    /// cgroup), never its leader (tokio's). Returns how many.
+    /// exited and are provably the attempt's (seen before, in the job's
+    /// group, or in its cgroup), never its leader (tokio's). Returns how
+    /// many. [`stop_all`](Containment::stop_all) calls it; a runner may
+    /// also call it on each heartbeat.
     pub fn reap_adopted(&self) -> usize {
         let (leader, seen) = match self.state.lock() {
             Ok(st) => (st.leader, st.seen.clone()),
             Err(_) => return 0,
         };
+        let table = proc_table();
+        let group = self.job_group(leader, &table);
         let mut reaped = 0;
-        for p in proc_table().values() {
+        for p in table.values() {
             if p.state != 'Z' || p.ppid != self.me || leader.is_some_and(|(l, _)| l == p.pid) {
                 continue;
             }
             let ours = seen.get(&p.pid) == Some(&p.starttime)
+                || group.is_some_and(|g| p.pgrp == g)
                 || self.cgroup.as_ref().is_some_and(|cg| {
                     proc_cgroup(p.pid).is_some_and(|path| cgroup_matches(&path, &cg.rel))
                 });
@@ -527,6 +542,8 @@ impl Containment {
                 self.signal(&found, group, Signal::KILL, None);
             } else {
                 self.signal(&found, group, Signal::TERM, Some(&mut termed));
+                // A stopped process acts on its TERM only once continued.
+                self.signal(&found, group, Signal::CONT, None);
             }
             if Instant::now() >= deadline {
                 if killing {

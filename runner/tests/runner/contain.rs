@@ -36,6 +36,10 @@ fn runner_pgid() -> i32 {
 /// Spawns `sh -c script` like the runner: own group, marker set, stdio
 /// closed, placed in the attempt's cgroup before exec.
 fn spawn(name: &str, script: &str, cgroup: bool) -> Attempt {
+    spawn_with(name, script, cgroup, Stdio::null())
+}
+
+fn spawn_with(name: &str, script: &str, cgroup: bool, stdin: Stdio) -> Attempt {
     static N: AtomicU32 = AtomicU32::new(0);
     let marker =
         format!("contain-test/{name}/{}/{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
@@ -50,7 +54,7 @@ fn spawn(name: &str, script: &str, cgroup: bool) -> Attempt {
         .current_dir(dir.path())
         .env(LEASE_VAR, &marker)
         .env("PY", python())
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0);
@@ -255,6 +259,30 @@ async fn contain_without_a_cgroup_a_cleared_environment_escapes() {
     assert!(alive(pid), "expected the escape to survive without a cgroup");
     assert!(!a.containment.contains(pid));
     kill(pid);
+}
+
+/// Without a cgroup, a process seen while it still descended from the job
+/// (`observe`, on a heartbeat) stays the attempt's after it cut every tie.
+#[tokio::test]
+async fn contain_without_a_cgroup_an_observed_escape_dies() {
+    let mut a = spawn_with(
+        "observed",
+        "env -i setsid sleep 300 & echo $! > pid; read x || true",
+        false,
+        Stdio::piped(),
+    );
+    let pid = a.escapee("pid", "sleep").await;
+    assert!(a.containment.observe() >= 2, "the leader and its child");
+    drop(a.leader.stdin.take()); // the leader's `read` ends: it exits
+    a.leader_exits().await;
+    let me = std::process::id() as i32;
+    eventually("the sleep to be re-parented to the runner", || {
+        stat_fields(pid).is_some_and(|(_, ppid, _, _)| ppid == me)
+    })
+    .await;
+    assert!(a.containment.contains(pid));
+    let report = a.stop_and_check(&[pid]).await;
+    assert_eq!(report.by_descendant, 1, "{report}");
 }
 
 /// Without a cgroup the other routes are still caught: group, marker and
