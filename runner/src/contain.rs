@@ -36,6 +36,26 @@
 //! child it spawned) and never `waitpid(-1)`. Without a cgroup an adopted
 //! process that exited before any scan saw it cannot be attributed and stays
 //! a zombie until the runner exits.
+//!
+//! # Wiring
+//!
+//! - when a run starts: [`sweep_orphan_cgroups`] (beside the reclaim of
+//!   dead owners' jobs);
+//! - after the claim, before the spawn: [`Containment::new`] with the
+//!   attempt's [`lease_marker`](crate::process::lease_marker);
+//! - on the command: [`Containment::join_before_exec`] (or rely on
+//!   [`Containment::spawned`] alone and accept its race);
+//! - right after the spawn: [`Containment::spawned`] with the child's pid;
+//! - on each heartbeat: [`Containment::observe`] and
+//!   [`Containment::reap_adopted`] (cheap: one `/proc` scan);
+//! - when the leader exited, and on every stop path (max runtime, cancel,
+//!   lost lease, shutdown): [`Containment::stop_all`] in place of the
+//!   group-only stop, while tokio waits for the leader; its
+//!   [`StopReport`] says what was in force;
+//! - on a shutdown signal: [`Containment::sent`] with the request's sender
+//!   to charge an attempt whose own job asked;
+//! - on [`JobControl`](crate::JobControl): [`Containment::suspend`] then
+//!   [`suspend_self`](crate::suspend_self), then [`Containment::resume`].
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -179,7 +199,7 @@ pub struct Containment {
 
 #[derive(Debug)]
 struct Cgroup {
-    /// The directory, e.g. `/sys/fs/cgroup/unified/slothqueue-4-1-977-0`.
+    /// The directory, e.g. `/sys/fs/cgroup/unified/slothqueue-4-1-977-5123-0`.
     dir: PathBuf,
     /// Its path as `/proc/<pid>/cgroup` shows it (`0::<rel>`).
     rel: String,
