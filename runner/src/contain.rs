@@ -1043,6 +1043,32 @@ mod tests {
         std::fs::remove_dir(&live).unwrap();
     }
 
+    /// The job's first instruction already runs in the attempt's cgroup
+    /// (no `spawned` call: only the pre-exec hook can have placed it), and
+    /// `spawned` alone places a child spawned without the hook.
+    #[tokio::test]
+    async fn the_leader_joins_the_cgroup_before_exec_or_right_after_the_spawn() {
+        let c = Containment::new(0, 2, "contain-unit/placement");
+        let Some(cg) = &c.cgroup else { return }; // no cgroup here
+        let mut cmd = tokio::process::Command::new("cat");
+        cmd.arg("/proc/self/cgroup").stdout(std::process::Stdio::piped()).process_group(0);
+        c.join_before_exec(&mut cmd);
+        let out = cmd.output().await.unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(unified_path(&text).as_deref(), Some(cg.rel.as_str()), "{text}");
+
+        let mut cmd = tokio::process::Command::new("sleep");
+        cmd.arg("300").process_group(0);
+        let mut child = cmd.spawn().unwrap();
+        let pid = child.id().unwrap();
+        c.spawned(pid);
+        assert_eq!(proc_cgroup(pid as i32).as_deref(), Some(cg.rel.as_str()));
+        assert_eq!(c.mechanism(), Mechanism::Cgroup);
+        let report = c.stop_all(Duration::from_millis(200)).await;
+        assert_eq!((report.by_cgroup, report.is_clean(), report.cgroup_removed), (1, true, true));
+        assert!(child.wait().await.is_ok(), "tokio reaps its own child");
+    }
+
     #[tokio::test]
     async fn an_empty_attempt_stops_at_once_and_removes_its_cgroup() {
         let c = Containment::new(0, 1, "contain-unit/empty");
