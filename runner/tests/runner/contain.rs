@@ -22,6 +22,21 @@ struct Attempt {
     marker: String,
     dir: tempfile::TempDir,
     leader: tokio::process::Child,
+    /// The escapees seen, with their command names: KILLed when the test
+    /// ends, so that a failing test leaves nothing behind.
+    escapees: Vec<(i32, String)>,
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        for (pid, comm) in &self.escapees {
+            let same = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim().starts_with(comm.as_str()));
+            if same && alive(*pid) {
+                kill(*pid);
+            }
+        }
+    }
 }
 
 /// A Python without pyenv's shim in front when there is one (faster).
@@ -61,7 +76,7 @@ fn spawn_with(name: &str, script: &str, cgroup: bool, stdin: Stdio) -> Attempt {
     containment.join_before_exec(&mut cmd);
     let leader = cmd.spawn().unwrap();
     containment.spawned(leader.id().unwrap());
-    Attempt { containment, marker, dir, leader }
+    Attempt { containment, marker, dir, leader, escapees: Vec::new() }
 }
 
 fn stat_fields(pid: i32) -> Option<(char, i32, i32, i32)> {
@@ -93,13 +108,14 @@ fn marked(marker: &str) -> Vec<i32> {
 impl Attempt {
     /// Waits for the job to write its escapee's pid into `name`, and for
     /// that process to have run `comm`.
-    async fn escapee(&self, file: &str, comm: &str) -> i32 {
+    async fn escapee(&mut self, file: &str, comm: &str) -> i32 {
         let pid: i32 = read_when_written(&self.dir.path().join(file)).await.trim().parse().unwrap();
         eventually(&format!("pid {pid} to run {comm}"), || {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
                 .is_ok_and(|c| c.trim().starts_with(comm))
         })
         .await;
+        self.escapees.push((pid, comm.to_owned()));
         pid
     }
 
@@ -162,7 +178,7 @@ async fn contain_setsid_background() {
 
 #[tokio::test]
 async fn contain_bash_job_control() {
-    let a =
+    let mut a =
         spawn("set-m", "exec bash -c 'set -m; sleep 300 & echo $! > pid; wait' 2>/dev/null", true);
     let pid = a.escapee("pid", "sleep").await;
     let leader = a.leader.id().unwrap() as i32;
@@ -320,7 +336,7 @@ async fn contain_term_ignored_then_killed() {
 /// Ctrl-Z: the attempt's processes, escapees included, stop and continue.
 #[tokio::test]
 async fn contain_suspend_and_resume() {
-    let a = spawn("suspend", "setsid sleep 300 & echo $! > pid; wait", true);
+    let mut a = spawn("suspend", "setsid sleep 300 & echo $! > pid; wait", true);
     let pid = a.escapee("pid", "sleep").await;
     let leader = a.leader.id().unwrap() as i32;
     let state = |pid| stat_fields(pid).map(|s| s.0);
