@@ -136,6 +136,24 @@ impl Attempt {
         assert_eq!(marked(&self.marker), Vec::<i32>::new(), "marked processes survived");
         if let Some(dir) = cgroup {
             assert!(report.cgroup_removed && !dir.exists(), "cgroup {} left", dir.display());
+            // No adopted zombie of the attempt is left unreaped (a zombie
+            // keeps its cgroup path in /proc/<pid>/cgroup).
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            let me = std::process::id() as i32;
+            let leader = self.leader.id().map(|p| p as i32);
+            let zombies: Vec<i32> = std::fs::read_dir("/proc")
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+                .filter(|&pid| Some(pid) != leader)
+                .filter(|&pid| {
+                    stat_fields(pid).is_some_and(|(st, ppid, ..)| st == 'Z' && ppid == me)
+                })
+                .filter(|pid| {
+                    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                        .is_ok_and(|c| c.contains(&name))
+                })
+                .collect();
+            assert_eq!(zombies, Vec::<i32>::new(), "adopted zombies left: {report}");
         }
         // tokio still reaps its own child: containment never took it.
         let waited = tokio::time::timeout(crate::support::DEADLINE, self.leader.wait()).await;
