@@ -1085,6 +1085,13 @@ mod tests {
     }
 
     #[test]
+    fn a_containment_can_be_shared_between_tasks() {
+        fn shared<T: Send + Sync + 'static>() {}
+        shared::<Containment>();
+        shared::<StopReport>();
+    }
+
+    #[test]
     fn cgroup_names_say_whose_they_are() {
         assert_eq!(cgroup_owner("slothqueue-12-3-4567-890-0"), Some((4567, 890)));
         assert_eq!(cgroup_owner("slothqueue-x"), None);
