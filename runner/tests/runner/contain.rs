@@ -384,3 +384,24 @@ fn kill(pid: i32) {
         let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
     }
 }
+
+/// A process that is not the attempt's (another job's, the user's) is
+/// neither contained nor touched by the attempt's stop.
+#[tokio::test]
+async fn contain_strangers_are_left_alone() {
+    let mut stranger = tokio::process::Command::new("sleep")
+        .arg("300")
+        .env(LEASE_VAR, "contain-test/someone-else")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = stranger.id().unwrap() as i32;
+    let mut a = spawn("strangers", "setsid sleep 300 & echo $! > pid", true);
+    let escapee = a.escapee("pid", "sleep").await;
+    a.leader_exits().await;
+    assert!(!a.containment.contains(pid));
+    a.stop_and_check(&[escapee]).await;
+    assert!(alive(pid), "a stranger was stopped");
+    stranger.start_kill().unwrap();
+    stranger.wait().await.unwrap();
+}
