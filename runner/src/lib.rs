@@ -47,6 +47,7 @@
 #![deny(missing_docs)]
 
 mod config;
+mod contain;
 mod error;
 mod event;
 pub mod exec;
@@ -63,6 +64,7 @@ mod signal;
 mod stop;
 
 pub use config::{Mode, RunnerConfig};
+pub use contain::{Containment, Mechanism, StopReport, SweepReport, sweep_orphan_cgroups};
 pub use error::RunnerError;
 pub use event::{Reporter, RetryPlan, RunSummary, RunnerEvent, SkipReason, SkippedJob};
 pub use exec::{
@@ -75,5 +77,9 @@ pub use logfile::{log_dir_for, log_path};
 pub use owner::{ProcJudge, this_process_owner};
 pub use process::group::group_members;
 pub use runner::Runner;
-pub use signal::{ShutdownSignal, ShutdownTrigger, unix_signals};
+pub use signal::{
+    JobControl, SHUTDOWN_SIGNALS, ShutdownRequest, ShutdownSignal, ShutdownTrigger, SignalSender,
+    SignalSet, Suspension, SuspensionTrigger, UnixSignals, inherited_ignores, suspend_self,
+    unix_signals, unix_signals_with,
+};
 pub use stop::{StopListener, StopReason, StopRequest};

@@ -10,6 +10,7 @@
 )]
 
 mod chain;
+mod contain;
 mod faulty;
 mod follow;
 mod gates;
