@@ -49,7 +49,7 @@
 mod error;
 mod event;
 pub mod exec;
-mod failpoint;
+use slothqueue_core::failpoint;
 mod fmt;
 pub mod gate;
 mod idle;

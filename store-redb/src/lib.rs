@@ -110,7 +110,7 @@
 #![deny(missing_docs)]
 
 mod error;
-mod failpoint;
+use slothqueue_core::failpoint;
 mod schema;
 mod store;
 
