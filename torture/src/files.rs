@@ -200,7 +200,7 @@ pub fn s15_disk_full(ctx: &mut Ctx) -> Result<Status> {
     let mut failure: Option<Ended> = None;
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(180) {
-        let e = if acked % 4 == 0 {
+        let e = if acked.is_multiple_of(4) {
             ctx.sq_run(&db, &["add", "true"])?
         } else {
             ctx.sq_run(&db, &["add", &big, "--delay", "1h"])?
