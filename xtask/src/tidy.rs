@@ -1,8 +1,9 @@
 //! House rules checked as ordinary tests of the `xtask` package: every
 //! Rust file says why it exists, no test is switched off, no trailing
 //! whitespace, no wall clock inside `core`, every conformance scenario is
-//! in the one list that runs them, and the declared `rust-version` covers
-//! the syntax the code uses.
+//! in the one list that runs them, the declared `rust-version` covers the
+//! syntax the code uses, every cited torture scenario is documented in
+//! `docs/reliability.md`, and nothing points outside the repository.
 //!
 //! Plain `cargo test` does not run them: the workspace's default member is
 //! `cli`. `cargo tidy` (an alias for `cargo test -p xtask`, in
@@ -43,6 +44,17 @@ fn files_under(root: &Path, skip: &[&str], keep: impl Fn(&str) -> bool) -> Vec<P
             }
         }
     }
+    out.sort();
+    out
+}
+
+/// Every file of the repository that tidy reads as text, the fuzz
+/// workspace included (not its corpus and crash inputs, which are data).
+fn repo_files() -> Vec<PathBuf> {
+    let root = project_root();
+    let mut out = files_under(&root, &["fuzz"], |_| true);
+    let fuzz = root.join("fuzz");
+    out.extend(files_under(&fuzz, &["corpus", "artifacts", "coverage"], |_| true));
     out.sort();
     out
 }
@@ -249,4 +261,63 @@ fn let_chain_detection() {
     assert!(!uses_let_chain("        if a && b {"));
     assert!(!uses_let_chain("        if let Some(a) = b { // then && let"));
     assert!(!uses_let_chain("        if code.contains(\"&& let \") {"));
+}
+
+/// Scenario codes cited in `text`: `S` and two digits, standing alone.
+fn scenario_codes(text: &str) -> Vec<String> {
+    let b = text.as_bytes();
+    let word = |i: usize| b.get(i).is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_');
+    (0..b.len())
+        .filter(|&i| {
+            b[i] == b'S'
+                && b.get(i + 1).is_some_and(u8::is_ascii_digit)
+                && b.get(i + 2).is_some_and(u8::is_ascii_digit)
+                && !word(i + 3)
+                && (i == 0 || !word(i - 1))
+        })
+        .map(|i| text[i..i + 3].to_owned())
+        .collect()
+}
+
+#[test]
+fn every_cited_scenario_code_has_a_heading_in_docs_reliability() {
+    let doc = fs::read_to_string(project_root().join("docs/reliability.md")).unwrap_or_default();
+    let headings: Vec<String> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("### "))
+        .flat_map(|h| scenario_codes(h).into_iter().take(1))
+        .collect();
+    assert!(!headings.is_empty(), "docs/reliability.md has no `### Sxx name` heading");
+    let mut missing = Vec::new();
+    let cited = |n: &str| n.ends_with(".rs") || n.ends_with(".md") || n.ends_with(".toml");
+    for p in repo_files().into_iter().filter(|p| cited(&p.to_string_lossy())) {
+        let Ok(text) = fs::read_to_string(&p) else { continue };
+        for (i, line) in text.lines().enumerate() {
+            for code in scenario_codes(line) {
+                if !headings.contains(&code) {
+                    missing.push(format!("{}:{}: {code}", rel(&p), i + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "scenario codes without a `### Sxx` heading in docs/reliability.md:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn nothing_points_outside_the_repository() {
+    // Spelled in two pieces so that this file does not match itself.
+    let needle = ["../", "shared/"].concat();
+    let hits: Vec<String> = repo_files()
+        .into_iter()
+        .filter(|p| fs::read_to_string(p).is_ok_and(|t| t.contains(&needle)))
+        .map(|p| rel(&p))
+        .collect();
+    assert!(
+        hits.is_empty(),
+        "files pointing at {needle} (outside the repository; say it here instead): {hits:?}"
+    );
 }
