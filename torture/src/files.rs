@@ -336,8 +336,9 @@ fn hostile(
         let after = listing(&dir)?;
         if e.code() == Some(0) {
             tally.accepted += 1;
-            // Both backends: read-only commands open redb read-only
-            // (issue #8), so not even its header is rewritten.
+            // Both backends: read-only commands open redb read-only (a
+            // writable redb open rewrites the header even when nothing is
+            // written), so not even its header is rewritten.
             if *read_only && queue::same_bytes(&db, bytes).is_err() {
                 ctx.problem(format!("{what}: a read-only command changed the file"));
             }
