@@ -1,7 +1,7 @@
 //! Project automation in Rust, run as `cargo xtask <command>` (the alias is
 //! in `.cargo/config.toml`), so a fresh machine needs nothing but cargo.
 //!
-//! The commands are [`COMMANDS`]: one table drives dispatch, `help` and
+//! The commands are `COMMANDS`: one table drives dispatch, `help` and
 //! the message for an unknown command, so none of them can forget one.
 //! `cargo xtask help` prints it.
 
