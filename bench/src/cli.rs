@@ -13,7 +13,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 
 use crate::inproc::fill;
 use crate::procfs;
-use crate::setting::{Backend, Setting};
+use crate::setting::{Backend, QueueFile as _, Setting};
 use crate::stats::{Figures, median};
 use crate::{Args, Sizes};
 

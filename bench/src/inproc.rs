@@ -16,7 +16,7 @@ use slothqueue_core::{
 use slothqueue_runner::{LoadGate, Mode, Runner, RunnerConfig, ShutdownSignal, log_dir_for};
 
 use crate::raw::{PUSH_TABLES, RawCommit, RawRedb, RawSqlite};
-use crate::setting::{Backend, Setting};
+use crate::setting::{Backend, QueueFile as _, Setting};
 use crate::stats::{Figures, median};
 use crate::{Args, Sizes};
 

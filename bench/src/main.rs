@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 
 use crate::report::{Machine, Results};
-use crate::setting::{Backend, Setting};
+use crate::setting::{Backend, QueueFile, Setting};
 use crate::stats::Figures;
 
 /// How much of everything to do.
@@ -158,7 +158,9 @@ fn parse_args() -> Result<Args> {
         match a.as_str() {
             "--quick" => args.quick = true,
             "--child-drain" => args.child_drain = true,
-            "--backend" => args.backends = vec![value("--backend")?.parse()?],
+            "--backend" => {
+                args.backends = vec![value("--backend")?.parse().map_err(anyhow::Error::msg)?]
+            }
             "--slothqueue" => args.slothqueue = Some(value("--slothqueue")?.into()),
             "--out" => args.out = value("--out")?.into(),
             "--benchmarks-md" => args.benchmarks_md = Some(value("--benchmarks-md")?.into()),

@@ -4,7 +4,6 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
@@ -12,48 +11,29 @@ use slothqueue_core::Store;
 use slothqueue_store_redb::{RedbOptions, RedbStore};
 use slothqueue_store_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 
-/// A storage backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Redb,
+/// The storage backend, as the `slothqueue` crate names it (`ALL`,
+/// `as_str`, `FromStr`).
+pub use slothqueue::Backend;
+
+/// Queue file names for a backend.
+pub trait QueueFile {
+    /// A queue file name the CLI detects as this backend when new.
+    fn file(self, dir: &Path, stem: &str) -> PathBuf;
+    /// Whether the backend has a fast durability setting besides its
+    /// default. redb has none: it refuses `Durability::None` on a file
+    /// shared between processes, which every slothqueue file is.
+    fn has_fast_setting(self) -> bool;
 }
 
-impl Backend {
-    pub const ALL: [Backend; 2] = [Backend::Sqlite, Backend::Redb];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "sqlite",
-            Backend::Redb => "redb",
-        }
-    }
-
-    /// A queue file name the CLI detects as this backend when new.
-    pub fn file(self, dir: &Path, stem: &str) -> PathBuf {
+impl QueueFile for Backend {
+    fn file(self, dir: &Path, stem: &str) -> PathBuf {
         match self {
             Backend::Sqlite => dir.join(format!("{stem}.db")),
             Backend::Redb => dir.join(format!("{stem}.redb")),
         }
     }
-}
 
-impl FromStr for Backend {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "sqlite" => Ok(Backend::Sqlite),
-            "redb" => Ok(Backend::Redb),
-            other => anyhow::bail!("unknown backend `{other}` (expected sqlite or redb)"),
-        }
-    }
-}
-
-impl Backend {
-    /// Whether the backend has a fast durability setting besides its
-    /// default. redb has none: it refuses `Durability::None` on a file
-    /// shared between processes, which every slothqueue file is.
-    pub fn has_fast_setting(self) -> bool {
+    fn has_fast_setting(self) -> bool {
         self == Backend::Sqlite
     }
 }

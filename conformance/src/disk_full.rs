@@ -1,5 +1,5 @@
-//! RELIABILITY S15, disk full, on a real full filesystem: a 2 MiB tmpfs.
-//! One check for every backend, called from each store's
+//! Disk full (S15 in docs/reliability.md), on a real full filesystem: a
+//! 2 MiB tmpfs. One check for every backend, called from each store's
 //! `tests/disk_full.rs` (it needs the privilege to mount, so it is not a
 //! conformance scenario; without the privilege it says so and checks
 //! nothing).

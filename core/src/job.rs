@@ -339,6 +339,11 @@ pub struct NewJob {
 pub const DEFAULT_QUEUE: &str = "default";
 /// The kind of a shell command job.
 pub const SHELL_KIND: &str = "shell";
+/// The max runtime a job gets when whoever queues it does not say (the
+/// CLI's `add`, the HTTP enqueue): a job that hangs must not hold the queue
+/// forever. Opting out (`--max-runtime none`, `"max_runtime": null`) is
+/// explicit.
+pub const DEFAULT_MAX_RUNTIME: Duration = Duration::from_secs(300);
 
 impl NewJob {
     /// A job of `kind` with `payload`, defaults elsewhere.

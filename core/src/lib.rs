@@ -7,6 +7,7 @@
 //! unit-tested exhaustively, drive every backend, and serve as the reference
 //! model in property tests.
 
+pub mod failpoint;
 pub mod job;
 pub mod liveness;
 pub mod machine;
@@ -15,8 +16,8 @@ pub mod store;
 pub mod time;
 
 pub use job::{
-    DEFAULT_QUEUE, Event, EventKind, Fence, Job, JobId, JobState, Lease, NewJob, Owner, SHELL_KIND,
-    UnknownState,
+    DEFAULT_MAX_RUNTIME, DEFAULT_QUEUE, Event, EventKind, Fence, Job, JobId, JobState, Lease,
+    NewJob, Owner, SHELL_KIND, UnknownState,
 };
 pub use liveness::{ClockOnly, Liveness, LivenessJudge};
 pub use machine::{

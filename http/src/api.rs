@@ -10,16 +10,12 @@ use axum::routing::{MethodRouter, get, post};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 use slothqueue_core::{
-    DEFAULT_QUEUE, Event, Job, JobId, JobState, ListFilter, ListOrder, NewJob, Pushed, SHELL_KIND,
-    Stats, machine,
+    DEFAULT_MAX_RUNTIME, DEFAULT_QUEUE, Event, Job, JobId, JobState, ListFilter, ListOrder, NewJob,
+    Pushed, SHELL_KIND, Stats, machine,
 };
 
 use crate::extract::{IdParam, JsonBody, QueryParams, parse_id};
 use crate::{AppState, HttpError};
-
-/// The max runtime a job gets when the request does not say, the same as the
-/// CLI's `add`: a forgotten job should not run forever. `null` means none.
-pub const DEFAULT_MAX_RUNTIME: Duration = Duration::from_secs(300);
 
 /// Jobs per page of the outbox when the client does not say.
 const DEFAULT_LIMIT: usize = 50;

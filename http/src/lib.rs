@@ -51,7 +51,6 @@ use axum::extract::DefaultBodyLimit;
 use slothqueue_core::{Clock, Store, SystemClock};
 use tokio::sync::Notify;
 
-pub use api::DEFAULT_MAX_RUNTIME;
 pub use error::HttpError;
 pub use server::{Bound, DEFAULT_ADDR, ServeConfig, bind, serve};
 pub use token::{Token, token_path_beside};

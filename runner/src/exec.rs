@@ -445,7 +445,7 @@ async fn spawn_and_wait(
     let Some(pgid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
         return failure("the job's process vanished before it could be tracked".to_owned());
     };
-    crate::failpoint::hit("after_spawn"); // the child runs; its group is not recorded yet
+    slothqueue_core::failpoint::hit("after_spawn"); // the child runs; its group is not recorded yet
     let mut guard = GroupGuard { pgid, armed: true };
     ctx.report_pgid(pgid);
     let capture = Capture::start(std::fs::File::from(reader), log);

@@ -51,7 +51,6 @@ mod contain;
 mod error;
 mod event;
 pub mod exec;
-mod failpoint;
 mod fmt;
 pub mod gate;
 mod idle;

@@ -121,7 +121,6 @@
 //   the memory overlay;
 // - `store`: the operations and `impl Store`.
 mod error;
-mod failpoint;
 mod open;
 mod rows;
 mod schema;

@@ -364,7 +364,7 @@ fn initialise(db: &Database, path: &Path, lock_timeout: Duration) -> Result<(), 
     let txn =
         patiently(lock_timeout, || Ok(db.try_begin_write()?)).map_err(|e| e.into_store(path))?;
     initialise_in(&txn, path)?;
-    crate::failpoint::hit("mid_migration"); // tables made, not committed
+    slothqueue_core::failpoint::hit("mid_migration"); // tables made, not committed
     txn.commit().map_err(|e| Failure::from(e).into_store(path))
 }
 

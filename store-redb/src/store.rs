@@ -539,7 +539,7 @@ impl Store for RedbStore {
                 let tr = machine::settle(&job, &fence, &settlement, now, policy)?;
                 t.apply(&job, &tr)?;
                 if tr.job.state == JobState::Done {
-                    crate::failpoint::hit("mid_complete"); // written, not committed
+                    slothqueue_core::failpoint::hit("mid_complete"); // written, not committed
                 }
                 let next = claim_in(t, &request, now, policy)?;
                 Ok(SettledAndClaimed { settled: tr.job, next })
@@ -695,7 +695,7 @@ impl RedbStore {
                 let tr = decide(&job, policy)?;
                 t.apply(&job, &tr)?;
                 if tr.job.state == JobState::Done {
-                    crate::failpoint::hit("mid_complete"); // written, not committed
+                    slothqueue_core::failpoint::hit("mid_complete"); // written, not committed
                 }
                 Ok(tr.job)
             })

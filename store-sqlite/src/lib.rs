@@ -35,7 +35,6 @@
 // - `open`: the read-only probe, creation, migration under the write lock;
 // - `store`: the operations and `impl Store`.
 mod error;
-mod failpoint;
 mod open;
 mod rows;
 mod schema;

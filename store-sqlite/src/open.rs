@@ -328,7 +328,7 @@ fn migrate_tx(conn: &Connection, path: &Path) -> Result<(), Error> {
         for step in MIGRATIONS.iter().skip(from as usize) {
             step(conn)?;
         }
-        crate::failpoint::hit("mid_migration"); // tables made, version not yet set
+        slothqueue_core::failpoint::hit("mid_migration"); // tables made, version not yet set
         if from < SCHEMA_VERSION {
             conn.execute_batch(&format!(
                 "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"

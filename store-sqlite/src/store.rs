@@ -516,7 +516,7 @@ impl Store for SqliteStore {
                 let t = machine::settle(&job, &fence, &settlement, now, policy)?;
                 apply(conn, &job, &t)?;
                 if t.job.state == JobState::Done {
-                    crate::failpoint::hit("mid_complete"); // written, not committed
+                    slothqueue_core::failpoint::hit("mid_complete"); // written, not committed
                 }
                 let next = claim_tx(conn, &request, now, policy)?;
                 Ok(SettledAndClaimed { settled: t.job, next })
@@ -665,7 +665,7 @@ impl SqliteStore {
                 let t = decide(&job, policy)?;
                 apply(conn, &job, &t)?;
                 if t.job.state == JobState::Done {
-                    crate::failpoint::hit("mid_complete"); // written, not committed
+                    slothqueue_core::failpoint::hit("mid_complete"); // written, not committed
                 }
                 Ok(t.job)
             })

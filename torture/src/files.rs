@@ -200,7 +200,7 @@ pub fn s15_disk_full(ctx: &mut Ctx) -> Result<Status> {
     let mut failure: Option<Ended> = None;
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(180) {
-        let e = if acked % 4 == 0 {
+        let e = if acked.is_multiple_of(4) {
             ctx.sq_run(&db, &["add", "true"])?
         } else {
             ctx.sq_run(&db, &["add", &big, "--delay", "1h"])?
@@ -336,8 +336,9 @@ fn hostile(
         let after = listing(&dir)?;
         if e.code() == Some(0) {
             tally.accepted += 1;
-            // Both backends: read-only commands open redb read-only
-            // (issue #8), so not even its header is rewritten.
+            // Both backends: read-only commands open redb read-only (a
+            // writable redb open rewrites the header even when nothing is
+            // written), so not even its header is rewritten.
             if *read_only && queue::same_bytes(&db, bytes).is_err() {
                 ctx.problem(format!("{what}: a read-only command changed the file"));
             }

@@ -277,7 +277,7 @@ pub fn s04_kill_loop(ctx: &mut Ctx) -> Result<Status> {
     Ok(Status::Ran(summary))
 }
 
-/// The runner-side crash points (see `runner/src/failpoint.rs`).
+/// The runner-side crash points (see `core/src/failpoint.rs`).
 const RUNNER_FAILPOINTS: [&str; 4] =
     ["after_claim", "after_spawn", "before_complete", "mid_complete"];
 

@@ -1,6 +1,6 @@
 //! Torture S16 on redb, two finds on damaged files, each pinned by a
 //! checked-in reproducer. The first, a damaged allocator state found by
-//! the proptest in `fuzz.rs` with a random seed and minimized to one byte,
+//! the proptest in `properties.rs` with a random seed and minimized to one byte,
 //! once aborted the process; now the open refuses the file.
 //!
 //! The reproducer, `tests/data/s16_damaged_allocator.redb`, is a valid

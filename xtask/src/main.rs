@@ -1,18 +1,9 @@
 //! Project automation in Rust, run as `cargo xtask <command>` (the alias is
 //! in `.cargo/config.toml`), so a fresh machine needs nothing but cargo.
 //!
-//! Commands:
-//! - `ci`: everything CI checks — formatting, clippy with warnings as
-//!   errors, docs, every test, each backend feature alone, the layering
-//!   rules, and the conformance table.
-//! - `conformance [--store sqlite|redb]`: the shared Store suite per
-//!   backend, printed side by side.
-//! - `bench [--quick] [--backend sqlite|redb] [--profile release|dev]`:
-//!   every performance figure as a ratio against the raw storage limit
-//!   measured in the same run (see `bench/`).
-//! - `torture [--quick] [--backend sqlite|redb] [--seed N]`: kill -9,
-//!   contention, clock jumps, full disks and hostile files against the
-//!   real binary (see `torture/`); the summary lines come last.
+//! The commands are `COMMANDS`: one table drives dispatch, `help` and
+//! the message for an unknown command, so none of them can forget one.
+//! `cargo xtask help` prints it.
 
 #![allow(
     clippy::print_stdout,
@@ -27,6 +18,49 @@ mod torture;
 
 use std::process::ExitCode;
 
+/// One `cargo xtask` command: its name, its arguments and what it does
+/// (both printed by `help`), and the function that runs it.
+struct Command {
+    name: &'static str,
+    args: &'static str,
+    help: &'static str,
+    run: fn(&[String]) -> Result<(), String>,
+}
+
+/// Every command, in the order `help` lists them.
+const COMMANDS: &[Command] = &[
+    Command {
+        name: "ci",
+        args: "",
+        help: "everything CI checks: formatting, clippy with warnings as errors, the layering \
+               rules, each backend feature alone, docs, every test of the workspace (the tidy \
+               rules included), the conformance table, a quick bench and a quick torture run",
+        run: |args| no_args("ci", args).and_then(|()| ci()),
+    },
+    Command {
+        name: "conformance",
+        args: "[--store sqlite|redb]",
+        help: "the shared Store suite on each backend, printed side by side",
+        run: conformance::run,
+    },
+    Command {
+        name: "bench",
+        args: "[--quick] [--backend sqlite|redb] [--profile release|dev]",
+        help: "every performance figure as a ratio against the raw storage limit measured in \
+               the same run (see bench/ and BENCHMARKS.md)",
+        run: bench::run,
+    },
+    Command {
+        name: "torture",
+        args: "[--quick] [--backend sqlite|redb] [--seed N] [--only S03,S04] [--keep]",
+        help: "property tests, the fuzz targets and the torture scenarios (kill -9, contention, \
+               clock jumps, full disks, hostile files) against the real binary (see torture/ \
+               and docs/reliability.md); the summary lines come last",
+        run: torture::run,
+    },
+    Command { name: "help", args: "", help: "this list", run: |_| help() },
+];
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Err(e) = std::env::set_current_dir(run::project_root()) {
@@ -34,19 +68,11 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let result = match args.first().map(String::as_str) {
-        Some("ci") => ci(),
-        Some("conformance") => conformance::run(&args[1..]),
-        Some("bench") => bench::run(&args[1..]),
-        Some("torture") => torture::run(&args[1..]),
-        Some("help" | "--help" | "-h") | None => {
-            println!(
-                "usage: cargo xtask <ci | conformance [--store sqlite|redb] | bench [--quick] [--backend sqlite|redb] [--profile release|dev]>"
-            );
-            Ok(())
-        }
-        Some(other) => {
-            Err(format!("unknown command `{other}` (expected ci, conformance or bench)"))
-        }
+        None | Some("--help" | "-h") => help(),
+        Some(name) => match COMMANDS.iter().find(|c| c.name == name) {
+            Some(command) => (command.run)(&args[1..]),
+            None => Err(format!("unknown command `{name}` (expected {})", names())),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -54,6 +80,45 @@ fn main() -> ExitCode {
             eprintln!("xtask: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `help`: one line of usage and one of purpose per command.
+fn help() -> Result<(), String> {
+    println!("usage: cargo xtask <command>\n\ncommands:");
+    for c in COMMANDS {
+        println!("  {}", format!("{} {}", c.name, c.args).trim_end());
+        let mut line = String::new();
+        for word in c.help.split_whitespace() {
+            if !line.is_empty() && line.len() + 1 + word.len() > 72 {
+                println!("      {line}");
+                line.clear();
+            }
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+        println!("      {line}");
+    }
+    Ok(())
+}
+
+/// The command names, for the unknown-command message: `a, b or c`.
+fn names() -> String {
+    let names: Vec<&str> = COMMANDS.iter().map(|c| c.name).collect();
+    match names.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
+/// For commands that take no arguments.
+fn no_args(name: &str, args: &[String]) -> Result<(), String> {
+    match args.first() {
+        None => Ok(()),
+        Some(a) => Err(format!("`{name}` takes no arguments (got `{a}`)")),
     }
 }
 

@@ -48,8 +48,8 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "BACKEND", value_parser = parse_backend)]
     pub backend: Option<Backend>,
 
-    /// Print JSON instead of text, for scripts (field names as in the job
-    /// table of the design: snake_case, times in UTC milliseconds).
+    /// Print JSON instead of text, for scripts (every shape is in
+    /// docs/json.md: snake_case names, times in UTC milliseconds).
     #[arg(long, global = true)]
     pub json: bool,
 

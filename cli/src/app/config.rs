@@ -12,16 +12,12 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use slothqueue::core::machine;
+use slothqueue::core::{DEFAULT_MAX_RUNTIME, machine};
 use slothqueue::{Backend, JobId, ListFilter, ListOrder, NewJob, Timestamp};
 
 use super::args::{self, Cli, Order};
 use super::exit::usage;
 use super::time;
-
-/// The CLI's default runtime limit: a job that hangs must not hold the
-/// queue forever (`--max-runtime none` opts out).
-pub const DEFAULT_MAX_RUNTIME: Duration = Duration::from_secs(300);
 
 /// Rows `list` shows unless asked for more.
 pub const DEFAULT_LIST_LIMIT: usize = 50;

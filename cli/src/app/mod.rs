@@ -41,9 +41,9 @@ pub fn main() -> ExitCode {
 /// calls go to the blocking pool either way), so it runs on the calling
 /// thread: no worker threads to start (one per CPU, each with its own stack
 /// and malloc arena), fewer thread hand-offs per store call, and less of
-/// tokio's scheduler mapped in (issue #7: `run` draining peaked at 8.4 MiB
-/// with workers, 7.5–7.7 without, on SQLite). `serve` answers HTTP clients
-/// beside its drain worker, so it keeps worker threads.
+/// tokio's scheduler mapped in, which shows in `run`'s peak memory
+/// (`BENCHMARKS.md`, "The CLI started tokio's worker threads"). `serve`
+/// answers HTTP clients beside its drain worker, so it keeps worker threads.
 fn runtime_for(command: &config::Command) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = match command {
         config::Command::Serve(_) => tokio::runtime::Builder::new_multi_thread(),

@@ -1,7 +1,7 @@
-//! A table of invalid invocations (RELIABILITY S18). Each must exit with
-//! its documented code, say what was wrong in one line on stderr, never
-//! panic, and leave the queue file byte-for-byte as it was (and create no
-//! other file).
+//! A table of invalid invocations (S18 in docs/reliability.md). Each must
+//! exit with its documented code, say what was wrong in one line on stderr,
+//! never panic, and leave the queue file byte-for-byte as it was (and
+//! create no other file).
 
 use std::path::PathBuf;
 
@@ -108,7 +108,7 @@ fn seeded(ctx: &TestContext) {
 /// redb rewrites its header when a writable handle opens and closes, so a
 /// writing command that the store refuses (`retry` of a pending job)
 /// changes bytes though not content. Commands that only look open redb
-/// read-only (issue #8) and are held to byte-identity like SQLite.
+/// read-only and are held to byte-identity like SQLite.
 fn snapshot_dir(ctx: &TestContext, args: &[&str]) -> Vec<(PathBuf, Option<Vec<u8>>)> {
     let looks = matches!(args.first(), Some(&("status" | "list" | "show" | "logs" | "export")));
     let redb_queue = (ctx.backend == Backend::Redb && !looks).then_some(&ctx.db);

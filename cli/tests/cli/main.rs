@@ -10,7 +10,7 @@
 //!   recovery, SIGTERM, the missing-file rule, export/import, the demo.
 //! - `creation`: processes racing to create one queue (torture S17).
 //! - `read_only`: the commands that only look leave a redb file's bytes
-//!   alone (issue #8, torture S16).
+//!   alone (torture S16).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -1,4 +1,4 @@
-//! Issue #8 / torture S16: the commands that only look (`status`, `list`,
+//! Looking changes nothing (torture S16): the commands that only look (`status`, `list`,
 //! `show`, `export`, `logs`) leave a redb queue byte-for-byte as they found
 //! it — a good file, a damaged one they refuse or read, and one a crash
 //! left needing repair — where a writable open rewrites redb's header.

@@ -8,16 +8,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use slothqueue::Backend;
 use slothqueue::{Job, JobId, OpenOptions, Store};
-
-/// Which backend a test's queue file is in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    /// `queue.db`.
-    Sqlite,
-    /// `queue.redb`.
-    Redb,
-}
 
 /// A temp dir with a queue path in it, and helpers to run the binary there.
 pub struct TestContext {

@@ -79,7 +79,7 @@ impl Run {
         claimed: Claimed,
     ) -> Result<Option<Claimed>, RunnerError> {
         let Claimed { job, fence, .. } = claimed;
-        crate::failpoint::hit("after_claim");
+        slothqueue_core::failpoint::hit("after_claim");
         let Some(executor) = self.executors.get(&job.kind).cloned() else {
             // The claim filter makes this unreachable; hand the job back.
             self.warn(format!("no executor for kind `{}` of job #{}; released", job.kind, job.id));
@@ -115,7 +115,7 @@ impl Run {
             self.lost(job.id, elapsed);
             return Ok(None);
         }
-        crate::failpoint::hit("before_complete");
+        slothqueue_core::failpoint::hit("before_complete");
         self.record_outcome(&job, &fence, driven.stopped, driven.outcome, elapsed).await
     }
 

@@ -56,7 +56,8 @@ impl Ctx {
     }
 
     /// Opens the queue for a command that only looks: nothing is created
-    /// or written, so the file stays byte-for-byte as it was (issue #8).
+    /// or written, so the file stays byte-for-byte as it was (a writable
+    /// redb open would rewrite its header even then).
     pub fn open_read_only(&self) -> anyhow::Result<Arc<dyn Store>> {
         Ok(slothqueue::open(&self.db, OpenOptions::read_only(self.backend))?)
     }
