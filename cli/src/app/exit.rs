@@ -75,7 +75,7 @@ pub fn code_for(err: &anyhow::Error) -> Code {
         }
         if let Some(e) = cause.downcast_ref::<OpenError>() {
             return match e {
-                OpenError::Missing(_) => Code::NotFound,
+                OpenError::Missing(_) | OpenError::NoFolder { .. } => Code::NotFound,
                 OpenError::Store(s) => store_code(s),
                 OpenError::Io { .. } => Code::Failure,
                 _ => Code::Unusable,
