@@ -20,6 +20,7 @@
 mod bad_input;
 mod creation;
 mod e2e;
+mod import;
 mod queue_files;
 mod read_only;
 mod snapshots;
