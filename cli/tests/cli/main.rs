@@ -25,3 +25,4 @@ mod queue_files;
 mod read_only;
 mod snapshots;
 pub mod support;
+mod usage;
