@@ -86,6 +86,12 @@ pub fn code_for(err: &anyhow::Error) -> Code {
                 return Code::Success;
             }
         }
+        // `--json` output writes through serde_json, which wraps the pipe's error.
+        if let Some(e) = cause.downcast_ref::<serde_json::Error>() {
+            if e.io_error_kind() == Some(io::ErrorKind::BrokenPipe) {
+                return Code::Success;
+            }
+        }
     }
     Code::Failure
 }
@@ -207,6 +213,12 @@ mod tests {
             (OpenError::Missing("x".into()).into(), Code::NotFound),
             (OpenError::Foreign("x".into()).into(), Code::Unusable),
             (anyhow::Error::new(io::Error::from(io::ErrorKind::BrokenPipe)), Code::Success),
+            (
+                anyhow::Error::new(serde_json::Error::io(io::Error::from(
+                    io::ErrorKind::BrokenPipe,
+                ))),
+                Code::Success,
+            ),
             (anyhow::anyhow!("something else"), Code::Failure),
         ];
         for (err, code) in cases {

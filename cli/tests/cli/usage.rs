@@ -59,3 +59,36 @@ fn serve_listens_on_localhost() {
     assert!(line.starts_with("listening on http://127.0.0.1:"), "{line:?} ({status})");
     assert_eq!(status.code(), Some(0));
 }
+
+#[test]
+fn a_bare_slothqueue_prints_the_usage() {
+    let ctx = TestContext::new(Backend::Sqlite);
+    let out = ctx.bare_command().output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("Usage: slothqueue [OPTIONS] <COMMAND>"), "{text}");
+}
+
+#[test]
+fn json_into_a_closed_pipe_is_quiet() {
+    use std::io::Read;
+    let ctx = TestContext::new(Backend::Sqlite);
+    for i in 0..300 {
+        ctx.ok(&["add", &format!("echo {i} {}", "x".repeat(200))]);
+    }
+    let mut child = ctx
+        .command(&["--json", "list", "-n", "300"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 10];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // stdout is closed now: the rest of the output meets a closed pipe.
+    let status = wait_child(&mut child, Duration::from_secs(60));
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr, "");
+}
