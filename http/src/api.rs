@@ -164,7 +164,12 @@ impl EnqueueRequest {
                     "scheduled_for must be an rfc 3339 timestamp such as 2030-01-02T03:04:05Z: {e}"
                 ))
             })?;
-            new.not_before = Some(slothqueue_core::Timestamp::from_millis(ts.as_millisecond()));
+            let at = slothqueue_core::Timestamp::from_millis(ts.as_millisecond());
+            let latest = app.api.clock.now().saturating_add(machine::MAX_MAX_RUNTIME);
+            if at > latest {
+                return Err(bad("scheduled_for must be at most 100 years from now"));
+            }
+            new.not_before = Some(at);
         }
         machine::validate(&new).map_err(|e| bad(e.to_string()))?;
         Ok(new)
@@ -482,7 +487,7 @@ fn schemas() -> Value {
                     "description": "1 to 128 bytes of printable characters"
                 },
                 "priority": { "type": ["integer", "null"], "format": "int32", "default": 0 },
-                "scheduled_for": { "type": ["string", "null"], "format": "date-time", "description": "RFC 3339, not before 1970; the job is not run before" },
+                "scheduled_for": { "type": ["string", "null"], "format": "date-time", "description": "RFC 3339, from 1970 to 100 years from now; the job is not run before" },
                 "max_attempts": { "type": ["integer", "null"], "minimum": 1, "maximum": machine::MAX_ATTEMPTS, "default": 3 },
                 "max_runtime": {
                     "type": ["number", "null"],

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 on_both_backends!(
     enqueue_refuses_what_cannot_run,
-    max_runtime_is_bounded,
+    max_runtime_and_scheduled_for_are_bounded,
     duplicate_host_or_origin_is_refused,
     absolute_form_authority_is_judged_like_host,
     wrong_tokens_wait,
@@ -46,13 +46,19 @@ async fn enqueue_refuses_what_cannot_run(backend: Backend) {
     s.stop().await.unwrap();
 }
 
-async fn max_runtime_is_bounded(backend: Backend) {
+async fn max_runtime_and_scheduled_for_are_bounded(backend: Backend) {
     let s = start(backend).await;
     for bad in [json!(0.0001), json!(0), json!(1e12), json!(1e300), json!(-1)] {
         let mut req = shell_with(json!({ "command": "true" }));
         req["max_runtime"] = bad.clone();
         let (status, body) = s.post("/api/tasks/enqueue", &req).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "max_runtime {bad}: {body}");
+    }
+    for at in ["1969-07-20T20:17:00Z", "2200-01-01T00:00:00Z"] {
+        let mut req = shell_with(json!({ "command": "true" }));
+        req["scheduled_for"] = json!(at);
+        let (status, body) = s.post("/api/tasks/enqueue", &req).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "scheduled_for {at}: {body}");
     }
     let mut req = shell_with(json!({ "command": "true" }));
     req["max_runtime"] = json!(0.001);
