@@ -161,15 +161,10 @@ impl EnqueueRequest {
         if let Some(at) = self.scheduled_for {
             let ts: jiff::Timestamp = at.parse().map_err(|e| {
                 bad(format!(
-                    "scheduled_for must be an rfc 3339 timestamp such as 2030-01-02T03:04:05Z: {e}"
+                    "scheduled_for must be an rfc 3339 timestamp such as 2030-01-02T03:04:05Z, in the years 1970 to 9999: {e}"
                 ))
             })?;
-            let at = slothqueue_core::Timestamp::from_millis(ts.as_millisecond());
-            let latest = app.api.clock.now().saturating_add(machine::MAX_MAX_RUNTIME);
-            if at > latest {
-                return Err(bad("scheduled_for must be at most 100 years from now"));
-            }
-            new.not_before = Some(at);
+            new.not_before = Some(slothqueue_core::Timestamp::from_millis(ts.as_millisecond()));
         }
         machine::validate(&new).map_err(|e| bad(e.to_string()))?;
         Ok(new)
@@ -487,7 +482,7 @@ fn schemas() -> Value {
                     "description": "1 to 128 bytes of printable characters"
                 },
                 "priority": { "type": ["integer", "null"], "format": "int32", "default": 0 },
-                "scheduled_for": { "type": ["string", "null"], "format": "date-time", "description": "RFC 3339, from 1970 to 100 years from now; the job is not run before" },
+                "scheduled_for": { "type": ["string", "null"], "format": "date-time", "description": "RFC 3339, in the years 1970 to 9999; the job is not run before" },
                 "max_attempts": { "type": ["integer", "null"], "minimum": 1, "maximum": machine::MAX_ATTEMPTS, "default": 3 },
                 "max_runtime": {
                     "type": ["number", "null"],
