@@ -107,9 +107,13 @@ impl FromStr for Backend {
 pub struct OpenOptions {
     /// Use this backend whatever the file looks like; `None` detects it.
     pub backend: Option<Backend>,
-    /// Create the file (and its folder) when missing. Read-only callers set
-    /// this to `false` so that looking never leaves a file behind.
+    /// Create the file when missing. Read-only callers set this to `false`
+    /// so that looking never leaves a file behind.
     pub create: bool,
+    /// Also create the file's folder when it is missing. Off by default: a
+    /// typo in `--db /typo/dir/q.db` must not leave folders behind; the CLI
+    /// sets it for its default data directory only.
+    pub create_folder: bool,
     /// Only read: the store refuses every write, and the file is left
     /// byte-for-byte as it was (redb rewrites its header on a writable
     /// open and close even when nothing is written). Implies no `create`.
@@ -122,13 +126,13 @@ impl OpenOptions {
     /// The options of a command that only looks: no file created, nothing
     /// written, whatever the file is.
     pub fn read_only(backend: Option<Backend>) -> Self {
-        OpenOptions { backend, create: false, read_only: true }
+        OpenOptions { backend, create: false, create_folder: false, read_only: true }
     }
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { backend: None, create: true, read_only: false }
+        OpenOptions { backend: None, create: true, create_folder: false, read_only: false }
     }
 }
 
@@ -159,6 +163,36 @@ pub enum OpenError {
         .0.display()
     )]
     Foreign(PathBuf),
+    /// The new file's folder does not exist (and is not created).
+    #[error(
+        "cannot create {}: the folder {} does not exist (create it first, or check --db for a typo)",
+        .path.display(),
+        .folder.display()
+    )]
+    NoFolder {
+        /// The queue file asked for.
+        path: PathBuf,
+        /// Its missing folder.
+        folder: PathBuf,
+    },
+    /// The path exists but is not a regular file (or a symlink to one):
+    /// a FIFO would hang every open, a directory or a device is no queue.
+    #[error("{}: is {what}, not a queue file; point --db at a regular file", .path.display())]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead (`a FIFO`, `a directory`, …).
+        what: &'static str,
+    },
+    /// The file (or its SQLite `-wal`/`-shm` sibling) could be changed by
+    /// someone else: whoever can write it can run commands as this user.
+    #[error("{}: {detail}", .path.display())]
+    Unsafe {
+        /// The file at fault.
+        path: PathBuf,
+        /// What is wrong and how to fix it.
+        detail: String,
+    },
     /// Reading the header or creating the folder failed.
     #[error("{context}: {source}")]
     Io {
@@ -204,10 +238,8 @@ fn new_file_backend(path: &Path) -> Backend {
 /// and nothing is created. A build without the file's backend fails with a
 /// message naming the Cargo feature it needs.
 pub fn open(path: &Path, options: OpenOptions) -> Result<Arc<dyn Store>, OpenError> {
-    let exists = path.try_exists().map_err(|source| OpenError::Io {
-        context: format!("cannot look at {}", path.display()),
-        source,
-    })?;
+    // Looked at before anything opens it: opening a FIFO blocks forever.
+    let exists = vet(path)?;
     if !exists && (!options.create || options.read_only) {
         return Err(OpenError::Missing(path.into()));
     }
@@ -221,13 +253,128 @@ pub fn open(path: &Path, options: OpenOptions) -> Result<Arc<dyn Store>, OpenErr
     }
     if !exists {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| OpenError::Io {
-                context: format!("cannot create the folder {}", dir.display()),
-                source,
-            })?;
+            prepare_folder(path, dir, options.create_folder)?;
         }
     }
     open_backend(path, backend, options.read_only)
+}
+
+/// Whether `path` exists as a file this user alone can change: `Ok(false)`
+/// when there is nothing there, an error when it is not a regular file (a
+/// symlink to one is fine), belongs to someone else, or is writable by
+/// group or others; the same for the SQLite `-wal` and `-shm` siblings
+/// that are present. Whoever can write a queue can run commands as the
+/// user who runs it, so a queue in a shared folder must not be trusted.
+fn vet(path: &Path) -> Result<bool, OpenError> {
+    let Some(meta) = file_metadata(path)? else {
+        return Ok(false);
+    };
+    check_owner(path, &meta)?;
+    for suffix in ["-wal", "-shm"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        let sibling = PathBuf::from(name);
+        if let Some(meta) = file_metadata(&sibling)? {
+            check_owner(&sibling, &meta)?;
+        }
+    }
+    Ok(true)
+}
+
+/// The metadata of the regular file at `path` (following symlinks), `None`
+/// when nothing is there.
+fn file_metadata(path: &Path) -> Result<Option<std::fs::Metadata>, OpenError> {
+    use std::os::unix::fs::FileTypeExt;
+    let look =
+        |source| OpenError::Io { context: format!("cannot look at {}", path.display()), source };
+    // Another process may be creating (or SQLite removing) the file between
+    // two looks: only a symlink seen as one is dangling.
+    let mut tries = 0;
+    let meta = loop {
+        match std::fs::metadata(path) {
+            Ok(m) => break m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                match std::fs::symlink_metadata(path) {
+                    Ok(m) if m.file_type().is_symlink() => {
+                        return Err(OpenError::NotAFile {
+                            path: path.into(),
+                            what: "a dangling symlink",
+                        });
+                    }
+                    Ok(_) if tries < 3 => tries += 1,
+                    Ok(_) => return Err(look(e)),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                    Err(e) => return Err(look(e)),
+                }
+            }
+            Err(e) => return Err(look(e)),
+        }
+    };
+    let ft = meta.file_type();
+    let what = if ft.is_file() {
+        return Ok(Some(meta));
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    };
+    Err(OpenError::NotAFile { path: path.into(), what })
+}
+
+fn check_owner(path: &Path, meta: &std::fs::Metadata) -> Result<(), OpenError> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(OpenError::Unsafe {
+            path: path.into(),
+            detail: format!(
+                "owned by uid {}, not by you (uid {me}): its owner could make you run any command; use a queue of your own",
+                meta.uid()
+            ),
+        });
+    }
+    let mode = meta.mode() & 0o777;
+    if mode & 0o022 != 0 {
+        return Err(OpenError::Unsafe {
+            path: path.into(),
+            detail: format!(
+                "mode {mode:04o} lets other users change it (and so run commands as you); chmod 600 it"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A new file's folder: created (private) when allowed, else it must exist.
+fn prepare_folder(path: &Path, dir: &Path, create: bool) -> Result<(), OpenError> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(OpenError::NoFolder { path: path.into(), folder: dir.into() }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|source| {
+                OpenError::Io {
+                    context: format!("cannot create the folder {}", dir.display()),
+                    source,
+                }
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            Err(OpenError::NoFolder { path: path.into(), folder: dir.into() })
+        }
+        Err(source) => Err(OpenError::Io {
+            context: format!("cannot look at the folder {}", dir.display()),
+            source,
+        }),
+    }
 }
 
 fn open_backend(

@@ -55,7 +55,26 @@ pub enum TransitionError {
 /// Longest queue, kind or idempotency key accepted.
 pub const MAX_NAME_LEN: usize = 128;
 
-/// Checks a new job before anything is written.
+/// Longest single argument Linux passes to a program (`MAX_ARG_STRLEN`,
+/// 32 pages of 4 KiB, with its NUL): a shell command (`sh -c CMD`) or one
+/// `NAME=VALUE` of its environment longer than this cannot start.
+pub const MAX_ARG_LEN: usize = 131_072;
+
+/// Most attempts a job may be given.
+pub const MAX_ATTEMPTS: u32 = 1_000_000;
+
+/// Shortest max runtime: stored in milliseconds, anything shorter would be
+/// 0 and kill the job at once.
+pub const MIN_MAX_RUNTIME: Duration = Duration::from_millis(1);
+
+/// Longest max runtime (100 years, the longest duration the CLI reads); a
+/// longer one is a mistake, and its milliseconds must fit an `i64`.
+pub const MAX_MAX_RUNTIME: Duration = Duration::from_secs(100 * 366 * 24 * 3600);
+
+/// Checks a new job before anything is written: every door (the CLI's
+/// `add`, HTTP enqueue, `import`) passes here, so what the OS would refuse
+/// only at run time (an over-long argument, a NUL, an env name with `=`)
+/// is refused at enqueue.
 pub fn validate(new: &NewJob) -> Result<(), TransitionError> {
     let bad = |m: String| Err(TransitionError::InvalidJob(m));
     for (what, name) in [("queue", &new.queue), ("kind", &new.kind)] {
@@ -75,13 +94,75 @@ pub fn validate(new: &NewJob) -> Result<(), TransitionError> {
     if new.max_attempts == Some(0) {
         return bad("max attempts must be at least 1".to_owned());
     }
-    if new.kind == SHELL_KIND {
-        match new.payload.get("command").and_then(|c| c.as_str()) {
-            None => return bad("a shell job needs a payload with a string `command`".to_owned()),
-            Some(c) if c.trim().is_empty() => return bad("the command is empty".to_owned()),
-            Some(c) if c.contains('\0') => return bad("the command contains a NUL byte".to_owned()),
-            Some(_) => {}
+    if new.max_attempts.is_some_and(|n| n > MAX_ATTEMPTS) {
+        return bad(format!("max attempts must be at most {MAX_ATTEMPTS}"));
+    }
+    if let Some(d) = new.max_runtime {
+        if d < MIN_MAX_RUNTIME {
+            return bad("max runtime must be at least 1ms (none for no limit)".to_owned());
         }
+        if d > MAX_MAX_RUNTIME {
+            return bad("max runtime must be at most 100 years (none for no limit)".to_owned());
+        }
+    }
+    if new.not_before.is_some_and(|t| t.as_millis() < 0) {
+        return bad("the due time is before 1970-01-01 (the epoch)".to_owned());
+    }
+    if new.kind == SHELL_KIND {
+        validate_shell(&new.payload).map_err(TransitionError::InvalidJob)?;
+    }
+    Ok(())
+}
+
+/// A shell payload the runner can start: a command `sh -c` can take, a
+/// `cwd` without NUL, an `env` of names and values `execve` can take.
+fn validate_shell(payload: &serde_json::Value) -> Result<(), String> {
+    match payload.get("command").and_then(|c| c.as_str()) {
+        None => return Err("a shell job needs a payload with a string `command`".to_owned()),
+        Some(c) if c.trim().is_empty() => return Err("the command is empty".to_owned()),
+        Some(c) if c.contains('\0') => return Err("the command contains a NUL byte".to_owned()),
+        Some(c) if c.len() >= MAX_ARG_LEN => {
+            return Err(format!(
+                "the command is {} bytes: Linux passes at most {} bytes as one argument (put a long script in a file)",
+                c.len(),
+                MAX_ARG_LEN - 1
+            ));
+        }
+        Some(_) => {}
+    }
+    match payload.get("cwd") {
+        None => {}
+        Some(serde_json::Value::String(cwd)) if cwd.contains('\0') => {
+            return Err("the `cwd` contains a NUL byte".to_owned());
+        }
+        Some(serde_json::Value::String(_)) => {}
+        Some(_) => return Err("the `cwd` must be a string".to_owned()),
+    }
+    match payload.get("env") {
+        None => {}
+        Some(serde_json::Value::Object(env)) => {
+            for (name, value) in env {
+                let Some(value) = value.as_str() else {
+                    return Err(format!("the value of env `{name}` must be a string"));
+                };
+                if name.is_empty() || name.contains(['=', '\0']) {
+                    return Err(format!(
+                        "env name `{}` must be non-empty, without `=` or NUL",
+                        name.escape_debug()
+                    ));
+                }
+                if value.contains('\0') {
+                    return Err(format!("the value of env `{name}` contains a NUL byte"));
+                }
+                if name.len() + 1 + value.len() >= MAX_ARG_LEN {
+                    return Err(format!(
+                        "env `{name}` is longer than the {} bytes Linux passes as one variable",
+                        MAX_ARG_LEN - 1
+                    ));
+                }
+            }
+        }
+        Some(_) => return Err("the shell payload's `env` must be an object of strings".to_owned()),
     }
     Ok(())
 }

@@ -157,7 +157,7 @@ impl EnqueueRequest {
         if let Some(at) = self.scheduled_for {
             let ts: jiff::Timestamp = at.parse().map_err(|e| {
                 bad(format!(
-                    "scheduled_for must be an rfc 3339 timestamp such as 2030-01-02T03:04:05Z: {e}"
+                    "scheduled_for must be an rfc 3339 timestamp such as 2030-01-02T03:04:05Z, in the years 1970 to 9999: {e}"
                 ))
             })?;
             new.not_before = Some(slothqueue_core::Timestamp::from_millis(ts.as_millisecond()));
@@ -271,8 +271,8 @@ async fn stats(State(app): State<AppState>) -> Result<Json<Stats>, HttpError> {
     Ok(Json(app.store.stats(app.api.clock.now()).await?))
 }
 
-async fn openapi() -> Json<Value> {
-    Json(openapi_document())
+async fn openapi(State(app): State<AppState>) -> Json<Value> {
+    Json(openapi_document(app.api.server_addr))
 }
 
 async fn healthz() -> Json<Value> {
@@ -289,8 +289,10 @@ pub(crate) async fn wrong_method(method: axum::http::Method) -> HttpError {
     HttpError::MethodNotAllowed { method: method.to_string() }
 }
 
-/// The OpenAPI 3.1 document describing exactly [`ROUTES`].
-pub(crate) fn openapi_document() -> Value {
+/// The OpenAPI 3.1 document describing exactly [`ROUTES`], served from
+/// `addr` (the bound address; the default one when not known).
+pub(crate) fn openapi_document(addr: Option<std::net::SocketAddr>) -> Value {
+    let addr = addr.unwrap_or(crate::DEFAULT_ADDR);
     let mut paths = serde_json::Map::new();
     for route in ROUTES {
         let entry = paths.entry(route.path).or_insert_with(|| json!({}));
@@ -305,7 +307,7 @@ pub(crate) fn openapi_document() -> Value {
             "version": env!("CARGO_PKG_VERSION"),
             "description": "A durable background-job queue for one machine. Every route but /healthz needs `Authorization: Bearer <token>` (the token is in `<queue>.token` beside the queue file unless given), a loopback Host header, and for bodies `Content-Type: application/json`. Errors are `{\"error\": \"...\", \"status\": N}`. Timestamps are UTC milliseconds since the epoch.",
         },
-        "servers": [{ "url": "http://127.0.0.1:7878" }],
+        "servers": [{ "url": format!("http://{addr}") }],
         "security": [{ "bearer": [] }],
         "paths": paths,
         "components": {
@@ -363,9 +365,21 @@ fn op_enqueue() -> Value {
                 ("201", ok_json("a new job was created", "EnqueueResponse")),
                 ("200", ok_json("an identical job with this idempotency key already exists", "EnqueueResponse")),
             ],
-            &["400", "401", "403", "413", "415"],
+            &["400", "401", "403", "405", "408", "413", "415", "503"],
         )
     })
+}
+
+/// What a route behind the token can answer besides its own results:
+/// malformed headers, no token, a foreign host, a wrong method, a declared
+/// body too large or not JSON, a busy queue.
+const AUTHED: &[&str] = &["400", "401", "403", "405", "413", "415", "503"];
+
+/// The rule of a queue or kind name (`machine::is_plain_name`).
+const PLAIN_NAME: &str = "^[A-Za-z0-9_-][A-Za-z0-9._-]*$";
+
+fn plain_name(description: &str) -> Value {
+    json!({ "type": "string", "minLength": 1, "maxLength": machine::MAX_NAME_LEN, "pattern": PLAIN_NAME, "description": description })
 }
 
 fn op_list() -> Value {
@@ -375,12 +389,12 @@ fn op_list() -> Value {
         "summary": "jobs, newest first, a page at a time",
         "parameters": [
             q("state", json!({ "$ref": "#/components/schemas/JobState" }), "only jobs in this state"),
-            q("kind", json!({ "type": "string" }), "only jobs of this kind"),
-            q("queue", json!({ "type": "string" }), "only jobs in this queue"),
+            q("kind", plain_name("a kind"), "only jobs of this kind"),
+            q("queue", plain_name("a queue"), "only jobs in this queue"),
             q("limit", json!({ "type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT }), "page size"),
-            q("cursor", json!({ "type": "integer", "minimum": 1 }), "the next_cursor of the previous page"),
+            q("cursor", json!({ "type": "integer", "format": "int64", "minimum": 1, "maximum": i64::MAX }), "the next_cursor of the previous page"),
         ],
-        "responses": responses(&[("200", ok_json("a page of jobs", "JobPage"))], &["400", "401", "403"])
+        "responses": responses(&[("200", ok_json("a page of jobs", "JobPage"))], AUTHED)
     })
 }
 
@@ -388,7 +402,7 @@ fn op_stats() -> Value {
     json!({
         "operationId": "stats",
         "summary": "counts per state, how many are due now, and when the next one is due",
-        "responses": responses(&[("200", ok_json("the counts", "Stats"))], &["401", "403"])
+        "responses": responses(&[("200", ok_json("the counts", "Stats"))], AUTHED)
     })
 }
 
@@ -397,7 +411,7 @@ fn op_show() -> Value {
         "operationId": "showJob",
         "summary": "one job with its event trail",
         "parameters": [id_param()],
-        "responses": responses(&[("200", ok_json("the job", "JobWithEvents"))], &["400", "401", "403", "404"])
+        "responses": responses(&[("200", ok_json("the job", "JobWithEvents"))], &["400", "401", "403", "404", "405", "413", "415", "503"])
     })
 }
 
@@ -406,7 +420,7 @@ fn op_cancel() -> Value {
         "operationId": "cancelJob",
         "summary": "cancel a pending job, or ask the runner to stop a running one (it then ends cancelled)",
         "parameters": [id_param()],
-        "responses": responses(&[("200", ok_json("the job after the cancel", "Job"))], &["400", "401", "403", "404", "409", "415"])
+        "responses": responses(&[("200", ok_json("the job after the cancel", "Job"))], &["400", "401", "403", "404", "405", "409", "413", "415", "503"])
     })
 }
 
@@ -414,7 +428,10 @@ fn op_openapi() -> Value {
     json!({
         "operationId": "openapi",
         "summary": "this document",
-        "responses": { "200": { "description": "the OpenAPI document", "content": { "application/json": {} } } }
+        "responses": responses(
+            &[("200", json!({ "description": "the OpenAPI document", "content": { "application/json": {} } }))],
+            &["400", "401", "403", "405", "413", "415"],
+        )
     })
 }
 
@@ -430,7 +447,9 @@ fn op_healthz() -> Value {
                     "type": "object", "properties": { "ok": { "const": true } }, "required": ["ok"]
                 } } }
             },
-            "403": { "$ref": "#/components/responses/Error" }
+            "400": { "$ref": "#/components/responses/Error" },
+            "403": { "$ref": "#/components/responses/Error" },
+            "405": { "$ref": "#/components/responses/Error" }
         }
     })
 }
@@ -451,14 +470,46 @@ fn schemas() -> Value {
             "additionalProperties": false,
             "required": ["kind", "payload"],
             "properties": {
-                "kind": { "type": "string", "description": "`shell` for a command; any other name runs the handler of that name" },
-                "payload": { "description": "any JSON; for `shell`: {command, cwd?, env?}, cwd defaulting to the server's working directory" },
-                "idempotency_key": opt_str,
+                "kind": plain_name("`shell` for a command (its payload is a ShellPayload); any other name runs the handler of that name"),
+                "payload": { "description": "any JSON; for kind `shell` a ShellPayload" },
+                "idempotency_key": {
+                    "type": ["string", "null"], "minLength": 1, "maxLength": machine::MAX_NAME_LEN,
+                    "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]+$",
+                    "description": "1 to 128 bytes of printable characters"
+                },
                 "priority": { "type": ["integer", "null"], "format": "int32", "default": 0 },
-                "scheduled_for": { "type": ["string", "null"], "format": "date-time", "description": "RFC 3339; the job is not run before" },
-                "max_attempts": { "type": ["integer", "null"], "minimum": 1, "default": 3 },
-                "max_runtime": { "type": ["number", "null"], "exclusiveMinimum": 0, "default": DEFAULT_MAX_RUNTIME.as_secs(), "description": "seconds; null for no limit" },
-                "queue": { "type": ["string", "null"], "default": DEFAULT_QUEUE }
+                "scheduled_for": { "type": ["string", "null"], "format": "date-time", "description": "RFC 3339, in the years 1970 to 9999; the job is not run before" },
+                "max_attempts": { "type": ["integer", "null"], "minimum": 1, "maximum": machine::MAX_ATTEMPTS, "default": 3 },
+                "max_runtime": {
+                    "type": ["number", "null"],
+                    "minimum": machine::MIN_MAX_RUNTIME.as_secs_f64(),
+                    "maximum": machine::MAX_MAX_RUNTIME.as_secs(),
+                    "default": DEFAULT_MAX_RUNTIME.as_secs(),
+                    "description": "seconds (at least 0.001, at most 100 years); null for no limit"
+                },
+                "queue": {
+                    "oneOf": [plain_name("a queue"), { "type": "null" }],
+                    "default": DEFAULT_QUEUE
+                }
+            }
+        },
+        "ShellPayload": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["command"],
+            "properties": {
+                "command": {
+                    "type": "string", "minLength": 1, "maxLength": machine::MAX_ARG_LEN - 1,
+                    "pattern": "^[^\\u0000]*\\S[^\\u0000]*$",
+                    "description": "run with `sh -c`; not blank, no NUL, under Linux's 128 KiB argument limit (in bytes)"
+                },
+                "cwd": { "type": "string", "pattern": "^/[^\\u0000]*$", "description": "an absolute path; the server's working directory when absent" },
+                "env": {
+                    "type": "object",
+                    "propertyNames": { "minLength": 1, "pattern": "^[^=\\u0000]+$" },
+                    "additionalProperties": { "type": "string", "pattern": "^[^\\u0000]*$" },
+                    "description": "variables for the command; names non-empty without `=` or NUL"
+                }
             }
         },
         "EnqueueResponse": {

@@ -149,6 +149,11 @@ impl IntoResponse for HttpError {
         let status = self.status();
         let body = serde_json::json!({ "error": self.to_string(), "status": status.as_u16() });
         let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+        }
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 axum::http::header::WWW_AUTHENTICATE,
@@ -156,5 +161,57 @@ impl IntoResponse for HttpError {
             );
         }
         response
+    }
+}
+
+/// Gives a refusal that some layer below the routes made without a body
+/// (or with a non-JSON one) the JSON body every refusal has, so a client
+/// never parses text; responses that already are JSON pass unchanged.
+pub(crate) async fn json_refusals(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(crate::guard::is_json_content_type);
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let reason = status.canonical_reason().unwrap_or("refused").to_lowercase();
+    let (mut parts, _) = response.into_parts();
+    let body = serde_json::json!({ "error": reason, "status": status.as_u16() });
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    parts.headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, axum::body::Body::from(body.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_bare_refusal_gets_a_json_body() {
+        let bare = (StatusCode::BAD_REQUEST, "").into_response();
+        let mapped = json_refusals(bare).await;
+        assert_eq!(mapped.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(mapped.headers()[axum::http::header::CONTENT_TYPE], "application/json");
+        let bytes = axum::body::to_bytes(mapped.into_body(), 1024).await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(body, serde_json::json!({ "error": "bad request", "status": 400 }));
+        let ours = HttpError::Conflict("it is done".to_owned()).into_response();
+        let kept = json_refusals(ours).await;
+        let bytes = axum::body::to_bytes(kept.into_body(), 1024).await.unwrap();
+        assert_eq!(bytes, r#"{"error":"it is done","status":409}"#);
+    }
+
+    #[test]
+    fn a_busy_queue_says_when_to_retry() {
+        let busy = HttpError::Store(StoreError::Busy { waited: std::time::Duration::from_secs(5) });
+        let response = busy.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[axum::http::header::RETRY_AFTER], "1");
     }
 }

@@ -22,24 +22,43 @@ pub(crate) const HEALTHZ: &str = "/healthz";
 pub(crate) async fn guard(State(app): State<AppState>, req: Request, next: Next) -> Response {
     match check(&app, &req) {
         Ok(()) => next.run(req).await,
-        Err(e) => e.into_response(),
+        Err(e) => {
+            if matches!(e, HttpError::Unauthorized) {
+                // The same pause after every wrong token: guessing is slow,
+                // and how far a guess got cannot be timed.
+                tokio::time::sleep(FAILED_TOKEN_DELAY).await;
+            }
+            e.into_response()
+        }
     }
 }
 
+/// How long a request with a missing or wrong token waits for its 401.
+pub(crate) const FAILED_TOKEN_DELAY: std::time::Duration = std::time::Duration::from_millis(75);
+
 fn check(app: &AppState, req: &Request) -> Result<(), HttpError> {
     let api = &app.api;
+    for (name, what) in [(header::HOST, "host"), (header::ORIGIN, "origin")] {
+        if req.headers().get_all(&name).iter().nth(1).is_some() {
+            return Err(HttpError::BadRequest(format!("more than one {what} header")));
+        }
+    }
     if !api.allow_remote {
-        let host = req
-            .headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .map(str::to_owned)
-            .or_else(|| req.uri().authority().map(|a| a.as_str().to_owned()));
-        if !host.as_deref().is_some_and(is_loopback_host) {
-            return Err(HttpError::Forbidden(
+        let not_loopback = || {
+            HttpError::Forbidden(
                 "the host header must name a loopback address (localhost, 127.0.0.1 or [::1])"
                     .to_owned(),
-            ));
+            )
+        };
+        let host = req.headers().get(header::HOST).map(|h| h.to_str().ok());
+        // An absolute-form target (`GET http://evil.example/… HTTP/1.1`)
+        // names a host too, and is judged like the header.
+        let authority = req.uri().authority().map(|a| a.as_str());
+        match (host, authority) {
+            (None, None) => return Err(not_loopback()),
+            (Some(h), _) if !h.is_some_and(is_loopback_host) => return Err(not_loopback()),
+            (_, Some(a)) if !is_loopback_host(a) => return Err(not_loopback()),
+            _ => {}
         }
     }
     if let Some(origin) = req.headers().get(header::ORIGIN) {

@@ -69,6 +69,7 @@ pub struct ApiState {
     waker: Option<Arc<Notify>>,
     default_cwd: Option<PathBuf>,
     clock: Arc<dyn Clock>,
+    server_addr: Option<std::net::SocketAddr>,
 }
 
 impl fmt::Debug for ApiState {
@@ -95,6 +96,7 @@ impl ApiState {
             waker: None,
             default_cwd: std::env::current_dir().ok(),
             clock: Arc::new(SystemClock),
+            server_addr: None,
         }
     }
 
@@ -127,6 +129,13 @@ impl ApiState {
     /// The clock that stamps pushes and cancels (tests inject one).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// The address the server is bound to, named in the OpenAPI
+    /// document's `servers` ([`bind`] sets it).
+    pub fn with_server_addr(mut self, addr: std::net::SocketAddr) -> Self {
+        self.server_addr = Some(addr);
         self
     }
 
@@ -172,6 +181,7 @@ pub fn router(store: Arc<dyn Store>, state: ApiState) -> Router {
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             axum::response::IntoResponse::into_response(HttpError::Internal)
         }))
+        .layer(axum::middleware::map_response(error::json_refusals))
         .with_state(app)
 }
 
@@ -181,7 +191,8 @@ pub fn routes() -> Vec<(&'static str, &'static str)> {
     api::ROUTES.iter().map(|r| (r.method, r.path)).collect()
 }
 
-/// The OpenAPI 3.1 document served at `/api/openapi.json`.
+/// The OpenAPI 3.1 document served at `/api/openapi.json` (naming the
+/// default address; the served one names the bound address).
 pub fn openapi() -> serde_json::Value {
-    api::openapi_document()
+    api::openapi_document(None)
 }

@@ -92,7 +92,8 @@ pub async fn bind(store: Arc<dyn Store>, config: ServeConfig) -> Result<Bound, H
         listener.local_addr().map_err(|source| HttpError::Bind { addr: config.addr, source })?;
     let state = ApiState::new(token)
         .with_allow_remote(config.allow_remote)
-        .with_body_limit(config.body_limit);
+        .with_body_limit(config.body_limit)
+        .with_server_addr(local_addr);
     Ok(Bound { listener, local_addr, token_path, store, state })
 }
 
@@ -128,7 +129,9 @@ impl Bound {
         let token = self.state.token.clone();
         let allow_remote = self.state.allow_remote;
         let body_limit = self.state.body_limit;
+        let server_addr = self.state.server_addr;
         let mut state = f(self.state);
+        state.server_addr = server_addr;
         state.token = token;
         state.allow_remote = allow_remote;
         state.body_limit = body_limit;

@@ -38,11 +38,17 @@ impl Token {
     ///
     /// A generated file is created with `create_new` and mode 0600 in the
     /// same call, so there is no moment at which another user could read it
-    /// (a `chmod` afterwards would leave one). An existing generated file
-    /// that others can read or write is refused rather than trusted.
+    /// (a `chmod` afterwards would leave one). An existing token file (given
+    /// or generated) that others can read or write, or that belongs to
+    /// another user, is refused rather than trusted.
     pub fn load(&self) -> Result<(String, PathBuf), HttpError> {
         match self {
-            Token::File(path) => Ok((read_token(path)?, path.clone())),
+            Token::File(path) => {
+                // As ssh treats a private key: a token others can read is
+                // no secret, one others can write is not the owner's.
+                check_private(path)?;
+                Ok((read_token(path)?, path.clone()))
+            }
             Token::Generate { beside_queue } => {
                 let path = token_path_beside(beside_queue);
                 match create_token_file(&path) {
@@ -87,6 +93,13 @@ fn check_private(path: &Path) -> Result<(), HttpError> {
             detail: format!(
                 "mode {mode:04o} lets other users read it; remove it to have a new one generated, or chmod 600 it"
             ),
+        });
+    }
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(HttpError::TokenUnusable {
+            path: path.to_owned(),
+            detail: format!("owned by uid {}, not by you (uid {me})", meta.uid()),
         });
     }
     Ok(())
@@ -163,6 +176,21 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         let err = Token::Generate { beside_queue: queue }.load().unwrap_err();
         assert!(err.to_string().contains("mode 0644"), "{err}");
+    }
+
+    #[test]
+    fn a_readable_given_token_file_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "0123456789abcdef0123456789abcdef\n").unwrap();
+        for mode in [0o644, 0o604, 0o640] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = Token::File(path.clone()).load().unwrap_err();
+            assert!(err.to_string().contains(&format!("mode {mode:04o}")), "{err}");
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(Token::File(path).load().is_ok());
     }
 
     #[test]

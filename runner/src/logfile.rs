@@ -36,6 +36,31 @@ pub fn log_dir_for(queue_file: &Path) -> PathBuf {
     queue_file.with_file_name(name)
 }
 
+/// Refuses `path` unless this user owns it and nobody else may write it.
+fn check_private(
+    path: &Path,
+    meta: &std::fs::Metadata,
+    what: &str,
+    chmod: &str,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let refuse = |why: String| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{what} {} {why}", path.display()),
+        ))
+    };
+    if meta.uid() != me {
+        return refuse(format!("is owned by uid {}, not by this user (uid {me})", meta.uid()));
+    }
+    let mode = meta.mode() & 0o777;
+    if mode & 0o022 != 0 {
+        return refuse(format!("is writable by other users (mode {mode:04o}): chmod {chmod} it"));
+    }
+    Ok(())
+}
+
 /// A log file opened for appending, with how much more it may grow.
 pub(crate) struct JobLog {
     file: File,
@@ -48,19 +73,49 @@ impl JobLog {
     /// hold secrets) and writes `header` as its own line. The header is
     /// written even past the cap so every attempt leaves a trace.
     ///
-    /// The directory is created only when the file cannot be: it exists
-    /// for every job but the first, and checking costs three system calls.
+    /// The directory is created when missing. It must be this user's and writable by
+    /// nobody else, and the file is opened without following a symlink
+    /// (and without blocking on a FIFO) and must be a regular file of this
+    /// user's: whoever shares a folder with the queue must not be able to
+    /// point a job's output at another file (`1.log` → `~/.bashrc`).
     pub(crate) fn open(dir: &Path, id: JobId, cap: u64, header: &str) -> std::io::Result<JobLog> {
         let path = log_path(dir, id);
-        let open = || OpenOptions::new().create(true).append(true).mode(0o600).open(&path);
-        let mut file = match open() {
+        let open = || {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .open(&path)
+        };
+        match std::fs::metadata(dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-                open()?
             }
-            other => other?,
-        };
-        let used = file.metadata()?.len();
+            Err(e) => return Err(e),
+            Ok(_) => {}
+        }
+        check_private(dir, &std::fs::metadata(dir)?, "log folder", "700")?;
+        let opened = open();
+        let mut file = opened.map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!("{} is a symlink: refusing to follow it", path.display()),
+                )
+            } else {
+                e
+            }
+        })?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("{} is not a regular file", path.display()),
+            ));
+        }
+        check_private(&path, &meta, "log", "600")?;
+        let used = meta.len();
         file.write_all(format!("{header}\n").as_bytes())?;
         Ok(JobLog { file, remaining: cap.saturating_sub(used), cap })
     }
@@ -213,6 +268,46 @@ mod tests {
             log_path(Path::new("/q/queue.db.logs"), 12),
             Path::new("/q/queue.db.logs/12.log")
         );
+    }
+
+    #[test]
+    fn a_symlinked_log_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path().join("q.db.logs");
+        std::fs::DirBuilder::new().mode(0o700).create(&logs).unwrap();
+        let target = dir.path().join("precious");
+        std::fs::write(&target, "keep me\n").unwrap();
+        std::os::unix::fs::symlink(&target, log_path(&logs, 1)).unwrap();
+        let err = JobLog::open(&logs, 1, 1000, "--- header ---").err().unwrap();
+        assert!(err.to_string().contains("is a symlink"), "{err}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me\n");
+        // A FIFO in its place neither blocks nor is written to.
+        let fifo = log_path(&logs, 2);
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        let err = JobLog::open(&logs, 2, 1000, "--- header ---").err().unwrap();
+        assert!(!err.to_string().is_empty());
+    }
+
+    #[test]
+    fn the_log_folder_is_private_and_a_shared_one_is_refused() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path().join("q.db.logs");
+        JobLog::open(&logs, 1, 1000, "--- header ---").unwrap();
+        assert_eq!(std::fs::metadata(&logs).unwrap().mode() & 0o777, 0o700);
+        std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o777)).unwrap();
+        for id in [1, 2] {
+            let err = JobLog::open(&logs, id, 1000, "--- header ---").err().unwrap();
+            assert!(err.to_string().contains("writable by other users (mode 0777)"), "{err}");
+        }
+        assert!(!log_path(&logs, 2).exists());
+        std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o700)).unwrap();
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&logs, Some(4242), None).unwrap();
+            let err = JobLog::open(&logs, 3, 1000, "--- header ---").err().unwrap();
+            assert!(err.to_string().contains("owned by uid 4242"), "{err}");
+        }
     }
 
     #[test]

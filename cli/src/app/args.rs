@@ -45,7 +45,7 @@ pub struct Cli {
 
     /// Storage engine for a new queue file; an existing file's own header
     /// always wins. Default: redb for a `.redb` name, else sqlite.
-    #[arg(long, global = true, value_name = "BACKEND", value_parser = parse_backend)]
+    #[arg(long, global = true, value_name = "BACKEND", value_parser = backend_parser())]
     pub backend: Option<Backend>,
 
     /// Print JSON instead of text, for scripts (every shape is in
@@ -96,7 +96,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Where to listen; loopback unless --allow-remote.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7878")]
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7878", value_parser = parse_addr)]
     pub addr: std::net::SocketAddr,
 
     /// Read the bearer token from this file instead of generating one
@@ -217,7 +217,7 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// Only jobs in this state: pending, running, done, failed or cancelled.
-    #[arg(long, short = 's', value_name = "S", value_parser = parse_state)]
+    #[arg(long, short = 's', value_name = "S", ignore_case = true, value_parser = state_parser())]
     pub state: Option<JobState>,
 
     /// Only jobs in this queue.
@@ -302,14 +302,37 @@ fn parse_max_runtime(s: &str) -> Result<MaxRuntime, String> {
     duration::parse_or_none(s).map(MaxRuntime)
 }
 
+/// `IP:PORT`, or `localhost:PORT` (loopback: 127.0.0.1, without asking a
+/// resolver what `localhost` is).
+fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    let bad = || {
+        format!(
+            "`{s}` is not an address: expected IP:PORT (127.0.0.1:7878, [::1]:7878) or localhost:PORT"
+        )
+    };
+    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    if host.eq_ignore_ascii_case("localhost") {
+        Ok(std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port)))
+    } else {
+        Err(bad())
+    }
+}
+
 fn parse_priority(s: &str) -> Result<i32, String> {
     s.parse::<i32>().map_err(|_| {
         format!("`{s}` is not a priority: expected an integer from {} to {}", i32::MIN, i32::MAX)
     })
 }
 
-fn parse_backend(s: &str) -> Result<Backend, String> {
-    s.parse()
+/// `--backend`: the names offered to shell completion (not file names).
+fn backend_parser() -> impl clap::builder::TypedValueParser<Value = Backend> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(Backend::ALL.map(Backend::as_str))
+        .try_map(|s| s.parse::<Backend>())
 }
 
 /// `12` or `#12`, positive.
@@ -336,8 +359,20 @@ fn parse_ceiling(s: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_state(s: &str) -> Result<JobState, String> {
-    s.to_ascii_lowercase().parse().map_err(|e: slothqueue::core::UnknownState| e.to_string())
+/// `--state`: the names offered to shell completion (not file names).
+fn state_parser() -> impl clap::builder::TypedValueParser<Value = JobState> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(
+        [
+            JobState::Pending,
+            JobState::Running,
+            JobState::Done,
+            JobState::Failed,
+            JobState::Cancelled,
+        ]
+        .map(JobState::as_str),
+    )
+    .try_map(|s| s.to_ascii_lowercase().parse::<JobState>())
 }
 
 fn parse_limit(s: &str) -> Result<usize, String> {
@@ -363,6 +398,41 @@ mod tests {
         assert_eq!(parse_id("#12"), Ok(12));
         for bad in ["0", "-1", "abc", "", "#", "+3", "1.0", "99999999999999999999"] {
             assert!(parse_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn state_and_backend_complete_to_their_names() {
+        let cmd = Cli::command();
+        let values = |arg: &clap::Arg| -> Vec<String> {
+            arg.get_possible_values().iter().map(|v| v.get_name().to_owned()).collect()
+        };
+        let backend = cmd.get_arguments().find(|a| a.get_id() == "backend").unwrap();
+        assert_eq!(values(backend), ["sqlite", "redb"]);
+        let list = cmd.find_subcommand("list").unwrap();
+        let state = list.get_arguments().find(|a| a.get_id() == "state").unwrap();
+        assert_eq!(values(state), ["pending", "running", "done", "failed", "cancelled"]);
+        let mut bash = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Bash,
+            &mut Cli::command(),
+            "slothqueue",
+            &mut bash,
+        );
+        let bash = String::from_utf8(bash).unwrap();
+        assert!(bash.contains("sqlite redb"), "--backend completes to file names");
+        let cli = Cli::try_parse_from(["slothqueue", "list", "--state", "DONE"]).unwrap();
+        let Command::List(l) = cli.command else { panic!("not list") };
+        assert_eq!(l.state, Some(JobState::Done));
+    }
+
+    #[test]
+    fn serve_accepts_localhost() {
+        assert_eq!(parse_addr("localhost:7878"), Ok("127.0.0.1:7878".parse().unwrap()));
+        assert_eq!(parse_addr("LOCALHOST:1"), Ok("127.0.0.1:1".parse().unwrap()));
+        assert_eq!(parse_addr("[::1]:80"), Ok("[::1]:80".parse().unwrap()));
+        for bad in ["localhost", "localhost:x", "evil.example:80", ""] {
+            assert!(parse_addr(bad).is_err(), "{bad}");
         }
     }
 

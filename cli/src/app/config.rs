@@ -27,6 +27,9 @@ pub const DEFAULT_LIST_LIMIT: usize = 50;
 pub struct Config {
     /// The queue file.
     pub db: PathBuf,
+    /// `db` is the default one (no --db, no $SLOTHQUEUE_DB): only its
+    /// folder is created when missing.
+    pub default_db: bool,
     /// The backend asked for, if any.
     pub backend: Option<Backend>,
     /// JSON output instead of text.
@@ -182,11 +185,12 @@ impl Env {
 impl Config {
     /// Validates `cli` in `env`.
     pub fn new(cli: Cli, env: &Env) -> anyhow::Result<Config> {
+        let is_default = cli.db.is_none();
         let db = match cli.db {
             Some(p) if p.as_os_str().is_empty() => {
                 return Err(usage("--db (or SLOTHQUEUE_DB) is empty: give the queue file's path"));
             }
-            Some(p) => p,
+            Some(p) => expand_home(p, env)?,
             None => default_db(env).ok_or_else(|| {
                 usage("no place for the queue file: set --db, SLOTHQUEUE_DB, XDG_DATA_HOME or HOME")
             })?,
@@ -216,6 +220,7 @@ impl Config {
         };
         Ok(Config {
             db,
+            default_db: is_default,
             backend: cli.backend,
             json: cli.json,
             color: env.stdout_is_terminal && !env.no_color,
@@ -236,6 +241,24 @@ pub fn default_db(env: &Env) -> Option<PathBuf> {
             .map(|h| h.join(".local").join("share"))
     })?;
     Some(base.join("slothqueue").join("queue.db"))
+}
+
+/// A leading `~/` (or a lone `~`) is `$HOME`, as a shell would have made
+/// it: `SLOTHQUEUE_DB='~/q.db'` in a unit file or a quoted `--db` must not
+/// create a folder named `~`. `~user/` is not expanded (it then names a
+/// folder that does not exist, which `open` refuses).
+fn expand_home(path: PathBuf, env: &Env) -> anyhow::Result<PathBuf> {
+    let rest = match path.strip_prefix("~") {
+        Ok(rest) => rest.to_owned(),
+        Err(_) => return Ok(path),
+    };
+    let home = env.home.as_ref().map(PathBuf::from).filter(|h| h.is_absolute()).ok_or_else(|| {
+        usage(format!(
+            "--db (or SLOTHQUEUE_DB) {} starts with `~` but HOME is not set to an absolute path: give the full path",
+            path.display()
+        ))
+    })?;
+    Ok(if rest.as_os_str().is_empty() { home } else { home.join(rest) })
 }
 
 fn plain_name(flag: &str, value: &str) -> anyhow::Result<()> {

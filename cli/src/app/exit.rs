@@ -75,7 +75,7 @@ pub fn code_for(err: &anyhow::Error) -> Code {
         }
         if let Some(e) = cause.downcast_ref::<OpenError>() {
             return match e {
-                OpenError::Missing(_) => Code::NotFound,
+                OpenError::Missing(_) | OpenError::NoFolder { .. } => Code::NotFound,
                 OpenError::Store(s) => store_code(s),
                 OpenError::Io { .. } => Code::Failure,
                 _ => Code::Unusable,
@@ -83,6 +83,12 @@ pub fn code_for(err: &anyhow::Error) -> Code {
         }
         if let Some(e) = cause.downcast_ref::<io::Error>() {
             if e.kind() == io::ErrorKind::BrokenPipe {
+                return Code::Success;
+            }
+        }
+        // `--json` output writes through serde_json, which wraps the pipe's error.
+        if let Some(e) = cause.downcast_ref::<serde_json::Error>() {
+            if e.io_error_kind() == Some(io::ErrorKind::BrokenPipe) {
                 return Code::Success;
             }
         }
@@ -147,17 +153,45 @@ pub fn clap_error(err: &clap::Error) -> ExitCode {
             }
         }
         _ => {
-            let rendered = err.render().to_string();
-            let first =
-                rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("error: bad usage");
-            let tip = rendered.lines().find(|l| l.trim_start().starts_with("tip:"));
-            match tip {
-                Some(tip) => eprintln!("{first} ({})", tip.trim()),
-                None => eprintln!("{first}"),
-            }
+            eprintln!("{}", clap_line(&err.render().to_string()));
             Code::Usage.into()
         }
     }
+}
+
+/// Clap's several-line rendering as one line: the message (with the list
+/// it introduces, as in "the following required arguments were not
+/// provided: <ID>"), then the tip and the usage in parentheses.
+fn clap_line(rendered: &str) -> String {
+    let mut lines = rendered.lines().skip_while(|l| l.trim().is_empty());
+    let mut line = lines.next().unwrap_or("error: bad usage").trim_end().to_owned();
+    if line.ends_with(':') {
+        let items: Vec<&str> = lines
+            .take_while(|l| l.starts_with(char::is_whitespace) && !l.trim().is_empty())
+            .map(str::trim)
+            .collect();
+        if !items.is_empty() {
+            line.push(' ');
+            line.push_str(&items.join(", "));
+        }
+    }
+    if let Some(values) =
+        rendered.lines().map(str::trim).find(|l| l.starts_with("[possible values:"))
+    {
+        line.push(' ');
+        line.push_str(values);
+    }
+    let mut notes = Vec::new();
+    if let Some(tip) = rendered.lines().find(|l| l.trim_start().starts_with("tip:")) {
+        notes.push(tip.trim().to_owned());
+    }
+    if let Some(usage) = rendered.lines().find_map(|l| l.trim().strip_prefix("Usage: ")) {
+        notes.push(format!("usage: {}", usage.trim()));
+    }
+    if !notes.is_empty() {
+        line.push_str(&format!(" ({})", notes.join("; ")));
+    }
+    line
 }
 
 #[cfg(test)]
@@ -179,6 +213,12 @@ mod tests {
             (OpenError::Missing("x".into()).into(), Code::NotFound),
             (OpenError::Foreign("x".into()).into(), Code::Unusable),
             (anyhow::Error::new(io::Error::from(io::ErrorKind::BrokenPipe)), Code::Success),
+            (
+                anyhow::Error::new(serde_json::Error::io(io::Error::from(
+                    io::ErrorKind::BrokenPipe,
+                ))),
+                Code::Success,
+            ),
             (anyhow::anyhow!("something else"), Code::Failure),
         ];
         for (err, code) in cases {
@@ -199,6 +239,19 @@ mod tests {
         assert_eq!(line, format!("run: cannot list running jobs: {}", StoreError::NotFound(3)));
         let plain = anyhow::Error::new(StoreError::NotFound(3)).context("cannot show job #3");
         assert_eq!(one_line(&plain), format!("cannot show job #3: {}", StoreError::NotFound(3)));
+    }
+
+    #[test]
+    fn a_missing_argument_is_named_on_one_line() {
+        use clap::CommandFactory;
+        let err = crate::app::args::Cli::command()
+            .try_get_matches_from(["slothqueue", "show"])
+            .unwrap_err();
+        let line = clap_line(&err.render().to_string());
+        assert_eq!(
+            line,
+            "error: the following required arguments were not provided: <ID> (usage: slothqueue show <ID>)"
+        );
     }
 
     #[test]

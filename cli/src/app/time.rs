@@ -11,6 +11,17 @@ use slothqueue::Timestamp;
 /// `--at`: RFC 3339 (`2025-01-02T03:04:05Z`, any offset) or a local
 /// `YYYY-MM-DD HH:MM` (seconds optional, `T` allowed in place of the space).
 pub fn parse_at(s: &str) -> Result<jiff::Timestamp, String> {
+    let t = parse_time(s)?;
+    if t < jiff::Timestamp::UNIX_EPOCH {
+        return Err(format!(
+            "`{}` is before 1970-01-01 (the epoch): leave --at out to run the job now",
+            s.trim()
+        ));
+    }
+    Ok(t)
+}
+
+fn parse_time(s: &str) -> Result<jiff::Timestamp, String> {
     let s = s.trim();
     if let Ok(t) = s.parse::<jiff::Timestamp>() {
         return Ok(t);
@@ -20,7 +31,7 @@ pub fn parse_at(s: &str) -> Result<jiff::Timestamp, String> {
         .find_map(|fmt| DateTime::strptime(fmt, s).ok());
     let Some(local) = local else {
         return Err(format!(
-            "`{s}` is not a time: expected RFC 3339 like 2025-01-02T03:04:05Z or local YYYY-MM-DD HH:MM"
+            "`{s}` is not a time: expected RFC 3339 like 2025-01-02T03:04:05Z or local YYYY-MM-DD HH:MM, in the years 1970 to 9999"
         ));
     };
     local

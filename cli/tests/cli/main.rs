@@ -20,6 +20,9 @@
 mod bad_input;
 mod creation;
 mod e2e;
+mod import;
+mod queue_files;
 mod read_only;
 mod snapshots;
 pub mod support;
+mod usage;

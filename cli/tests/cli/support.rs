@@ -98,6 +98,12 @@ impl TestContext {
         block_on(store.get(id)).unwrap()
     }
 
+    /// One job's trail, read in-process.
+    pub fn store_events(&self, id: JobId) -> Vec<slothqueue::Event> {
+        let store = self.store();
+        block_on(store.events(id)).unwrap()
+    }
+
     /// The filters every snapshot goes through, most specific first.
     pub fn filters(&self) -> Vec<(String, String)> {
         let host = rustix::system::uname().nodename().to_string_lossy().into_owned();

@@ -215,23 +215,32 @@ pub async fn logs(ctx: &Ctx, id: JobId, follow: bool) -> Outcome {
                 );
             }
         };
-        io::copy(&mut file, &mut out)?;
+        if ctx.json {
+            // `{"id": 3, "log": "…"}`: the log as text (invalid UTF-8 replaced).
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes)?;
+            let log = String::from_utf8_lossy(&bytes);
+            print_json(&mut out, &serde_json::json!({ "id": id, "log": log }))?;
+        } else {
+            io::copy(&mut file, &mut out)?;
+        }
         out.flush()?;
         return Ok(Code::Success);
     }
     drop(out);
-    follow_log(store.as_ref(), id, &path).await?;
+    follow_log(store.as_ref(), id, &path, ctx.json).await?;
     Ok(Code::Success)
 }
 
-/// Copies what is appended to `path` until job `id` is finished.
-async fn follow_log(store: &dyn Store, id: JobId, path: &Path) -> anyhow::Result<()> {
+/// Copies what is appended to `path` until job `id` is finished; with
+/// `json`, each piece read is one line `{"id": …, "log": "…"}`.
+async fn follow_log(store: &dyn Store, id: JobId, path: &Path, json: bool) -> anyhow::Result<()> {
     let mut offset = 0u64;
     loop {
         // Read the state before the file, so the output of a job that ends
         // between the two is still copied before we stop.
         let finished = store.get(id).await?.state.is_terminal();
-        offset = copy_from(path, offset)?;
+        offset = copy_from(path, offset, json.then_some(id))?;
         if finished {
             return Ok(());
         }
@@ -241,7 +250,7 @@ async fn follow_log(store: &dyn Store, id: JobId, path: &Path) -> anyhow::Result
 
 /// Copies `path` from `offset` to stdout; returns the new offset. A
 /// missing file is not an error (the job has not started yet).
-fn copy_from(path: &Path, offset: u64) -> anyhow::Result<u64> {
+fn copy_from(path: &Path, offset: u64, json: Option<JobId>) -> anyhow::Result<u64> {
     let mut file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(offset),
@@ -253,7 +262,14 @@ fn copy_from(path: &Path, offset: u64) -> anyhow::Result<u64> {
     let mut buf = Vec::new();
     file.read_to_end(&mut buf)?;
     let mut out = io::stdout().lock();
-    out.write_all(&buf)?;
+    match json {
+        Some(id) if !buf.is_empty() => {
+            let log = String::from_utf8_lossy(&buf);
+            print_json(&mut out, &serde_json::json!({ "id": id, "log": log }))?;
+        }
+        Some(_) => {}
+        None => out.write_all(&buf)?,
+    }
     out.flush()?;
     Ok(offset + buf.len() as u64)
 }

@@ -32,6 +32,8 @@ use super::exit::usage;
 pub struct Ctx {
     /// The queue file.
     pub db: PathBuf,
+    /// It is the default one, whose folder may be created.
+    pub default_db: bool,
     /// The backend asked for.
     pub backend: Option<Backend>,
     /// JSON output.
@@ -46,13 +48,23 @@ impl Ctx {
     pub fn open(&self, create: bool) -> anyhow::Result<Arc<dyn Store>> {
         Ok(slothqueue::open(
             &self.db,
-            OpenOptions { backend: self.backend, create, read_only: false },
+            OpenOptions {
+                backend: self.backend,
+                create,
+                create_folder: self.default_db,
+                read_only: false,
+            },
         )?)
     }
 
     /// Opens the queue if it exists; `None` when there is no file yet.
     pub fn open_existing(&self) -> anyhow::Result<Option<Arc<dyn Store>>> {
-        self.existing(OpenOptions { backend: self.backend, create: false, read_only: false })
+        self.existing(OpenOptions {
+            backend: self.backend,
+            create: false,
+            create_folder: false,
+            read_only: false,
+        })
     }
 
     /// Opens the queue for a command that only looks: nothing is created
@@ -84,8 +96,13 @@ impl Ctx {
 
 /// Runs the configured command.
 pub async fn execute(config: Config) -> Outcome {
-    let ctx =
-        Ctx { db: config.db, backend: config.backend, json: config.json, color: config.color };
+    let ctx = Ctx {
+        db: config.db,
+        default_db: config.default_db,
+        backend: config.backend,
+        json: config.json,
+        color: config.color,
+    };
     match config.command {
         Command::Add(add) => add::add(&ctx, add).await,
         Command::Run(run) => run::run(&ctx, run).await,

@@ -2,15 +2,30 @@
 //! queue can be backed up, inspected with `jq`, or moved between SQLite and
 //! redb.
 //!
-//! Import parses every line before it opens the queue, so malformed input
-//! writes nothing; each line is then restored in its own transaction (all
-//! or nothing per line), and a refusal names the line.
+//! Import parses and checks every line before it writes anything: each job
+//! must pass the checks a new job passes (`machine::validate`), and no id
+//! or idempotency key may appear twice in the file or already be in the
+//! queue, so malformed or clashing input writes nothing. The lines are then
+//! restored one transaction each (the `Store` trait has no batch restore):
+//! only a writer that takes an id or key between the check and the write,
+//! or a failing disk, can leave an import half done, and the error then
+//! says how many jobs went in.
+//!
+//! Import restores data, never live authority: a job exported while
+//! running comes back pending (no lease, no process group, no owner) with a
+//! `reclaimed` event saying so, its interrupted attempt charged as a
+//! reclaim charges it (failed with `expired` if none is left, cancelled if
+//! a cancel was pending).
 
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use slothqueue::{Event, Job, ListFilter, ListOrder};
+use slothqueue::core::machine;
+use slothqueue::{
+    Event, EventKind, Job, JobState, ListFilter, ListOrder, NewJob, Store, Timestamp,
+};
 
 use super::{Ctx, job_json, print_json};
 use crate::app::Outcome;
@@ -73,7 +88,111 @@ fn parse_line(number: usize, text: &str) -> anyhow::Result<Line> {
             e.job_id, job.id
         )));
     }
+    let mut new = NewJob::new(job.kind.clone(), job.payload.clone());
+    new.queue = job.queue.clone();
+    new.priority = job.priority;
+    new.max_attempts = Some(job.max_attempts);
+    new.max_runtime = job.max_runtime;
+    new.not_before = Some(job.not_before);
+    new.idempotency_key = job.idempotency_key.clone();
+    machine::validate(&new).map_err(|e| usage(format!("line {number}: job #{}: {e}", job.id)))?;
     Ok(Line { number, job, events })
+}
+
+/// A job exported while running, as it must come back: nobody holds it
+/// now, so no lease, owner or process group is restored as live.
+fn demote_running(line: &mut Line, now: Timestamp) {
+    let job = &mut line.job;
+    if job.state != JobState::Running {
+        return;
+    }
+    let attempt = job.lease.take().map(|l| l.attempt);
+    let (state, kind, message) = if job.cancel_requested {
+        (
+            JobState::Cancelled,
+            EventKind::Cancelled,
+            "imported while running with a cancel pending: cancelled",
+        )
+    } else if job.attempts >= job.max_attempts {
+        (JobState::Failed, EventKind::Expired, "imported while running, no attempts left: failed")
+    } else {
+        (JobState::Pending, EventKind::Reclaimed, "imported while running: back to pending")
+    };
+    job.state = state;
+    if state == JobState::Pending {
+        job.not_before = now;
+    } else {
+        job.finished_at = Some(now);
+    }
+    let mut event = Event::new(job.id, kind, now);
+    event.attempt = attempt;
+    event.message = Some(message.to_owned());
+    line.events.push(event);
+}
+
+/// Refuses the whole file if an id or idempotency key appears twice in it.
+fn check_duplicates(lines: &[Line]) -> anyhow::Result<()> {
+    let mut ids: HashMap<i64, usize> = HashMap::new();
+    let mut keys: HashMap<&str, usize> = HashMap::new();
+    for line in lines {
+        if let Some(first) = ids.insert(line.job.id, line.number) {
+            return Err(usage(format!(
+                "line {}: job #{} is also on line {first} (nothing was written)",
+                line.number, line.job.id
+            )));
+        }
+        if let Some(key) = &line.job.idempotency_key {
+            if let Some(first) = keys.insert(key, line.number) {
+                return Err(usage(format!(
+                    "line {}: idempotency key `{key}` is also on line {first} (nothing was written)",
+                    line.number
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses the whole file if one of its ids or idempotency keys is already
+/// taken in the queue.
+async fn check_taken(lines: &[Line], store: &dyn Store) -> anyhow::Result<()> {
+    let mut taken_ids = HashSet::new();
+    let mut taken_keys = HashSet::new();
+    let mut cursor = None;
+    loop {
+        let filter = ListFilter {
+            limit: Some(PAGE),
+            cursor,
+            order: ListOrder::Oldest,
+            ..ListFilter::default()
+        };
+        let page = store.list(&filter).await.context("cannot list the queue's jobs")?;
+        for job in &page {
+            taken_ids.insert(job.id);
+            if let Some(k) = &job.idempotency_key {
+                taken_keys.insert(k.clone());
+            }
+        }
+        match page.last() {
+            Some(last) if page.len() == PAGE => cursor = Some(last.id),
+            _ => break,
+        }
+    }
+    for line in lines {
+        if taken_ids.contains(&line.job.id) {
+            return Err(usage(format!(
+                "line {}: job #{} already exists in the queue (nothing was written)",
+                line.number, line.job.id
+            )));
+        }
+        if let Some(key) = line.job.idempotency_key.as_ref().filter(|k| taken_keys.contains(*k)) {
+            return Err(usage(format!(
+                "line {}: idempotency key `{key}` is already held in the queue (nothing was written)",
+                line.number
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Reads `export` output from `file` (or stdin) and restores each job.
@@ -91,13 +210,19 @@ pub async fn import(ctx: &Ctx, file: Option<PathBuf>) -> Outcome {
                 .map_err(|e| usage(format!("cannot read stdin: {e}")))?;
         }
     }
-    let lines: Vec<Line> = text
+    let mut lines: Vec<Line> = text
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| parse_line(i + 1, l))
         .collect::<anyhow::Result<_>>()?;
+    check_duplicates(&lines)?;
     let store = ctx.open(true)?;
+    check_taken(&lines, store.as_ref()).await?;
+    let now = ctx.now();
+    for line in &mut lines {
+        demote_running(line, now);
+    }
     let mut imported = 0usize;
     for line in lines {
         let id = line.job.id;
