@@ -990,7 +990,7 @@ mod tests {
             let pages: i64 = pragma(&conn, "page_count");
             conn.execute_batch(&format!("PRAGMA max_page_count = {pages}")).unwrap();
         }
-        let big = NewJob::shell(format!("echo {}", "x".repeat(200_000)), "/");
+        let big = NewJob::new("big", serde_json::json!({ "data": "x".repeat(200_000) }));
         let err = store.push(big.clone(), t(1)).await.unwrap_err();
         assert!(matches!(&err, StoreError::DiskFull(p) if p == store.path()), "{err:?}");
         assert!(err.is_temporary());

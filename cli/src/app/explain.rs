@@ -39,6 +39,12 @@ impl SeenRunner<'_> {
         self.record.queues.is_empty() || self.record.queues.iter().any(|q| q == queue)
     }
 
+    /// Whether it can run jobs of `kind` (has an executor for it). A
+    /// record that names no kinds (an older runner) is taken to run all.
+    pub fn runs_kind(&self, kind: &str) -> bool {
+        self.record.kinds.as_ref().is_none_or(|ks| ks.iter().any(|k| k == kind))
+    }
+
     /// `pid 4242` on this host, `pid 4242 on host` elsewhere.
     pub fn name(&self, this_host: &str) -> String {
         runner_name(&self.record.owner, this_host)
@@ -117,7 +123,12 @@ fn running(s: &Situation<'_>) -> String {
         }
     };
     if job.cancel_requested {
-        line.push_str("; cancel requested, the runner stops it at its next heartbeat");
+        line.push_str(match s.lease_owner {
+            Liveness::Gone => {
+                "; cancel requested: the next runner ends it (cancelled) as it reclaims it"
+            }
+            _ => "; cancel requested, the runner stops it at its next heartbeat",
+        });
     }
     line
 }
@@ -132,12 +143,20 @@ fn pending(s: &Situation<'_>) -> String {
             format_span(job.not_before.duration_since(s.now))
         );
     }
-    let live: Vec<&SeenRunner<'_>> =
+    let serving: Vec<&SeenRunner<'_>> =
         s.runners.iter().filter(|r| r.is_live(s.now) && r.serves(&job.queue)).collect();
+    let live: Vec<&SeenRunner<'_>> =
+        serving.iter().copied().filter(|r| r.runs_kind(&job.kind)).collect();
     let ahead = match s.ahead {
         0 => String::new(),
         n => format!("waiting behind {n} due job(s) of higher priority"),
     };
+    if live.is_empty() && !serving.is_empty() {
+        return format!(
+            "no live runner has a handler for kind `{}`: start one with --handlers DIR, where DIR/{} is an executable",
+            job.kind, job.kind
+        );
+    }
     if live.is_empty() {
         let start = "no runner is alive: it runs when one starts (slothqueue run)";
         return if ahead.is_empty() { start.to_owned() } else { format!("{ahead}; {start}") };
@@ -224,5 +243,57 @@ mod tests {
         );
         let dead = [SeenRunner { record: &busy, liveness: Liveness::Gone }];
         assert!(why_of(&due, 0, &dead).starts_with("no runner is alive"));
+    }
+
+    #[test]
+    fn a_kind_no_live_runner_runs_names_the_missing_handler() {
+        let new = NewJob::new("download", serde_json::json!({})).not_before(NOW);
+        let download = machine::create(1, &new, NOW, &Policy::default()).job;
+        let mut shell_only = runner(RunnerActivity::Idle { until: None });
+        shell_only.kinds = Some(vec!["shell".into()]);
+        let seen = [SeenRunner { record: &shell_only, liveness: Liveness::Alive }];
+        assert_eq!(
+            why_of(&download, 0, &seen),
+            "no live runner has a handler for kind `download`: start one with --handlers DIR, where DIR/download is an executable"
+        );
+        let mut both = shell_only.clone();
+        both.kinds = Some(vec!["download".into(), "shell".into()]);
+        let seen = [SeenRunner { record: &both, liveness: Liveness::Alive }];
+        assert_eq!(why_of(&download, 0, &seen), "next in line: a runner takes it at its next look");
+        let older = runner(RunnerActivity::Idle { until: None });
+        let seen = [SeenRunner { record: &older, liveness: Liveness::Alive }];
+        assert_eq!(
+            why_of(&download, 0, &seen),
+            "next in line: a runner takes it at its next look",
+            "a record naming no kinds runs every kind"
+        );
+    }
+
+    #[test]
+    fn a_cancel_of_a_gone_owners_job_promises_no_heartbeat() {
+        let policy = Policy::default();
+        let owner = Owner { pid: Some(42), host: "box".into(), ..Owner::named("box:42:1:ff") };
+        let request =
+            machine::ClaimRequest::new(owner, std::sync::Arc::new(slothqueue::core::ClockOnly));
+        let plan = machine::plan_claim(&request, [], Some(job(NOW)), NOW, &policy).unwrap();
+        let running = plan.claimed().unwrap().job;
+        let flagged = machine::cancel(&running, NOW).unwrap().job;
+        let line = |lease_owner| {
+            why(&Situation {
+                job: &flagged,
+                now: NOW,
+                ahead: 0,
+                runners: &[],
+                lease_owner,
+                this_host: "box",
+            })
+            .unwrap()
+        };
+        assert!(line(Liveness::Alive).ends_with("the runner stops it at its next heartbeat"));
+        assert!(
+            line(Liveness::Gone).ends_with("the next runner ends it (cancelled) as it reclaims it"),
+            "{}",
+            line(Liveness::Gone)
+        );
     }
 }

@@ -133,6 +133,27 @@ both_backends! {
         assert_eq!(trail, ["pushed", "claimed", "reclaimed", "claimed", "completed"]);
     }
 
+    fn cancel_of_a_dead_runners_job_promises_no_heartbeat(ctx) {
+        let load = ctx.calm_load();
+        ctx.ok(&["add", "sleep 30"]);
+        let mut runner = ctx.spawn(&["run", "--load-file", load]);
+        wait_for("the job to start", PATIENCE, || {
+            ctx.job(1).lease.is_some_and(|l| l.child_pgid.is_some())
+        });
+        let pgid = ctx.job(1).lease.unwrap().child_pgid.unwrap();
+        signal(runner.id(), Signal::KILL);
+        let _ = wait_child(&mut runner, PATIENCE);
+        let said = ctx.ok(&["cancel", "1"]);
+        assert!(said.contains("its runner is gone"), "{said}");
+        assert!(!said.contains("heartbeat"), "{said}");
+        let shown = ctx.ok(&["show", "1"]);
+        assert!(shown.contains("the next runner ends it (cancelled)"), "{shown}");
+        let out = ctx.run(&["run", "--load-file", load]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(ctx.job(1).state, JobState::Cancelled);
+        assert!(!group_alive(pgid), "the orphaned group was killed");
+    }
+
     fn sigterm_releases_the_job_and_exits_130(ctx) {
         let load = ctx.calm_load();
         ctx.ok(&["add", "sleep 30"]);

@@ -5,6 +5,8 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use slothqueue::core::Liveness;
+use slothqueue::runner::ProcJudge;
 use slothqueue::{JobId, JobState, PurgeFilter};
 
 use super::inspect::log_file;
@@ -22,7 +24,20 @@ pub async fn cancel(ctx: &Ctx, id: JobId) -> Outcome {
     } else if job.state == JobState::Cancelled {
         writeln!(out, "cancelled job #{id}")?;
     } else {
-        writeln!(out, "cancel requested for job #{id}: its runner stops it at the next heartbeat")?;
+        let gone = job.lease.as_ref().is_some_and(|l| {
+            slothqueue::core::LivenessJudge::judge(&ProcJudge::new(), l) == Liveness::Gone
+        });
+        if gone {
+            writeln!(
+                out,
+                "cancel requested for job #{id}: its runner is gone, so the next runner to start ends it (cancelled) as it takes the job back"
+            )?;
+        } else {
+            writeln!(
+                out,
+                "cancel requested for job #{id}: its runner stops it at the next heartbeat"
+            )?;
+        }
     }
     Ok(Code::Success)
 }
