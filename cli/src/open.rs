@@ -207,16 +207,16 @@ pub enum OpenError {
     Store(#[from] StoreError),
 }
 
-/// Which backend `path` is (or will be) in, without opening it: the
-/// explicit choice, else the header of an existing, non-empty file, else
-/// the extension. `Ok(None)` from the header means a foreign file.
+/// Which backend `path` is (or will be) in, without opening it: the header
+/// of an existing, non-empty file (it always wins: `--backend sqlite` on a
+/// healthy redb queue opens it as the redb queue it is, as `--help` says),
+/// else the explicit choice, else the extension. A header neither backend
+/// knows is a foreign file.
 pub fn detect(path: &Path, backend: Option<Backend>) -> Result<Backend, OpenError> {
-    if let Some(b) = backend {
-        return Ok(b);
-    }
+    let new_file = || backend.unwrap_or_else(|| new_file_backend(path));
     match read_header(path)? {
-        None => Ok(new_file_backend(path)),
-        Some(header) if header.is_empty() => Ok(new_file_backend(path)),
+        None => Ok(new_file()),
+        Some(header) if header.is_empty() => Ok(new_file()),
         Some(header) => Backend::sniff(&header).ok_or_else(|| OpenError::Foreign(path.into())),
     }
 }

@@ -128,3 +128,21 @@ fn a_queue_of_another_user_is_refused() {
         assert_refused(&ctx.run(&["run"]), 6, "owned by uid 4242, not by you");
     }
 }
+
+/// `--backend` chooses the engine of a *new* queue; an existing file's own
+/// header wins, as `--help` says: a healthy queue of the other backend is
+/// opened as what it is, never called damaged.
+#[test]
+fn backend_flag_on_an_existing_queue_of_the_other_backend_lets_the_header_win() {
+    let ctx = TestContext::new(Backend::Sqlite);
+    for (name, own, other) in [("q.redb", "redb", "sqlite"), ("q.db", "sqlite", "redb")] {
+        let db = ctx.path(name);
+        let out = with_db(&ctx, &db, &["add", "echo hi"]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = with_db(&ctx, &db, &["--backend", other, "status"]).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains(&format!("({own})")), "{stdout}");
+        assert!(stdout.contains("pending: 1"), "{stdout}");
+    }
+}
