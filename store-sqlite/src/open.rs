@@ -360,6 +360,44 @@ mod tests {
         assert_eq!(uri(Path::new("rel/q.db"), false), "file:rel/q.db?mode=ro");
     }
 
+    /// A file of schema v2 (the previous release) is migrated on open: the
+    /// lease it holds reads back without a PID namespace, the next open
+    /// finds exactly v3's schema, and a namespace is stored from then on.
+    #[tokio::test]
+    async fn a_v2_file_migrates_to_v3_and_keeps_its_lease() {
+        use slothqueue_core::{JobState, Store};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+            for step in &MIGRATIONS[..2] {
+                step(&conn).unwrap();
+            }
+            conn.execute_batch(&format!(
+                "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = 2;
+                 INSERT INTO jobs (id, queue, kind, payload, priority, state, attempts,
+                     max_attempts, not_before, lease_owner, lease_host, lease_pid,
+                     lease_attempt, lease_until, payload_hash, cancel_requested, created_at)
+                 VALUES (1, 'default', 'shell', '{{}}', 0, 'running', 1, 3, 0, 'w', 'h', 42,
+                     1, 5000, 'x', 0, 0);"
+            ))
+            .unwrap();
+        }
+        let store = crate::SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        let job = store.get(1).await.unwrap();
+        assert_eq!(job.state, JobState::Running);
+        let owner = job.lease.unwrap().owner;
+        assert_eq!((owner.pid, owner.pid_ns), (Some(42), None));
+        drop(store);
+        let conn = Connection::open(&path).unwrap();
+        let version: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, 3);
+        assert_eq!(schema_entries(&conn).unwrap(), expected_schema(3).unwrap());
+        drop(conn);
+        crate::SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    }
+
     #[test]
     fn an_empty_database_is_new_and_a_foreign_one_is_refused() {
         let p = Path::new("/q.db");
