@@ -394,25 +394,22 @@ fn purge_tx(conn: &Connection, filter: &PurgeFilter) -> Result<Vec<JobId>, Error
     Ok(ids)
 }
 
+/// Restores one job of an import into the open write transaction: checked
+/// on its own ([`machine::check_restore`]), then against the queue as this
+/// transaction sees it, so an id or key restored earlier in the same batch
+/// counts as taken. The next id needs no bookkeeping: it is above
+/// `MAX(id)` (see [`next_id`]).
 fn restore_tx(conn: &Connection, job: &Job, events: &[Event]) -> Result<(), Error> {
+    machine::check_restore(job, events)?;
     let invalid = |m: String| Err(Error::Store(StoreError::InvalidInput(m)));
-    if job.id <= 0 {
-        return invalid(format!("job id {} is not positive", job.id));
-    }
-    if (job.state == JobState::Running) != job.lease.is_some() {
-        return invalid(format!("job #{}: a lease is present exactly while running", job.id));
-    }
-    if let Some(e) = events.iter().find(|e| e.job_id != job.id) {
-        return invalid(format!("job #{}: its trail holds an event of job #{}", job.id, e.job_id));
-    }
     if find(conn, job.id)?.is_some() {
         return invalid(format!("job #{} already exists", job.id));
     }
     if let Some(key) = &job.idempotency_key {
         if let Some(holder) = key_holder(conn, key)? {
             return invalid(format!(
-                "idempotency key `{key}` is already held by job #{}",
-                holder.id
+                "job #{}: idempotency key `{key}` is already held by job #{}",
+                job.id, holder.id
             ));
         }
     }
@@ -605,7 +602,14 @@ impl Store for SqliteStore {
     }
 
     async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
-        self.with(move |conn, _| write_tx(conn, |conn| restore_tx(conn, &job, &events))).await
+        self.restore_many(vec![(job, events)]).await
+    }
+
+    async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
+        self.with(move |conn, _| {
+            write_tx(conn, |conn| jobs.iter().try_for_each(|(j, ev)| restore_tx(conn, j, ev)))
+        })
+        .await
     }
 
     async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {
