@@ -40,6 +40,9 @@ struct Inner {
     conn: Mutex<Connection>,
     ctx: Context,
     policy: Policy,
+    /// Why a read-only store was opened immutable (see
+    /// [`SqliteStore::read_only_note`]).
+    note: Option<String>,
     /// A call failed for lack of space and the WAL has not been
     /// checkpointed since (see [`Inner::run`]).
     disk_was_full: AtomicBool,
@@ -59,19 +62,64 @@ impl SqliteStore {
     /// file private to the user) when it is missing or empty, and migrating
     /// an older layout. A file that is not a queue, is damaged, or comes
     /// from a newer slothqueue is refused before anything is written to it.
+    ///
+    /// A file that exists but is empty (0 bytes, or a SQLite database with
+    /// no tables) is made a queue only if another slothqueue is making it
+    /// one right now (waited for, up to the busy timeout); else it is
+    /// refused untouched with [`StoreError::Corrupt`]: only a file this
+    /// open created itself becomes a new queue.
     pub fn open(path: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
         let conn = open::open(path, &options)?;
+        Ok(SqliteStore::on(path, conn, options, None))
+    }
+
+    /// Opens the existing queue at `path` for commands that only look
+    /// (`status`, `list`, `show`, `logs`): nothing is created and nothing
+    /// written, and every write through the store answers
+    /// [`StoreError::Io`] of kind [`std::io::ErrorKind::ReadOnlyFilesystem`].
+    /// A missing file is [`StoreError::Io`] of kind `NotFound`; an empty
+    /// one (0 bytes, or a SQLite database with no tables) is refused
+    /// untouched with [`StoreError::Corrupt`]; foreign, damaged and newer
+    /// files as by [`SqliteStore::open`]. An older layout is migrated
+    /// first (the one write this open may make).
+    ///
+    /// Where SQLite cannot create its shared-memory file beside the queue
+    /// (a read-only folder or filesystem, a full disk) the file is read
+    /// immutable, and [`SqliteStore::read_only_note`] says so and what is
+    /// not seen then.
+    pub fn open_read_only(path: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
+        let (conn, note) = open::open_read_only(path, &options)?;
+        Ok(SqliteStore::on(path, conn, options, note))
+    }
+
+    fn on(
+        path: &Path,
+        conn: Connection,
+        options: SqliteOptions,
+        note: Option<String>,
+    ) -> SqliteStore {
         let ctx = Context { path: path.to_path_buf(), busy_timeout: options.busy_timeout };
-        Ok(SqliteStore {
+        SqliteStore {
             inner: Arc::new(Inner {
                 conn: Mutex::new(conn),
                 ctx,
                 policy: options.policy,
+                note,
                 disk_was_full: AtomicBool::new(false),
                 can_skip_sync: options.journal == Journal::Wal
                     && options.synchronous == Synchronous::Full,
             }),
-        })
+        }
+    }
+
+    /// Set when [`SqliteStore::open_read_only`] had to open the file
+    /// immutable, e.g. "opened immutable: its folder cannot be written, so
+    /// SQLite cannot make its shared-memory file; this look does not see
+    /// the commits still in q.db-wal (…), nor anything committed after it
+    /// opened": for the CLI to show beside what it reads. `None` for every
+    /// other store.
+    pub fn read_only_note(&self) -> Option<&str> {
+        self.inner.note.as_deref()
     }
 
     /// The queue file.

@@ -11,6 +11,9 @@
 //! - `locking`: contention on the write lock (busy timeout, `Busy`, reads
 //!   going on meanwhile);
 //! - `disk_full`: a full disk fails cleanly and the handle recovers (S15);
+//! - `read_only`: the open of commands that only look (nothing created,
+//!   empty files refused, writes refused, immutable where `-shm` cannot be
+//!   made);
 //! - `import`: how long a `restore_many` of 100,000 jobs takes (ignored).
 //!
 //! The shared `Store` contract is not here: it is `tests/conformance.rs`, its
@@ -22,3 +25,4 @@ mod files;
 mod fixture;
 mod import;
 mod locking;
+mod read_only;
