@@ -52,7 +52,7 @@ pub fn sniff(header: &[u8]) -> bool {
 pub(crate) fn open(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
     let ctx = Context { path: path.to_path_buf(), busy_timeout: options.busy_timeout };
     let mut ours = false;
-    match probe(path, options.busy_timeout)? {
+    match probe(path, options.busy_timeout, false)? {
         Found::Missing => {
             ours = create_file(path)?;
             if !ours {
@@ -86,7 +86,7 @@ pub(crate) fn open_read_only(
     options: &SqliteOptions,
 ) -> Result<(Connection, Option<String>), StoreError> {
     let ctx = Context { path: path.to_path_buf(), busy_timeout: options.busy_timeout };
-    match probe(path, options.busy_timeout)? {
+    match probe(path, options.busy_timeout, true)? {
         Found::Missing => {
             return Err(error::io(
                 format!("no queue at {}", path.display()),
@@ -172,7 +172,7 @@ fn wait_for_creator(path: &Path, budget: Duration) -> Result<(), StoreError> {
     const NAP: Duration = Duration::from_millis(10);
     let mut waited = Duration::ZERO;
     loop {
-        let found = probe(path, budget)?;
+        let found = probe(path, budget, false)?;
         match found {
             Found::Queue { .. } => return Ok(()),
             Found::Missing => {
@@ -244,14 +244,14 @@ struct Identity {
 /// is the same over a few looks 10 ms apart: file times are too coarse to
 /// show every write, and a damaged file stays damaged, while a creation in
 /// progress finishes.
-fn probe(path: &Path, busy_timeout: Duration) -> Result<Found, StoreError> {
+fn probe(path: &Path, busy_timeout: Duration, read_only: bool) -> Result<Found, StoreError> {
     const ATTEMPTS: usize = 100;
     const REFUSALS: usize = 5;
     let mut refusals = 0;
     let mut last = None;
     for _ in 0..ATTEMPTS {
         let before = snapshot(path);
-        let found = probe_once(path, busy_timeout);
+        let found = probe_once(path, busy_timeout, read_only);
         if snapshot(path) == before {
             match found {
                 Err(StoreError::Corrupt { .. }) if refusals + 1 < REFUSALS => {
@@ -263,7 +263,7 @@ fn probe(path: &Path, busy_timeout: Duration) -> Result<Found, StoreError> {
         }
         last = Some(found);
     }
-    last.unwrap_or_else(|| probe_once(path, busy_timeout))
+    last.unwrap_or_else(|| probe_once(path, busy_timeout, read_only))
 }
 
 /// What tells whether a file changed: its and its WAL's size and mtime.
@@ -272,7 +272,7 @@ fn snapshot(path: &Path) -> [Option<(u64, Option<std::time::SystemTime>)>; 2] {
     [look(path), look(&sidecar(path, "-wal"))]
 }
 
-fn probe_once(path: &Path, busy_timeout: Duration) -> Result<Found, StoreError> {
+fn probe_once(path: &Path, busy_timeout: Duration, read_only: bool) -> Result<Found, StoreError> {
     let mut file = match fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Missing),
@@ -313,13 +313,18 @@ fn probe_once(path: &Path, busy_timeout: Duration) -> Result<Found, StoreError> 
     // ordinary read-only connection, whose shared lock writes nothing.
     //
     // Where that ordinary connection cannot make its `-shm` (a read-only
-    // folder, a full disk), the file is read immutable after all: what the
-    // WAL holds is then not seen, but a read-only open sees no more.
+    // folder, a full disk), a read-only open reads the file immutable after
+    // all, as it will read it then: what the WAL holds is not seen. Unless
+    // the file alone has no tables yet: the queue is in the WAL, and this
+    // open cannot read it (a writing open could not either).
     let wal_mode = header[18] == 2 || header[19] == 2;
     let immutable = wal_mode && !wal_has_frames;
     let id = match identify(path, immutable, busy_timeout) {
-        Err(StoreError::Io { .. } | StoreError::DiskFull(_)) if !immutable => {
-            identify(path, true, busy_timeout)?
+        Err(e @ (StoreError::Io { .. } | StoreError::DiskFull(_))) if read_only && !immutable => {
+            match identify(path, true, busy_timeout) {
+                Ok(id) if !id.tables.is_empty() => id,
+                _ => return Err(e),
+            }
         }
         id => id?,
     };

@@ -158,3 +158,29 @@ async fn read_only_open_reads_a_queue_on_a_full_disk() {
     assert_eq!(reader.stats(T).await.unwrap().pending, 3);
     assert_eq!(reader.list(&ListFilter::default()).await.unwrap().len(), 3);
 }
+
+/// Commits still in the WAL cannot be read without `-shm`: the immutable
+/// look sees the file as of the last checkpoint, and the note says what it
+/// does not see.
+#[tokio::test(flavor = "multi_thread")]
+async fn read_only_open_on_a_read_only_filesystem_says_what_the_wal_holds() {
+    let Some(fs_) = Tmpfs::mount("8m") else {
+        return skip("cannot mount a tmpfs here (needs root): read-only filesystem not checked");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("q.db");
+    queue_of(&live, 2).await;
+    let writer = SqliteStore::open(&live, SqliteOptions::default()).unwrap();
+    writer.push(NewJob::shell("echo in the wal", "/"), T).await.unwrap();
+    let path = fs_.path().join("q.db");
+    fs::copy(&live, &path).unwrap();
+    fs::copy(dir.path().join("q.db-wal"), fs_.path().join("q.db-wal")).unwrap();
+    drop(writer);
+    if !fs_.remount_read_only() {
+        return skip("cannot remount the tmpfs read-only: read-only filesystem not checked");
+    }
+    let reader = SqliteStore::open_read_only(&path, SqliteOptions::default()).unwrap();
+    let note = reader.read_only_note().expect("the store says it opened immutable");
+    assert!(note.contains("the commits still in") && note.contains("q.db-wal"), "{note}");
+    assert_eq!(reader.stats(T).await.unwrap().pending, 2, "the WAL's job is not seen");
+}
