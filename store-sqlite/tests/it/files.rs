@@ -339,3 +339,43 @@ async fn a_stale_wal_beside_a_new_queue_is_ignored() {
     assert_eq!(store.push(NewJob::shell("true", "/"), t(0)).await.unwrap().job.id, 1);
     store.check_integrity().unwrap();
 }
+
+const CREATOR_ENV: &str = "SLOTHQUEUE_SQLITE_CREATOR_CHILD";
+
+/// In the child: open (creating) the queue named by the environment and
+/// push one job. Does nothing in an ordinary run.
+#[tokio::test]
+async fn creator_child() {
+    let Ok(path) = std::env::var(CREATOR_ENV) else { return };
+    let store = SqliteStore::open(Path::new(&path), SqliteOptions::default()).unwrap();
+    store.push(NewJob::shell("echo child", "/"), t(0)).await.unwrap();
+}
+
+/// S17 across processes: six processes creating one new queue at once all
+/// succeed, over several rounds. Only the one whose `O_EXCL` create won
+/// makes the schema; the others find an empty file and wait for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn s17_several_processes_creating_one_new_queue_at_once_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..5 {
+        let path = dir.path().join(format!("q{round}.db"));
+        let children: Vec<_> = (0..6)
+            .map(|_| {
+                std::process::Command::new(std::env::current_exe().unwrap())
+                    .args(["--exact", "files::creator_child", "--test-threads", "1"])
+                    .env(CREATOR_ENV, &path)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+        let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        assert_eq!(store.stats(t(0)).await.unwrap().pending, 6, "round {round}");
+        store.check_integrity().unwrap();
+    }
+}
