@@ -14,7 +14,7 @@
 //! - `read_only`: the open of commands that only look (nothing created,
 //!   empty files refused, writes refused, immutable where `-shm` cannot be
 //!   made);
-//! - `import`: how long a `restore_many` of 100,000 jobs takes (ignored).
+//! - `import`: how long a `restore_many` of 100,000 jobs takes (a measurement, run when asked).
 //!
 //! The shared `Store` contract is not here: it is `tests/conformance.rs`, its
 //! own binary, which `cargo xtask conformance` runs by name.
