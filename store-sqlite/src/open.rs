@@ -38,8 +38,8 @@ pub fn sniff(header: &[u8]) -> bool {
 
 /// A read-write connection to the queue at `path`, configured as
 /// `options` say: the file probed first (and refused untouched if it is
-/// not a queue this build may open), created when missing or empty, and
-/// migrated to [`SCHEMA_VERSION`].
+/// not a queue this build may open), created when missing, and migrated
+/// to [`SCHEMA_VERSION`].
 ///
 /// Only this open makes a queue, and only of a file it created itself
 /// (`O_CREAT|O_EXCL`). A file that already exists but is empty (0 bytes,
@@ -93,7 +93,7 @@ pub(crate) fn open_read_only(
                 std::io::Error::from(std::io::ErrorKind::NotFound),
             ));
         }
-        found @ (Found::Empty | Found::NoTables) => return Err(refusal(path, &found)),
+        found @ (Found::Empty | Found::NoTables) => return Err(refusal(path, &found, false)),
         Found::Queue { version } if version < SCHEMA_VERSION => drop(open(path, options)?),
         Found::Queue { .. } => {}
     }
@@ -147,19 +147,22 @@ fn connect_read_only(
     Ok(conn)
 }
 
-/// The refusal of a file that is not a queue yet.
-fn refusal(path: &Path, found: &Found) -> StoreError {
+/// The refusal of a file that is not a queue yet; `waited` when a writing
+/// open gave another slothqueue the time to make it one.
+fn refusal(path: &Path, found: &Found, waited: bool) -> StoreError {
     let what = match found {
         Found::NoTables => "a SQLite database with no tables",
         _ => "it is empty",
     };
-    error::corrupt(
-        path,
+    let detail = if waited {
         format!(
-            "{what}: not a queue yet, and not one slothqueue is creating; \
+            "{what}: not a queue yet, and no slothqueue is making it one; \
              remove it to start a new queue there"
-        ),
-    )
+        )
+    } else {
+        format!("{what}: not a queue yet")
+    };
+    error::corrupt(path, detail)
 }
 
 /// Waits, for at most `budget`, for another slothqueue to make the empty
@@ -183,7 +186,7 @@ fn wait_for_creator(path: &Path, budget: Duration) -> Result<(), StoreError> {
             }
             Found::Empty | Found::NoTables => {
                 if waited >= budget || unchanged_for(path, budget) {
-                    return Err(refusal(path, &found));
+                    return Err(refusal(path, &found, true));
                 }
             }
         }
@@ -501,7 +504,7 @@ fn migrate_tx(conn: &Connection, path: &Path, ours: bool) -> Result<(), Error> {
         let from = match judge_identity(path, &id)? {
             Found::Queue { version } => version,
             Found::NoTables if ours => 0,
-            found => return Err(Error::Store(refusal(path, &found))),
+            found => return Err(Error::Store(refusal(path, &found, true))),
         };
         for step in MIGRATIONS.iter().skip(from as usize) {
             step(conn)?;
