@@ -166,6 +166,8 @@ impl Harness {
             boot_id: Some("6a0d6f1e-boot".to_owned()),
             pid: Some(4242),
             pid_start_time: Some(987_654),
+            // Above i64::MAX, so a store that keeps it signed must do so bit for bit.
+            pid_ns: Some(u64::MAX - 4_026_531_836),
         }
     }
 

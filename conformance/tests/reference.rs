@@ -412,12 +412,23 @@ impl Store for RefStore {
     }
 
     async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
+        self.restore_many(vec![(job, events)]).await
+    }
+
+    async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
         self.with(|st| {
-            if st.jobs.contains_key(&job.id) {
-                return Err(StoreError::InvalidInput(format!("job #{} exists", job.id)));
+            for (job, events) in jobs {
+                machine::check_restore(&job, &events)?;
+                if st.jobs.contains_key(&job.id) {
+                    return Err(StoreError::InvalidInput(format!("job #{} exists", job.id)));
+                }
+                let key = job.idempotency_key.as_ref();
+                if key.is_some() && st.jobs.values().any(|j| j.idempotency_key.as_ref() == key) {
+                    return Err(StoreError::InvalidInput(format!("job #{}: key held", job.id)));
+                }
+                st.record(Record::NextId(st.next_id.max(job.id + 1)));
+                st.record(Record::Job(Box::new(job), events));
             }
-            st.record(Record::NextId(st.next_id.max(job.id + 1)));
-            st.record(Record::Job(Box::new(job), events));
             Ok(())
         })
     }

@@ -94,12 +94,25 @@ pub struct Owner {
     /// The owner's process start time (field 22 of `/proc/<pid>/stat`), to
     /// tell a live owner from a reused pid.
     pub pid_start_time: Option<u64>,
+    /// The inode of the owner's PID namespace (`/proc/self/ns/pid`), when
+    /// known: `pid` names that process only inside the same namespace (a
+    /// runner in a container and one outside it see different pids).
+    /// Absent from owners recorded before it existed.
+    #[serde(default)]
+    pub pid_ns: Option<u64>,
 }
 
 impl Owner {
     /// An owner known only by its id, as in-process library users and tests have.
     pub fn named(id: impl Into<String>) -> Self {
-        Owner { id: id.into(), host: String::new(), boot_id: None, pid: None, pid_start_time: None }
+        Owner {
+            id: id.into(),
+            host: String::new(),
+            boot_id: None,
+            pid: None,
+            pid_start_time: None,
+            pid_ns: None,
+        }
     }
 }
 
@@ -420,5 +433,23 @@ mod opt_millis {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Leases and runner records written before `pid_ns` existed (redb rows,
+    /// runner records, exports) still decode, without a namespace.
+    #[test]
+    fn an_owner_recorded_without_pid_ns_decodes() {
+        let old = r#"{"id":"w","host":"h","boot_id":"b","pid":7,"pid_start_time":9}"#;
+        let owner: Owner = serde_json::from_str(old).unwrap();
+        assert_eq!(owner.pid_ns, None);
+        assert_eq!(owner.pid, Some(7));
+        let new = Owner { pid_ns: Some(4_026_531_836), ..owner };
+        let back: Owner = serde_json::from_str(&serde_json::to_string(&new).unwrap()).unwrap();
+        assert_eq!(back, new);
     }
 }

@@ -167,6 +167,25 @@ fn validate_shell(payload: &serde_json::Value) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks a job and its trail given to [`crate::Store::restore_many`]
+/// (an import) on their own, before anything is written: a positive id, a
+/// lease exactly while running, and a trail of this job only. What depends
+/// on the queue (the id free, the key not held) the store checks in its
+/// transaction.
+pub fn check_restore(job: &Job, events: &[Event]) -> Result<(), TransitionError> {
+    let bad = |m: String| Err(TransitionError::InvalidJob(m));
+    if job.id <= 0 {
+        return bad(format!("job id {} is not positive", job.id));
+    }
+    if (job.state == JobState::Running) != job.lease.is_some() {
+        return bad(format!("job #{}: a lease is present exactly while running", job.id));
+    }
+    if let Some(e) = events.iter().find(|e| e.job_id != job.id) {
+        return bad(format!("job #{}: its trail holds an event of job #{}", job.id, e.job_id));
+    }
+    Ok(())
+}
+
 /// A queue, kind or handler name: safe as a file name inside a directory.
 pub fn is_plain_name(s: &str) -> bool {
     !s.is_empty()

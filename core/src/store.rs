@@ -373,8 +373,28 @@ pub trait Store: Send + Sync {
 
     /// Writes a job and its trail exactly as given (export/import between
     /// backends). `InvalidInput` if the id is taken; later pushes get ids
-    /// above every imported one.
+    /// above every imported one. A backend makes it
+    /// [`Store::restore_many`] of one.
     async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError>;
+
+    /// Writes every job and its trail exactly as given (an import), all or
+    /// nothing, in one transaction: each job is checked
+    /// ([`crate::machine::check_restore`]: a positive id, a lease exactly
+    /// while running, a trail of its own; then its id free and its
+    /// idempotency key held by no job, in the queue or earlier in the
+    /// batch), and if one fails, `InvalidInput` naming it and nothing is
+    /// written. Later pushes get ids above every restored one.
+    ///
+    /// The default restores one job after the other, which is not atomic
+    /// (a refusal half-way leaves the jobs before it written); it serves
+    /// wrappers and models, and a backend overrides it with one
+    /// transaction.
+    async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
+        for (job, events) in jobs {
+            self.restore(job, events).await?;
+        }
+        Ok(())
+    }
 
     /// Records or refreshes a runner's record.
     async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError>;

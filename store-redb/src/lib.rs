@@ -100,6 +100,8 @@
 //! it is repaired in the memory overlay and read as a snapshot, replaced by
 //! the real handle once a writer has repaired the file. Writes through a
 //! read-only store answer `StoreError::Io` of kind `ReadOnlyFilesystem`.
+//! A file that is not a queue yet (0 bytes, or a redb file with no tables)
+//! is refused untouched: only a writing open makes a queue.
 //!
 //! redb initialises a new file in place in several steps, and a crash
 //! between them leaves a file without its magic number that redb never

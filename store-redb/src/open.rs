@@ -384,21 +384,26 @@ fn overlay_database(path: &Path) -> Result<Database, Failure> {
 }
 
 /// Opens the queue at `path` without writing a byte of it, vetted like a
-/// writable open: a foreign, damaged or newer file is refused. A file redb
-/// cannot open read-only is read through a repaired snapshot in memory.
+/// writable open: a foreign, damaged or newer file is refused, and so is
+/// one that is not a queue yet (0 bytes, or a redb file with no tables):
+/// only a writing open makes a queue. A file redb cannot open read-only is
+/// read through a repaired snapshot in memory.
 pub(crate) fn open_read_only(path: &Path, lock_timeout: Duration) -> Result<Handle, StoreError> {
-    let fresh = prepare_file(path, lock_timeout, false)?;
-    if !fresh {
-        if let Some(ro) = open_current_read_only(path, lock_timeout)? {
-            return Ok(Handle::ReadOnly(ro));
-        }
+    if prepare_file(path, lock_timeout, false)? {
+        return Err(corrupt(path, "it is empty: not a queue yet"));
+    }
+    if let Some(ro) = open_current_read_only(path, lock_timeout)? {
+        return Ok(Handle::ReadOnly(ro));
     }
     let db = overlay_database(path).map_err(|e| e.into_store(path))?;
     let found = guarded(|| inspect(&db)).map_err(|e| e.into_store(path))?;
     match judged(path, found)? {
         Found::Version(v) if v == u64::from(SCHEMA_VERSION) => {}
-        // An empty queue, or an older schema: brought up to date in memory.
-        _ => initialise(&db, path, lock_timeout)?,
+        Found::Empty => {
+            return Err(corrupt(path, "a redb database with no tables: not a queue yet"));
+        }
+        // An older schema: brought up to date in memory.
+        Found::Version(_) => initialise(&db, path, lock_timeout)?,
     }
     Ok(Handle::Snapshot(db))
 }

@@ -276,23 +276,22 @@ fn push_in(
     }
 }
 
+/// Restores one job of an import into the open write transaction: checked
+/// on its own ([`machine::check_restore`]), then against the queue as this
+/// transaction sees it, so an id or key restored earlier in the same batch
+/// counts as taken; the next id is raised above it.
 fn restore_in(t: &mut Tx<'_>, job: &Job, events: &[Event]) -> Result<(), Failure> {
+    machine::check_restore(job, events)?;
     let invalid = |m: String| Err(Failure::Store(StoreError::InvalidInput(m)));
-    if job.id < 1 {
-        return invalid(format!("job id {} is not positive", job.id));
-    }
-    if job.state == JobState::Running && job.lease.is_none() {
-        return invalid(format!("running job #{} has no lease", job.id));
-    }
-    if let Some(e) = events.iter().find(|e| e.job_id != job.id) {
-        return invalid(format!("an event of job #{} was given with job #{}", e.job_id, job.id));
-    }
     if t.jobs.get(job.id)?.is_some() {
         return invalid(format!("job #{} already exists", job.id));
     }
     if let Some(k) = &job.idempotency_key {
         if let Some(holder) = t.keys.get(k.as_str())?.map(|v| v.value()) {
-            return invalid(format!("idempotency key `{k}` is already held by job #{holder}"));
+            return invalid(format!(
+                "job #{}: idempotency key `{k}` is already held by job #{holder}",
+                job.id
+            ));
         }
     }
     t.put(None, Some(job))?;
@@ -636,7 +635,14 @@ impl Store for RedbStore {
     }
 
     async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
-        self.blocking(move |i| i.write(|t| restore_in(t, &job, &events))).await
+        self.restore_many(vec![(job, events)]).await
+    }
+
+    async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
+        self.blocking(move |i| {
+            i.write(|t| jobs.iter().try_for_each(|(j, ev)| restore_in(t, j, ev)))
+        })
+        .await
     }
 
     async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {

@@ -88,16 +88,21 @@ impl Context {
             ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase => {
                 corrupt(&self.path, e.to_string())
             }
-            ErrorCode::CannotOpen
-            | ErrorCode::SystemIoFailure
-            | ErrorCode::ReadOnly
-            | ErrorCode::PermissionDenied => StoreError::Io {
-                context: format!(
-                    "{}: sqlite could not read or write the file",
-                    self.path.display()
-                ),
-                source: io::Error::other(e.to_string()),
+            // A write through a read-only store (or on a read-only file):
+            // the kind redb's read-only store answers too.
+            ErrorCode::ReadOnly => StoreError::Io {
+                context: format!("cannot write to {}", self.path.display()),
+                source: io::Error::new(io::ErrorKind::ReadOnlyFilesystem, e.to_string()),
             },
+            ErrorCode::CannotOpen | ErrorCode::SystemIoFailure | ErrorCode::PermissionDenied => {
+                StoreError::Io {
+                    context: format!(
+                        "{}: sqlite could not read or write the file",
+                        self.path.display()
+                    ),
+                    source: io::Error::other(e.to_string()),
+                }
+            }
             _ => StoreError::Backend(e.to_string()),
         }
     }

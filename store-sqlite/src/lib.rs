@@ -18,6 +18,14 @@
 //! - **A read-only probe before opening.** A foreign, damaged or too-new
 //!   file is refused without a byte changed and without `-wal`/`-shm`
 //!   files left beside it; see [`SqliteStore::open`].
+//! - **Only a writing open makes a queue**, and only of a file it created
+//!   itself: an empty file found in place (0 bytes, or a database with no
+//!   tables) is waited for briefly, as another slothqueue creating the
+//!   queue, then refused untouched.
+//! - **Commands that only look** open with [`SqliteStore::open_read_only`]:
+//!   nothing created or written, and where the folder cannot be written
+//!   (a read-only filesystem, a full disk) the file is read immutable,
+//!   which [`SqliteStore::read_only_note`] says.
 //! - **Every transition is the core's.** The store reads rows, calls
 //!   `slothqueue_core::machine`, and writes the result with the old state,
 //!   owner and attempt in the `UPDATE`'s condition.

@@ -22,7 +22,7 @@ use crate::schema::{
     APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, SchemaEntry, TABLES, expected_schema,
     schema_entries, table_names,
 };
-use crate::txn::{SqliteOptions, configure, connect, nap_blocking, write_tx};
+use crate::txn::{SqliteOptions, configure, configure_read_only, connect, nap_blocking, write_tx};
 
 /// The first 16 bytes of every SQLite database file.
 const MAGIC: &[u8; 16] = b"SQLite format 3\0";
@@ -38,24 +38,187 @@ pub fn sniff(header: &[u8]) -> bool {
 
 /// A read-write connection to the queue at `path`, configured as
 /// `options` say: the file probed first (and refused untouched if it is
-/// not a queue this build may open), created when missing or empty, and
-/// migrated to [`SCHEMA_VERSION`].
+/// not a queue this build may open), created when missing, and migrated
+/// to [`SCHEMA_VERSION`].
+///
+/// Only this open makes a queue, and only of a file it created itself
+/// (`O_CREAT|O_EXCL`). A file that already exists but is empty (0 bytes,
+/// or a SQLite database with no tables) is taken for another slothqueue
+/// creating the queue right now, and waited for (see [`wait_for_creator`]);
+/// if it is still empty after the wait it is refused untouched: it may be
+/// another program's, and adopting it would silently write a queue into
+/// it. A queue whose creation was interrupted is such a file, and must be
+/// removed by hand.
 pub(crate) fn open(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
     let ctx = Context { path: path.to_path_buf(), busy_timeout: options.busy_timeout };
-    if probe(path, options.busy_timeout)? == Found::New {
-        create_file(path)?;
+    let mut ours = false;
+    match probe(path, options.busy_timeout, false)? {
+        Found::Missing => {
+            ours = create_file(path)?;
+            if !ours {
+                wait_for_creator(path, options.busy_timeout)?;
+            }
+        }
+        Found::Empty | Found::NoTables => wait_for_creator(path, options.busy_timeout)?,
+        Found::Queue { .. } => {}
     }
     let mut conn = connect(path, options).map_err(|e| ctx.map_sql(e))?;
     configure(&mut conn, options).map_err(|e| ctx.map_sql(e))?;
-    migrate(&conn, path).map_err(|e| ctx.map(e))?;
+    migrate(&conn, path, ours).map_err(|e| ctx.map(e))?;
     Ok(conn)
+}
+
+/// A read-only connection to the queue at `path`, for commands that only
+/// look: nothing is created, migrated from an empty file or written. A
+/// missing file is [`StoreError::Io`] (`NotFound`); an empty one (0 bytes,
+/// or a SQLite database with no tables) is refused untouched. A queue of
+/// an older layout is migrated first, by [`open`]: the one write such an
+/// open makes, as every open did before this one existed.
+///
+/// SQLite reads a WAL-mode file through its shared-memory file (`-shm`),
+/// which it must be able to create beside it. Where it cannot (a read-only
+/// folder or filesystem, a full disk), the file is opened immutable
+/// instead, as the probe reads it, and the second value says so: such a
+/// connection takes no lock and reads the file alone, so it sees neither
+/// the commits still in the `-wal` nor those made after it opened.
+pub(crate) fn open_read_only(
+    path: &Path,
+    options: &SqliteOptions,
+) -> Result<(Connection, Option<String>), StoreError> {
+    let ctx = Context { path: path.to_path_buf(), busy_timeout: options.busy_timeout };
+    match probe(path, options.busy_timeout, true)? {
+        Found::Missing => {
+            return Err(error::io(
+                format!("no queue at {}", path.display()),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
+        }
+        found @ (Found::Empty | Found::NoTables) => return Err(refusal(path, &found, false)),
+        Found::Queue { version } if version < SCHEMA_VERSION => drop(open(path, options)?),
+        Found::Queue { .. } => {}
+    }
+    let first = match connect_read_only(path, false, options) {
+        Ok(conn) => return Ok((conn, None)),
+        Err(e) => e,
+    };
+    let why = match first.sqlite_error().map(|e| (e.code, e.extended_code)) {
+        Some((_, rusqlite::ffi::SQLITE_IOERR_SHMSIZE))
+        | Some((rusqlite::ErrorCode::DiskFull, _)) => "the disk is full",
+        Some((
+            rusqlite::ErrorCode::CannotOpen
+            | rusqlite::ErrorCode::ReadOnly
+            | rusqlite::ErrorCode::SystemIoFailure
+            | rusqlite::ErrorCode::PermissionDenied,
+            _,
+        )) => "its folder cannot be written",
+        _ => return Err(ctx.map_sql(first)),
+    };
+    let Ok(conn) = connect_read_only(path, true, options) else {
+        return Err(ctx.map_sql(first));
+    };
+    let wal = sidecar(path, "-wal");
+    let unseen = match fs::metadata(&wal).map(|m| m.len()) {
+        Ok(n) if n > 0 => format!(
+            "the commits still in {} ({n} bytes, not yet checkpointed into the file), nor ",
+            wal.display()
+        ),
+        _ => String::new(),
+    };
+    let note = format!(
+        "opened immutable: {why}, so SQLite cannot make its shared-memory file; \
+         this look does not see {unseen}anything committed after it opened"
+    );
+    Ok((conn, Some(note)))
+}
+
+/// A read-only (or immutable) connection with the store's busy handler,
+/// proven usable by one read: in WAL mode that read is what needs `-shm`.
+fn connect_read_only(
+    path: &Path,
+    immutable: bool,
+    options: &SqliteOptions,
+) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut conn = Connection::open_with_flags(uri(path, immutable), flags)?;
+    configure_read_only(&mut conn, options)?;
+    let _: i64 = conn.query_row("SELECT COUNT(*) FROM sqlite_schema", [], |r| r.get(0))?;
+    Ok(conn)
+}
+
+/// The refusal of a file that is not a queue yet; `waited` when a writing
+/// open gave another slothqueue the time to make it one.
+fn refusal(path: &Path, found: &Found, waited: bool) -> StoreError {
+    let what = match found {
+        Found::NoTables => "a SQLite database with no tables",
+        _ => "it is empty",
+    };
+    let detail = if waited {
+        format!(
+            "{what}: not a queue yet, and no slothqueue is making it one; \
+             remove it to start a new queue there"
+        )
+    } else {
+        format!("{what}: not a queue yet")
+    };
+    error::corrupt(path, detail)
+}
+
+/// Waits, for at most `budget`, for another slothqueue to make the empty
+/// file at `path` a queue: it created the file (`O_EXCL`) and is writing
+/// the schema. Refuses the file untouched if it is still empty after the
+/// wait, or at once if neither it nor its WAL has changed for `budget`
+/// (an empty file made a while ago by someone else, or a creation that
+/// died half-way).
+fn wait_for_creator(path: &Path, budget: Duration) -> Result<(), StoreError> {
+    const NAP: Duration = Duration::from_millis(10);
+    let mut waited = Duration::ZERO;
+    loop {
+        let found = probe(path, budget, false)?;
+        match found {
+            Found::Queue { .. } => return Ok(()),
+            Found::Missing => {
+                return Err(error::io(
+                    format!("{} disappeared while it was being created", path.display()),
+                    std::io::Error::from(std::io::ErrorKind::NotFound),
+                ));
+            }
+            Found::Empty | Found::NoTables => {
+                if waited >= budget || unchanged_for(path, budget) {
+                    return Err(refusal(path, &found, true));
+                }
+            }
+        }
+        nap_blocking(NAP);
+        waited += NAP;
+    }
+}
+
+/// Whether neither the file nor its WAL was modified in the last `d`.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "an empty file's age tells a creation in progress from an abandoned file"
+)]
+fn unchanged_for(path: &Path, d: Duration) -> bool {
+    let now = std::time::SystemTime::now();
+    let young = |p: &Path| {
+        fs::metadata(p)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| now.duration_since(t).map_or(true, |age| age < d))
+    };
+    !young(path) && !young(&sidecar(path, "-wal"))
 }
 
 /// What the probe found at the path.
 #[derive(Debug, PartialEq, Eq)]
 enum Found {
-    /// Nothing, an empty file, or an empty SQLite database: a new queue.
-    New,
+    /// No file: a queue an open may create.
+    Missing,
+    /// A file of 0 bytes.
+    Empty,
+    /// A SQLite database with no tables (and no application id or version).
+    NoTables,
     /// A slothqueue queue at this schema version (at most ours).
     Queue {
         /// Its `user_version`.
@@ -84,14 +247,14 @@ struct Identity {
 /// is the same over a few looks 10 ms apart: file times are too coarse to
 /// show every write, and a damaged file stays damaged, while a creation in
 /// progress finishes.
-fn probe(path: &Path, busy_timeout: Duration) -> Result<Found, StoreError> {
+fn probe(path: &Path, busy_timeout: Duration, read_only: bool) -> Result<Found, StoreError> {
     const ATTEMPTS: usize = 100;
     const REFUSALS: usize = 5;
     let mut refusals = 0;
     let mut last = None;
     for _ in 0..ATTEMPTS {
         let before = snapshot(path);
-        let found = probe_once(path, busy_timeout);
+        let found = probe_once(path, busy_timeout, read_only);
         if snapshot(path) == before {
             match found {
                 Err(StoreError::Corrupt { .. }) if refusals + 1 < REFUSALS => {
@@ -103,7 +266,7 @@ fn probe(path: &Path, busy_timeout: Duration) -> Result<Found, StoreError> {
         }
         last = Some(found);
     }
-    last.unwrap_or_else(|| probe_once(path, busy_timeout))
+    last.unwrap_or_else(|| probe_once(path, busy_timeout, read_only))
 }
 
 /// What tells whether a file changed: its and its WAL's size and mtime.
@@ -112,10 +275,10 @@ fn snapshot(path: &Path) -> [Option<(u64, Option<std::time::SystemTime>)>; 2] {
     [look(path), look(&sidecar(path, "-wal"))]
 }
 
-fn probe_once(path: &Path, busy_timeout: Duration) -> Result<Found, StoreError> {
+fn probe_once(path: &Path, busy_timeout: Duration, read_only: bool) -> Result<Found, StoreError> {
     let mut file = match fs::File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::New),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Missing),
         Err(e) => return Err(error::io(format!("cannot open {}", path.display()), e)),
     };
     let meta = file
@@ -126,7 +289,7 @@ fn probe_once(path: &Path, busy_timeout: Duration) -> Result<Found, StoreError> 
     }
     let len = meta.len();
     if len == 0 {
-        return Ok(Found::New);
+        return Ok(Found::Empty);
     }
     let mut header = Vec::with_capacity(HEADER_LEN);
     file.by_ref()
@@ -151,8 +314,23 @@ fn probe_once(path: &Path, busy_timeout: Duration) -> Result<Found, StoreError> 
     // it as immutable, because a read-only connection would otherwise create
     // `-wal` and `-shm` files and leave them behind. Everything else gets an
     // ordinary read-only connection, whose shared lock writes nothing.
+    //
+    // Where that ordinary connection cannot make its `-shm` (a read-only
+    // folder, a full disk), a read-only open reads the file immutable after
+    // all, as it will read it then: what the WAL holds is not seen. Unless
+    // the file alone has no tables yet: the queue is in the WAL, and this
+    // open cannot read it (a writing open could not either).
     let wal_mode = header[18] == 2 || header[19] == 2;
-    let id = identify(path, wal_mode && !wal_has_frames, busy_timeout)?;
+    let immutable = wal_mode && !wal_has_frames;
+    let id = match identify(path, immutable, busy_timeout) {
+        Err(e @ (StoreError::Io { .. } | StoreError::DiskFull(_))) if read_only && !immutable => {
+            match identify(path, true, busy_timeout) {
+                Ok(id) if !id.tables.is_empty() => id,
+                _ => return Err(e),
+            }
+        }
+        id => id?,
+    };
     judge_identity(path, &id)
 }
 
@@ -233,7 +411,7 @@ fn judge_identity(path: &Path, id: &Identity) -> Result<Found, StoreError> {
         return Ok(Found::Queue { version });
     }
     if id.application_id == 0 && id.user_version == 0 && id.tables.is_empty() {
-        return Ok(Found::New);
+        return Ok(Found::NoTables);
     }
     let tables = if id.tables.is_empty() { "none".to_owned() } else { id.tables.join(", ") };
     Err(error::corrupt(
@@ -279,8 +457,9 @@ fn uri(path: &Path, immutable: bool) -> String {
 }
 
 /// Creates the queue file (and its directory) if it does not exist, private
-/// to the user: jobs carry commands and environment.
-fn create_file(path: &Path) -> Result<(), StoreError> {
+/// to the user: jobs carry commands and environment. Answers whether this
+/// call created it (`false`: another process got there first).
+fn create_file(path: &Path) -> Result<bool, StoreError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir)
             .map_err(|e| error::io(format!("cannot create the directory {}", dir.display()), e))?;
@@ -290,17 +469,18 @@ fn create_file(path: &Path) -> Result<(), StoreError> {
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     match options.open(path) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(error::io(format!("cannot create {}", path.display()), e)),
     }
 }
 
-/// Brings the file to [`SCHEMA_VERSION`]: creates a new queue, or migrates
-/// an older one, in one write transaction. Everything the probe checked is
-/// checked again under the write lock, since another process may have
-/// created or migrated the file in between.
-fn migrate(conn: &Connection, path: &Path) -> Result<(), Error> {
+/// Brings the file to [`SCHEMA_VERSION`]: creates a new queue (only in a
+/// file this open created, `ours`), or migrates an older one, in one write
+/// transaction. Everything the probe checked is checked again under the
+/// write lock, since another process may have created or migrated the file
+/// in between.
+fn migrate(conn: &Connection, path: &Path, ours: bool) -> Result<(), Error> {
     let app: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if app == APPLICATION_ID && version == i64::from(SCHEMA_VERSION) {
@@ -309,12 +489,12 @@ fn migrate(conn: &Connection, path: &Path) -> Result<(), Error> {
     // Rebuilding a table drops the old one, which must not cascade into the
     // trails; the pragma is a no-op inside a transaction, hence out here.
     conn.execute_batch("PRAGMA foreign_keys = OFF")?;
-    let out = migrate_tx(conn, path);
+    let out = migrate_tx(conn, path, ours);
     conn.execute_batch("PRAGMA foreign_keys = ON")?;
     out
 }
 
-fn migrate_tx(conn: &Connection, path: &Path) -> Result<(), Error> {
+fn migrate_tx(conn: &Connection, path: &Path, ours: bool) -> Result<(), Error> {
     write_tx(conn, |conn| {
         let application_id = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
         let user_version = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
@@ -322,8 +502,9 @@ fn migrate_tx(conn: &Connection, path: &Path) -> Result<(), Error> {
         let schema = schema_entries(conn)?;
         let id = Identity { application_id, user_version, tables, schema };
         let from = match judge_identity(path, &id)? {
-            Found::New => 0,
             Found::Queue { version } => version,
+            Found::NoTables if ours => 0,
+            found => return Err(Error::Store(refusal(path, &found, true))),
         };
         for step in MIGRATIONS.iter().skip(from as usize) {
             step(conn)?;
@@ -360,11 +541,51 @@ mod tests {
         assert_eq!(uri(Path::new("rel/q.db"), false), "file:rel/q.db?mode=ro");
     }
 
+    /// A file of schema v2 (the previous release) is migrated on open, a
+    /// read-only one included: the
+    /// lease it holds reads back without a PID namespace, the next open
+    /// finds exactly v3's schema, and a namespace is stored from then on.
+    #[tokio::test]
+    async fn a_v2_file_migrates_to_v3_and_keeps_its_lease() {
+        use slothqueue_core::{JobState, Store};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+            for step in &MIGRATIONS[..2] {
+                step(&conn).unwrap();
+            }
+            conn.execute_batch(&format!(
+                "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = 2;
+                 INSERT INTO jobs (id, queue, kind, payload, priority, state, attempts,
+                     max_attempts, not_before, lease_owner, lease_host, lease_pid,
+                     lease_attempt, lease_until, payload_hash, cancel_requested, created_at)
+                 VALUES (1, 'default', 'shell', '{{}}', 0, 'running', 1, 3, 0, 'w', 'h', 42,
+                     1, 5000, 'x', 0, 0);"
+            ))
+            .unwrap();
+        }
+        // A command that only looks migrates it too (the one write it makes).
+        let store = crate::SqliteStore::open_read_only(&path, SqliteOptions::default()).unwrap();
+        let job = store.get(1).await.unwrap();
+        assert_eq!(job.state, JobState::Running);
+        let owner = job.lease.unwrap().owner;
+        assert_eq!((owner.pid, owner.pid_ns), (Some(42), None));
+        drop(store);
+        let conn = Connection::open(&path).unwrap();
+        let version: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, 3);
+        assert_eq!(schema_entries(&conn).unwrap(), expected_schema(3).unwrap());
+        drop(conn);
+        crate::SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    }
+
     #[test]
-    fn an_empty_database_is_new_and_a_foreign_one_is_refused() {
+    fn an_empty_database_has_no_tables_and_a_foreign_one_is_refused() {
         let p = Path::new("/q.db");
         let empty = Identity { application_id: 0, user_version: 0, tables: vec![], schema: vec![] };
-        assert_eq!(judge_identity(p, &empty).unwrap(), Found::New);
+        assert_eq!(judge_identity(p, &empty).unwrap(), Found::NoTables);
         let foreign = Identity {
             application_id: 0,
             user_version: 0,

@@ -16,7 +16,7 @@ use slothqueue_core::{
 use crate::error::Error;
 
 /// The job columns, in the order [`job_values`] and [`job_from_row`] use.
-const JOB_COLUMNS: [&str; 27] = [
+const JOB_COLUMNS: [&str; 28] = [
     "id",
     "queue",
     "kind",
@@ -44,6 +44,7 @@ const JOB_COLUMNS: [&str; 27] = [
     "created_at",
     "started_at",
     "finished_at",
+    "lease_pid_ns",
 ];
 
 pub(crate) static COLUMNS: LazyLock<String> = LazyLock::new(|| JOB_COLUMNS.join(", "));
@@ -117,6 +118,7 @@ fn job_values(job: &Job) -> Result<Vec<Value>, Error> {
         millis(job.created_at),
         opt(job.started_at, millis),
         opt(job.finished_at, millis),
+        opt(owner.and_then(|o| o.pid_ns), |n| Value::Integer(i64::from_ne_bytes(n.to_ne_bytes()))),
     ])
 }
 
@@ -149,6 +151,7 @@ fn job_from_row(row: &Row<'_>) -> Result<Job, Error> {
                 pid_start_time: row
                     .get::<_, Option<i64>>(14)?
                     .map(|s| u64::from_ne_bytes(s.to_ne_bytes())),
+                pid_ns: row.get::<_, Option<i64>>(27)?.map(|n| u64::from_ne_bytes(n.to_ne_bytes())),
             },
             attempt: row.get(15)?,
             until: ts(row.get(16)?),

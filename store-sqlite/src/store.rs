@@ -40,6 +40,9 @@ struct Inner {
     conn: Mutex<Connection>,
     ctx: Context,
     policy: Policy,
+    /// Why a read-only store was opened immutable (see
+    /// [`SqliteStore::read_only_note`]).
+    note: Option<String>,
     /// A call failed for lack of space and the WAL has not been
     /// checkpointed since (see [`Inner::run`]).
     disk_was_full: AtomicBool,
@@ -59,19 +62,64 @@ impl SqliteStore {
     /// file private to the user) when it is missing or empty, and migrating
     /// an older layout. A file that is not a queue, is damaged, or comes
     /// from a newer slothqueue is refused before anything is written to it.
+    ///
+    /// A file that exists but is empty (0 bytes, or a SQLite database with
+    /// no tables) is made a queue only if another slothqueue is making it
+    /// one right now (waited for, up to the busy timeout); else it is
+    /// refused untouched with [`StoreError::Corrupt`]: only a file this
+    /// open created itself becomes a new queue.
     pub fn open(path: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
         let conn = open::open(path, &options)?;
+        Ok(SqliteStore::on(path, conn, options, None))
+    }
+
+    /// Opens the existing queue at `path` for commands that only look
+    /// (`status`, `list`, `show`, `logs`): nothing is created and nothing
+    /// written, and every write through the store answers
+    /// [`StoreError::Io`] of kind [`std::io::ErrorKind::ReadOnlyFilesystem`].
+    /// A missing file is [`StoreError::Io`] of kind `NotFound`; an empty
+    /// one (0 bytes, or a SQLite database with no tables) is refused
+    /// untouched with [`StoreError::Corrupt`]; foreign, damaged and newer
+    /// files as by [`SqliteStore::open`]. An older layout is migrated
+    /// first (the one write this open may make).
+    ///
+    /// Where SQLite cannot create its shared-memory file beside the queue
+    /// (a read-only folder or filesystem, a full disk) the file is read
+    /// immutable, and [`SqliteStore::read_only_note`] says so and what is
+    /// not seen then.
+    pub fn open_read_only(path: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
+        let (conn, note) = open::open_read_only(path, &options)?;
+        Ok(SqliteStore::on(path, conn, options, note))
+    }
+
+    fn on(
+        path: &Path,
+        conn: Connection,
+        options: SqliteOptions,
+        note: Option<String>,
+    ) -> SqliteStore {
         let ctx = Context { path: path.to_path_buf(), busy_timeout: options.busy_timeout };
-        Ok(SqliteStore {
+        SqliteStore {
             inner: Arc::new(Inner {
                 conn: Mutex::new(conn),
                 ctx,
                 policy: options.policy,
+                note,
                 disk_was_full: AtomicBool::new(false),
                 can_skip_sync: options.journal == Journal::Wal
                     && options.synchronous == Synchronous::Full,
             }),
-        })
+        }
+    }
+
+    /// Set when [`SqliteStore::open_read_only`] had to open the file
+    /// immutable, e.g. "opened immutable: its folder cannot be written, so
+    /// SQLite cannot make its shared-memory file; this look does not see
+    /// the commits still in q.db-wal (…), nor anything committed after it
+    /// opened": for the CLI to show beside what it reads. `None` for every
+    /// other store.
+    pub fn read_only_note(&self) -> Option<&str> {
+        self.inner.note.as_deref()
     }
 
     /// The queue file.
@@ -394,25 +442,22 @@ fn purge_tx(conn: &Connection, filter: &PurgeFilter) -> Result<Vec<JobId>, Error
     Ok(ids)
 }
 
+/// Restores one job of an import into the open write transaction: checked
+/// on its own ([`machine::check_restore`]), then against the queue as this
+/// transaction sees it, so an id or key restored earlier in the same batch
+/// counts as taken. The next id needs no bookkeeping: it is above
+/// `MAX(id)` (see [`next_id`]).
 fn restore_tx(conn: &Connection, job: &Job, events: &[Event]) -> Result<(), Error> {
+    machine::check_restore(job, events)?;
     let invalid = |m: String| Err(Error::Store(StoreError::InvalidInput(m)));
-    if job.id <= 0 {
-        return invalid(format!("job id {} is not positive", job.id));
-    }
-    if (job.state == JobState::Running) != job.lease.is_some() {
-        return invalid(format!("job #{}: a lease is present exactly while running", job.id));
-    }
-    if let Some(e) = events.iter().find(|e| e.job_id != job.id) {
-        return invalid(format!("job #{}: its trail holds an event of job #{}", job.id, e.job_id));
-    }
     if find(conn, job.id)?.is_some() {
         return invalid(format!("job #{} already exists", job.id));
     }
     if let Some(key) = &job.idempotency_key {
         if let Some(holder) = key_holder(conn, key)? {
             return invalid(format!(
-                "idempotency key `{key}` is already held by job #{}",
-                holder.id
+                "job #{}: idempotency key `{key}` is already held by job #{}",
+                job.id, holder.id
             ));
         }
     }
@@ -605,7 +650,14 @@ impl Store for SqliteStore {
     }
 
     async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
-        self.with(move |conn, _| write_tx(conn, |conn| restore_tx(conn, &job, &events))).await
+        self.restore_many(vec![(job, events)]).await
+    }
+
+    async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
+        self.with(move |conn, _| {
+            write_tx(conn, |conn| jobs.iter().try_for_each(|(j, ev)| restore_tx(conn, j, ev)))
+        })
+        .await
     }
 
     async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {

@@ -144,6 +144,18 @@ pub(crate) fn configure(conn: &mut Connection, options: &SqliteOptions) -> rusql
     ))
 }
 
+/// What a read-only connection needs of [`configure`]: the busy handler
+/// (a rollback-journal file is locked while a writer commits) and plans
+/// that do not depend on bound values. No pragma that writes.
+pub(crate) fn configure_read_only(
+    conn: &mut Connection,
+    options: &SqliteOptions,
+) -> rusqlite::Result<()> {
+    install_busy_handler(conn, options.busy_timeout)?;
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    Ok(())
+}
+
 /// Waits for a lock held by another connection for up to `timeout`, like
 /// `PRAGMA busy_timeout`, but polling every 0.5 to 2.5 ms (jittered) for the
 /// whole wait.

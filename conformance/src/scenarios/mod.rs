@@ -80,6 +80,8 @@ macro_rules! __with_scenarios {
             persistence::reopen_keeps_jobs_events_and_counters,
             persistence::two_handles_on_one_file_work_at_once,
             persistence::restore_keeps_ids_states_and_events,
+            persistence::restore_many_keeps_ids_states_and_events,
+            persistence::restore_many_is_all_or_nothing,
             persistence::runner_records_are_put_listed_and_removed,
             concurrency::claim_race_across_handles_hands_each_job_once,
             concurrency::pushes_across_handles_get_distinct_ids,

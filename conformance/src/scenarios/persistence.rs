@@ -122,24 +122,51 @@ pub async fn restore_keeps_ids_states_and_events(h: &Harness) {
     let t = h.start();
     populate(h, &*src, t).await;
     let (jobs, trails, _) = everything(&*src, t).await;
-    let max = jobs.iter().map(|j| j.id).max().expect("jobs");
-
     let dst = h.open_other("restored");
     for (j, ev) in jobs.iter().zip(&trails).rev() {
         dst.restore(j.clone(), ev.clone()).await.expect("restore");
     }
-    for (j, ev) in jobs.iter().zip(&trails) {
-        assert_eq!(job(&*dst, j.id).await, *j);
+    assert_restored(h, &*src, &*dst, &jobs, &trails).await;
+}
+
+/// `restore_many` is the same import in one call: every job, trail, lease
+/// and key as exported, in any order, later pushes above every imported
+/// id, an imported lease still fencing its owner.
+pub async fn restore_many_keeps_ids_states_and_events(h: &Harness) {
+    let src = h.store();
+    let t = h.start();
+    populate(h, &*src, t).await;
+    let (jobs, trails, _) = everything(&*src, t).await;
+    let dst = h.open_other("restored");
+    let batch: Vec<(Job, Vec<Event>)> =
+        jobs.iter().cloned().zip(trails.iter().cloned()).rev().collect();
+    dst.restore_many(batch).await.expect("restore_many");
+    assert_restored(h, &*src, &*dst, &jobs, &trails).await;
+    assert!(dst.restore_many(Vec::new()).await.is_ok(), "an empty import is fine");
+}
+
+/// What an import into `dst` of `src`'s `jobs` and `trails` must give.
+async fn assert_restored(
+    h: &Harness,
+    src: &dyn Store,
+    dst: &dyn Store,
+    jobs: &[Job],
+    trails: &[Vec<Event>],
+) {
+    let t = h.start();
+    let max = jobs.iter().map(|j| j.id).max().expect("jobs");
+    for (j, ev) in jobs.iter().zip(trails) {
+        assert_eq!(job(dst, j.id).await, *j);
         assert_eq!(&dst.events(j.id).await.expect("events"), ev);
-        crate::assert_trail_consistent(&*dst, j.id).await;
+        crate::assert_trail_consistent(dst, j.id).await;
     }
     assert_eq!(dst.stats(t).await.expect("stats"), src.stats(t).await.expect("stats"));
 
     let again = dst.restore(jobs[0].clone(), trails[0].clone()).await;
     assert!(matches!(again, Err(StoreError::InvalidInput(_))), "{again:?}");
-    assert_eq!(job(&*dst, jobs[0].id).await, jobs[0]);
+    assert_eq!(job(dst, jobs[0].id).await, jobs[0]);
 
-    let next = h.push(&*dst, shell("echo new"), t).await;
+    let next = h.push(dst, shell("echo new"), t).await;
     assert!(next.id > max, "pushed #{} after importing up to #{max}", next.id);
     let dup = dst.push(shell("echo p").key("k").priority(4).max_runtime(Some(secs(2))), t);
     assert!(!dup.await.expect("push").created, "the imported key holds");
@@ -150,9 +177,90 @@ pub async fn restore_keeps_ids_states_and_events(h: &Harness) {
     let done = dst.complete(running.id, &fence, Completion::default(), h.at(secs(7))).await;
     assert_eq!(done.expect("the imported lease's owner completes").state, JobState::Done);
     assert_eq!(
-        event_kinds(&*src, running.id).await.len() + 1,
-        event_kinds(&*dst, running.id).await.len()
+        event_kinds(src, running.id).await.len() + 1,
+        event_kinds(dst, running.id).await.len()
     );
+}
+
+/// `restore_many` writes all of a batch or none of it: a batch with one
+/// bad job (its id already in the batch, its key held by a job in the
+/// queue or earlier in the batch, a zero id, a running job without a
+/// lease, an event of another job), wherever it stands, is refused with
+/// `InvalidInput` and leaves the queue exactly as it was; the same batch
+/// without the bad job then imports whole.
+pub async fn restore_many_is_all_or_nothing(h: &Harness) {
+    let src = h.store();
+    let t = h.start();
+    populate(h, &*src, t).await;
+    let (jobs, trails, _) = everything(&*src, t).await;
+    let batch: Vec<(Job, Vec<Event>)> = jobs.iter().cloned().zip(trails.iter().cloned()).collect();
+    let dst = h.open_other("restored");
+    // A job already in the queue, holding a key no exported job has.
+    let resident = h.push(&*dst, shell("echo resident").key("resident"), t).await;
+    let base = jobs.iter().map(|j| j.id).max().expect("jobs") + resident.id;
+    // The batch's jobs moved above the resident's id, so only what is
+    // planted below clashes.
+    let moved: Vec<(Job, Vec<Event>)> = batch
+        .iter()
+        .map(|(j, ev)| {
+            let id = j.id + base;
+            let ev = ev.iter().map(|e| Event { job_id: id, ..e.clone() }).collect();
+            (Job { id, ..j.clone() }, ev)
+        })
+        .collect();
+    let before = everything(&*dst, t).await;
+
+    let with = |bad: (Job, Vec<Event>), at_end: bool| {
+        let mut b = moved.clone();
+        if at_end {
+            b.push(bad)
+        } else {
+            b.insert(b.len() / 2, bad)
+        }
+        b
+    };
+    let plain = |id| {
+        let mut j = moved[0].0.clone();
+        j.id = id;
+        j.state = JobState::Cancelled;
+        j.lease = None;
+        j.idempotency_key = None;
+        (j, Vec::new())
+    };
+    let fresh_id = base * 3;
+    let mut keyed_like_resident = plain(fresh_id);
+    keyed_like_resident.0.idempotency_key = Some("resident".into());
+    let keyed = moved.iter().find(|(j, _)| j.idempotency_key.is_some()).expect("a keyed job");
+    let mut keyed_twice = plain(fresh_id);
+    keyed_twice.0.idempotency_key = keyed.0.idempotency_key.clone();
+    let mut leaseless = plain(fresh_id);
+    leaseless.0.state = JobState::Running;
+    let mut foreign_trail = plain(fresh_id);
+    foreign_trail.1 = vec![Event { job_id: fresh_id + 1, ..trails[0][0].clone() }];
+    let bad_batches = [
+        ("a duplicate id at the end", with(moved[0].clone(), true)),
+        ("the resident's id", with(plain(resident.id), false)),
+        ("a key the queue holds", with(keyed_like_resident.clone(), true)),
+        ("a key held earlier in the batch", with(keyed_twice, true)),
+        ("a zero id", with(plain(0), true)),
+        ("a running job without a lease", with(leaseless, false)),
+        ("an event of another job", with(foreign_trail, true)),
+    ];
+    for (what, bad) in bad_batches {
+        let out = dst.restore_many(bad).await;
+        assert!(matches!(out, Err(StoreError::InvalidInput(_))), "{what}: {out:?}");
+        assert_eq!(everything(&*dst, t).await, before, "{what}: nothing was written");
+    }
+
+    dst.restore_many(moved.clone()).await.expect("the good batch imports whole");
+    for (j, ev) in &moved {
+        assert_eq!(job(&*dst, j.id).await, *j);
+        assert_eq!(&dst.events(j.id).await.expect("events"), ev);
+    }
+    assert_eq!(job(&*dst, resident.id).await, resident);
+    let top = moved.iter().map(|(j, _)| j.id).max().expect("jobs");
+    let next = h.push(&*dst, shell("echo after"), t).await;
+    assert!(next.id > top, "pushed #{} after importing up to #{top}", next.id);
 }
 
 /// Runner records are stored whole, replaced by owner id on a second put,

@@ -10,6 +10,7 @@
 //! - `damaged_close`: a file whose damage redb meets only on close (S16);
 //! - `power_loss`: power cut after every sync of a workload (S06);
 //! - `disk_full`: a full disk fails cleanly and the handle recovers (S15);
+//! - `import`: how long a `restore_many` of 100,000 jobs takes (a measurement, run when asked);
 //! - `busy`: contention between handles and processes, bounded waits;
 //! - `read_only`: commands that only look change no byte of the file;
 //! - `claim_order`: the `ready` index against a model (proptest; its
@@ -26,6 +27,7 @@ mod claim_order;
 mod crash;
 mod damaged_close;
 mod disk_full;
+mod import;
 mod power_loss;
 mod read_only;
 mod v1_fixture;

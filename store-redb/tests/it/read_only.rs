@@ -64,14 +64,21 @@ async fn a_read_only_open_shares_the_file_with_a_live_writer_and_sees_its_commit
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_empty_file_reads_as_an_empty_queue_and_a_missing_one_is_not_created() {
+async fn an_empty_file_is_refused_untouched_and_a_missing_one_is_not_created() {
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("empty.redb");
     std::fs::write(&empty, b"").unwrap();
-    let store = RedbStore::open_read_only(&empty, RedbOptions::default()).unwrap();
-    assert_eq!(store.stats(T).await.unwrap().pending, 0);
-    drop(store);
+    let err = RedbStore::open_read_only(&empty, RedbOptions::default()).unwrap_err();
+    assert!(matches!(&err, StoreError::Corrupt { .. }), "{err:?}");
+    assert!(err.to_string().contains("it is empty: not a queue yet"), "{err}");
     assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0, "the empty file was written");
+
+    let tableless = dir.path().join("tableless.redb");
+    drop(redb::Database::create(&tableless).unwrap());
+    let bytes = std::fs::read(&tableless).unwrap();
+    let err = RedbStore::open_read_only(&tableless, RedbOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("a redb database with no tables"), "{err}");
+    assert_eq!(std::fs::read(&tableless).unwrap(), bytes, "the table-less file was written");
 
     let missing = dir.path().join("sub/missing.redb");
     let err = RedbStore::open_read_only(&missing, RedbOptions::default()).unwrap_err();

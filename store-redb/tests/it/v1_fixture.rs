@@ -30,6 +30,7 @@ fn owner(id: &str) -> Owner {
         boot_id: Some("boot-1".to_owned()),
         pid: Some(4242),
         pid_start_time: Some(987_654),
+        pid_ns: None,
     }
 }
 

@@ -8,6 +8,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rusqlite::Connection;
 use slothqueue_core::{
@@ -215,18 +216,59 @@ async fn a_missing_file_and_directory_become_a_private_new_queue() {
     assert_eq!((app, version), (APPLICATION_ID, SCHEMA_VERSION));
 }
 
-#[tokio::test]
-async fn an_empty_file_or_empty_database_becomes_a_new_queue() {
+/// A file someone else left empty (0 bytes, or a SQLite database with no
+/// tables) is not adopted as a queue: it may be another program's. One not
+/// touched for the busy timeout is refused at once, untouched.
+#[test]
+fn an_empty_file_or_empty_database_is_refused_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("empty");
     fs::write(&empty, b"").unwrap();
     let empty_db = dir.path().join("empty-db");
     Connection::open(&empty_db).unwrap().execute_batch("VACUUM").unwrap();
-    for path in [empty, empty_db] {
-        let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
-        assert_eq!(store.push(NewJob::shell("true", "/"), t(0)).await.unwrap().job.id, 1);
-        store.check_integrity().unwrap();
+    let an_hour_ago = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    for (path, says) in [(&empty, "it is empty"), (&empty_db, "a SQLite database with no tables")] {
+        fs::File::options().write(true).open(path).unwrap().set_modified(an_hour_ago).unwrap();
+        let err = assert_refused_untouched(path, |e| matches!(e, StoreError::Corrupt { .. }));
+        assert!(err.to_string().contains(says), "{err}");
     }
+}
+
+/// An empty file is what another slothqueue creating the queue makes
+/// first: an open that finds one waits for it to become a queue (here:
+/// a queue copied over it 100 ms later) rather than refusing it, and a
+/// fresh one that stays empty is refused once the busy timeout is over.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_file_being_made_a_queue_is_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let made = dir.path().join("made.db");
+    let store = SqliteStore::open(&made, SqliteOptions::default()).unwrap();
+    store.push(NewJob::shell("echo made", "/"), t(0)).await.unwrap();
+    drop(store);
+    let path = dir.path().join("q.db");
+    fs::write(&path, b"").unwrap();
+    let creator = {
+        let (made, path) = (made.clone(), path.clone());
+        std::thread::spawn(move || {
+            nap(Duration::from_millis(100));
+            fs::copy(made, path).unwrap();
+        })
+    };
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    creator.join().unwrap();
+    assert_eq!(store.get(1).await.unwrap().command(), Some("echo made"));
+
+    let stays = dir.path().join("stays.db");
+    fs::write(&stays, b"").unwrap();
+    let options = SqliteOptions { busy_timeout: Duration::from_millis(200), ..Default::default() };
+    let err = SqliteStore::open(&stays, options).unwrap_err();
+    assert!(matches!(&err, StoreError::Corrupt { .. }), "{err:?}");
+    assert_eq!(fs::metadata(&stays).unwrap().len(), 0);
+}
+
+#[expect(clippy::disallowed_methods, reason = "a test's stand-in for another process's pace")]
+fn nap(d: Duration) {
+    std::thread::sleep(d);
 }
 
 #[tokio::test]
@@ -281,18 +323,59 @@ async fn s17_several_handles_creating_one_new_queue_at_once_all_succeed() {
     stores[0].check_integrity().unwrap();
 }
 
+/// Another database's WAL left where a new queue is created is not
+/// replayed into it.
 #[tokio::test]
-async fn a_stale_wal_beside_an_empty_file_is_ignored() {
+async fn a_stale_wal_beside_a_new_queue_is_ignored() {
     let dir = tempfile::tempdir().unwrap();
     let other = dir.path().join("other.db");
     let conn = Connection::open(&other).unwrap();
     conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(())).unwrap();
     conn.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);").unwrap();
     let path = dir.path().join("q.db");
-    fs::write(&path, b"").unwrap();
     fs::copy(sidecar(&other, "-wal"), sidecar(&path, "-wal")).unwrap();
     drop(conn);
     let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
     assert_eq!(store.push(NewJob::shell("true", "/"), t(0)).await.unwrap().job.id, 1);
     store.check_integrity().unwrap();
+}
+
+const CREATOR_ENV: &str = "SLOTHQUEUE_SQLITE_CREATOR_CHILD";
+
+/// In the child: open (creating) the queue named by the environment and
+/// push one job. Does nothing in an ordinary run.
+#[tokio::test]
+async fn creator_child() {
+    let Ok(path) = std::env::var(CREATOR_ENV) else { return };
+    let store = SqliteStore::open(Path::new(&path), SqliteOptions::default()).unwrap();
+    store.push(NewJob::shell("echo child", "/"), t(0)).await.unwrap();
+}
+
+/// S17 across processes: six processes creating one new queue at once all
+/// succeed, over several rounds. Only the one whose `O_EXCL` create won
+/// makes the schema; the others find an empty file and wait for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn s17_several_processes_creating_one_new_queue_at_once_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..5 {
+        let path = dir.path().join(format!("q{round}.db"));
+        let children: Vec<_> = (0..6)
+            .map(|_| {
+                std::process::Command::new(std::env::current_exe().unwrap())
+                    .args(["--exact", "files::creator_child", "--test-threads", "1"])
+                    .env(CREATOR_ENV, &path)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+        let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        assert_eq!(store.stats(t(0)).await.unwrap().pending, 6, "round {round}");
+        store.check_integrity().unwrap();
+    }
 }

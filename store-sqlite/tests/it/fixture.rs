@@ -36,6 +36,7 @@ fn owner_a() -> Owner {
         boot_id: Some("0f1e2d3c-boot".into()),
         pid: Some(4242),
         pid_start_time: Some(123_456_789),
+        pid_ns: None,
     }
 }
 

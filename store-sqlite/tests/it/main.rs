@@ -10,7 +10,11 @@
 //!   exactly, forever;
 //! - `locking`: contention on the write lock (busy timeout, `Busy`, reads
 //!   going on meanwhile);
-//! - `disk_full`: a full disk fails cleanly and the handle recovers (S15).
+//! - `disk_full`: a full disk fails cleanly and the handle recovers (S15);
+//! - `read_only`: the open of commands that only look (nothing created,
+//!   empty files refused, writes refused, immutable where `-shm` cannot be
+//!   made);
+//! - `import`: how long a `restore_many` of 100,000 jobs takes (a measurement, run when asked).
 //!
 //! The shared `Store` contract is not here: it is `tests/conformance.rs`, its
 //! own binary, which `cargo xtask conformance` runs by name.
@@ -19,4 +23,6 @@ mod damaged_schema;
 mod disk_full;
 mod files;
 mod fixture;
+mod import;
 mod locking;
+mod read_only;
