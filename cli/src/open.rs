@@ -117,22 +117,38 @@ pub struct OpenOptions {
     /// Only read: the store refuses every write, and the file is left
     /// byte-for-byte as it was (redb rewrites its header on a writable
     /// open and close even when nothing is written). Implies no `create`.
-    /// SQLite opens as usual: its open already vets the file read-only
-    /// before writing, and a connection that only reads writes nothing.
+    /// On SQLite it is a read-only connection, which falls back to an
+    /// immutable one where the folder or the disk cannot take SQLite's
+    /// shared-memory file (and says so on stderr).
     pub read_only: bool,
+    /// The lease a claim through this handle hands out (`run --lease`);
+    /// `None` is the policy's default.
+    pub lease_ttl: Option<std::time::Duration>,
 }
 
 impl OpenOptions {
     /// The options of a command that only looks: no file created, nothing
     /// written, whatever the file is.
     pub fn read_only(backend: Option<Backend>) -> Self {
-        OpenOptions { backend, create: false, create_folder: false, read_only: true }
+        OpenOptions {
+            backend,
+            create: false,
+            create_folder: false,
+            read_only: true,
+            lease_ttl: None,
+        }
     }
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { backend: None, create: true, create_folder: false, read_only: false }
+        OpenOptions {
+            backend: None,
+            create: true,
+            create_folder: false,
+            read_only: false,
+            lease_ttl: None,
+        }
     }
 }
 
@@ -256,7 +272,7 @@ pub fn open(path: &Path, options: OpenOptions) -> Result<Arc<dyn Store>, OpenErr
             prepare_folder(path, dir, options.create_folder)?;
         }
     }
-    open_backend(path, backend, options.read_only)
+    open_backend(path, backend, &options)
 }
 
 /// Whether `path` exists as a file this user alone can change: `Ok(false)`
@@ -380,22 +396,38 @@ fn prepare_folder(path: &Path, dir: &Path, create: bool) -> Result<(), OpenError
 fn open_backend(
     path: &Path,
     backend: Backend,
-    read_only: bool,
+    options: &OpenOptions,
 ) -> Result<Arc<dyn Store>, OpenError> {
+    let mut policy = slothqueue_core::Policy::default();
+    if let Some(ttl) = options.lease_ttl {
+        policy.lease_ttl = ttl;
+    }
     match backend {
         #[cfg(feature = "sqlite")]
         Backend::Sqlite => {
             use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
-            let _ = read_only;
-            Ok(Arc::new(SqliteStore::open(path, SqliteOptions::default())?))
+            let sqlite = SqliteOptions { policy, ..SqliteOptions::default() };
+            if options.read_only {
+                let store = SqliteStore::open_read_only(path, sqlite)?;
+                if let Some(note) = store.read_only_note() {
+                    #[expect(clippy::print_stderr, reason = "the one note a look must not hide")]
+                    {
+                        eprintln!("note: {}: {note}", path.display());
+                    }
+                }
+                Ok(Arc::new(store))
+            } else {
+                Ok(Arc::new(SqliteStore::open(path, sqlite)?))
+            }
         }
         #[cfg(feature = "redb")]
         Backend::Redb => {
             use slothqueue_store_redb::{RedbOptions, RedbStore};
-            Ok(Arc::new(if read_only {
-                RedbStore::open_read_only(path, RedbOptions::default())?
+            let redb = RedbOptions { policy, ..RedbOptions::default() };
+            Ok(Arc::new(if options.read_only {
+                RedbStore::open_read_only(path, redb)?
             } else {
-                RedbStore::open(path, RedbOptions::default())?
+                RedbStore::open(path, redb)?
             }))
         }
         #[allow(unreachable_patterns, reason = "reached only in builds without a backend")]

@@ -17,6 +17,14 @@ pub(crate) fn hostname() -> String {
     rustix::system::uname().nodename().to_string_lossy().into_owned()
 }
 
+/// The PID namespace this process sees `/proc` through (the inode of
+/// `/proc/self/ns/pid`): pids, and so liveness, only mean something inside
+/// one namespace.
+pub(crate) fn pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
 /// This boot's id, which changes at every boot.
 pub(crate) fn boot_id() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_owned())
@@ -40,6 +48,7 @@ pub fn this_process_owner() -> Owner {
         boot_id: boot_id(),
         pid: u32::try_from(pid).ok(),
         pid_start_time: start,
+        pid_ns: pid_namespace(),
     }
 }
 
@@ -47,6 +56,9 @@ pub fn this_process_owner() -> Owner {
 ///
 /// - another host → `Unknown` (the lease's clock decides);
 /// - this host, another boot id → `Gone`;
+/// - this host and boot, another PID namespace (a runner under
+///   `unshare -p`, bubblewrap, firejail, a container sharing the boot id)
+///   → `Unknown`: its pid is not in this `/proc`, which proves nothing;
 /// - this host and boot, the pid not running (or a zombie) → `Gone`;
 /// - the pid running with another start time (a reused pid) → `Gone`;
 /// - the pid running with the recorded start time → `Alive`, whatever the
@@ -58,19 +70,37 @@ pub fn this_process_owner() -> Owner {
 pub struct ProcJudge {
     host: String,
     boot_id: Option<String>,
+    pid_ns: Option<u64>,
     proc_root: PathBuf,
 }
 
 impl ProcJudge {
     /// A judge for this machine.
     pub fn new() -> Self {
-        ProcJudge { host: hostname(), boot_id: boot_id(), proc_root: PathBuf::from("/proc") }
+        ProcJudge {
+            host: hostname(),
+            boot_id: boot_id(),
+            pid_ns: pid_namespace(),
+            proc_root: PathBuf::from("/proc"),
+        }
     }
 
     /// A judge that believes it runs on `host` in boot `boot_id`, for tests
     /// and for callers that already read them.
     pub fn with_identity(host: impl Into<String>, boot_id: Option<String>) -> Self {
-        ProcJudge { host: host.into(), boot_id, proc_root: PathBuf::from("/proc") }
+        ProcJudge {
+            host: host.into(),
+            boot_id,
+            pid_ns: pid_namespace(),
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+
+    /// The same judge, believing it sees `/proc` from PID namespace `ns`.
+    #[must_use]
+    pub fn in_pid_namespace(mut self, ns: Option<u64>) -> Self {
+        self.pid_ns = ns;
+        self
     }
 
     /// Judges an owner directly (the lease adds nothing else).
@@ -83,6 +113,13 @@ impl ProcJudge {
         };
         if theirs != ours {
             return Liveness::Gone;
+        }
+        // An owner recorded before namespaces were (no `pid_ns`) is judged
+        // as before: by its pid in this `/proc`.
+        if let (Some(theirs), Some(ours)) = (owner.pid_ns, self.pid_ns) {
+            if theirs != ours {
+                return Liveness::Unknown;
+            }
         }
         let Some(pid) = owner.pid.and_then(|p| i32::try_from(p).ok()).filter(|p| *p > 0) else {
             return Liveness::Unknown;
@@ -180,5 +217,23 @@ mod tests {
         let no_boot = Owner { boot_id: None, ..me.clone() };
         assert_eq!(ProcJudge::new().judge_owner(&no_boot), Liveness::Unknown);
         assert_eq!(ProcJudge::new().judge_owner(&Owner::named("x")), Liveness::Unknown);
+    }
+
+    #[test]
+    fn an_owner_in_another_pid_namespace_is_unknown_never_gone() {
+        let judge = ProcJudge::new();
+        let me = this_process_owner();
+        assert!(me.pid_ns.is_some(), "this test needs /proc/self/ns/pid");
+        // A pid that is surely not running here, as a runner under
+        // `unshare -p` would record its own (small) pid.
+        let elsewhere =
+            Owner { pid: Some(u32::MAX / 2), pid_ns: me.pid_ns.map(|n| n ^ 1), ..me.clone() };
+        assert_eq!(judge.judge_owner(&elsewhere), Liveness::Unknown, "the lease decides");
+        let here = Owner { pid_ns: me.pid_ns, ..elsewhere.clone() };
+        assert_eq!(judge.judge_owner(&here), Liveness::Gone, "same namespace: the pid is gone");
+        let unrecorded = Owner { pid_ns: None, ..elsewhere };
+        assert_eq!(judge.judge_owner(&unrecorded), Liveness::Gone, "older records as before");
+        let from_elsewhere = ProcJudge::new().in_pid_namespace(me.pid_ns.map(|n| n ^ 1));
+        assert_eq!(from_elsewhere.judge_owner(&me), Liveness::Unknown);
     }
 }

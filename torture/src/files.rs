@@ -426,14 +426,25 @@ pub fn s16_hostile_files(ctx: &mut Ctx) -> Result<Status> {
     } else {
         notes.push("no -wal for redb".to_owned());
     }
-    // An empty file is a new queue: `add` initialises it.
+    // An empty file that nobody is making a queue: SQLite refuses it
+    // untouched (only a file it created itself becomes a queue); redb's
+    // writable open still initialises one (its own creation makes one).
     let edir = base.join("empty");
     std::fs::create_dir_all(&edir).context("cannot create a directory")?;
     let edb = ctx.db(&edir);
     std::fs::write(&edb, b"").context("cannot write")?;
     let e = ctx.sq_run(&edb, &["add", "true"])?;
-    if e.code() != Some(0) {
-        ctx.problem(format!("add on an empty file: {}", e.describe()));
+    let size = std::fs::metadata(&edb).map(|m| m.len()).unwrap_or(u64::MAX);
+    match ctx.backend {
+        Backend::Sqlite if e.code() != Some(6) || size != 0 => ctx.problem(format!(
+            "add on an empty file was not refused untouched ({} bytes after): {}",
+            size,
+            e.describe()
+        )),
+        Backend::Redb if e.code() != Some(0) => {
+            ctx.problem(format!("add on an empty file: {}", e.describe()))
+        }
+        _ => {}
     }
     Ok(Status::Ran(format!(
         "{} runs on {cuts} truncations, {flips} bit flips, text, random, another program's file, the other backend's file: {} refused cleanly, {} accepted; {}",

@@ -211,6 +211,14 @@ pub struct RunArgs {
     /// SLOTHQUEUE_STATE and SLOTHQUEUE_EXIT_CODE set.
     #[arg(long, value_name = "CMD")]
     pub on_finish: Option<String>,
+
+    /// How long a claimed job's lease lasts between heartbeats (default
+    /// 60s; heartbeats come every third of it). Only where the owner cannot
+    /// be checked (another host, another PID namespace) does a lease's
+    /// expiry let another runner take the job: longer is safer on a laptop
+    /// that may be suspended, shorter recovers such jobs sooner.
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = duration::parse)]
+    pub lease: Option<Duration>,
 }
 
 /// `list`.

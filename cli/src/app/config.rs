@@ -150,6 +150,8 @@ pub struct RunConfig {
     pub handlers: Option<PathBuf>,
     /// A command run after each job.
     pub on_finish: Option<String>,
+    /// The lease length asked for (`--lease`); `None` is the default.
+    pub lease: Option<Duration>,
 }
 
 /// What the configuration reads from the process environment, gathered in
@@ -384,6 +386,13 @@ fn run_config(r: args::RunArgs) -> anyhow::Result<RunConfig> {
     if matches!(&r.on_finish, Some(c) if c.trim().is_empty()) {
         return Err(usage("--on-finish is empty: give a shell command"));
     }
+    if let Some(lease) = r.lease {
+        if lease < MIN_LEASE || lease > MAX_LEASE {
+            return Err(usage(
+                "--lease must be from 3s to 24h (heartbeats come every third of it)",
+            ));
+        }
+    }
     let mode = if r.once {
         RunMode::Once
     } else if r.follow {
@@ -400,8 +409,14 @@ fn run_config(r: args::RunArgs) -> anyhow::Result<RunConfig> {
         queues: r.queue,
         handlers: r.handlers,
         on_finish: r.on_finish,
+        lease: r.lease,
     })
 }
+
+/// The shortest `--lease`: heartbeats every second.
+const MIN_LEASE: Duration = Duration::from_secs(3);
+/// The longest `--lease`: a day.
+const MAX_LEASE: Duration = Duration::from_secs(86_400);
 
 fn list_filter(l: args::ListArgs) -> anyhow::Result<ListFilter> {
     if let Some(q) = &l.queue {

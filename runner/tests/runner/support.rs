@@ -344,6 +344,9 @@ mod intercepted {
         async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
             self.inner.restore(job, events).await
         }
+        async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
+            self.inner.restore_many(jobs).await
+        }
         async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {
             self.put_runners.fetch_add(1, Ordering::Relaxed);
             self.inner.put_runner(record).await

@@ -16,6 +16,7 @@ mod transfer;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::CommandFactory;
 use slothqueue::{Backend, Clock, Event, Job, OpenOptions, Store, SystemClock, Timestamp};
@@ -53,6 +54,22 @@ impl Ctx {
                 create,
                 create_folder: self.default_db,
                 read_only: false,
+                lease_ttl: None,
+            },
+        )?)
+    }
+
+    /// Opens (or creates) the queue for a runner whose claims hand out
+    /// leases of `lease_ttl` (`None`: the default).
+    pub fn open_for_runner(&self, lease_ttl: Option<Duration>) -> anyhow::Result<Arc<dyn Store>> {
+        Ok(slothqueue::open(
+            &self.db,
+            OpenOptions {
+                backend: self.backend,
+                create: true,
+                create_folder: self.default_db,
+                read_only: false,
+                lease_ttl,
             },
         )?)
     }
@@ -64,6 +81,7 @@ impl Ctx {
             create: false,
             create_folder: false,
             read_only: false,
+            lease_ttl: None,
         })
     }
 

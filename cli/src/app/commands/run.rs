@@ -30,7 +30,7 @@ pub async fn run(ctx: &Ctx, rc: RunConfig) -> Outcome {
         }
         None => None,
     };
-    let store = ctx.open(true)?;
+    let store = ctx.open_for_runner(rc.lease)?;
     let mut config = RunnerConfig::new(log_dir(&ctx.db));
     config.mode = match rc.mode {
         RunMode::Drain => Mode::Drain,

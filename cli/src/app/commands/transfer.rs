@@ -6,10 +6,9 @@
 //! must pass the checks a new job passes (`machine::validate`), and no id
 //! or idempotency key may appear twice in the file or already be in the
 //! queue, so malformed or clashing input writes nothing. The lines are then
-//! restored one transaction each (the `Store` trait has no batch restore):
-//! only a writer that takes an id or key between the check and the write,
-//! or a failing disk, can leave an import half done, and the error then
-//! says how many jobs went in.
+//! restored in one transaction (`Store::restore_many`), so not even a
+//! writer that takes an id or key between the check and the write, or a
+//! failing disk, can leave an import half done.
 //!
 //! Import restores data, never live authority: a job exported while
 //! running comes back pending (no lease, no process group, no owner) with a
@@ -195,7 +194,15 @@ async fn check_taken(lines: &[Line], store: &dyn Store) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Reads `export` output from `file` (or stdin) and restores each job.
+/// The first `#N` an error message names, to point at its line.
+fn first_job_named(message: &str) -> Option<slothqueue::JobId> {
+    let at = message.find('#')?;
+    let digits: String = message[at + 1..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// Reads `export` output from `file` (or stdin) and restores it, all of it
+/// in one transaction.
 pub async fn import(ctx: &Ctx, file: Option<PathBuf>) -> Outcome {
     let mut text = String::new();
     match &file {
@@ -223,18 +230,17 @@ pub async fn import(ctx: &Ctx, file: Option<PathBuf>) -> Outcome {
     for line in &mut lines {
         demote_running(line, now);
     }
-    let mut imported = 0usize;
-    for line in lines {
-        let id = line.job.id;
-        store.restore(line.job, line.events).await.with_context(|| {
-            let before = match imported {
-                0 => "nothing was imported".to_owned(),
-                n => format!("the {n} job(s) before it were imported"),
-            };
-            format!("line {}: cannot import job #{id} ({before})", line.number)
-        })?;
-        imported += 1;
-    }
+    let imported = lines.len();
+    let numbers: HashMap<slothqueue::JobId, usize> =
+        lines.iter().map(|l| (l.job.id, l.number)).collect();
+    let batch: Vec<_> = lines.into_iter().map(|l| (l.job, l.events)).collect();
+    // One transaction: a clash the checks above could not see (a writer
+    // that took an id or key since) writes nothing either.
+    store.restore_many(batch).await.map_err(|e| {
+        let line = first_job_named(&e.to_string()).and_then(|id| numbers.get(&id));
+        let at = line.map_or_else(String::new, |n| format!("line {n}: "));
+        anyhow::Error::new(e).context(format!("{at}cannot import (nothing was imported)"))
+    })?;
     let mut out = io::stdout().lock();
     if ctx.json {
         print_json(&mut out, &serde_json::json!({ "imported": imported }))?;
