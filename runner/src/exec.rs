@@ -391,6 +391,15 @@ pub(crate) async fn run_process(job: &Job, spec: ProcessSpec, mut ctx: ExecConte
         (ExecOutcome::Failure { error, exit_code }, Some(w)) => {
             ExecOutcome::Failure { error: format!("{error} ({w})"), exit_code }
         }
+        // The job did its work, but its log is incomplete: said in its
+        // result, not dropped.
+        (ExecOutcome::Success { result, exit_code }, Some(w)) => ExecOutcome::Success {
+            result: Some(match result {
+                Some(r) => format!("{r} ({w})"),
+                None => w,
+            }),
+            exit_code,
+        },
         (o, _) => o,
     }
 }

@@ -62,9 +62,21 @@ fn check_private(
 }
 
 /// A log file opened for appending, with how much more it may grow.
+///
+/// Past its cap a log keeps the head *and* the tail of the output: the
+/// first half of the room is written as it comes, the last half is kept in
+/// memory (at most half the cap) and written when the output ends, after a
+/// line saying how much was dropped in between. The error at the end of a
+/// chatty job is what a user looks for.
 pub(crate) struct JobLog {
     file: File,
-    remaining: u64,
+    /// Bytes still written straight through.
+    head_left: u64,
+    /// The newest output past the head, at most `tail_room` bytes.
+    tail: std::collections::VecDeque<u8>,
+    tail_room: usize,
+    /// Bytes that fell out of the tail.
+    dropped: u64,
     cap: u64,
 }
 
@@ -117,24 +129,47 @@ impl JobLog {
         check_private(&path, &meta, "log", "600")?;
         let used = meta.len();
         file.write_all(format!("{header}\n").as_bytes())?;
-        Ok(JobLog { file, remaining: cap.saturating_sub(used), cap })
+        let room = cap.saturating_sub(used);
+        let tail_room = usize::try_from(room / 2).unwrap_or(usize::MAX);
+        Ok(JobLog {
+            file,
+            head_left: room - room / 2,
+            tail: std::collections::VecDeque::new(),
+            tail_room,
+            dropped: 0,
+            cap,
+        })
     }
 
-    fn write(&mut self, bytes: &[u8], capped: &mut bool) -> std::io::Result<()> {
-        if *capped {
-            return Ok(());
-        }
-        let take = usize::try_from(self.remaining).unwrap_or(usize::MAX).min(bytes.len());
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        let take = usize::try_from(self.head_left).unwrap_or(usize::MAX).min(bytes.len());
         self.file.write_all(&bytes[..take])?;
-        self.remaining -= take as u64;
-        if take < bytes.len() {
-            *capped = true;
+        self.head_left -= take as u64;
+        self.tail.extend(&bytes[take..]);
+        if self.tail.len() > self.tail_room {
+            let excess = self.tail.len() - self.tail_room;
+            self.tail.drain(..excess);
+            self.dropped += excess as u64;
+        }
+        Ok(())
+    }
+
+    /// The output ended: writes the kept tail, after a note of what was
+    /// dropped before it.
+    fn finish(&mut self) -> std::io::Result<()> {
+        if self.dropped > 0 {
             let note = format!(
-                "\n[slothqueue: log reached its cap of {} bytes; further output discarded]\n",
-                self.cap
+                "\n[slothqueue: the log's cap of {} bytes was reached: {} bytes dropped here, the last {} follow]\n",
+                self.cap,
+                self.dropped,
+                self.tail.len()
             );
             self.file.write_all(note.as_bytes())?;
         }
+        let (a, b) = self.tail.as_slices();
+        self.file.write_all(a)?;
+        self.file.write_all(b)?;
+        self.tail.clear();
         Ok(())
     }
 }
@@ -217,7 +252,6 @@ impl Capture {
                 }
             };
             let mut buf = [0u8; 8192];
-            let mut capped = false;
             loop {
                 let n = match pipe.read(&mut buf) {
                     Ok(0) => break,
@@ -228,13 +262,18 @@ impl Capture {
                 let mut tail = shared.lock().unwrap_or_else(PoisonError::into_inner);
                 tail.push(&buf[..n]);
                 if let Some(l) = log.as_mut() {
-                    if let Err(e) = l.write(&buf[..n], &mut capped) {
+                    if let Err(e) = l.write(&buf[..n]) {
                         tail.log_error = Some(format!("cannot write the job's log: {e}"));
                         log = None;
                     }
                 }
             }
-            shared.lock().unwrap_or_else(PoisonError::into_inner).end_line();
+            let mut tail = shared.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(Err(e)) = log.as_mut().map(JobLog::finish) {
+                tail.log_error = Some(format!("cannot write the job's log: {e}"));
+            }
+            tail.end_line();
+            drop(tail);
             let _ = tx.send(());
         })?;
         Ok(Capture { tail, done })
@@ -320,21 +359,37 @@ mod tests {
     }
 
     #[test]
-    fn log_stops_at_the_cap_with_a_note() {
+    fn a_capped_log_keeps_the_head_and_the_tail() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = JobLog::open(dir.path(), 7, 10, "--- header ---").unwrap();
-        let mut capped = false;
-        log.write(b"0123456789abcdef", &mut capped).unwrap();
-        log.write(b"more", &mut capped).unwrap();
-        assert!(capped);
+        log.write(b"01234").unwrap();
+        log.write(b"56789abcdef").unwrap();
+        log.write(b"error: X").unwrap();
+        log.finish().unwrap();
         let text = std::fs::read_to_string(log_path(dir.path(), 7)).unwrap();
         // The header counts against later attempts' room, not this one's.
-        assert!(text.starts_with("--- header ---\n0123456789\n[slothqueue: log reached its cap"));
-        assert!(!text.contains("abcdef") && !text.contains("more"));
-        // A second attempt's output finds the file full.
+        assert_eq!(
+            text,
+            "--- header ---\n01234\n[slothqueue: the log's cap of 10 bytes was reached: 14 bytes dropped here, the last 5 follow]\nor: X"
+        );
+        // A second attempt's output finds the file full: only its note and
+        // nothing of the middle.
         let mut again = JobLog::open(dir.path(), 7, 10, "--- again ---").unwrap();
-        let mut capped = false;
-        again.write(b"x", &mut capped).unwrap();
-        assert!(capped);
+        again.write(b"x").unwrap();
+        again.finish().unwrap();
+        let text = std::fs::read_to_string(log_path(dir.path(), 7)).unwrap();
+        assert!(text.ends_with("--- again ---\n\n[slothqueue: the log's cap of 10 bytes was reached: 1 bytes dropped here, the last 0 follow]\n"), "{text}");
+    }
+
+    #[test]
+    fn a_log_under_its_cap_is_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = JobLog::open(dir.path(), 8, 1000, "--- header ---").unwrap();
+        for chunk in [&b"one\n"[..], b"two\n", b"three\n"] {
+            log.write(chunk).unwrap();
+        }
+        log.finish().unwrap();
+        let text = std::fs::read_to_string(log_path(dir.path(), 8)).unwrap();
+        assert_eq!(text, "--- header ---\none\ntwo\nthree\n");
     }
 }

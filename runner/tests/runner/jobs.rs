@@ -82,18 +82,20 @@ async fn output_goes_to_a_log_with_a_header_per_attempt() {
     assert_eq!(env.job(id).await.result.as_deref(), Some("last line without newline"));
 }
 
+/// Past its cap a log keeps its head and its tail: the error at the end of
+/// a chatty job is what a user looks for.
 #[tokio::test]
-async fn the_log_is_capped() {
+async fn the_log_is_capped_keeping_its_head_and_tail() {
     let env = env();
     let id = env.add("i=0; while [ $i -lt 500 ]; do echo line $i; i=$((i+1)); done", |j| j).await;
     let mut cfg = env.config();
     cfg.log_cap_bytes = 1000;
     env.drain(env.runner(cfg)).await;
     let log = std::fs::read_to_string(env.logs().join(format!("{id}.log"))).unwrap();
-    assert!(log.len() < 1300, "{} bytes", log.len());
-    assert!(
-        log.contains("[slothqueue: log reached its cap of 1000 bytes; further output discarded]")
-    );
+    assert!(log.len() < 1400, "{} bytes", log.len());
+    assert!(log.contains("the log's cap of 1000 bytes was reached"), "{log}");
+    assert!(log.contains("\nline 0\n"), "the head is kept: {log}");
+    assert!(log.ends_with("line 498\nline 499\n"), "the tail is kept: {log}");
     assert_eq!(
         env.job(id).await.result.as_deref(),
         Some("line 499"),
@@ -258,4 +260,20 @@ async fn an_on_finish_command_past_its_timeout_is_killed_with_its_group() {
     let child: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
     eventually("the on-finish command's child to be gone", || !alive(child)).await;
     assert_eq!(env.job(id).await.state, JobState::Done);
+}
+
+/// A job that succeeded while its log could not be written is still done,
+/// and its result says the log is missing instead of hiding it.
+#[tokio::test]
+async fn a_failed_log_write_on_a_successful_job_is_reported() {
+    let env = env();
+    let id = env.add("echo fine", |j| j).await;
+    let mut cfg = env.config();
+    let not_a_folder = env.path("logs-is-a-file");
+    std::fs::write(&not_a_folder, "").unwrap();
+    cfg.log_dir = not_a_folder;
+    let (summary, _) = env.drain(env.runner(cfg)).await;
+    assert_eq!(summary.done, 1);
+    let result = env.job(id).await.result.unwrap_or_default();
+    assert!(result.starts_with("fine (cannot open log in "), "{result}");
 }
