@@ -407,7 +407,22 @@ fn open_backend(
         Backend::Sqlite => {
             use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
             let sqlite = SqliteOptions { policy, ..SqliteOptions::default() };
-            if options.read_only {
+            // A look opens as usual where it can (the last connection to
+            // close removes SQLite's -wal/-shm, so the folder is left as it
+            // was); only where the folder, the file or the disk cannot be
+            // written does it fall back to a read-only connection.
+            let usual = if options.read_only {
+                match SqliteStore::open(path, sqlite.clone()) {
+                    Ok(store) => Some(store),
+                    Err(e) if cannot_write(&e) => None,
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                None
+            };
+            if let Some(store) = usual {
+                Ok(Arc::new(store))
+            } else if options.read_only {
                 let store = SqliteStore::open_read_only(path, sqlite)?;
                 if let Some(note) = store.read_only_note() {
                     #[expect(clippy::print_stderr, reason = "the one note a look must not hide")]
@@ -433,6 +448,16 @@ fn open_backend(
         #[allow(unreachable_patterns, reason = "reached only in builds without a backend")]
         other => Err(OpenError::BackendNotBuilt { backend: other }),
     }
+}
+
+/// Whether a store error may mean the queue can be read but not written
+/// (a read-only folder or filesystem, a file only readable by this user,
+/// a full disk): SQLite says "unable to open database file", an I/O error
+/// of no particular kind, when it cannot make its -wal/-shm beside the
+/// file. The read-only open that follows gives the real reason if not.
+#[cfg(feature = "sqlite")]
+fn cannot_write(e: &StoreError) -> bool {
+    matches!(e, StoreError::DiskFull(_) | StoreError::Io { .. } | StoreError::Backend(_))
 }
 
 /// The first bytes of `path`, or `None` when there is no such file.
