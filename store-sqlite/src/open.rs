@@ -413,6 +413,21 @@ fn judge_identity(path: &Path, id: &Identity) -> Result<Found, StoreError> {
     if id.application_id == 0 && id.user_version == 0 && id.tables.is_empty() {
         return Ok(Found::NoTables);
     }
+    // sqlite3's `.dump` keeps the tables but not the application id (nor
+    // the version): a restored queue is ours in all but its mark.
+    if id.application_id == 0 {
+        if let Some(version) =
+            (1..=SCHEMA_VERSION).rev().find(|v| expected_schema(*v).is_some_and(|e| e == id.schema))
+        {
+            return Err(error::corrupt(
+                path,
+                format!(
+                    "a SQLite database with slothqueue's tables (schema {version}) but without its application id, as sqlite3's .dump restores one; if it is your queue, mark it with: sqlite3 {} 'PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {version}'",
+                    path.display()
+                ),
+            ));
+        }
+    }
     let tables = if id.tables.is_empty() { "none".to_owned() } else { id.tables.join(", ") };
     Err(error::corrupt(
         path,
@@ -613,5 +628,26 @@ mod tests {
             schema: vec![],
         };
         assert!(matches!(judge_identity(p, &gutted), Err(StoreError::Corrupt { .. })));
+    }
+
+    /// sqlite3's `.dump` restores slothqueue's tables without its
+    /// application id: the refusal says so and how to mark the file.
+    #[test]
+    fn a_dump_restored_queue_is_refused_with_the_fix() {
+        let p = Path::new("/q.db");
+        let restored = Identity {
+            application_id: 0,
+            user_version: 0,
+            tables: TABLES[TABLES.len() - 1].iter().map(|t| (*t).to_owned()).collect(),
+            schema: expected_schema(SCHEMA_VERSION).unwrap().to_vec(),
+        };
+        let err = judge_identity(p, &restored).unwrap_err().to_string();
+        assert!(err.contains("as sqlite3's .dump restores one"), "{err}");
+        assert!(
+            err.contains(&format!(
+                "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION}"
+            )),
+            "{err}"
+        );
     }
 }

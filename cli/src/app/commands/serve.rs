@@ -32,8 +32,15 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
     let mut runner_config = DrainWorker::config(&ctx.db);
     runner_config.gates = vec![Box::new(LoadGate::system(sc.load_ceiling))];
     let (json, color) = (ctx.json, ctx.color);
+    let gate_lines = std::sync::Mutex::new(GateLines::default());
     let worker = DrainWorker::new(store.clone(), runner_config, move |event: RunnerEvent| {
-        print_event(&event, json, color)
+        let show = gate_lines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .show(&event, tokio::time::Instant::now());
+        if show {
+            print_event(&event, json, color);
+        }
     });
     let mut signals = unix_signals()?;
     slothqueue_http::serve(
@@ -53,4 +60,59 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
     // A server stopped on request has done its job: exit 0, unlike `run`,
     // whose 130 tells a script that due work was left undone.
     Ok(Code::Success)
+}
+
+/// How often a server whose gate stays closed says so again.
+const GATE_REMINDER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Which gate checks a server prints: unlike `run`, which prints every
+/// check, a server runs for days, so it prints a closed gate when it
+/// closes, then once a minute while it stays closed, and the opening.
+#[derive(Debug, Default)]
+struct GateLines {
+    /// When a closed gate was last printed; `None` while it is open.
+    held_since_print: Option<tokio::time::Instant>,
+}
+
+impl GateLines {
+    fn show(&mut self, event: &RunnerEvent, now: tokio::time::Instant) -> bool {
+        match event {
+            RunnerEvent::Gated { .. } => {
+                let due = self.held_since_print.is_none_or(|at| now - at >= GATE_REMINDER);
+                if due {
+                    self.held_since_print = Some(now);
+                }
+                due
+            }
+            RunnerEvent::GateOpened { .. } => {
+                self.held_since_print = None;
+                true
+            }
+            _ => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gated() -> RunnerEvent {
+        RunnerEvent::Gated { reading: "load 3.00 >= ceiling 2.00".into(), wait: GATE_REMINDER }
+    }
+
+    #[test]
+    fn a_closed_gate_is_printed_when_it_closes_then_once_a_minute() {
+        let start = tokio::time::Instant::now();
+        let at = |s: u64| start + std::time::Duration::from_secs(s);
+        let mut lines = GateLines::default();
+        assert!(lines.show(&gated(), at(0)), "the first check");
+        for s in 1..60 {
+            assert!(!lines.show(&gated(), at(s)), "not every second");
+        }
+        assert!(lines.show(&gated(), at(60)), "a reminder after a minute");
+        let opened = RunnerEvent::GateOpened { reading: "load 1.00 < ceiling 2.00".into() };
+        assert!(lines.show(&opened, at(61)));
+        assert!(lines.show(&gated(), at(62)), "closed again: printed at once");
+    }
 }
