@@ -738,7 +738,7 @@ impl Drop for Containment {
 /// Whether a pgid may be signalled as a group: never `<= 1`, never the
 /// runner's own group. (Same rule as `process::may_signal_group`.)
 fn may_signal_group(pgid: i32) -> bool {
-    pgid > 1 && rustix::process::getpgrp().as_raw_nonzero().get() != pgid
+    pgid > 1 && crate::process::procfs::own_pgrp() != pgid
 }
 
 /// Sends `sig` to `pid` if it is still the process that started at `start`:
@@ -1050,7 +1050,7 @@ mod tests {
         assert!(!may_signal_group(0));
         assert!(!may_signal_group(1));
         assert!(!may_signal_group(-3));
-        assert!(!may_signal_group(rustix::process::getpgrp().as_raw_nonzero().get()));
+        assert!(!may_signal_group(crate::process::procfs::own_pgrp()));
         let me = std::process::id() as i32;
         let start = read_stat(me).unwrap().starttime;
         signal_pid(me, start, Signal::KILL, me); // must be a no-op: we are still here

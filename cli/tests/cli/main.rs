@@ -21,6 +21,7 @@ mod bad_input;
 mod creation;
 mod e2e;
 mod import;
+mod namespaces;
 mod queue_files;
 mod read_only;
 mod read_only_disk;

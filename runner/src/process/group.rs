@@ -45,9 +45,10 @@ pub(crate) fn group_alive(pgid: i32) -> bool {
 }
 
 /// Whether the runner may ever signal group `pgid`: never 0, 1, negative,
-/// or the runner's own group.
+/// or the runner's own group. (Its group as `/proc` shows it: `getpgrp`
+/// panics in rustix where the group is outside this PID namespace.)
 pub(crate) fn may_signal_group(pgid: i32) -> bool {
-    pgid > 1 && rustix::process::getpgrp().as_raw_nonzero().get() != pgid
+    pgid > 1 && super::procfs::own_pgrp() != pgid
 }
 
 /// Sends `sig` to every process of group `pgid`, if allowed. Returns whether
@@ -129,7 +130,7 @@ mod tests {
         assert!(!may_signal_group(0));
         assert!(!may_signal_group(1));
         assert!(!may_signal_group(-5));
-        assert!(!may_signal_group(rustix::process::getpgrp().as_raw_nonzero().get()));
+        assert!(!may_signal_group(super::super::procfs::own_pgrp()));
         assert!(!signal_group(1, Signal::TERM));
     }
 }

@@ -45,7 +45,18 @@ pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
 
 /// `/proc/<pid>/stat`, parsed; `None` when there is no such process.
 pub(crate) fn proc_stat(pid: i32) -> Option<ProcStat> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    proc_stat_at(&format!("/proc/{pid}/stat"))
+}
+
+/// This process's own process group as its `/proc` shows it: 0 when the
+/// group lives outside this PID namespace (a runner that `unshare -p
+/// --fork` started as pid 1), where `getpgrp` would have no number for it.
+pub(crate) fn own_pgrp() -> i32 {
+    proc_stat_at("/proc/self/stat").map_or(0, |s| s.pgrp)
+}
+
+fn proc_stat_at(path: &str) -> Option<ProcStat> {
+    parse_stat(&std::fs::read_to_string(path).ok()?)
 }
 
 /// The pids `/proc` lists now (processes that end meanwhile included).
