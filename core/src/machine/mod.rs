@@ -7,15 +7,21 @@
 //! condition, append the events. Nothing here reads a clock or touches I/O,
 //! so the same functions serve as the reference model in tests.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
-use crate::job::{Event, EventKind, Fence, Job, JobId, JobState, Lease, NewJob, Owner, SHELL_KIND};
-use crate::liveness::{Liveness, LivenessJudge};
+use crate::job::{Event, EventKind, Fence, Job, JobId, JobState, Lease, NewJob, Owner};
+use crate::liveness::Liveness;
 use crate::policy::Policy;
 use crate::time::Timestamp;
+
+mod claim;
+mod validate;
+
+pub use claim::{ClaimFilter, ClaimPlan, ClaimRequest, Claimed, PlannedWrite, Reclaim, plan_claim};
+pub use validate::{
+    MAX_ARG_LEN, MAX_ATTEMPTS, MAX_MAX_RUNTIME, MAX_NAME_LEN, MIN_MAX_RUNTIME, check_restore,
+    is_plain_name, payload_hash, validate,
+};
 
 /// A transition's result: the job as it must be written, and the events to
 /// append to its trail (possibly none, as for a heartbeat).
@@ -50,163 +56,6 @@ pub enum TransitionError {
     /// A new job was malformed.
     #[error("invalid job: {0}")]
     InvalidJob(String),
-}
-
-/// Longest queue, kind or idempotency key accepted.
-pub const MAX_NAME_LEN: usize = 128;
-
-/// Longest single argument Linux passes to a program (`MAX_ARG_STRLEN`,
-/// 32 pages of 4 KiB, with its NUL): a shell command (`sh -c CMD`) or one
-/// `NAME=VALUE` of its environment longer than this cannot start.
-pub const MAX_ARG_LEN: usize = 131_072;
-
-/// Most attempts a job may be given.
-pub const MAX_ATTEMPTS: u32 = 1_000_000;
-
-/// Shortest max runtime: stored in milliseconds, anything shorter would be
-/// 0 and kill the job at once.
-pub const MIN_MAX_RUNTIME: Duration = Duration::from_millis(1);
-
-/// Longest max runtime (100 years, the longest duration the CLI reads); a
-/// longer one is a mistake, and its milliseconds must fit an `i64`.
-pub const MAX_MAX_RUNTIME: Duration = Duration::from_secs(100 * 366 * 24 * 3600);
-
-/// Checks a new job before anything is written: every door (the CLI's
-/// `add`, HTTP enqueue, `import`) passes here, so what the OS would refuse
-/// only at run time (an over-long argument, a NUL, an env name with `=`)
-/// is refused at enqueue.
-pub fn validate(new: &NewJob) -> Result<(), TransitionError> {
-    let bad = |m: String| Err(TransitionError::InvalidJob(m));
-    for (what, name) in [("queue", &new.queue), ("kind", &new.kind)] {
-        if !is_plain_name(name) {
-            return bad(format!(
-                "{what} `{name}` must be 1 to {MAX_NAME_LEN} characters of letters, digits, `-`, `_` or `.`, not starting with `.`"
-            ));
-        }
-    }
-    if let Some(key) = &new.idempotency_key {
-        if key.is_empty() || key.len() > MAX_NAME_LEN || key.chars().any(char::is_control) {
-            return bad(format!(
-                "idempotency key must be 1 to {MAX_NAME_LEN} printable characters"
-            ));
-        }
-    }
-    if new.max_attempts == Some(0) {
-        return bad("max attempts must be at least 1".to_owned());
-    }
-    if new.max_attempts.is_some_and(|n| n > MAX_ATTEMPTS) {
-        return bad(format!("max attempts must be at most {MAX_ATTEMPTS}"));
-    }
-    if let Some(d) = new.max_runtime {
-        if d < MIN_MAX_RUNTIME {
-            return bad("max runtime must be at least 1ms (none for no limit)".to_owned());
-        }
-        if d > MAX_MAX_RUNTIME {
-            return bad("max runtime must be at most 100 years (none for no limit)".to_owned());
-        }
-    }
-    if new.not_before.is_some_and(|t| t.as_millis() < 0) {
-        return bad("the due time is before 1970-01-01 (the epoch)".to_owned());
-    }
-    if new.kind == SHELL_KIND {
-        validate_shell(&new.payload).map_err(TransitionError::InvalidJob)?;
-    }
-    Ok(())
-}
-
-/// A shell payload the runner can start: a command `sh -c` can take, a
-/// `cwd` without NUL, an `env` of names and values `execve` can take.
-fn validate_shell(payload: &serde_json::Value) -> Result<(), String> {
-    match payload.get("command").and_then(|c| c.as_str()) {
-        None => return Err("a shell job needs a payload with a string `command`".to_owned()),
-        Some(c) if c.trim().is_empty() => return Err("the command is empty".to_owned()),
-        Some(c) if c.contains('\0') => return Err("the command contains a NUL byte".to_owned()),
-        Some(c) if c.len() >= MAX_ARG_LEN => {
-            return Err(format!(
-                "the command is {} bytes: Linux passes at most {} bytes as one argument (put a long script in a file)",
-                c.len(),
-                MAX_ARG_LEN - 1
-            ));
-        }
-        Some(_) => {}
-    }
-    match payload.get("cwd") {
-        None => {}
-        Some(serde_json::Value::String(cwd)) if cwd.contains('\0') => {
-            return Err("the `cwd` contains a NUL byte".to_owned());
-        }
-        Some(serde_json::Value::String(_)) => {}
-        Some(_) => return Err("the `cwd` must be a string".to_owned()),
-    }
-    match payload.get("env") {
-        None => {}
-        Some(serde_json::Value::Object(env)) => {
-            for (name, value) in env {
-                let Some(value) = value.as_str() else {
-                    return Err(format!("the value of env `{name}` must be a string"));
-                };
-                if name.is_empty() || name.contains(['=', '\0']) {
-                    return Err(format!(
-                        "env name `{}` must be non-empty, without `=` or NUL",
-                        name.escape_debug()
-                    ));
-                }
-                if value.contains('\0') {
-                    return Err(format!("the value of env `{name}` contains a NUL byte"));
-                }
-                if name.len() + 1 + value.len() >= MAX_ARG_LEN {
-                    return Err(format!(
-                        "env `{name}` is longer than the {} bytes Linux passes as one variable",
-                        MAX_ARG_LEN - 1
-                    ));
-                }
-            }
-        }
-        Some(_) => return Err("the shell payload's `env` must be an object of strings".to_owned()),
-    }
-    Ok(())
-}
-
-/// Checks a job and its trail given to [`crate::Store::restore_many`]
-/// (an import) on their own, before anything is written: a positive id, a
-/// lease exactly while running, and a trail of this job only. What depends
-/// on the queue (the id free, the key not held) the store checks in its
-/// transaction.
-pub fn check_restore(job: &Job, events: &[Event]) -> Result<(), TransitionError> {
-    let bad = |m: String| Err(TransitionError::InvalidJob(m));
-    if job.id <= 0 {
-        return bad(format!("job id {} is not positive", job.id));
-    }
-    if (job.state == JobState::Running) != job.lease.is_some() {
-        return bad(format!("job #{}: a lease is present exactly while running", job.id));
-    }
-    if let Some(e) = events.iter().find(|e| e.job_id != job.id) {
-        return bad(format!("job #{}: its trail holds an event of job #{}", job.id, e.job_id));
-    }
-    Ok(())
-}
-
-/// A queue, kind or handler name: safe as a file name inside a directory.
-pub fn is_plain_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= MAX_NAME_LEN
-        && !s.starts_with('.')
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-}
-
-/// SHA-256 of the payload's canonical JSON (object keys sorted), hex.
-pub fn payload_hash(payload: &serde_json::Value) -> String {
-    // serde_json's default map is ordered by key, so serialising is canonical.
-    let bytes = serde_json::to_vec(payload).unwrap_or_default();
-    let digest = Sha256::digest(&bytes);
-    // One allocation, not a `format!` per byte: push_many hashes every job.
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut hex = String::with_capacity(digest.len() * 2);
-    for b in digest {
-        hex.push(char::from(HEX[usize::from(b >> 4)]));
-        hex.push(char::from(HEX[usize::from(b & 0x0f)]));
-    }
-    hex
 }
 
 /// A freshly pushed job with id `id`.
@@ -354,201 +203,6 @@ pub fn claim(
     });
     events.push(Event::new(job.id, EventKind::Claimed, now).by(&owner.id, next.attempts));
     Ok(ClaimOutcome::Claimed(Transition { job: next, events }))
-}
-
-/// Which jobs a claim may take.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ClaimFilter {
-    /// Only these queues; empty means every queue.
-    pub queues: Vec<String>,
-    /// Only these kinds; `None` means every kind, and `Some(vec![])`
-    /// admits nothing (a runner with no executors claims nothing).
-    pub kinds: Option<Vec<String>>,
-}
-
-impl ClaimFilter {
-    /// Whether `job` passes the filter.
-    pub fn admits(&self, job: &Job) -> bool {
-        (self.queues.is_empty() || self.queues.contains(&job.queue))
-            && self.kinds.as_ref().is_none_or(|ks| ks.contains(&job.kind))
-    }
-}
-
-/// Which running jobs a claim may take from their owners.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Reclaim {
-    /// Only jobs whose lease expired while the judge could not tell
-    /// ([`Liveness::Unknown`]). A job whose owner the judge says is gone is
-    /// left alone: its dead attempt may still have processes running, and
-    /// only a caller that killed them first may take it back, with
-    /// [`crate::Store::reclaim_dead`]. What a runner asks for.
-    ExpiredOnly,
-    /// Also the jobs of owners the judge says are gone, at once. For a
-    /// caller with nothing left to kill (tests, models, remote owners).
-    #[default]
-    DeadOrExpired,
-}
-
-/// What a claim asks for: who claims, which jobs it may take, who judges
-/// the owners of running jobs, and whether a dead owner's job may be taken.
-#[derive(Clone)]
-pub struct ClaimRequest {
-    /// The claimer; the lease is written in its name.
-    pub owner: Owner,
-    /// The queues and kinds it can run.
-    pub filter: ClaimFilter,
-    /// Judges the owner of each running job's lease. Called inside the
-    /// claim's transaction, so its verdict is about the very lease acted
-    /// on; that is why it comes as an `Arc` (a backend may move it onto
-    /// its blocking pool).
-    pub judge: Arc<dyn LivenessJudge>,
-    /// Whether dead owners' jobs may be taken, or only expired leases.
-    pub reclaim: Reclaim,
-}
-
-impl ClaimRequest {
-    /// A request by `owner` for any job, judged by `judge`, taking dead
-    /// owners' jobs too ([`Reclaim::DeadOrExpired`]).
-    pub fn new(owner: Owner, judge: Arc<dyn LivenessJudge>) -> Self {
-        ClaimRequest { owner, filter: ClaimFilter::default(), judge, reclaim: Reclaim::default() }
-    }
-
-    /// Only jobs `filter` admits.
-    #[must_use]
-    pub fn filter(mut self, filter: ClaimFilter) -> Self {
-        self.filter = filter;
-        self
-    }
-
-    /// Takes running jobs as `reclaim` allows.
-    #[must_use]
-    pub fn reclaim(mut self, reclaim: Reclaim) -> Self {
-        self.reclaim = reclaim;
-        self
-    }
-
-    /// The judge's verdict on a running job's owner, as this request lets
-    /// the claim act on it: a gone owner counts as alive (not ours to
-    /// take) under [`Reclaim::ExpiredOnly`].
-    fn verdict(&self, lease: &Lease) -> Liveness {
-        match (self.judge.judge(lease), self.reclaim) {
-            (Liveness::Gone, Reclaim::ExpiredOnly) => Liveness::Alive,
-            (verdict, _) => verdict,
-        }
-    }
-}
-
-impl std::fmt::Debug for ClaimRequest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClaimRequest")
-            .field("owner", &self.owner)
-            .field("filter", &self.filter)
-            .field("reclaim", &self.reclaim)
-            .finish_non_exhaustive()
-    }
-}
-
-/// One write a plan asks for: the job as read, and its transition.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlannedWrite {
-    /// The job as the store read it (stores key their index updates on it).
-    pub before: Job,
-    /// What to write instead.
-    pub after: Transition,
-}
-
-/// What one claim writes, decided by [`plan_claim`]: the abandoned jobs it
-/// ends on the way, then the job it takes.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ClaimPlan {
-    /// Abandoned running jobs that must not run again (out of attempts, or
-    /// cancelled while their owner was away), ended now; written first.
-    pub retire: Vec<PlannedWrite>,
-    /// The job the claimer takes, if any.
-    pub take: Option<PlannedWrite>,
-}
-
-/// A successful claim.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Claimed {
-    /// The job, now running under the claimer's lease.
-    pub job: Job,
-    /// The proof of ownership for every later write.
-    pub fence: Fence,
-    /// Set when the job was taken back from a previous owner.
-    pub reclaimed_from: Option<Owner>,
-}
-
-impl ClaimPlan {
-    /// What the claimer gets once the plan is written.
-    pub fn claimed(&self) -> Option<Claimed> {
-        let take = self.take.as_ref()?;
-        let fence = take.after.job.lease.as_ref()?.fence();
-        Some(Claimed {
-            job: take.after.job.clone(),
-            fence,
-            reclaimed_from: take.before.lease.as_ref().map(|l| l.owner.clone()),
-        })
-    }
-}
-
-/// **The claim rule.** Which job a claim takes, and which abandoned jobs it
-/// ends on the way, from the candidates a store read inside the claim's
-/// transaction:
-///
-/// - `running`: every running job (the plan applies the filter itself and
-///   asks the request's judge about each lease);
-/// - `best_due`: the first due pending job the filter admits, in claim
-///   order (highest priority, earliest `not_before`, lowest id), or `None`.
-///
-/// Every admitted running job that may be taken from its owner (see
-/// [`Reclaim`] and [`reclaimable`]) but must not run again is retired,
-/// whether or not it would have won. Of the others and `best_due`, the
-/// first in claim order is taken. A `best_due` that is not a due pending
-/// job the filter admits means the store's index is out of step with its
-/// rows: `InvalidTransition`, and the store reports damage.
-pub fn plan_claim(
-    request: &ClaimRequest,
-    running: impl IntoIterator<Item = Job>,
-    best_due: Option<Job>,
-    now: Timestamp,
-    policy: &Policy,
-) -> Result<ClaimPlan, TransitionError> {
-    let mut plan = ClaimPlan::default();
-    for job in running {
-        if job.state != JobState::Running || !request.filter.admits(&job) {
-            continue;
-        }
-        let Some(lease) = &job.lease else { continue };
-        let verdict = request.verdict(lease);
-        let Ok(outcome) = claim(&job, &request.owner, now, policy, verdict) else {
-            continue; // alive, or unknown and not expired: not ours to take
-        };
-        match outcome {
-            ClaimOutcome::Retired(after) => plan.retire.push(PlannedWrite { before: job, after }),
-            ClaimOutcome::Claimed(after) => {
-                if plan.take.as_ref().is_none_or(|b| job.claim_order() < b.before.claim_order()) {
-                    plan.take = Some(PlannedWrite { before: job, after });
-                }
-            }
-        }
-    }
-    if let Some(job) = best_due {
-        if plan.take.as_ref().is_none_or(|b| job.claim_order() < b.before.claim_order()) {
-            if !request.filter.admits(&job) {
-                return Err(invalid(&job, "claim"));
-            }
-            match claim(&job, &request.owner, now, policy, Liveness::Unknown)? {
-                ClaimOutcome::Claimed(after) => {
-                    plan.take = Some(PlannedWrite { before: job, after })
-                }
-                // A pending job is never retired: claim() retires only
-                // running ones.
-                ClaimOutcome::Retired(_) => return Err(invalid(&job, "claim")),
-            }
-        }
-    }
-    Ok(plan)
 }
 
 /// The sweep's reclaim of one attempt whose owner the caller found dead
@@ -832,7 +486,10 @@ fn invalid(job: &Job, action: &'static str) -> TransitionError {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::liveness::LivenessJudge;
 
     const T0: Timestamp = Timestamp::from_millis(1_700_000_000_000);
 

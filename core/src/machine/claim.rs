@@ -1,0 +1,208 @@
+//! **The claim rule**: which job a claim takes and which abandoned jobs it
+//! ends on the way ([`plan_claim`]), from what the request asks for
+//! ([`ClaimRequest`]) and the candidates a store read. Every store, the
+//! reference store included, reads candidates, calls [`plan_claim`] and
+//! writes the plan; none decides.
+
+use std::sync::Arc;
+
+use super::{ClaimOutcome, Transition, TransitionError, claim, invalid};
+use crate::job::{Fence, Job, JobState, Lease, Owner};
+use crate::liveness::{Liveness, LivenessJudge};
+use crate::policy::Policy;
+use crate::time::Timestamp;
+
+/// Which jobs a claim may take.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimFilter {
+    /// Only these queues; empty means every queue.
+    pub queues: Vec<String>,
+    /// Only these kinds; `None` means every kind, and `Some(vec![])`
+    /// admits nothing (a runner with no executors claims nothing).
+    pub kinds: Option<Vec<String>>,
+}
+
+impl ClaimFilter {
+    /// Whether `job` passes the filter.
+    pub fn admits(&self, job: &Job) -> bool {
+        (self.queues.is_empty() || self.queues.contains(&job.queue))
+            && self.kinds.as_ref().is_none_or(|ks| ks.contains(&job.kind))
+    }
+}
+
+/// Which running jobs a claim may take from their owners.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reclaim {
+    /// Only jobs whose lease expired while the judge could not tell
+    /// ([`Liveness::Unknown`]). A job whose owner the judge says is gone is
+    /// left alone: its dead attempt may still have processes running, and
+    /// only a caller that killed them first may take it back, with
+    /// [`crate::Store::reclaim_dead`]. What a runner asks for.
+    ExpiredOnly,
+    /// Also the jobs of owners the judge says are gone, at once. For a
+    /// caller with nothing left to kill (tests, models, remote owners).
+    #[default]
+    DeadOrExpired,
+}
+
+/// What a claim asks for: who claims, which jobs it may take, who judges
+/// the owners of running jobs, and whether a dead owner's job may be taken.
+#[derive(Clone)]
+pub struct ClaimRequest {
+    /// The claimer; the lease is written in its name.
+    pub owner: Owner,
+    /// The queues and kinds it can run.
+    pub filter: ClaimFilter,
+    /// Judges the owner of each running job's lease. Called inside the
+    /// claim's transaction, so its verdict is about the very lease acted
+    /// on; that is why it comes as an `Arc` (a backend may move it onto
+    /// its blocking pool).
+    pub judge: Arc<dyn LivenessJudge>,
+    /// Whether dead owners' jobs may be taken, or only expired leases.
+    pub reclaim: Reclaim,
+}
+
+impl ClaimRequest {
+    /// A request by `owner` for any job, judged by `judge`, taking dead
+    /// owners' jobs too ([`Reclaim::DeadOrExpired`]).
+    pub fn new(owner: Owner, judge: Arc<dyn LivenessJudge>) -> Self {
+        ClaimRequest { owner, filter: ClaimFilter::default(), judge, reclaim: Reclaim::default() }
+    }
+
+    /// Only jobs `filter` admits.
+    #[must_use]
+    pub fn filter(mut self, filter: ClaimFilter) -> Self {
+        self.filter = filter;
+        self
+    }
+
+    /// Takes running jobs as `reclaim` allows.
+    #[must_use]
+    pub fn reclaim(mut self, reclaim: Reclaim) -> Self {
+        self.reclaim = reclaim;
+        self
+    }
+
+    /// The judge's verdict on a running job's owner, as this request lets
+    /// the claim act on it: a gone owner counts as alive (not ours to
+    /// take) under [`Reclaim::ExpiredOnly`].
+    fn verdict(&self, lease: &Lease) -> Liveness {
+        match (self.judge.judge(lease), self.reclaim) {
+            (Liveness::Gone, Reclaim::ExpiredOnly) => Liveness::Alive,
+            (verdict, _) => verdict,
+        }
+    }
+}
+
+impl std::fmt::Debug for ClaimRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaimRequest")
+            .field("owner", &self.owner)
+            .field("filter", &self.filter)
+            .field("reclaim", &self.reclaim)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One write a plan asks for: the job as read, and its transition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedWrite {
+    /// The job as the store read it (stores key their index updates on it).
+    pub before: Job,
+    /// What to write instead.
+    pub after: Transition,
+}
+
+/// What one claim writes, decided by [`plan_claim`]: the abandoned jobs it
+/// ends on the way, then the job it takes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimPlan {
+    /// Abandoned running jobs that must not run again (out of attempts, or
+    /// cancelled while their owner was away), ended now; written first.
+    pub retire: Vec<PlannedWrite>,
+    /// The job the claimer takes, if any.
+    pub take: Option<PlannedWrite>,
+}
+
+/// A successful claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claimed {
+    /// The job, now running under the claimer's lease.
+    pub job: Job,
+    /// The proof of ownership for every later write.
+    pub fence: Fence,
+    /// Set when the job was taken back from a previous owner.
+    pub reclaimed_from: Option<Owner>,
+}
+
+impl ClaimPlan {
+    /// What the claimer gets once the plan is written.
+    pub fn claimed(&self) -> Option<Claimed> {
+        let take = self.take.as_ref()?;
+        let fence = take.after.job.lease.as_ref()?.fence();
+        Some(Claimed {
+            job: take.after.job.clone(),
+            fence,
+            reclaimed_from: take.before.lease.as_ref().map(|l| l.owner.clone()),
+        })
+    }
+}
+
+/// **The claim rule.** Which job a claim takes, and which abandoned jobs it
+/// ends on the way, from the candidates a store read inside the claim's
+/// transaction:
+///
+/// - `running`: every running job (the plan applies the filter itself and
+///   asks the request's judge about each lease);
+/// - `best_due`: the first due pending job the filter admits, in claim
+///   order (highest priority, earliest `not_before`, lowest id), or `None`.
+///
+/// Every admitted running job that may be taken from its owner (see
+/// [`Reclaim`] and [`reclaimable`]) but must not run again is retired,
+/// whether or not it would have won. Of the others and `best_due`, the
+/// first in claim order is taken. A `best_due` that is not a due pending
+/// job the filter admits means the store's index is out of step with its
+/// rows: `InvalidTransition`, and the store reports damage.
+pub fn plan_claim(
+    request: &ClaimRequest,
+    running: impl IntoIterator<Item = Job>,
+    best_due: Option<Job>,
+    now: Timestamp,
+    policy: &Policy,
+) -> Result<ClaimPlan, TransitionError> {
+    let mut plan = ClaimPlan::default();
+    for job in running {
+        if job.state != JobState::Running || !request.filter.admits(&job) {
+            continue;
+        }
+        let Some(lease) = &job.lease else { continue };
+        let verdict = request.verdict(lease);
+        let Ok(outcome) = claim(&job, &request.owner, now, policy, verdict) else {
+            continue; // alive, or unknown and not expired: not ours to take
+        };
+        match outcome {
+            ClaimOutcome::Retired(after) => plan.retire.push(PlannedWrite { before: job, after }),
+            ClaimOutcome::Claimed(after) => {
+                if plan.take.as_ref().is_none_or(|b| job.claim_order() < b.before.claim_order()) {
+                    plan.take = Some(PlannedWrite { before: job, after });
+                }
+            }
+        }
+    }
+    if let Some(job) = best_due {
+        if plan.take.as_ref().is_none_or(|b| job.claim_order() < b.before.claim_order()) {
+            if !request.filter.admits(&job) {
+                return Err(invalid(&job, "claim"));
+            }
+            match claim(&job, &request.owner, now, policy, Liveness::Unknown)? {
+                ClaimOutcome::Claimed(after) => {
+                    plan.take = Some(PlannedWrite { before: job, after })
+                }
+                // A pending job is never retired: claim() retires only
+                // running ones.
+                ClaimOutcome::Retired(_) => return Err(invalid(&job, "claim")),
+            }
+        }
+    }
+    Ok(plan)
+}
