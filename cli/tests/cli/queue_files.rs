@@ -132,6 +132,7 @@ fn a_queue_of_another_user_is_refused() {
 /// `--backend` chooses the engine of a *new* queue; an existing file's own
 /// header wins, as `--help` says: a healthy queue of the other backend is
 /// opened as what it is, never called damaged.
+#[cfg(all(feature = "sqlite", feature = "redb"))]
 #[test]
 fn backend_flag_on_an_existing_queue_of_the_other_backend_lets_the_header_win() {
     let ctx = TestContext::new(Backend::Sqlite);

@@ -2,12 +2,7 @@
 //! 6): a missing argument is named, `--json logs` is JSON, `serve` takes
 //! `localhost`.
 
-use std::io::BufRead;
-use std::time::Duration;
-
-use rustix::process::Signal;
-
-use crate::support::{Backend, TestContext, signal, wait_child};
+use crate::support::{Backend, TestContext};
 
 #[test]
 fn a_missing_argument_is_named() {
@@ -45,8 +40,16 @@ fn json_logs_are_json() {
     assert_eq!(text, plain);
 }
 
+#[cfg(feature = "http")]
 #[test]
 fn serve_listens_on_localhost() {
+    use std::io::BufRead;
+    use std::time::Duration;
+
+    use rustix::process::Signal;
+
+    use crate::support::{signal, wait_child};
+
     let ctx = TestContext::new(Backend::Sqlite);
     let mut child = ctx.spawn(&["serve", "--addr", "localhost:0"]);
     let mut line = String::new();
@@ -73,6 +76,9 @@ fn a_bare_slothqueue_prints_the_usage() {
 #[test]
 fn json_into_a_closed_pipe_is_quiet() {
     use std::io::Read;
+    use std::time::Duration;
+
+    use crate::support::wait_child;
     let ctx = TestContext::new(Backend::Sqlite);
     for i in 0..300 {
         ctx.ok(&["add", &format!("echo {i} {}", "x".repeat(200))]);
