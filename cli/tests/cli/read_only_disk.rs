@@ -4,6 +4,7 @@
 //! `show` and `export` fall back to an immutable open and say so on stderr.
 //! Needs `mount` (root); says loudly when it cannot run.
 
+#![cfg(feature = "sqlite")]
 #![allow(clippy::print_stderr, reason = "a test that cannot run says so loudly")]
 
 use std::process::Command;
