@@ -3,18 +3,20 @@
 //! outcome becomes a release or a settlement), then written once and
 //! reported once.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use slothqueue_core::{Claimed, Completion, Failure, Fence, Job, JobId, JobState, Settlement};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::contain::Containment;
 use crate::error::RunnerError;
 use crate::event::{RetryPlan, RunnerEvent};
 use crate::exec::{ExecOutcome, lease_marker};
 use crate::fmt::format_duration;
 use crate::run::drive::Watch;
-use crate::run::heartbeat::{Cadence, PGID_RECORD_DELAY, heartbeat_loop};
+use crate::run::heartbeat::{Cadence, PGID_RECORD_DELAY, Processes, heartbeat_loop};
 use crate::run::{Retried, Run};
 use crate::stop::StopReason;
 
@@ -89,8 +91,16 @@ impl Run {
         let started = Instant::now();
         let wall_start = self.now();
         let cadence = Cadence::new(&self.cfg, job.lease.as_ref(), wall_start);
+        let marker = lease_marker(job.id, &fence);
+        // Before the spawn: the attempt's cgroup (where one can be made)
+        // and the subreaper, so nothing the job starts escapes its stop.
+        let containment = Arc::new(if self.cfg.cgroups {
+            Containment::new(job.id, fence.attempt, &marker)
+        } else {
+            Containment::without_cgroup(&marker)
+        });
         let (ctx, stopper, pgid) =
-            self.exec_context(fence.attempt, wall_start, Some(lease_marker(job.id, &fence)));
+            self.exec_context(fence.attempt, wall_start, Some(marker), Some(containment.clone()));
         let (news_tx, news) = mpsc::unbounded_channel();
         let beats = tokio::spawn(heartbeat_loop(
             self.store.clone(),
@@ -98,7 +108,7 @@ impl Run {
             job.id,
             fence.clone(),
             cadence,
-            pgid,
+            Processes { pgid, containment: containment.clone() },
             news_tx,
         ));
         let watch = Watch {
@@ -110,6 +120,14 @@ impl Run {
         };
         let driven = self.drive(executor.execute(&job, ctx), stopper, watch).await;
         beats.abort();
+        if driven.abandoned {
+            // Its executor was dropped mid-stop: finish the stop here, so
+            // nothing of the attempt outlives its record.
+            let report = containment.stop_all(Duration::ZERO).await;
+            if !report.is_clean() {
+                self.warn(format!("job #{}: {report}", job.id));
+            }
+        }
         let elapsed = started.elapsed();
         if driven.lease_lost {
             self.lost(job.id, elapsed);

@@ -5,11 +5,13 @@
 //! it, with a context from the one builder here.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use slothqueue_core::{JobId, RunnerActivity, Timestamp};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use crate::contain::Containment;
 use crate::event::RunnerEvent;
 use crate::exec::{ExecContext, ExecOutcome};
 use crate::run::Run;
@@ -42,6 +44,8 @@ pub(super) struct Driven {
     pub stopped: Option<StopReason>,
     /// The heartbeat task found the lease gone while it ran.
     pub lease_lost: bool,
+    /// It did not stop when asked and was dropped.
+    pub abandoned: bool,
 }
 
 impl Run {
@@ -52,6 +56,7 @@ impl Run {
         attempt: u32,
         started_at: Timestamp,
         lease_marker: Option<String>,
+        containment: Option<Arc<Containment>>,
     ) -> (ExecContext, Stopper, watch::Receiver<Option<i32>>) {
         let (stopper, stop) = Stopper::new(self.cfg.kill_grace);
         let (pgid, pgid_rx) = watch::channel(None);
@@ -64,6 +69,7 @@ impl Run {
             kill_grace: self.cfg.kill_grace,
             started_at,
             lease_marker,
+            containment,
         };
         (ctx, stopper, pgid_rx)
     }
@@ -85,6 +91,7 @@ impl Run {
         let mut shutdown = self.shutdown.clone();
         let mut signals = signals_seen;
         let mut lease_lost = false;
+        let mut abandoned = false;
         let outcome = loop {
             tokio::select! {
                 out = &mut process => break out,
@@ -121,13 +128,14 @@ impl Run {
                     }
                 }
                 () = sleep_until_opt(stopper.abandon_at()) => {
+                    abandoned = true;
                     break ExecOutcome::Stopped {
                         detail: "abandoned: it did not stop when asked".to_owned(),
                     };
                 }
             }
         };
-        Driven { outcome, stopped: stopper.reason(), lease_lost }
+        Driven { outcome, stopped: stopper.reason(), lease_lost, abandoned }
     }
 }
 

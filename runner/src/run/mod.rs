@@ -218,6 +218,7 @@ impl Run {
     /// left, before anything is claimed.
     async fn start(&mut self) -> Result<(), RunnerError> {
         self.record(RunnerActivity::Starting).await;
+        self.sweep_cgroups().await;
         self.sweep_dead().await?;
         self.last_sweep = Instant::now();
         Ok(())
