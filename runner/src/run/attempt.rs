@@ -31,9 +31,19 @@ enum Ending {
 impl Ending {
     /// What `outcome` means for `job`, given why the runner stopped it (if
     /// it did): the runner words a stop, the executor only says it obeyed.
-    fn of(job: &Job, stopped: Option<StopReason>, outcome: ExecOutcome) -> Ending {
+    /// A shutdown the job's own processes asked for (`self_stop`, its
+    /// wording) is charged as a failure, not released.
+    fn of(
+        job: &Job,
+        stopped: Option<StopReason>,
+        outcome: ExecOutcome,
+        self_stop: Option<String>,
+    ) -> Ending {
         let failure = match (stopped, outcome) {
-            (Some(StopReason::Shutdown), ExecOutcome::Stopped { .. }) => return Ending::Release,
+            (Some(StopReason::Shutdown), ExecOutcome::Stopped { detail }) => match self_stop {
+                None => return Ending::Release,
+                Some(why) => Failure { error: format!("{why} ({detail})"), exit_code: None },
+            },
             (_, ExecOutcome::Success { result, exit_code }) => {
                 return Ending::Settle(Settlement::Complete(Completion { result, exit_code }));
             }
@@ -117,6 +127,7 @@ impl Run {
             job: Some(job.id),
             record_running_at: Some(started + PGID_RECORD_DELAY),
             news: Some(news),
+            containment: Some(containment.clone()),
         };
         let driven = self.drive(executor.execute(&job, ctx), stopper, watch).await;
         beats.abort();
@@ -134,21 +145,20 @@ impl Run {
             return Ok(None);
         }
         slothqueue_core::failpoint::hit("before_complete");
-        self.record_outcome(&job, &fence, driven.stopped, driven.outcome, elapsed).await
+        let ending = Ending::of(&job, driven.stopped, driven.outcome, driven.self_stop);
+        self.record_outcome(&job, &fence, ending, elapsed).await
     }
 
-    /// Records how an attempt ended: decides the ending, writes it (with
+    /// Records how an attempt ended: writes its ending (with
     /// the next claim when it may chain), reports it, and runs the
     /// on-finish command for a completed or failed job.
     async fn record_outcome(
         &mut self,
         job: &Job,
         fence: &Fence,
-        stopped: Option<StopReason>,
-        outcome: ExecOutcome,
+        ending: Ending,
         elapsed: Duration,
     ) -> Result<Option<Claimed>, RunnerError> {
-        let ending = Ending::of(job, stopped, outcome);
         let chain = match ending {
             Ending::Release => false,
             Ending::Settle(_) => self.may_chain().await,

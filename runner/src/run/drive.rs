@@ -16,6 +16,7 @@ use crate::event::RunnerEvent;
 use crate::exec::{ExecContext, ExecOutcome};
 use crate::run::Run;
 use crate::run::heartbeat::HeartbeatNews;
+use crate::signal::ShutdownSignal;
 use crate::stop::{StopReason, Stopper};
 
 /// What a drive watches besides the process and shutdown requests.
@@ -34,6 +35,9 @@ pub(super) struct Watch {
     pub record_running_at: Option<Instant>,
     /// What the attempt's heartbeat task hears: a cancel, a lost lease.
     pub news: Option<mpsc::UnboundedReceiver<HeartbeatNews>>,
+    /// The attempt's processes: a shutdown signal one of them sent is the
+    /// job's doing, and charged to it.
+    pub containment: Option<Arc<Containment>>,
 }
 
 /// How a driven process ended.
@@ -46,6 +50,10 @@ pub(super) struct Driven {
     pub lease_lost: bool,
     /// It did not stop when asked and was dropped.
     pub abandoned: bool,
+    /// The shutdown came from the job's own processes (`kill $PPID`):
+    /// why, as its failure says it. Such a stop is charged, not released,
+    /// or a job could rerun forever by stopping every runner that takes it.
+    pub self_stop: Option<String>,
 }
 
 impl Run {
@@ -86,7 +94,9 @@ impl Run {
         mut stopper: Stopper,
         watch: Watch,
     ) -> Driven {
-        let Watch { deadline, signals_seen, job, mut record_running_at, mut news } = watch;
+        let Watch { deadline, signals_seen, job, mut record_running_at, mut news, containment } =
+            watch;
+        let mut self_stop = None;
         tokio::pin!(process);
         let mut shutdown = self.shutdown.clone();
         let mut signals = signals_seen;
@@ -99,7 +109,13 @@ impl Run {
                     stopper.stop(StopReason::Timeout, false);
                 }
                 () = shutdown.reached(signals + 1) => {
+                    let before = signals;
                     signals = shutdown.count();
+                    if self_stop.is_none() && !stopper.is_stopping() {
+                        if let Some(c) = &containment {
+                            self_stop = sent_by_the_job(c, &shutdown, before);
+                        }
+                    }
                     self.summary.interrupted = true;
                     let again = signals.saturating_sub(signals_seen) >= 2;
                     if !stopper.is_stopping() {
@@ -135,8 +151,28 @@ impl Run {
                 }
             }
         };
-        Driven { outcome, stopped: stopper.reason(), lease_lost, abandoned }
+        Driven { outcome, stopped: stopper.reason(), lease_lost, abandoned, self_stop }
     }
+}
+
+/// Whether a shutdown request after the first `before` came from one of
+/// the attempt's processes: `stopped its own runner (SIGTERM from pid 812,
+/// a process of this job)`.
+fn sent_by_the_job(c: &Containment, shutdown: &ShutdownSignal, before: u32) -> Option<String> {
+    let requests = shutdown.requests();
+    requests.iter().skip(before as usize).find_map(|r| {
+        let sender = r.sender.as_ref().filter(|s| c.sent(s))?;
+        let signal = r
+            .signal
+            .map(|s| {
+                signal_hook::low_level::signal_name(s).map_or(format!("signal {s}"), str::to_owned)
+            })
+            .unwrap_or_else(|| "a signal".to_owned());
+        Some(format!(
+            "stopped its own runner ({signal} from pid {}, a process of this job)",
+            sender.pid
+        ))
+    })
 }
 
 async fn sleep_until_opt(t: Option<Instant>) {

@@ -43,6 +43,7 @@ impl Run {
             job: None,
             record_running_at: None,
             news: None,
+            containment: None,
         };
         let driven = self.drive(run_process(job, spec, ctx), stopper, watch).await;
         let problem = match driven.outcome {
