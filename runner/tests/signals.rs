@@ -259,3 +259,39 @@ async fn a_job_that_signals_its_own_runner_is_charged_and_ends_failed() {
         "{messages:?}"
     );
 }
+
+const ORDER_HELPER: &str = "SLOTHQUEUE_RUNNER_TEST_ORDER_HELPER";
+
+/// The helper for the test below: a run first (which catches the signals
+/// it inherited as ignored), the shutdown signals after; exits 0 when an
+/// inherited-ignored QUIT is still left out of them.
+#[tokio::test]
+async fn helper_run_before_signals() {
+    let Some(dir) = std::env::var_os(ORDER_HELPER).map(PathBuf::from) else { return };
+    let cfg = RunnerConfig::new(dir.join("logs"));
+    let runner = Runner::new(Arc::new(open(&dir)), cfg);
+    runner.run(|_: RunnerEvent| {}, slothqueue_runner::ShutdownSignal::never()).await.unwrap();
+    let signals =
+        slothqueue_runner::unix_signals_with(slothqueue_runner::inherited_ignores()).unwrap();
+    let quit = signal_hook::consts::signal::SIGQUIT;
+    std::process::exit(if signals.listening.contains(quit) { 3 } else { 0 });
+}
+
+/// A QUIT inherited as ignored stays out of the shutdown signals even when
+/// the runner caught it (so that jobs do not inherit it) before they were
+/// set up: the ignored set is read before anything is caught.
+#[tokio::test]
+async fn an_inherited_ignored_quit_stays_ignored_whatever_starts_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg("trap '' QUIT; exec \"$0\" helper_run_before_signals --exact --nocapture")
+        .arg(std::env::current_exe().unwrap())
+        .env(ORDER_HELPER, dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "QUIT counted as a shutdown signal after the run caught it");
+}
