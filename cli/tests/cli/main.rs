@@ -23,6 +23,7 @@ mod e2e;
 mod import;
 mod queue_files;
 mod read_only;
+mod signals;
 mod snapshots;
 pub mod support;
 mod usage;

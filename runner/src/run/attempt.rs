@@ -129,7 +129,9 @@ impl Run {
             news: Some(news),
             containment: Some(containment.clone()),
         };
+        self.suspended.set_current(Some(containment.clone()));
         let driven = self.drive(executor.execute(&job, ctx), stopper, watch).await;
+        self.suspended.set_current(None);
         beats.abort();
         if driven.abandoned {
             // Its executor was dropped mid-stop: finish the stop here, so

@@ -94,9 +94,13 @@ impl Run {
         mut stopper: Stopper,
         watch: Watch,
     ) -> Driven {
-        let Watch { deadline, signals_seen, job, mut record_running_at, mut news, containment } =
+        let Watch { mut deadline, signals_seen, job, mut record_running_at, mut news, containment } =
             watch;
         let mut self_stop = None;
+        // Time the runner spent stopped (Ctrl-Z) does not count against the
+        // deadline: the monotonic clock ran on meanwhile.
+        let paused_before = self.suspended.total();
+        let base_deadline = deadline;
         tokio::pin!(process);
         let mut shutdown = self.shutdown.clone();
         let mut signals = signals_seen;
@@ -106,7 +110,13 @@ impl Run {
             tokio::select! {
                 out = &mut process => break out,
                 () = sleep_until_opt(deadline), if !stopper.is_stopping() => {
-                    stopper.stop(StopReason::Timeout, false);
+                    let paused = self.suspended.total().saturating_sub(paused_before);
+                    let moved = base_deadline.map(|d| d + paused);
+                    if moved.is_some_and(|d| d > Instant::now()) {
+                        deadline = moved;
+                    } else {
+                        stopper.stop(StopReason::Timeout, false);
+                    }
                 }
                 () = shutdown.reached(signals + 1) => {
                     let before = signals;
