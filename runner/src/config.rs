@@ -67,6 +67,10 @@ pub struct RunnerConfig {
     pub judge: Arc<dyn LivenessJudge>,
     /// This runner's identity (default: [`this_process_owner`]).
     pub owner: Owner,
+    /// Whether each attempt gets a cgroup of its own where one can be
+    /// written (default `true`); without, its processes are found by group,
+    /// lease marker and parent chain (see [`Containment`](crate::Containment)).
+    pub cgroups: bool,
 }
 
 impl RunnerConfig {
@@ -90,6 +94,7 @@ impl RunnerConfig {
             clock: Arc::new(SystemClock),
             judge: Arc::new(ProcJudge::new()),
             owner: this_process_owner(),
+            cgroups: true,
         }
     }
 }

@@ -77,6 +77,8 @@ use slothqueue_core::JobId;
 use tokio::time::Instant;
 
 use crate::exec::LEASE_VAR;
+use crate::process::group::may_signal_group;
+use crate::process::procfs::{ProcStat, environ_has, proc_stat};
 
 /// How often a dying attempt is looked at.
 const POLL: Duration = Duration::from_millis(25);
@@ -195,7 +197,7 @@ impl fmt::Display for StopReport {
 /// the attempt is recorded.
 #[derive(Debug)]
 pub struct Containment {
-    needle: Vec<u8>,
+    needle: String,
     me: i32,
     subreaper: bool,
     cgroup: Option<Cgroup>,
@@ -258,7 +260,7 @@ impl Containment {
     /// told not to, or a test showing what only the cgroup catches).
     pub fn without_cgroup(marker: &str) -> Containment {
         Containment {
-            needle: format!("{LEASE_VAR}={marker}").into_bytes(),
+            needle: format!("{LEASE_VAR}={marker}"),
             me: std::process::id() as i32,
             subreaper: become_subreaper(),
             cgroup: None,
@@ -405,9 +407,11 @@ impl Containment {
     /// cgroup: a sender that exited since is still recognised) and, failing
     /// that, [`contains`](Containment::contains).
     pub fn sent(&self, sender: &crate::signal::SignalSender) -> bool {
-        if sender.lease_marker.as_deref().is_some_and(|m| {
-            self.needle.strip_prefix(format!("{LEASE_VAR}=").as_bytes()) == Some(m.as_bytes())
-        }) {
+        if sender
+            .lease_marker
+            .as_deref()
+            .is_some_and(|m| self.needle.strip_prefix(&format!("{LEASE_VAR}=")) == Some(m))
+        {
             return true;
         }
         if let (Some(cg), Some(theirs)) = (&self.cgroup, &sender.cgroup) {
@@ -735,12 +739,6 @@ impl Drop for Containment {
     }
 }
 
-/// Whether a pgid may be signalled as a group: never `<= 1`, never the
-/// runner's own group. (Same rule as `process::may_signal_group`.)
-fn may_signal_group(pgid: i32) -> bool {
-    pgid > 1 && crate::process::procfs::own_pgrp() != pgid
-}
-
 /// Sends `sig` to `pid` if it is still the process that started at `start`:
 /// through a pidfd opened and then checked, so a reused pid is never hit.
 fn signal_pid(pid: i32, start: u64, sig: Signal, me: i32) {
@@ -954,9 +952,8 @@ fn cgroup_kill(dir: &Path) {
 
 /// Whether `/proc/<pid>/environ` holds exactly `needle` (`VAR=value`).
 /// Readable for the runner's own user's processes (all, as root).
-fn is_marked(pid: i32, needle: &[u8]) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == needle))
+fn is_marked(pid: i32, needle: &str) -> bool {
+    environ_has(pid, needle)
 }
 
 /// Process `pid`'s [`LEASE_VAR`] value, if its environment is readable and
@@ -969,9 +966,7 @@ pub(crate) fn lease_marker_of(pid: i32) -> Option<String> {
         .map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
-/// The fields of `/proc/<pid>/stat` containment uses.
-// A private copy of `process::parse_stat` plus the ppid (field 4); the two
-// are to be merged once the process module's split lands.
+/// The fields of `/proc/<pid>/stat` containment uses, with the pid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct ProcInfo {
     pid: i32,
@@ -981,21 +976,9 @@ struct ProcInfo {
     starttime: u64,
 }
 
-fn parse_stat(pid: i32, text: &str) -> Option<ProcInfo> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `fields[0]` is field 3 (state), so field N is `fields[N - 3]`.
-    Some(ProcInfo {
-        pid,
-        state: fields.first()?.chars().next()?,
-        ppid: fields.get(1)?.parse().ok()?,
-        pgrp: fields.get(2)?.parse().ok()?,
-        starttime: fields.get(19)?.parse().ok()?,
-    })
-}
-
 fn read_stat(pid: i32) -> Option<ProcInfo> {
-    parse_stat(pid, &std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    let ProcStat { state, ppid, pgrp, starttime } = proc_stat(pid)?;
+    Some(ProcInfo { pid, state, ppid, pgrp, starttime })
 }
 
 fn is_dead(state: char) -> bool {
@@ -1013,14 +996,6 @@ fn proc_table() -> HashMap<i32, ProcInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_parsing_reads_the_ppid_after_the_last_paren() {
-        let line = "4242 (we)ird (name)) S 77 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100";
-        let s = parse_stat(4242, line).unwrap();
-        assert_eq!(s, ProcInfo { pid: 4242, state: 'S', ppid: 77, pgrp: 4242, starttime: 987_654 });
-        assert!(parse_stat(1, "1 (x) S 1").is_none());
-    }
 
     #[test]
     fn finds_the_cgroup2_mount_in_hybrid_and_unified_layouts() {

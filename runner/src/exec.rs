@@ -22,6 +22,7 @@ use slothqueue_core::{Fence, Job, JobId, Timestamp};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
+use crate::contain::Containment;
 use crate::error::RunnerError;
 use crate::fmt::format_timestamp;
 use crate::logfile::{Capture, LogTarget};
@@ -62,6 +63,10 @@ pub struct ExecContext {
     /// The attempt's [`LEASE_VAR`] value, set in the job's environment;
     /// `None` outside a runner's claim.
     pub(crate) lease_marker: Option<String>,
+    /// Everything the attempt starts, found and stopped (see
+    /// [`Containment`]); `None` outside a runner's claim, where only the
+    /// process group is stopped.
+    pub(crate) containment: Option<Arc<Containment>>,
 }
 
 impl ExecContext {
@@ -78,6 +83,7 @@ impl ExecContext {
             kill_grace: DEFAULT_KILL_GRACE,
             started_at: now,
             lease_marker: None,
+            containment: None,
         }
     }
 
@@ -367,8 +373,14 @@ pub(crate) struct ProcessSpec {
 /// Runs `spec` as the leader of a new process group, output to the job's
 /// log, until it exits or the runner asks it to stop.
 pub(crate) async fn run_process(job: &Job, spec: ProcessSpec, mut ctx: ExecContext) -> ExecOutcome {
+    // The mechanism holding the attempt's processes is said in its log
+    // header: `show` reads it back (see `contained_by`).
+    let contained = match &ctx.containment {
+        Some(c) => format!(", contained by {}", c.mechanism()),
+        None => String::new(),
+    };
     let header = format!(
-        "--- job #{} attempt {}/{} started {}: {} ---",
+        "--- job #{} attempt {}/{} started {}{contained}: {} ---",
         job.id,
         ctx.attempt,
         job.max_attempts,
@@ -442,6 +454,10 @@ async fn spawn_and_wait(
     cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
     cmd.kill_on_drop(false);
     prepare_child(&mut cmd);
+    let containment = ctx.containment.clone();
+    if let Some(c) = &containment {
+        c.join_before_exec(&mut cmd);
+    }
     let spawned = cmd.spawn();
     let program = cmd.as_std().get_program().to_string_lossy().into_owned();
     // Drop our copies of the write end now, so the reader sees the end of
@@ -454,6 +470,9 @@ async fn spawn_and_wait(
     let Some(pgid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
         return failure("the job's process vanished before it could be tracked".to_owned());
     };
+    if let Some(c) = &containment {
+        c.spawned(pgid as u32);
+    }
     slothqueue_core::failpoint::hit("after_spawn"); // the child runs; its group is not recorded yet
     let mut guard = GroupGuard { pgid, armed: true };
     ctx.report_pgid(pgid);
@@ -471,18 +490,32 @@ async fn spawn_and_wait(
         status = child.wait() => Ok(status),
         request = ctx.stop.requested() => Err(request),
     };
-    let outcome = match result {
-        Ok(status) => {
+    let (outcome, report) = match (result, &containment) {
+        (Ok(status), Some(c)) => {
+            // The leader is gone; whatever it started (`cmd &`, a daemon,
+            // a new session) is still the job's and ends with it, before
+            // the attempt is recorded.
+            let report = stop_all(c, grace, &mut ctx.stop).await;
+            (Ok(status), Some(report))
+        }
+        (Ok(status), None) => {
             // The leader is gone; a `cmd &` it left behind is still the
             // job's and ends with it.
             if group_alive(pgid) {
                 stop_group(pgid, None, grace, Some(&mut ctx.stop)).await;
             }
-            Ok(status)
+            (Ok(status), None)
         }
-        Err(_) => {
+        (Err(_), Some(c)) => {
+            // Everything of the attempt, the leader included (it is not
+            // reaped until it was signalled: its pid cannot be reused).
+            let report = stop_all(c, grace, &mut ctx.stop).await;
+            let _ = tokio::time::timeout(LEADER_REAP, child.wait()).await;
+            (Err(()), Some(report))
+        }
+        (Err(_), None) => {
             stop_group(pgid, Some(&mut child), grace, Some(&mut ctx.stop)).await;
-            Err(())
+            (Err(()), None)
         }
     };
     guard.armed = false;
@@ -491,7 +524,12 @@ async fn spawn_and_wait(
         Err(_) => Default::default(),
     };
     let outcome = match outcome {
-        Err(()) => ExecOutcome::Stopped { detail: "process group killed".into() },
+        Err(()) => ExecOutcome::Stopped {
+            detail: match &report {
+                Some(r) => stopped_detail(r),
+                None => "process group killed".into(),
+            },
+        },
         Ok(Err(e)) => ExecOutcome::failure(format!("lost track of the job's process: {e}")),
         Ok(Ok(status)) => {
             let last = captured.last_line;
@@ -513,6 +551,40 @@ async fn spawn_and_wait(
         }
     };
     (outcome, captured.log_error)
+}
+
+/// How long to wait for the KILLed leader's exit status after the
+/// attempt was stopped (it is dead unless in uninterruptible sleep).
+const LEADER_REAP: Duration = Duration::from_secs(1);
+
+/// Stops everything of the attempt with `grace`, or at once when the stop
+/// request is or becomes immediate (a second Ctrl-C).
+async fn stop_all(
+    c: &Containment,
+    grace: Duration,
+    stop: &mut StopListener,
+) -> crate::contain::StopReport {
+    if stop.current().is_some_and(|r| r.immediate) {
+        return c.stop_all(Duration::ZERO).await;
+    }
+    tokio::select! {
+        report = c.stop_all(grace) => report,
+        () = stop.immediate() => c.stop_all(Duration::ZERO).await,
+    }
+}
+
+/// What a stop did, as the attempt's failure records it: `all its
+/// processes killed, contained by cgroup` (how many depends on timing, so
+/// it is not said).
+fn stopped_detail(r: &crate::contain::StopReport) -> String {
+    match r.survivors.len() {
+        0 => format!("all its processes killed, contained by {}", r.mechanism),
+        n => format!(
+            "killed, but {n} process{} still alive after KILL, contained by {}",
+            if n == 1 { "" } else { "es" },
+            r.mechanism
+        ),
+    }
 }
 
 /// Kills the job's group if the future running it is dropped (the runner

@@ -13,7 +13,8 @@ use crate::event::{Reporter, RunSummary};
 use crate::exec::{Executor, HandlerDirExecutor, ShellExecutor};
 use crate::process::spawn::{catch_inherited_ignores, seal_inherited_fds};
 use crate::run::Run;
-use crate::signal::ShutdownSignal;
+use crate::run::job_control::{self, Suspended};
+use crate::signal::{ShutdownSignal, Suspension};
 
 /// Runs jobs from a store, one at a time.
 pub struct Runner {
@@ -21,6 +22,7 @@ pub struct Runner {
     config: RunnerConfig,
     executors: BTreeMap<String, Arc<dyn Executor>>,
     waker: Arc<Notify>,
+    job_control: Option<Suspension>,
 }
 
 impl Runner {
@@ -29,7 +31,7 @@ impl Runner {
     pub fn new(store: Arc<dyn Store>, config: RunnerConfig) -> Runner {
         let mut executors: BTreeMap<String, Arc<dyn Executor>> = BTreeMap::new();
         executors.insert(SHELL_KIND.to_owned(), Arc::new(ShellExecutor));
-        Runner { store, config, executors, waker: Arc::new(Notify::new()) }
+        Runner { store, config, executors, waker: Arc::new(Notify::new()), job_control: None }
     }
 
     /// Runs jobs of `kind` with `executor` (replacing any before).
@@ -46,6 +48,16 @@ impl Runner {
                 self.executors.insert(kind.clone(), dir.clone());
             }
         }
+    }
+
+    /// Answers Ctrl-Z ([`JobControl`](crate::JobControl) from
+    /// [`unix_signals_with`](crate::unix_signals_with)): `Suspend` stops the
+    /// running job's processes, all of them, then the runner; once the
+    /// runner is continued they are continued. Time spent stopped does not
+    /// count against the job's max runtime. (A runner stopped longer than
+    /// its lease may find the job taken by another runner when continued.)
+    pub fn job_control(&mut self, suspension: Suspension) {
+        self.job_control = Some(suspension);
     }
 
     /// Stops running jobs of `kind`.
@@ -82,8 +94,22 @@ impl Runner {
         seal_inherited_fds();
         catch_inherited_ignores();
         let reporter = Arc::new(reporter);
-        Run::new(self.store, self.config, self.executors, self.waker, reporter, shutdown)
-            .until_done()
-            .await
+        let suspended = Arc::new(Suspended::default());
+        let control = self.job_control.map(|s| job_control::spawn(s, suspended.clone()));
+        let ended = Run::new(
+            self.store,
+            self.config,
+            self.executors,
+            self.waker,
+            reporter,
+            shutdown,
+            suspended,
+        )
+        .until_done()
+        .await;
+        if let Some(task) = control {
+            task.abort();
+        }
+        ended
     }
 }

@@ -27,10 +27,15 @@ use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
 
 const HELPER: &str = "SLOTHQUEUE_RUNNER_TEST_HELPER";
 const GRACE_MS: &str = "SLOTHQUEUE_RUNNER_TEST_GRACE_MS";
+const BACKOFF_MS: &str = "SLOTHQUEUE_RUNNER_TEST_BACKOFF_MS";
 const DEADLINE: Duration = Duration::from_secs(30);
 
 fn open(dir: &Path) -> SqliteStore {
-    SqliteStore::open(&dir.join("queue.db"), SqliteOptions::default()).unwrap()
+    let mut options = SqliteOptions::default();
+    if let Some(ms) = std::env::var(BACKOFF_MS).ok().and_then(|v| v.parse().ok()) {
+        options.policy.backoff_base = Duration::from_millis(ms);
+    }
+    SqliteStore::open(&dir.join("queue.db"), options).unwrap()
 }
 
 /// The helper process's body; a no-op when run as an ordinary test.
@@ -60,6 +65,7 @@ fn start_helper(dir: &Path, grace: Duration) -> tokio::process::Child {
         .arg(std::env::current_exe().unwrap())
         .env(HELPER, dir)
         .env(GRACE_MS, grace.as_millis().to_string())
+        .env(BACKOFF_MS, "50")
         .env("SLOTHQUEUE_TOKEN", "secret-the-job-must-not-see")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -201,4 +207,91 @@ async fn a_second_signal_kills_a_job_that_ignores_term_at_once() {
     assert!(!alive(job_pid));
     let job = store.get(id).await.unwrap();
     assert_eq!((job.state, job.attempts), (JobState::Pending, 0), "still released, not lost");
+}
+
+/// A job that stops its own runner (`kill -TERM $PPID`: the job's shell's
+/// parent is the runner) is charged for it: a failure that says so, with
+/// backoff and max attempts, so that under a supervisor restarting the
+/// runner it ends `failed` instead of rerunning forever.
+#[tokio::test]
+async fn a_job_that_signals_its_own_runner_is_charged_and_ends_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let store = open(d);
+    let command = "kill -TERM $PPID; exec sleep 30";
+    let id = store
+        .push(NewJob::shell(command, d.to_string_lossy()).max_attempts(3), SystemClock.now())
+        .await
+        .unwrap()
+        .job
+        .id;
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        // The supervisor's loop: start the runner again once the job is due.
+        let due = tokio::time::timeout(DEADLINE, async {
+            loop {
+                let job = store.get(id).await.unwrap();
+                if job.state.is_terminal() || job.not_before <= SystemClock.now() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        due.await.expect("the job never came due again");
+        let helper = start_helper(d, Duration::from_millis(300));
+        codes.push(exit_code(helper).await);
+    }
+    let job = store.get(id).await.unwrap();
+    assert_eq!((job.state, job.attempts), (JobState::Failed, 3), "{codes:?}");
+    let error = job.last_error.unwrap_or_default();
+    assert!(error.starts_with("stopped its own runner (SIGTERM from pid "), "{error}");
+    assert!(error.contains(", a process of this job) ("), "{error}");
+    assert_eq!(codes, [Some(130), Some(130), Some(130), Some(0)]);
+    let failed = store.events(id).await.unwrap();
+    let messages: Vec<_> = failed
+        .iter()
+        .filter(|e| e.kind.as_str() == "failed")
+        .filter_map(|e| e.message.clone())
+        .collect();
+    assert_eq!(messages.len(), 3, "{failed:?}");
+    assert!(
+        messages.iter().all(|m| m.starts_with("stopped its own runner (SIGTERM")),
+        "{messages:?}"
+    );
+}
+
+const ORDER_HELPER: &str = "SLOTHQUEUE_RUNNER_TEST_ORDER_HELPER";
+
+/// The helper for the test below: a run first (which catches the signals
+/// it inherited as ignored), the shutdown signals after; exits 0 when an
+/// inherited-ignored QUIT is still left out of them.
+#[tokio::test]
+async fn helper_run_before_signals() {
+    let Some(dir) = std::env::var_os(ORDER_HELPER).map(PathBuf::from) else { return };
+    let cfg = RunnerConfig::new(dir.join("logs"));
+    let runner = Runner::new(Arc::new(open(&dir)), cfg);
+    runner.run(|_: RunnerEvent| {}, slothqueue_runner::ShutdownSignal::never()).await.unwrap();
+    let signals =
+        slothqueue_runner::unix_signals_with(slothqueue_runner::inherited_ignores()).unwrap();
+    let quit = signal_hook::consts::signal::SIGQUIT;
+    std::process::exit(if signals.listening.contains(quit) { 3 } else { 0 });
+}
+
+/// A QUIT inherited as ignored stays out of the shutdown signals even when
+/// the runner caught it (so that jobs do not inherit it) before they were
+/// set up: the ignored set is read before anything is caught.
+#[tokio::test]
+async fn an_inherited_ignored_quit_stays_ignored_whatever_starts_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg("trap '' QUIT; exec \"$0\" helper_run_before_signals --exact --nocapture")
+        .arg(std::env::current_exe().unwrap())
+        .env(ORDER_HELPER, dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "QUIT counted as a shutdown signal after the run caught it");
 }

@@ -216,6 +216,7 @@ pub fn s04_kill_loop(ctx: &mut Ctx) -> Result<Status> {
         rpids.push(procs.spawn(&format!("runner{n}"), ctx.runner_cmd(&db, &["--follow"]))?);
     }
     let mut kills_enqueuer = 0;
+    let mut hups = 0;
     for it in 0..iterations {
         granted += ctx.rng.range(2, 6);
         std::fs::write(&tickets, granted.to_string()).context("cannot write tickets")?;
@@ -238,9 +239,19 @@ pub fn s04_kill_loop(ctx: &mut Ctx) -> Result<Status> {
         } else {
             let i = ctx.rng.range(0, rpids.len() as u64) as usize;
             let victim = rpids[i];
-            procs.signal(victim, Signal::KILL)?;
-            let e = procs.wait(victim, Duration::from_secs(10))?;
+            // Mostly kill -9; one in four a SIGHUP (a closed terminal),
+            // which must stop the runner cleanly: its job handed back,
+            // exit 130.
+            let hup = ctx.rng.chance(1, 4);
+            procs.signal(victim, if hup { Signal::HUP } else { Signal::KILL })?;
+            let e = procs.wait(victim, Duration::from_secs(30))?;
             ctx.observe(&e, false);
+            if hup {
+                hups += 1;
+                if e.code() != Some(130) {
+                    ctx.problem(format!("SIGHUP: expected exit 130: {}", e.describe()));
+                }
+            }
             ctx.tally.kills += 1;
             rpids[i] = procs.spawn(&format!("runner{i}"), ctx.runner_cmd(&db, &["--follow"]))?;
         }
@@ -265,7 +276,7 @@ pub fn s04_kill_loop(ctx: &mut Ctx) -> Result<Status> {
     let snap = queue::snapshot(ctx.backend, &db)?;
     let v = history::check(&hist.read()?, &acked, &snap, Expect::AtLeastOnce);
     let summary = format!(
-        "{iterations} iterations, {} kills ({kills_enqueuer} of the enqueuer), {} jobs, {} executions",
+        "{iterations} iterations, {} kills ({kills_enqueuer} of the enqueuer, {hups} by SIGHUP), {} jobs, {} executions",
         iterations, v.jobs, v.executions
     );
     ctx.verdict(v);

@@ -23,6 +23,7 @@
 
 mod clock;
 mod ctx;
+mod escapes;
 mod files;
 mod helpers;
 mod history;
@@ -54,6 +55,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("S09", processes::s09_orphaned_group),
     ("S10", processes::s10_pid_reuse),
     ("S22", processes::s22_child_inherits),
+    ("S24", escapes::s24_escapes),
     ("S11", clock::s11_forward_jump),
     ("S12", clock::s12_backward_step),
     ("S13", files::s13_busy),

@@ -25,6 +25,7 @@ mod namespaces;
 mod queue_files;
 mod read_only;
 mod read_only_disk;
+mod signals;
 mod snapshots;
 pub mod support;
 mod usage;

@@ -128,6 +128,15 @@ impl TestContext {
             (r"\b\d+\.\d+s\b".into(), "[ELAPSED]".into()),
             (r"\(in [0-9dhms]+\)".into(), "(in [SPAN])".into()),
             (r"\b\d{13}\b".into(), "[MS]".into()),
+            // What holds a job's processes depends on the machine.
+            (
+                r"contained by (cgroup|subreaper\+proc|group only)".into(),
+                "contained by [MECHANISM]".into(),
+            ),
+            (
+                r"contained:    (cgroup|subreaper\+proc|group only)".into(),
+                "contained:    [MECHANISM]".into(),
+            ),
         ]
     }
 }

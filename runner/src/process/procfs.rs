@@ -16,6 +16,8 @@ const CLOCK_TICKS_PER_SECOND: u64 = 100;
 pub(crate) struct ProcStat {
     /// `R`, `S`, `D`, `Z`, …
     pub state: char,
+    /// The parent (field 4).
+    pub ppid: i32,
     /// The process group.
     pub pgrp: i32,
     /// Start time in clock ticks after boot (field 22).
@@ -38,6 +40,7 @@ pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
     // `fields[0]` is field 3 (state), so field N is `fields[N - 3]`.
     Some(ProcStat {
         state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
         pgrp: fields.get(2)?.parse().ok()?,
         starttime: fields.get(19)?.parse().ok()?,
     })
@@ -133,9 +136,16 @@ mod tests {
     fn stat_parsing_counts_after_the_last_paren() {
         let line = "4242 (we)ird (name)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100";
         let s = parse_stat(line).unwrap();
-        assert_eq!(s, ProcStat { state: 'S', pgrp: 4242, starttime: 987_654 });
+        assert_eq!(s, ProcStat { state: 'S', ppid: 1, pgrp: 4242, starttime: 987_654 });
         assert!(parse_stat("garbage").is_none());
         assert!(parse_stat("1 (x) S 1").is_none());
+    }
+
+    #[test]
+    fn stat_parsing_reads_the_ppid_after_the_last_paren() {
+        let line = "4242 (we)ird (name)) S 77 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100";
+        let s = parse_stat(line).unwrap();
+        assert_eq!(s, ProcStat { state: 'S', ppid: 77, pgrp: 4242, starttime: 987_654 });
     }
 
     #[test]

@@ -144,6 +144,10 @@ const SIGCHLD_BIT: u64 = 1 << (libc::SIGCHLD - 1);
 /// [`IGNORED_OK`]), and SIGCHLD. Needs tokio's signal driver; without it
 /// nothing changes. Called once when a run starts.
 pub(crate) fn catch_inherited_ignores() {
+    // Snapshot what was inherited as ignored before catching anything:
+    // the shutdown signals read it later, and a QUIT caught here would
+    // read as not ignored and stop the runner.
+    let _ = crate::signal::inherited_ignores();
     let Some(SignalMasks { ignored, .. }) = signal_masks("self") else { return };
     for signo in 1..=31 {
         let bit = 1u64 << (signo - 1);

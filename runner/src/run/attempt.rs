@@ -3,18 +3,20 @@
 //! outcome becomes a release or a settlement), then written once and
 //! reported once.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use slothqueue_core::{Claimed, Completion, Failure, Fence, Job, JobId, JobState, Settlement};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::contain::Containment;
 use crate::error::RunnerError;
 use crate::event::{RetryPlan, RunnerEvent};
 use crate::exec::{ExecOutcome, lease_marker};
 use crate::fmt::format_duration;
 use crate::run::drive::Watch;
-use crate::run::heartbeat::{Cadence, PGID_RECORD_DELAY, heartbeat_loop};
+use crate::run::heartbeat::{Cadence, PGID_RECORD_DELAY, Processes, heartbeat_loop};
 use crate::run::{Retried, Run};
 use crate::stop::StopReason;
 
@@ -29,9 +31,19 @@ enum Ending {
 impl Ending {
     /// What `outcome` means for `job`, given why the runner stopped it (if
     /// it did): the runner words a stop, the executor only says it obeyed.
-    fn of(job: &Job, stopped: Option<StopReason>, outcome: ExecOutcome) -> Ending {
+    /// A shutdown the job's own processes asked for (`self_stop`, its
+    /// wording) is charged as a failure, not released.
+    fn of(
+        job: &Job,
+        stopped: Option<StopReason>,
+        outcome: ExecOutcome,
+        self_stop: Option<String>,
+    ) -> Ending {
         let failure = match (stopped, outcome) {
-            (Some(StopReason::Shutdown), ExecOutcome::Stopped { .. }) => return Ending::Release,
+            (Some(StopReason::Shutdown), ExecOutcome::Stopped { detail }) => match self_stop {
+                None => return Ending::Release,
+                Some(why) => Failure { error: format!("{why} ({detail})"), exit_code: None },
+            },
             (_, ExecOutcome::Success { result, exit_code }) => {
                 return Ending::Settle(Settlement::Complete(Completion { result, exit_code }));
             }
@@ -89,8 +101,16 @@ impl Run {
         let started = Instant::now();
         let wall_start = self.now();
         let cadence = Cadence::new(&self.cfg, job.lease.as_ref(), wall_start);
+        let marker = lease_marker(job.id, &fence);
+        // Before the spawn: the attempt's cgroup (where one can be made)
+        // and the subreaper, so nothing the job starts escapes its stop.
+        let containment = Arc::new(if self.cfg.cgroups {
+            Containment::new(job.id, fence.attempt, &marker)
+        } else {
+            Containment::without_cgroup(&marker)
+        });
         let (ctx, stopper, pgid) =
-            self.exec_context(fence.attempt, wall_start, Some(lease_marker(job.id, &fence)));
+            self.exec_context(fence.attempt, wall_start, Some(marker), Some(containment.clone()));
         let (news_tx, news) = mpsc::unbounded_channel();
         let beats = tokio::spawn(heartbeat_loop(
             self.store.clone(),
@@ -98,7 +118,7 @@ impl Run {
             job.id,
             fence.clone(),
             cadence,
-            pgid,
+            Processes { pgid, containment: containment.clone() },
             news_tx,
         ));
         let watch = Watch {
@@ -107,30 +127,40 @@ impl Run {
             job: Some(job.id),
             record_running_at: Some(started + PGID_RECORD_DELAY),
             news: Some(news),
+            containment: Some(containment.clone()),
         };
+        self.suspended.set_current(Some(containment.clone()));
         let driven = self.drive(executor.execute(&job, ctx), stopper, watch).await;
+        self.suspended.set_current(None);
         beats.abort();
+        if driven.abandoned {
+            // Its executor was dropped mid-stop: finish the stop here, so
+            // nothing of the attempt outlives its record.
+            let report = containment.stop_all(Duration::ZERO).await;
+            if !report.is_clean() {
+                self.warn(format!("job #{}: {report}", job.id));
+            }
+        }
         let elapsed = started.elapsed();
         if driven.lease_lost {
             self.lost(job.id, elapsed);
             return Ok(None);
         }
         slothqueue_core::failpoint::hit("before_complete");
-        self.record_outcome(&job, &fence, driven.stopped, driven.outcome, elapsed).await
+        let ending = Ending::of(&job, driven.stopped, driven.outcome, driven.self_stop);
+        self.record_outcome(&job, &fence, ending, elapsed).await
     }
 
-    /// Records how an attempt ended: decides the ending, writes it (with
+    /// Records how an attempt ended: writes its ending (with
     /// the next claim when it may chain), reports it, and runs the
     /// on-finish command for a completed or failed job.
     async fn record_outcome(
         &mut self,
         job: &Job,
         fence: &Fence,
-        stopped: Option<StopReason>,
-        outcome: ExecOutcome,
+        ending: Ending,
         elapsed: Duration,
     ) -> Result<Option<Claimed>, RunnerError> {
-        let ending = Ending::of(job, stopped, outcome);
         let chain = match ending {
             Ending::Release => false,
             Ending::Settle(_) => self.may_chain().await,

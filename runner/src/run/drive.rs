@@ -5,15 +5,18 @@
 //! it, with a context from the one builder here.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use slothqueue_core::{JobId, RunnerActivity, Timestamp};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use crate::contain::Containment;
 use crate::event::RunnerEvent;
 use crate::exec::{ExecContext, ExecOutcome};
 use crate::run::Run;
 use crate::run::heartbeat::HeartbeatNews;
+use crate::signal::ShutdownSignal;
 use crate::stop::{StopReason, Stopper};
 
 /// What a drive watches besides the process and shutdown requests.
@@ -32,6 +35,9 @@ pub(super) struct Watch {
     pub record_running_at: Option<Instant>,
     /// What the attempt's heartbeat task hears: a cancel, a lost lease.
     pub news: Option<mpsc::UnboundedReceiver<HeartbeatNews>>,
+    /// The attempt's processes: a shutdown signal one of them sent is the
+    /// job's doing, and charged to it.
+    pub containment: Option<Arc<Containment>>,
 }
 
 /// How a driven process ended.
@@ -42,6 +48,12 @@ pub(super) struct Driven {
     pub stopped: Option<StopReason>,
     /// The heartbeat task found the lease gone while it ran.
     pub lease_lost: bool,
+    /// It did not stop when asked and was dropped.
+    pub abandoned: bool,
+    /// The shutdown came from the job's own processes (`kill $PPID`):
+    /// why, as its failure says it. Such a stop is charged, not released,
+    /// or a job could rerun forever by stopping every runner that takes it.
+    pub self_stop: Option<String>,
 }
 
 impl Run {
@@ -52,6 +64,7 @@ impl Run {
         attempt: u32,
         started_at: Timestamp,
         lease_marker: Option<String>,
+        containment: Option<Arc<Containment>>,
     ) -> (ExecContext, Stopper, watch::Receiver<Option<i32>>) {
         let (stopper, stop) = Stopper::new(self.cfg.kill_grace);
         let (pgid, pgid_rx) = watch::channel(None);
@@ -64,6 +77,7 @@ impl Run {
             kill_grace: self.cfg.kill_grace,
             started_at,
             lease_marker,
+            containment,
         };
         (ctx, stopper, pgid_rx)
     }
@@ -80,19 +94,38 @@ impl Run {
         mut stopper: Stopper,
         watch: Watch,
     ) -> Driven {
-        let Watch { deadline, signals_seen, job, mut record_running_at, mut news } = watch;
+        let Watch { mut deadline, signals_seen, job, mut record_running_at, mut news, containment } =
+            watch;
+        let mut self_stop = None;
+        // Time the runner spent stopped (Ctrl-Z) does not count against the
+        // deadline: the monotonic clock ran on meanwhile.
+        let paused_before = self.suspended.total();
+        let base_deadline = deadline;
         tokio::pin!(process);
         let mut shutdown = self.shutdown.clone();
         let mut signals = signals_seen;
         let mut lease_lost = false;
+        let mut abandoned = false;
         let outcome = loop {
             tokio::select! {
                 out = &mut process => break out,
                 () = sleep_until_opt(deadline), if !stopper.is_stopping() => {
-                    stopper.stop(StopReason::Timeout, false);
+                    let paused = self.suspended.total().saturating_sub(paused_before);
+                    let moved = base_deadline.map(|d| d + paused);
+                    if moved.is_some_and(|d| d > Instant::now()) {
+                        deadline = moved;
+                    } else {
+                        stopper.stop(StopReason::Timeout, false);
+                    }
                 }
                 () = shutdown.reached(signals + 1) => {
+                    let before = signals;
                     signals = shutdown.count();
+                    if self_stop.is_none() && !stopper.is_stopping() {
+                        if let Some(c) = &containment {
+                            self_stop = sent_by_the_job(c, &shutdown, before);
+                        }
+                    }
                     self.summary.interrupted = true;
                     let again = signals.saturating_sub(signals_seen) >= 2;
                     if !stopper.is_stopping() {
@@ -121,14 +154,35 @@ impl Run {
                     }
                 }
                 () = sleep_until_opt(stopper.abandon_at()) => {
+                    abandoned = true;
                     break ExecOutcome::Stopped {
                         detail: "abandoned: it did not stop when asked".to_owned(),
                     };
                 }
             }
         };
-        Driven { outcome, stopped: stopper.reason(), lease_lost }
+        Driven { outcome, stopped: stopper.reason(), lease_lost, abandoned, self_stop }
     }
+}
+
+/// Whether a shutdown request after the first `before` came from one of
+/// the attempt's processes: `stopped its own runner (SIGTERM from pid 812,
+/// a process of this job)`.
+fn sent_by_the_job(c: &Containment, shutdown: &ShutdownSignal, before: u32) -> Option<String> {
+    let requests = shutdown.requests();
+    requests.iter().skip(before as usize).find_map(|r| {
+        let sender = r.sender.as_ref().filter(|s| c.sent(s))?;
+        let signal = r
+            .signal
+            .map(|s| {
+                signal_hook::low_level::signal_name(s).map_or(format!("signal {s}"), str::to_owned)
+            })
+            .unwrap_or_else(|| "a signal".to_owned());
+        Some(format!(
+            "stopped its own runner ({signal} from pid {}, a process of this job)",
+            sender.pid
+        ))
+    })
 }
 
 async fn sleep_until_opt(t: Option<Instant>) {

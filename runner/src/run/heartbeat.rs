@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::config::RunnerConfig;
+use crate::contain::Containment;
 
 /// How long a job runs before the runner records its process group in the
 /// lease and `Running` in its runner record. Until then a successor finds
@@ -49,6 +50,13 @@ impl Cadence {
     }
 }
 
+/// The attempt's processes as the heartbeat task follows them: the group
+/// the executor reports, and everything the attempt started.
+pub(super) struct Processes {
+    pub pgid: watch::Receiver<Option<i32>>,
+    pub containment: Arc<Containment>,
+}
+
 /// Extends the lease at the cadence's beat while the job runs, and records
 /// the job's process group once it is known and the job has run for
 /// [`PGID_RECORD_DELAY`] (so that a successor can kill it if this runner
@@ -60,9 +68,10 @@ pub(super) async fn heartbeat_loop(
     id: JobId,
     fence: Fence,
     cadence: Cadence,
-    mut pgid: watch::Receiver<Option<i32>>,
+    processes: Processes,
     news: mpsc::UnboundedSender<HeartbeatNews>,
 ) {
+    let Processes { mut pgid, containment } = processes;
     let Cadence { beat: every, check: check_every } = cadence;
     let mut recorded: Option<i32> = None;
     let mut pgid_open = true;
@@ -113,6 +122,11 @@ pub(super) async fn heartbeat_loop(
                 }
             }
         }
+        // Remember the attempt's processes while they still lead back to
+        // the job (a later escapee that cut every tie stays known), and
+        // reap its adopted orphans.
+        containment.observe();
+        containment.reap_adopted();
         let current = *pgid.borrow();
         let send = current.filter(|p| Some(*p) != recorded);
         match store.heartbeat(id, &fence, send, clock.now()).await {

@@ -12,6 +12,7 @@
 mod attempt;
 mod drive;
 mod heartbeat;
+pub(crate) mod job_control;
 mod on_finish;
 mod sweep;
 
@@ -137,6 +138,8 @@ pub(crate) struct Run {
     /// A job claimed in the same transaction that settled the previous one
     /// (see [`Run::may_chain`]): it runs next, without another claim.
     chained: Option<Claimed>,
+    /// Shared with the job-control task (Ctrl-Z), if the run has one.
+    suspended: Arc<job_control::Suspended>,
 }
 
 impl Run {
@@ -147,6 +150,7 @@ impl Run {
         waker: Arc<Notify>,
         reporter: Arc<dyn Reporter>,
         shutdown: ShutdownSignal,
+        suspended: Arc<job_control::Suspended>,
     ) -> Run {
         let started_at = cfg.clock.now();
         Run {
@@ -164,6 +168,7 @@ impl Run {
             last_sweep: Instant::now(), // again after the first sweep
             last_end: None,
             chained: None,
+            suspended,
         }
     }
 
@@ -218,6 +223,7 @@ impl Run {
     /// left, before anything is claimed.
     async fn start(&mut self) -> Result<(), RunnerError> {
         self.record(RunnerActivity::Starting).await;
+        self.sweep_cgroups().await;
         self.sweep_dead().await?;
         self.last_sweep = Instant::now();
         Ok(())

@@ -36,13 +36,14 @@ impl Run {
         };
         // Its process group is not recorded anywhere: a successor has no
         // lease of it to sweep.
-        let (ctx, stopper, _) = self.exec_context(job.attempts, self.now(), None);
+        let (ctx, stopper, _) = self.exec_context(job.attempts, self.now(), None, None);
         let watch = Watch {
             deadline: Some(Instant::now() + self.cfg.on_finish_timeout),
             signals_seen: self.shutdown.count(),
             job: None,
             record_running_at: None,
             news: None,
+            containment: None,
         };
         let driven = self.drive(run_process(job, spec, ctx), stopper, watch).await;
         let problem = match driven.outcome {

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use slothqueue_core::{Job, JobId, JobState, ListFilter, Liveness, Timestamp};
 
+use crate::contain::{Containment, sweep_orphan_cgroups};
 use crate::error::RunnerError;
 use crate::event::RunnerEvent;
 use crate::exec::{LEASE_VAR, lease_marker};
@@ -52,6 +53,9 @@ impl Run {
         }
         let mut killed = Vec::new();
         let mut swept = Vec::new();
+        // The dead runners' attempt cgroups first: they hold what even
+        // cleared its environment and left the group.
+        self.sweep_cgroups().await;
         for job in dead {
             self.kill_orphan(job, &mut killed).await;
             swept.extend(job.lease.as_ref().map(|l| (job.id, l.fence())));
@@ -88,11 +92,30 @@ impl Run {
         // The group is not recorded when the owner died right after the
         // spawn, before the heartbeat that records it: the processes
         // marked with this attempt are the job's all the same.
-        for pgid in marked_groups(&lease_marker(job.id, &lease.fence())) {
+        let marker = lease_marker(job.id, &lease.fence());
+        for pgid in marked_groups(&marker) {
             if may_signal_group(pgid) && !killed.contains(&(job.id, pgid)) {
                 stop_group(pgid, None, self.cfg.kill_grace, None).await;
                 killed.push((job.id, pgid));
             }
+        }
+        // What left the group (`setsid`, a daemon, a process in someone
+        // else's group) but kept the marker, and its descendants: by pid.
+        let report = Containment::without_cgroup(&marker).stop_all(self.cfg.kill_grace).await;
+        if !report.is_clean() {
+            self.warn(format!("job #{} (dead owner's attempt): {report}", job.id));
+        }
+    }
+
+    /// Kills what is left in the attempt cgroups of dead runners and
+    /// removes them (see [`sweep_orphan_cgroups`]); says what it could not.
+    pub(super) async fn sweep_cgroups(&self) {
+        let report = sweep_orphan_cgroups().await;
+        for dir in &report.left {
+            self.warn(format!(
+                "cgroup {} of a dead runner could not be emptied; its processes may still run",
+                dir.display()
+            ));
         }
     }
 }

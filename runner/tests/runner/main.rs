@@ -11,6 +11,7 @@
 
 mod chain;
 mod contain;
+mod escapes;
 mod faulty;
 mod follow;
 mod gates;

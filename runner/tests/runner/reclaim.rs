@@ -157,3 +157,35 @@ async fn a_group_whose_leader_started_long_after_the_claim_is_not_touched() {
     unrelated.kill().unwrap();
     unrelated.wait().unwrap();
 }
+
+/// A dead owner's escapee that no group signal may reach (it sits in the
+/// runner's own group, here this test's) but carries the attempt's lease
+/// marker: killed by pid before the job is taken back and runs again.
+#[tokio::test]
+async fn a_dead_owners_escapee_outside_any_killable_group_dies_before_the_reclaim() {
+    let env = env();
+    let id = env.add("echo second run", |j| j).await;
+    let dead = dead_owner();
+    let claimed = env
+        .store
+        .claim(&ClaimRequest::new(dead.clone(), Arc::new(ClockOnly)), env.now())
+        .await
+        .unwrap()
+        .unwrap();
+    let marker = slothqueue_runner::lease_marker(id, &claimed.fence);
+    // Not in a group of its own: in this process's group, which the
+    // runner never signals as a group.
+    let mut escapee = std::process::Command::new("sleep")
+        .arg("300")
+        .env(slothqueue_runner::LEASE_VAR, &marker)
+        .spawn()
+        .unwrap();
+    let pid = escapee.id() as i32;
+    let (summary, lines) = env.drain(env.runner(env.config())).await;
+    let survived = alive(pid);
+    let _ = escapee.kill();
+    let _ = escapee.wait();
+    assert!(!survived, "the dead attempt's escapee {pid} survived the reclaim: {lines:?}");
+    assert_eq!(lines[0], format!("reclaimed 1 stale job(s): #{id}"));
+    assert_eq!(summary.done, 1);
+}

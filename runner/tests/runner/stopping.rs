@@ -40,7 +40,9 @@ async fn max_runtime_kills_the_whole_group_and_no_grandchild_survives() {
     let summary = running.finish().await.unwrap();
     let lines = running.events.lines();
     assert!(
-        lines[0].ends_with("(timeout: exceeded max runtime of 1s (process group killed))"),
+        lines[0].contains(
+            "(timeout: exceeded max runtime of 1s (all its processes killed, contained by "
+        ),
         "{lines:?}"
     );
     assert_eq!(summary.failed, 1);

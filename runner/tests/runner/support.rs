@@ -202,6 +202,9 @@ pub struct Intercepted {
     pub before_complete: Hook,
     /// Run before `settle_and_claim` only, after the other two hooks.
     pub before_settle_and_claim: Hook,
+    /// Run before every write that ends an attempt: `complete`, `fail`,
+    /// `release`, `settle_and_claim` (after the hooks above).
+    pub before_ending: Hook,
     /// How many `settle_and_claim` calls reached the real store.
     pub settle_and_claims: std::sync::atomic::AtomicU32,
     /// How many `next_due` calls (one per look at the queue) were made.
@@ -218,6 +221,7 @@ impl Intercepted {
             before_claim: Box::new(|| Ok(())),
             before_complete: Box::new(|| Ok(())),
             before_settle_and_claim: Box::new(|| Ok(())),
+            before_ending: Box::new(|| Ok(())),
             settle_and_claims: std::sync::atomic::AtomicU32::new(0),
             next_dues: std::sync::atomic::AtomicU32::new(0),
             put_runners: std::sync::atomic::AtomicU32::new(0),
@@ -274,6 +278,7 @@ mod intercepted {
             now: Timestamp,
         ) -> Result<Job, StoreError> {
             (self.before_complete)()?;
+            (self.before_ending)()?;
             self.inner.complete(id, fence, done, now).await
         }
         async fn fail(
@@ -283,6 +288,7 @@ mod intercepted {
             failure: Failure,
             now: Timestamp,
         ) -> Result<Job, StoreError> {
+            (self.before_ending)()?;
             self.inner.fail(id, fence, failure, now).await
         }
         async fn settle_and_claim(
@@ -298,6 +304,7 @@ mod intercepted {
             }
             (self.before_claim)()?;
             (self.before_settle_and_claim)()?;
+            (self.before_ending)()?;
             self.settle_and_claims.fetch_add(1, Ordering::SeqCst);
             self.inner.settle_and_claim(id, fence, settlement, next, now).await
         }
@@ -307,6 +314,7 @@ mod intercepted {
             fence: &Fence,
             now: Timestamp,
         ) -> Result<Job, StoreError> {
+            (self.before_ending)()?;
             self.inner.release(id, fence, now).await
         }
         async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {

@@ -153,11 +153,28 @@ pub async fn show(ctx: &Ctx, id: JobId) -> Outcome {
             writeln!(out, "{label}:          {line}")?;
         }
     }
+    if let Some((attempt, mechanism)) = contained_by(&log_dir(&ctx.db), id) {
+        writeln!(out, "contained:    {mechanism} (attempt {attempt})")?;
+    }
     writeln!(out)?;
     for e in &events {
         writeln!(out, "{}", render::event_line(e, now))?;
     }
     Ok(Code::Success)
+}
+
+/// What held the processes of the job's latest attempt, as its log header
+/// says (`--- job #4 attempt 2/3 started …, contained by cgroup: … ---`):
+/// the attempt and the mechanism (`cgroup`, `subreaper+proc`, `group
+/// only`). `None` without a log or such a header (an older runner's).
+fn contained_by(logs: &Path, id: JobId) -> Option<(String, String)> {
+    let bytes = std::fs::read(slothqueue::runner::log_path(logs, id)).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let prefix = format!("--- job #{id} attempt ");
+    let header = text.lines().rev().find(|l| l.starts_with(&prefix))?;
+    let attempt = header[prefix.len()..].split('/').next()?.to_owned();
+    let mechanism = header.split(", contained by ").nth(1)?.split(": ").next()?.to_owned();
+    Some((attempt, mechanism))
 }
 
 /// How many due pending jobs a runner that could take `job` takes first.

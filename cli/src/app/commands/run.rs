@@ -7,7 +7,8 @@
 use std::io::{self, Write};
 
 use slothqueue::runner::{
-    HandlerDirExecutor, LoadGate, Mode, RunSummary, Runner, RunnerConfig, RunnerEvent, unix_signals,
+    HandlerDirExecutor, LoadGate, Mode, RunSummary, Runner, RunnerConfig, RunnerEvent,
+    inherited_ignores, unix_signals_with,
 };
 
 use super::Ctx;
@@ -50,7 +51,12 @@ pub async fn run(ctx: &Ctx, rc: RunConfig) -> Outcome {
     if let Some(dir) = handlers {
         runner.register_handlers(dir);
     }
-    let shutdown = unix_signals()?;
+    // TERM, INT, HUP, QUIT and the other fatal signals stop the run cleanly
+    // (those inherited as ignored, as under `nohup`, stay ignored); Ctrl-Z
+    // stops the job's processes with the runner and CONT continues them.
+    let signals = unix_signals_with(inherited_ignores())?;
+    runner.job_control(signals.suspension);
+    let shutdown = signals.shutdown;
     let (json, color) = (ctx.json, ctx.color);
     let summary =
         runner.run(move |event: RunnerEvent| print_event(&event, json, color), shutdown).await?;
