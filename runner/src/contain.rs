@@ -22,7 +22,7 @@
 //!   (never `<= 1`, never the runner's own group: a process that moved into
 //!   the runner's group is signalled by pid, not through the group).
 //! - **marker** — every process of an attempt inherits
-//!   [`LEASE_VAR`](crate::exec::LEASE_VAR)`=<marker>`; a scan of
+//!   [`LEASE_VAR`](crate::contain::LEASE_VAR)`=<marker>`; a scan of
 //!   `/proc/<pid>/environ` finds those that left the group.
 //! - **descendants** — the runner is made a child subreaper
 //!   (`PR_SET_CHILD_SUBREAPER`, once per process), so orphans of a job are
@@ -49,7 +49,7 @@
 //! - when a run starts: [`sweep_orphan_cgroups`] (beside the reclaim of
 //!   dead owners' jobs);
 //! - after the claim, before the spawn: [`Containment::new`] with the
-//!   attempt's [`lease_marker`](crate::exec::lease_marker);
+//!   attempt's [`lease_marker`](crate::contain::lease_marker);
 //! - on the command: [`Containment::join_before_exec`] (or rely on
 //!   [`Containment::spawned`] alone and accept its race);
 //! - right after the spawn: [`Containment::spawned`] with the child's pid;
@@ -73,12 +73,45 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal};
-use slothqueue_core::JobId;
+use slothqueue_core::{Fence, JobId};
 use tokio::time::Instant;
 
-use crate::exec::LEASE_VAR;
 use crate::process::group::may_signal_group;
 use crate::process::procfs::{ProcStat, environ_has, proc_stat};
+
+/// The environment variable marking every process of one attempt of a job
+/// (see [`lease_marker`]). A runner that dies between spawning a job and
+/// the heartbeat that records its process group leaves an orphan nobody
+/// could find by its group; the marker finds it (and any process that left
+/// the group but not the environment).
+pub const LEASE_VAR: &str = "SLOTHQUEUE_LEASE";
+
+/// The value of [`LEASE_VAR`] for attempt `fence` of job `job`: unique on
+/// this host, as the owner's id is.
+pub fn lease_marker(job: JobId, fence: &Fence) -> String {
+    format!("{job}/{}/{}", fence.attempt, fence.owner)
+}
+
+/// Who sent a signal, as read the moment it arrived (the sender may be gone
+/// by the time the runner looks).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignalSender {
+    /// Its pid.
+    pub pid: i32,
+    /// Its real user id.
+    pub uid: u32,
+    /// Its [`LEASE_VAR`](crate::contain::LEASE_VAR) value, if readable and set.
+    pub lease_marker: Option<String>,
+    /// Its cgroup v2 path (`0::<path>` of `/proc/<pid>/cgroup`), if readable.
+    pub cgroup: Option<String>,
+}
+
+impl SignalSender {
+    /// Reads what can be known about process `pid`, sent with uid `uid`.
+    pub fn read(pid: i32, uid: u32) -> SignalSender {
+        SignalSender { pid, uid, lease_marker: lease_marker_of(pid), cgroup: proc_cgroup(pid) }
+    }
+}
 
 /// How often a dying attempt is looked at.
 const POLL: Duration = Duration::from_millis(25);
@@ -240,7 +273,7 @@ struct State {
 impl Containment {
     /// A containment for attempt `attempt` of job `job`, whose processes
     /// carry `LEASE_VAR=<marker>` (see
-    /// [`lease_marker`](crate::exec::lease_marker)). Makes the runner a
+    /// [`lease_marker`](crate::contain::lease_marker)). Makes the runner a
     /// child subreaper (once per process) and creates the attempt's cgroup
     /// where a cgroup v2 hierarchy is writable. Never fails: what could not
     /// be set up shows in [`mechanism`](Containment::mechanism).
@@ -406,7 +439,7 @@ impl Containment {
     /// what was read about it when the signal arrived (its marker and
     /// cgroup: a sender that exited since is still recognised) and, failing
     /// that, [`contains`](Containment::contains).
-    pub fn sent(&self, sender: &crate::signal::SignalSender) -> bool {
+    pub fn sent(&self, sender: &SignalSender) -> bool {
         if sender
             .lease_marker
             .as_deref()

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use slothqueue_core::machine::is_plain_name;
-use slothqueue_core::{Fence, Job, JobId, Timestamp};
+use slothqueue_core::{Job, Timestamp};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
@@ -36,19 +36,6 @@ const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 pub(crate) const DEFAULT_LOG_CAP: u64 = 1 << 20;
 /// Default time between TERM and KILL.
 pub(crate) const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
-
-/// The environment variable marking every process of one attempt of a job
-/// (see [`lease_marker`]). A runner that dies between spawning a job and
-/// the heartbeat that records its process group leaves an orphan nobody
-/// could find by its group; the marker finds it (and any process that left
-/// the group but not the environment).
-pub const LEASE_VAR: &str = "SLOTHQUEUE_LEASE";
-
-/// The value of [`LEASE_VAR`] for attempt `fence` of job `job`: unique on
-/// this host, as the owner's id is.
-pub fn lease_marker(job: JobId, fence: &Fence) -> String {
-    format!("{job}/{}/{}", fence.attempt, fence.owner)
-}
 
 /// What an executor gets besides the job.
 #[derive(Debug)]
@@ -393,7 +380,7 @@ pub(crate) async fn run_process(job: &Job, spec: ProcessSpec, mut ctx: ExecConte
     env.push(("SLOTHQUEUE_KIND".into(), job.kind.clone()));
     env.push(("SLOTHQUEUE_QUEUE".into(), job.queue.clone()));
     if let Some(marker) = &ctx.lease_marker {
-        env.push((LEASE_VAR.into(), marker.clone()));
+        env.push((crate::contain::LEASE_VAR.into(), marker.clone()));
     }
     let log = LogTarget { dir: ctx.log_dir.clone(), id: job.id, cap: ctx.log_cap, header };
     let mut cmd = tokio::process::Command::new(&spec.program);

@@ -63,13 +63,13 @@ mod signal;
 mod stop;
 
 pub use config::{Mode, RunnerConfig};
-pub use contain::{Containment, Mechanism, StopReport, SweepReport, sweep_orphan_cgroups};
+pub use contain::{
+    Containment, LEASE_VAR, Mechanism, SignalSender, StopReport, SweepReport, lease_marker,
+    sweep_orphan_cgroups,
+};
 pub use error::RunnerError;
 pub use event::{Reporter, RetryPlan, RunSummary, RunnerEvent, SkipReason, SkippedJob};
-pub use exec::{
-    ExecContext, ExecOutcome, Executor, HandlerDirExecutor, LEASE_VAR, ShellExecutor, handler_fn,
-    lease_marker,
-};
+pub use exec::{ExecContext, ExecOutcome, Executor, HandlerDirExecutor, ShellExecutor, handler_fn};
 pub use fmt::{format_duration, format_timestamp};
 pub use gate::{AcPowerGate, Gate, GateReading, LoadGate, LoadProbe, PressureGate};
 pub use logfile::{log_dir_for, log_path};
@@ -77,8 +77,8 @@ pub use owner::{ProcJudge, this_process_owner};
 pub use process::group::group_members;
 pub use runner::Runner;
 pub use signal::{
-    JobControl, SHUTDOWN_SIGNALS, ShutdownRequest, ShutdownSignal, ShutdownTrigger, SignalSender,
-    SignalSet, Suspension, SuspensionTrigger, UnixSignals, inherited_ignores, suspend_self,
-    unix_signals, unix_signals_with,
+    JobControl, SHUTDOWN_SIGNALS, ShutdownRequest, ShutdownSignal, ShutdownTrigger, SignalSet,
+    Suspension, SuspensionTrigger, UnixSignals, inherited_ignores, suspend_self, unix_signals,
+    unix_signals_with,
 };
 pub use stop::{StopListener, StopReason, StopRequest};

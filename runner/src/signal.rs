@@ -27,6 +27,7 @@ use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use tokio::sync::{mpsc, watch};
 
+use crate::contain::SignalSender;
 use crate::error::RunnerError;
 
 /// The signals that count as a shutdown request, but for those inherited
@@ -111,32 +112,6 @@ pub fn inherited_ignores() -> SignalSet {
             })
             .map_or(SignalSet::empty(), SignalSet::from_mask)
     })
-}
-
-/// Who sent a signal, as read the moment it arrived (the sender may be gone
-/// by the time the runner looks).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SignalSender {
-    /// Its pid.
-    pub pid: i32,
-    /// Its real user id.
-    pub uid: u32,
-    /// Its [`LEASE_VAR`](crate::exec::LEASE_VAR) value, if readable and set.
-    pub lease_marker: Option<String>,
-    /// Its cgroup v2 path (`0::<path>` of `/proc/<pid>/cgroup`), if readable.
-    pub cgroup: Option<String>,
-}
-
-impl SignalSender {
-    /// Reads what can be known about process `pid`, sent with uid `uid`.
-    pub fn read(pid: i32, uid: u32) -> SignalSender {
-        SignalSender {
-            pid,
-            uid,
-            lease_marker: crate::contain::lease_marker_of(pid),
-            cgroup: crate::contain::proc_cgroup(pid),
-        }
-    }
 }
 
 /// One shutdown request.
@@ -560,7 +535,7 @@ mod tests {
             let mut cmd = tokio::process::Command::new("sh");
             // `read` keeps the sender alive until we close its stdin.
             cmd.args(["-c", "kill -TERM $PPID; read x"])
-                .env(crate::exec::LEASE_VAR, marker)
+                .env(crate::contain::LEASE_VAR, marker)
                 .stdin(std::process::Stdio::piped())
                 .process_group(0);
             containment.join_before_exec(&mut cmd);

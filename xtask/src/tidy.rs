@@ -321,3 +321,144 @@ fn nothing_points_outside_the_repository() {
         "files pointing at {needle} (outside the repository; say it here instead): {hits:?}"
     );
 }
+
+/// The module path of a source file under a crate's `src/`: `lib.rs` and
+/// `main.rs` are the root, `a/mod.rs` is `a`, `a/b.rs` is `a::b`.
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap_or(file);
+    let mut parts: Vec<String> =
+        rel.iter().map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned()).collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+        parts.pop();
+    }
+    parts
+}
+
+/// The `crate::…` and `super::…` paths a file's non-test code names, as
+/// module paths (a `{a, b}` group gives one path per item).
+fn named_paths(text: &str, me: &[String], is_dir_module: bool) -> Vec<Vec<String>> {
+    let code: String = text
+        .lines()
+        .take_while(|l| !l.trim_start().starts_with("#[cfg(test)]"))
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let ident = |s: &str| -> usize {
+        s.char_indices()
+            .find(|(_, c)| !(c.is_alphanumeric() || *c == '_'))
+            .map_or(s.len(), |(i, _)| i)
+    };
+    let mut out = Vec::new();
+    for (start, base) in [
+        ("crate::", Vec::new()),
+        ("super::", {
+            // `super` of a file module is its parent; of a `mod.rs`, the
+            // directory's parent.
+            let mut p = me.to_vec();
+            let _ = is_dir_module;
+            p.pop();
+            p
+        }),
+    ] {
+        let mut rest = code.as_str();
+        while let Some(at) = rest.find(start) {
+            let before = rest[..at].chars().last();
+            rest = &rest[at + start.len()..];
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                continue; // `$crate::`, `foo_crate::`
+            }
+            let mut path = base.clone();
+            let mut s = rest;
+            loop {
+                let n = ident(s);
+                if n == 0 {
+                    break;
+                }
+                path.push(s[..n].to_owned());
+                s = &s[n..];
+                if let Some(t) = s.strip_prefix("::") {
+                    s = t;
+                } else {
+                    break;
+                }
+            }
+            if let Some(group) = s.strip_prefix('{') {
+                let inner = &group[..group.find('}').unwrap_or(group.len())];
+                for item in inner.split(',') {
+                    let item = item.trim();
+                    let n = ident(item);
+                    if n > 0 {
+                        let mut p = path.clone();
+                        p.push(item[..n].to_owned());
+                        out.push(p);
+                    }
+                }
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+/// Files of one crate that import each other in a loop, a parent module
+/// and its children aside (a `mod.rs` and the files it declares belong
+/// together, as in ripgrep's `searcher/`): each such loop points at an
+/// item living in the wrong file.
+#[test]
+fn no_import_cycle_between_the_files_of_a_crate() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let root = project_root();
+    let mut cycles = Vec::new();
+    let crates = files_under(&root, &["fuzz"], |n| n == "Cargo.toml");
+    for manifest in crates {
+        let src = manifest.with_file_name("src");
+        if !src.is_dir() {
+            continue;
+        }
+        let files = files_under(&src, &[], |n| n.ends_with(".rs"));
+        let modules: BTreeMap<Vec<String>, String> =
+            files.iter().map(|f| (module_path(&src, f), rel(f))).collect();
+        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for file in &files {
+            let me = module_path(&src, file);
+            let Ok(text) = fs::read_to_string(file) else { continue };
+            let dir_module = file.file_name().is_some_and(|n| n == "mod.rs");
+            for mut path in named_paths(&text, &me, dir_module) {
+                // The longest prefix that is a file's module.
+                while !path.is_empty() && !modules.contains_key(&path) {
+                    path.pop();
+                }
+                if path.is_empty() || path.starts_with(&me) || me.starts_with(&path) {
+                    continue; // the crate root, itself, a parent or a child
+                }
+                edges.entry(rel(file)).or_default().insert(modules[&path].clone());
+            }
+        }
+        // A loop: a file that reaches itself.
+        for start in edges.keys() {
+            let mut seen = BTreeSet::new();
+            let mut stack: Vec<Vec<String>> = vec![vec![start.clone()]];
+            while let Some(trail) = stack.pop() {
+                let last = trail.last().cloned().unwrap_or_default();
+                for next in edges.get(&last).into_iter().flatten() {
+                    if next == start {
+                        let mut ring = trail.clone();
+                        ring.push(start.clone());
+                        let key: BTreeSet<String> = ring.iter().cloned().collect();
+                        if !cycles.iter().any(|(k, _): &(BTreeSet<String>, Vec<String>)| *k == key)
+                        {
+                            cycles.push((key, ring));
+                        }
+                    } else if seen.insert(next.clone()) {
+                        let mut t = trail.clone();
+                        t.push(next.clone());
+                        stack.push(t);
+                    }
+                }
+            }
+        }
+    }
+    let rings: Vec<String> = cycles.into_iter().map(|(_, r)| r.join(" -> ")).collect();
+    assert!(rings.is_empty(), "files that import each other in a loop: {rings:#?}");
+}

@@ -11,9 +11,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::contain::Containment;
+use crate::contain::lease_marker;
 use crate::error::RunnerError;
 use crate::event::{RetryPlan, RunnerEvent};
-use crate::exec::{ExecOutcome, lease_marker};
+use crate::exec::ExecOutcome;
 use crate::fmt::format_duration;
 use crate::run::drive::Watch;
 use crate::run::heartbeat::{Cadence, PGID_RECORD_DELAY, Processes, heartbeat_loop};

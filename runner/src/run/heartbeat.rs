@@ -14,7 +14,7 @@ use crate::contain::Containment;
 
 /// How long a job runs before the runner records its process group in the
 /// lease and `Running` in its runner record. Until then a successor finds
-/// the job's processes by their [`LEASE_VAR`](crate::exec::LEASE_VAR)
+/// the job's processes by their [`LEASE_VAR`](crate::contain::LEASE_VAR)
 /// marker if this runner dies; recording at once cost a write (an fsync'd
 /// commit on redb) for every job, though most short jobs end before it.
 pub(super) const PGID_RECORD_DELAY: Duration = Duration::from_millis(200);

@@ -13,9 +13,9 @@ use std::time::Duration;
 use slothqueue_core::{Job, JobId, JobState, ListFilter, Liveness, Timestamp};
 
 use crate::contain::{Containment, sweep_orphan_cgroups};
+use crate::contain::{LEASE_VAR, lease_marker};
 use crate::error::RunnerError;
 use crate::event::RunnerEvent;
-use crate::exec::{LEASE_VAR, lease_marker};
 use crate::process::group::{group_alive, may_signal_group, stop_group};
 use crate::process::procfs::{environ_has, pids, proc_stat, process_started_at};
 use crate::run::{Retried, Run};
