@@ -65,11 +65,9 @@
 //!   [`suspend_self`](crate::suspend_self), then [`Containment::resume`].
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
-use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal};
@@ -77,7 +75,16 @@ use slothqueue_core::{Fence, JobId};
 use tokio::time::Instant;
 
 use crate::process::group::may_signal_group;
-use crate::process::procfs::{ProcStat, environ_has, proc_stat};
+
+mod cgroup;
+mod procs;
+mod report;
+
+use cgroup::*;
+pub use cgroup::{SweepReport, sweep_orphan_cgroups};
+use procs::*;
+use report::Found;
+pub use report::{Mechanism, StopReport};
 
 /// The environment variable marking every process of one attempt of a job
 /// (see [`lease_marker`]). A runner that dies between spawning a job and
@@ -119,106 +126,6 @@ const POLL: Duration = Duration::from_millis(25);
 /// (a process in uninterruptible sleep dies only when its I/O ends).
 const AFTER_KILL: Duration = Duration::from_secs(5);
 
-/// Which mechanism holds an attempt's processes, strongest first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mechanism {
-    /// A cgroup of its own: every process the attempt started, whatever it
-    /// did to its group, session or environment.
-    Cgroup,
-    /// The runner is a child subreaper and scans `/proc` (group, lease
-    /// marker, parent chain): misses only a process that left the group,
-    /// cleared its environment and was never seen descending from the job.
-    SubreaperProc,
-    /// Only the process group and the marker scan; orphans go to init.
-    GroupOnly,
-}
-
-impl Mechanism {
-    /// The word `show` and the README use: `cgroup`, `subreaper+proc` or
-    /// `group only`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mechanism::Cgroup => "cgroup",
-            Mechanism::SubreaperProc => "subreaper+proc",
-            Mechanism::GroupOnly => "group only",
-        }
-    }
-}
-
-impl fmt::Display for Mechanism {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The path by which a process was found (the first that found it, in this
-/// order).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Found {
-    Cgroup,
-    Group,
-    Marker,
-    Descendant,
-}
-
-/// What [`Containment::stop_all`] did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StopReport {
-    /// The mechanism in force for the attempt.
-    pub mechanism: Mechanism,
-    /// Why no cgroup held the attempt, when none did ("not contained").
-    pub not_contained: Option<String>,
-    /// Processes found through the attempt's cgroup.
-    pub by_cgroup: usize,
-    /// Processes found in the job's process group.
-    pub by_group: usize,
-    /// Processes found by the lease marker in their environment.
-    pub by_marker: usize,
-    /// Processes found through the parent chain (or seen in an earlier scan).
-    pub by_descendant: usize,
-    /// Processes still alive when the bounded wait after KILL ran out
-    /// (uninterruptible sleep); empty when the attempt is gone.
-    pub survivors: Vec<i32>,
-    /// Adopted zombies of the attempt reaped on the way.
-    pub reaped: usize,
-    /// Whether the attempt's cgroup was removed (`false` also without one).
-    pub cgroup_removed: bool,
-}
-
-impl StopReport {
-    /// How many processes were stopped, by all paths.
-    pub fn stopped(&self) -> usize {
-        self.by_cgroup + self.by_group + self.by_marker + self.by_descendant
-    }
-
-    /// Whether nothing of the attempt is alive any more.
-    pub fn is_clean(&self) -> bool {
-        self.survivors.is_empty()
-    }
-}
-
-impl fmt::Display for StopReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: stopped {} (cgroup {}, group {}, marker {}, descendants {})",
-            self.mechanism,
-            self.stopped(),
-            self.by_cgroup,
-            self.by_group,
-            self.by_marker,
-            self.by_descendant
-        )?;
-        if !self.survivors.is_empty() {
-            write!(f, ", {} still alive", self.survivors.len())?;
-        }
-        if let Some(why) = &self.not_contained {
-            write!(f, "; not contained: {why}")?;
-        }
-        Ok(())
-    }
-}
-
 /// One attempt's processes: created before the job is spawned, asked to
 /// stop them all on every stop path. See the module documentation.
 ///
@@ -237,22 +144,6 @@ pub struct Containment {
     /// Why there is no (working) cgroup.
     why_not: Mutex<Option<String>>,
     state: Mutex<State>,
-}
-
-#[derive(Debug)]
-struct Cgroup {
-    /// The directory, e.g. `/sys/fs/cgroup/unified/slothqueue-4-1-977-5123-0`.
-    dir: PathBuf,
-    /// Its path as `/proc/<pid>/cgroup` shows it (`0::<rel>`).
-    rel: String,
-    /// `cgroup.procs`, open for writing, for the child to join before exec.
-    procs: Arc<OwnedFd>,
-    /// Whether the placement failed (the leader is not in it).
-    broken: AtomicBool,
-    /// Whether the leader was in it before it ran anything (the pre-exec
-    /// hook): then the cgroup alone holds every process of the attempt.
-    placed_early: AtomicBool,
-    removed: AtomicBool,
 }
 
 /// What a stop already sent TERM to: the group (once), and by pid.
@@ -770,260 +661,6 @@ impl Drop for Containment {
             }
         }
     }
-}
-
-/// Sends `sig` to `pid` if it is still the process that started at `start`:
-/// through a pidfd opened and then checked, so a reused pid is never hit.
-fn signal_pid(pid: i32, start: u64, sig: Signal, me: i32) {
-    if pid <= 1 || pid == me {
-        return;
-    }
-    let Some(p) = Pid::from_raw(pid) else { return };
-    match rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()) {
-        Ok(fd) => {
-            if read_stat(pid).is_some_and(|s| s.starttime == start) {
-                let _ = rustix::process::pidfd_send_signal(&fd, sig);
-            }
-        }
-        Err(rustix::io::Errno::NOSYS) => {
-            if read_stat(pid).is_some_and(|s| s.starttime == start) {
-                let _ = rustix::process::kill_process(p, sig);
-            }
-        }
-        Err(_) => {}
-    }
-}
-
-/// Whether some child of this process has exited and waits to be reaped
-/// (asked with `WNOWAIT`: nothing is reaped, tokio's children included).
-fn has_waitable_child() -> bool {
-    use rustix::process::WaitIdOptions as W;
-    let opts = W::EXITED | W::NOHANG | W::NOWAIT;
-    matches!(rustix::process::waitid(rustix::process::WaitId::All, opts), Ok(Some(_)))
-}
-
-/// Makes this process a child subreaper, once. Returns whether it is one.
-fn become_subreaper() -> bool {
-    static DONE: OnceLock<bool> = OnceLock::new();
-    *DONE.get_or_init(|| {
-        rustix::process::set_child_subreaper(Some(rustix::process::getpid())).is_ok()
-    })
-}
-
-/// The runner's own cgroup v2 directory, if it may have children: found
-/// from `/proc/self/mountinfo` (the `cgroup2` mount) and `/proc/self/cgroup`
-/// (`0::/path`), checked writable. Looked up once per process.
-fn own_cgroup() -> Result<&'static (PathBuf, String), String> {
-    static OWN: OnceLock<Result<(PathBuf, String), String>> = OnceLock::new();
-    OWN.get_or_init(|| {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-            .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
-        let (root, mount) = cgroup2_mount(&mountinfo).ok_or("no cgroup v2 hierarchy is mounted")?;
-        let cgroup = std::fs::read_to_string("/proc/self/cgroup")
-            .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
-        let rel = unified_path(&cgroup).ok_or("this process is in no cgroup v2")?;
-        let inside = match rel.strip_prefix(root.trim_end_matches('/')) {
-            Some(rest) if root != "/" => rest.to_owned(),
-            _ => rel.clone(),
-        };
-        let dir = Path::new(&mount).join(inside.trim_start_matches('/'));
-        for path in [dir.clone(), dir.join("cgroup.procs")] {
-            rustix::fs::access(&path, rustix::fs::Access::WRITE_OK)
-                .map_err(|e| format!("cgroup {} is not writable: {e}", path.display()))?;
-        }
-        Ok((dir, rel))
-    })
-    .as_ref()
-    .map_err(Clone::clone)
-}
-
-/// This process's start time (clock ticks after boot), for cgroup names.
-fn own_start() -> u64 {
-    static START: OnceLock<u64> = OnceLock::new();
-    *START.get_or_init(|| read_stat(std::process::id() as i32).map_or(0, |s| s.starttime))
-}
-
-/// The runner (pid, start time) a cgroup name
-/// `slothqueue-<job>-<attempt>-<pid>-<start>-<n>` belongs to.
-fn cgroup_owner(name: &str) -> Option<(i32, u64)> {
-    let rest = name.strip_prefix("slothqueue-")?;
-    let mut fields = rest.rsplit('-');
-    let _seq: u64 = fields.next()?.parse().ok()?;
-    let start = fields.next()?.parse().ok()?;
-    let pid = fields.next()?.parse().ok()?;
-    Some((pid, start))
-}
-
-/// What [`sweep_orphan_cgroups`] did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SweepReport {
-    /// Attempt cgroups of dead runners removed.
-    pub removed: usize,
-    /// Processes KILLed in them.
-    pub killed: usize,
-    /// Cgroups that could not be emptied and removed in time.
-    pub left: Vec<PathBuf>,
-}
-
-/// Kills what is left in the attempt cgroups of runners that died (`kill
-/// -9`, a crash) under this runner's own cgroup, and removes them: the
-/// start-up counterpart of the lease-marker sweep, which also catches
-/// processes that cleared their environment. A cgroup whose runner (pid and
-/// start time, from its name) is alive is left alone. Call it once when a
-/// run starts, beside the reclaim of dead owners' jobs.
-pub async fn sweep_orphan_cgroups() -> SweepReport {
-    let mut report = SweepReport::default();
-    let Ok((parent, _)) = own_cgroup() else { return report };
-    let Ok(entries) = std::fs::read_dir(parent) else { return report };
-    for entry in entries.filter_map(Result::ok) {
-        let Some((pid, start)) = entry.file_name().to_str().and_then(cgroup_owner) else {
-            continue;
-        };
-        if read_stat(pid).is_some_and(|s| s.starttime == start) {
-            continue; // its runner is alive (maybe this one)
-        }
-        let dir = entry.path();
-        report.killed += cgroup_procs(&dir).len();
-        let deadline = Instant::now() + AFTER_KILL;
-        loop {
-            if cgroup_procs(&dir).is_empty() && std::fs::remove_dir(&dir).is_ok() {
-                report.removed += 1;
-                break;
-            }
-            if Instant::now() >= deadline {
-                report.left.push(dir);
-                break;
-            }
-            cgroup_kill(&dir);
-            tokio::time::sleep(POLL).await;
-        }
-    }
-    report
-}
-
-/// Creates the attempt's cgroup under the runner's own.
-fn create_cgroup(job: JobId, attempt: u32) -> Result<Cgroup, String> {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let (parent, parent_rel) = own_cgroup()?;
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-    let name = format!("slothqueue-{job}-{attempt}-{}-{}-{seq}", std::process::id(), own_start());
-    let dir = parent.join(&name);
-    std::fs::create_dir(&dir)
-        .map_err(|e| format!("cannot create cgroup {}: {e}", dir.display()))?;
-    let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"));
-    let procs = match procs {
-        Ok(f) => OwnedFd::from(f),
-        Err(e) => {
-            let _ = std::fs::remove_dir(&dir);
-            return Err(format!("cannot open {}/cgroup.procs: {e}", dir.display()));
-        }
-    };
-    let rel = format!("{}/{name}", parent_rel.trim_end_matches('/'));
-    Ok(Cgroup {
-        dir,
-        rel,
-        procs: Arc::new(procs),
-        broken: AtomicBool::new(false),
-        placed_early: AtomicBool::new(false),
-        removed: AtomicBool::new(false),
-    })
-}
-
-/// `(root, mount point)` of the first `cgroup2` line of a mountinfo.
-fn cgroup2_mount(mountinfo: &str) -> Option<(String, String)> {
-    mountinfo.lines().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        if right.split_whitespace().next()? != "cgroup2" {
-            return None;
-        }
-        let fields: Vec<&str> = left.split_whitespace().collect();
-        Some((unescape(fields.get(3)?), unescape(fields.get(4)?)))
-    })
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape(field: &str) -> String {
-    field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
-}
-
-/// The `0::/path` line of a `/proc/<pid>/cgroup`.
-fn unified_path(text: &str) -> Option<String> {
-    text.lines().find_map(|l| l.strip_prefix("0::")).map(|p| p.trim_end().to_owned())
-}
-
-/// Process `pid`'s cgroup v2 path (also for a zombie, which keeps it).
-pub(crate) fn proc_cgroup(pid: i32) -> Option<String> {
-    unified_path(&std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?)
-}
-
-/// Whether a `/proc/<pid>/cgroup` path is `rel` (a removed cgroup shows as
-/// `rel (deleted)`).
-fn cgroup_matches(path: &str, rel: &str) -> bool {
-    path == rel || path.strip_suffix(" (deleted)") == Some(rel)
-}
-
-/// The pids in a cgroup's `cgroup.procs`.
-fn cgroup_procs(dir: &Path) -> HashSet<i32> {
-    std::fs::read_to_string(dir.join("cgroup.procs"))
-        .map(|t| t.split_whitespace().filter_map(|p| p.parse().ok()).collect())
-        .unwrap_or_default()
-}
-
-/// KILLs everything in a cgroup: `cgroup.kill` where the kernel has it
-/// (5.14+), else each pid of `cgroup.procs`.
-fn cgroup_kill(dir: &Path) {
-    if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
-        return;
-    }
-    let me = std::process::id() as i32;
-    for pid in cgroup_procs(dir) {
-        if let Some(stat) = read_stat(pid) {
-            signal_pid(pid, stat.starttime, Signal::KILL, me);
-        }
-    }
-}
-
-/// Whether `/proc/<pid>/environ` holds exactly `needle` (`VAR=value`).
-/// Readable for the runner's own user's processes (all, as root).
-fn is_marked(pid: i32, needle: &str) -> bool {
-    environ_has(pid, needle)
-}
-
-/// Process `pid`'s [`LEASE_VAR`] value, if its environment is readable and
-/// has one.
-pub(crate) fn lease_marker_of(pid: i32) -> Option<String> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    let prefix = format!("{LEASE_VAR}=");
-    env.split(|b| *b == 0)
-        .find_map(|kv| kv.strip_prefix(prefix.as_bytes()))
-        .map(|v| String::from_utf8_lossy(v).into_owned())
-}
-
-/// The fields of `/proc/<pid>/stat` containment uses, with the pid.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct ProcInfo {
-    pid: i32,
-    state: char,
-    ppid: i32,
-    pgrp: i32,
-    starttime: u64,
-}
-
-fn read_stat(pid: i32) -> Option<ProcInfo> {
-    let ProcStat { state, ppid, pgrp, starttime } = proc_stat(pid)?;
-    Some(ProcInfo { pid, state, ppid, pgrp, starttime })
-}
-
-fn is_dead(state: char) -> bool {
-    matches!(state, 'Z' | 'X')
-}
-
-/// Every process of the host, zombies included.
-fn proc_table() -> HashMap<i32, ProcInfo> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return HashMap::new() };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|pid| Some((pid, read_stat(pid)?)))
-        .collect()
 }
 
 #[cfg(test)]
