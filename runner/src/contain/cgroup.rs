@@ -62,15 +62,19 @@ pub(super) fn own_start() -> u64 {
     *START.get_or_init(|| read_stat(std::process::id() as i32).map_or(0, |s| s.starttime))
 }
 
-/// The runner (pid, start time) a cgroup name
-/// `slothqueue-<job>-<attempt>-<pid>-<start>-<n>` belongs to.
-pub(super) fn cgroup_owner(name: &str) -> Option<(i32, u64)> {
-    let rest = name.strip_prefix("slothqueue-")?;
-    let mut fields = rest.rsplit('-');
-    let _seq: u64 = fields.next()?.parse().ok()?;
-    let start = fields.next()?.parse().ok()?;
-    let pid = fields.next()?.parse().ok()?;
-    Some((pid, start))
+/// The runner a cgroup name belongs to: its pid, start time and PID
+/// namespace, from `slothqueue-<job>-<attempt>-<pid>-<start>-<pidns>-<n>`
+/// (`None` for the namespace in a name made before it was recorded,
+/// `slothqueue-<job>-<attempt>-<pid>-<start>-<n>`).
+pub(super) fn cgroup_owner(name: &str) -> Option<(i32, u64, Option<u64>)> {
+    let fields: Vec<&str> = name.strip_prefix("slothqueue-")?.split('-').collect();
+    let (pid, start, ns, seq) = match fields.as_slice() {
+        [_job, _attempt, pid, start, ns, seq] => (pid, start, Some(ns.parse().ok()?), seq),
+        [_job, _attempt, pid, start, seq] => (pid, start, None, seq),
+        _ => return None,
+    };
+    let _seq: u64 = seq.parse().ok()?;
+    Some((pid.parse().ok()?, start.parse().ok()?, ns))
 }
 
 /// What [`sweep_orphan_cgroups`] did.
@@ -88,16 +92,21 @@ pub struct SweepReport {
 /// -9`, a crash) under this runner's own cgroup, and removes them: the
 /// start-up counterpart of the lease-marker sweep, which also catches
 /// processes that cleared their environment. A cgroup whose runner (pid and
-/// start time, from its name) is alive is left alone. Call it once when a
+/// start time, from its name) is alive is left alone, and so is one whose
+/// runner lives in another PID namespace (its pid means nothing in this
+/// `/proc`: a runner under `unshare -p` is pid 1 there). Call it once when a
 /// run starts, beside the reclaim of dead owners' jobs.
 pub async fn sweep_orphan_cgroups() -> SweepReport {
     let mut report = SweepReport::default();
     let Ok((parent, _)) = own_cgroup() else { return report };
     let Ok(entries) = std::fs::read_dir(parent) else { return report };
     for entry in entries.filter_map(Result::ok) {
-        let Some((pid, start)) = entry.file_name().to_str().and_then(cgroup_owner) else {
+        let Some((pid, start, ns)) = entry.file_name().to_str().and_then(cgroup_owner) else {
             continue;
         };
+        if ns.is_some_and(|ns| Some(ns) != crate::owner::pid_namespace()) {
+            continue; // another namespace's runner: it cannot be judged from here
+        }
         if read_stat(pid).is_some_and(|s| s.starttime == start) {
             continue; // its runner is alive (maybe this one)
         }
@@ -125,7 +134,9 @@ pub(super) fn create_cgroup(job: JobId, attempt: u32) -> Result<Cgroup, String> 
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let (parent, parent_rel) = own_cgroup()?;
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-    let name = format!("slothqueue-{job}-{attempt}-{}-{}-{seq}", std::process::id(), own_start());
+    let ns = crate::owner::pid_namespace().unwrap_or(0);
+    let name =
+        format!("slothqueue-{job}-{attempt}-{}-{}-{ns}-{seq}", std::process::id(), own_start());
     let dir = parent.join(&name);
     std::fs::create_dir(&dir)
         .map_err(|e| format!("cannot create cgroup {}: {e}", dir.display()))?;

@@ -738,7 +738,11 @@ mod tests {
 
     #[test]
     fn cgroup_names_say_whose_they_are() {
-        assert_eq!(cgroup_owner("slothqueue-12-3-4567-890-0"), Some((4567, 890)));
+        assert_eq!(
+            cgroup_owner("slothqueue-12-3-4567-890-4026531836-0"),
+            Some((4567, 890, Some(4_026_531_836)))
+        );
+        assert_eq!(cgroup_owner("slothqueue-12-3-4567-890-0"), Some((4567, 890, None)));
         assert_eq!(cgroup_owner("slothqueue-x"), None);
         assert_eq!(cgroup_owner("other-12-3-4567-890-0"), None);
     }
