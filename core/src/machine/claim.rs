@@ -158,7 +158,7 @@ impl ClaimPlan {
 ///   order (highest priority, earliest `not_before`, lowest id), or `None`.
 ///
 /// Every admitted running job that may be taken from its owner (see
-/// [`Reclaim`] and [`reclaimable`]) but must not run again is retired,
+/// [`Reclaim`] and [`reclaimable`](super::reclaimable)) but must not run again is retired,
 /// whether or not it would have won. Of the others and `best_due`, the
 /// first in claim order is taken. A `best_due` that is not a due pending
 /// job the filter admits means the store's index is out of step with its

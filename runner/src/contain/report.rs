@@ -45,7 +45,7 @@ pub(super) enum Found {
     Descendant,
 }
 
-/// What [`Containment::stop_all`] did.
+/// What [`Containment::stop_all`](super::Containment::stop_all) did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StopReport {
     /// The mechanism in force for the attempt.
