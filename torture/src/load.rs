@@ -375,7 +375,9 @@ pub fn s05_failpoints(ctx: &mut Ctx) -> Result<Status> {
 }
 
 /// A crash while a new file is being set up: the next command must find
-/// either no queue or a complete one, and work.
+/// either no queue, a complete one, or (SQLite) an unfinished one it
+/// refuses untouched with a message saying to remove it; after that the
+/// queue must work.
 fn s05_mid_migration(ctx: &mut Ctx) -> Result<String> {
     let dir = ctx.dir("s05-mid_migration")?;
     let db = ctx.db(&dir);
@@ -390,12 +392,25 @@ fn s05_mid_migration(ctx: &mut Ctx) -> Result<String> {
     }
     let before = if crashed { 0 } else { 1 };
     let e = ctx.sq_run(&db, &["--json", "list"])?;
+    let mut unfinished = false;
     let listed = match e.code() {
         Some(0) => serde_json::from_str::<serde_json::Value>(&e.stdout)
             .ok()
             .and_then(|v| v.as_array().map(Vec::len))
             .unwrap_or(usize::MAX),
         Some(3) => 0, // "no queue": the crash left nothing
+        // A queue whose creation died half-way (SQLite: a database with no
+        // tables) is refused untouched, never adopted, and the message
+        // says to remove it: the documented remedy, taken here.
+        Some(6) if e.stderr.contains("not a queue yet") && e.stderr.contains("remove it") => {
+            unfinished = true;
+            for suffix in ["", "-wal", "-shm"] {
+                let mut p = db.clone().into_os_string();
+                p.push(suffix);
+                let _ = std::fs::remove_file(p);
+            }
+            0
+        }
         _ => {
             ctx.problem(format!("list after a crash mid-migration: {}", e.describe()));
             usize::MAX
@@ -411,7 +426,9 @@ fn s05_mid_migration(ctx: &mut Ctx) -> Result<String> {
         ctx.problem(format!("add after a crash mid-migration: {}", e.describe()));
     }
     ctx.integrity(&db, "after a crash mid-migration");
-    Ok(if crashed {
+    Ok(if crashed && unfinished {
+        "crashed; the unfinished queue was refused untouched, removed as its message says, and made anew".into()
+    } else if crashed {
         "crashed, then reopened cleanly".into()
     } else {
         "no such point on this backend (add ran through)".into()
