@@ -116,7 +116,7 @@ impl State {
                 if let Some(d) = displaced {
                     self.apply(*d);
                 }
-                let t = machine::create(id, new, now, policy);
+                let t = machine::create(id, new, &[], now, policy);
                 let job = t.job.clone();
                 self.apply(t);
                 self.record(Record::NextId(id + 1));
@@ -296,11 +296,15 @@ impl Store for RefStore {
 
     async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
         self.with(|st| {
-            let t = machine::retry(st.job(id)?, now)?;
+            let t = machine::retry(st.job(id)?, &[], now)?;
             let job = t.job.clone();
             st.apply(t);
             Ok(job)
         })
+    }
+
+    async fn dependents(&self, _id: JobId) -> Result<Vec<JobId>, StoreError> {
+        Ok(Vec::new()) // PLACEHOLDER: edges not followed yet
     }
 
     async fn get(&self, id: JobId) -> Result<Job, StoreError> {

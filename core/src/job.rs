@@ -191,12 +191,34 @@ pub struct Job {
     pub started_at: Option<Timestamp>,
     /// When the job reached a terminal state.
     pub finished_at: Option<Timestamp>,
+    /// The jobs it runs after (its parents), by id, in the order given;
+    /// fixed at push. Absent from jobs without parents.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<JobId>,
+    /// How many of `after` are not `done` yet. A pending job with any is
+    /// waiting on its parents: not due, and not in any index a claim reads.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pending_parents: u32,
+    /// Set when the job was cancelled because a job it depends on
+    /// (transitively) failed or was cancelled: that job's id, the root of
+    /// the failure. A `retry` of the root brings this job back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_by: Option<JobId>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Job {
-    /// The job is due at `now`.
+    /// The job is due at `now`: pending, its parents done, its time come.
     pub fn is_due(&self, now: Timestamp) -> bool {
-        self.state == JobState::Pending && self.not_before <= now
+        self.state == JobState::Pending && self.pending_parents == 0 && self.not_before <= now
+    }
+
+    /// Pending, but waiting on parents that are not `done` yet.
+    pub fn is_waiting_on_parents(&self) -> bool {
+        self.state == JobState::Pending && self.pending_parents > 0
     }
 
     /// The key `claim` orders by: highest priority, then earliest
@@ -346,6 +368,33 @@ pub struct NewJob {
     pub not_before: Option<Timestamp>,
     /// Optional deduplication key.
     pub idempotency_key: Option<String>,
+    /// The jobs this one runs after: it is not due until every one is
+    /// `done`, and is cancelled when one fails or is cancelled. Each must
+    /// exist when this job is pushed (in a batch: earlier in it), so no
+    /// cycle can form.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<Parent>,
+}
+
+/// A parent named at push: by job id, or by the idempotency key of the job
+/// holding it (so a script can chain steps without parsing ids). In JSON a
+/// number is an id and a string a key: `"after": [12, "build-7"]`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Parent {
+    /// A job id.
+    Id(JobId),
+    /// The idempotency key of the job holding it.
+    Key(String),
+}
+
+impl fmt::Display for Parent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Parent::Id(id) => write!(f, "#{id}"),
+            Parent::Key(k) => write!(f, "key `{k}`"),
+        }
+    }
 }
 
 /// The queue a job goes to when none is named.
@@ -370,6 +419,7 @@ impl NewJob {
             max_runtime: None,
             not_before: None,
             idempotency_key: None,
+            after: Vec::new(),
         }
     }
 
@@ -415,6 +465,24 @@ impl NewJob {
     pub fn max_runtime(mut self, d: Option<Duration>) -> Self {
         self.max_runtime = d;
         self
+    }
+
+    /// Adds a parent: this job runs after it is `done`.
+    pub fn after(mut self, parent: impl Into<Parent>) -> Self {
+        self.after.push(parent.into());
+        self
+    }
+}
+
+impl From<JobId> for Parent {
+    fn from(id: JobId) -> Self {
+        Parent::Id(id)
+    }
+}
+
+impl From<&str> for Parent {
+    fn from(key: &str) -> Self {
+        Parent::Key(key.to_owned())
     }
 }
 

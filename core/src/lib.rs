@@ -17,7 +17,7 @@ pub mod time;
 
 pub use job::{
     DEFAULT_MAX_RUNTIME, DEFAULT_QUEUE, Event, EventKind, Fence, Job, JobId, JobState, Lease,
-    NewJob, Owner, SHELL_KIND, UnknownState,
+    NewJob, Owner, Parent, SHELL_KIND, UnknownState,
 };
 pub use liveness::{ClockOnly, Liveness, LivenessJudge};
 pub use machine::{

@@ -74,8 +74,11 @@ pub struct ListFilter {
 /// Counts per state and what is due.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
-    /// Jobs waiting, due or not.
+    /// Jobs waiting, due or not, and those waiting on parents.
     pub pending: u64,
+    /// Of `pending`, the jobs waiting on parents not yet done.
+    #[serde(default)]
+    pub waiting_on_parents: u64,
     /// Jobs under a lease.
     pub running: u64,
     /// Jobs completed.
@@ -84,9 +87,10 @@ pub struct Stats {
     pub failed: u64,
     /// Jobs cancelled or superseded.
     pub cancelled: u64,
-    /// Pending jobs with `not_before <= now`.
+    /// Pending jobs with `not_before <= now` and no parent left to wait on.
     pub due_now: u64,
-    /// The earliest `not_before` among pending jobs not yet due.
+    /// The earliest `not_before` among pending jobs not yet due (jobs
+    /// waiting on parents left out: their time is not what they wait for).
     pub next_due: Option<Timestamp>,
 }
 
@@ -174,6 +178,15 @@ pub enum StoreError {
     /// The request itself is malformed; nothing was written.
     #[error("{0}")]
     InvalidInput(String),
+    /// One job of a batch ([`Store::push_many`], [`Store::restore_many`])
+    /// was refused, so nothing of the batch was written.
+    #[error("job {} of the batch: {error}", index + 1)]
+    InBatch {
+        /// Its place in the batch, from 0.
+        index: usize,
+        /// Why it was refused.
+        error: Box<StoreError>,
+    },
     /// Another process held the queue's write lock for longer than the wait.
     #[error("queue file is busy: another process held it for {waited:?}; try again")]
     Busy {
@@ -251,8 +264,16 @@ pub trait Store: Send + Sync {
     /// rule). Ids increase and are never reused, even after a purge.
     async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError>;
 
-    /// Adds many jobs in one transaction: all or none. Invalid input in any
-    /// element rejects the whole batch.
+    /// Adds many jobs in one transaction: all or none. A job may name as
+    /// parents (`after`) jobs of the queue or jobs earlier in the batch,
+    /// by id or key. A refused element rejects the whole batch with
+    /// [`StoreError::InBatch`] naming it.
+    ///
+    /// A job with parents waits until they are all `done` and is not seen
+    /// by claims meanwhile; when one fails or is cancelled, its dependents
+    /// are cancelled in the same transaction, and a retry of it brings them
+    /// back ([`crate::machine::plan_with_dependents`]). An unknown parent
+    /// is [`StoreError::InvalidInput`].
     async fn push_many(&self, jobs: Vec<NewJob>, now: Timestamp)
     -> Result<Vec<Pushed>, StoreError>;
 
@@ -335,11 +356,17 @@ pub trait Store: Send + Sync {
     /// `InvalidTransition` for a terminal job, `NotFound` for none.
     async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError>;
 
-    /// Puts a failed or cancelled job back to pending with attempts reset.
+    /// Puts a failed or cancelled job back to pending with attempts reset,
+    /// and with it the jobs its failure cancelled. `InvalidInput` while
+    /// one of its own parents is failed or cancelled.
     async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError>;
 
     /// One job. `NotFound` when there is none.
     async fn get(&self, id: JobId) -> Result<Job, StoreError>;
+
+    /// The ids of the jobs that named `id` as a parent, lowest first
+    /// (empty for a job nobody waits on, or none at all).
+    async fn dependents(&self, id: JobId) -> Result<Vec<JobId>, StoreError>;
 
     /// The job's trail, oldest first. `NotFound` when there is no such job.
     async fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError>;
@@ -368,7 +395,9 @@ pub trait Store: Send + Sync {
     ) -> Result<Vec<Job>, StoreError>;
 
     /// Deletes terminal jobs (and pending ones if asked), with their
-    /// trails; never running ones. Returns the ids deleted.
+    /// trails; never running ones, nor a pending job that a job left
+    /// behind still waits on ([`crate::machine::plan_purge`]). Returns the
+    /// ids deleted.
     async fn purge(&self, filter: &PurgeFilter) -> Result<Vec<JobId>, StoreError>;
 
     /// Writes a job and its trail exactly as given (export/import between

@@ -129,7 +129,7 @@ impl World {
                     .priority(priority)
                     .max_attempts(u32::from(max_attempts))
                     .not_before(now.saturating_add(Duration::from_secs(u64::from(delay_s))));
-                let t = machine::create(id, &new, now, &self.policy);
+                let t = machine::create(id, &new, &[], now, &self.policy);
                 self.jobs.push((t.job, t.events));
                 self.models.push(Model {
                     id,
@@ -219,7 +219,7 @@ impl World {
                 }
             }
             Op::Retry { job } if job < self.jobs.len() => {
-                let r = machine::retry(&self.jobs[job].0, now);
+                let r = machine::retry(&self.jobs[job].0, &[], now);
                 let m = &mut self.models[job];
                 if matches!(m.state, JobState::Failed | JobState::Cancelled) {
                     assert!(r.is_ok());

@@ -265,7 +265,7 @@ fn push_in(
             if let (Some(d), Some(old)) = (displaced, holder.as_ref()) {
                 t.apply(old, &d)?;
             }
-            let created = machine::create(id, new, now, policy);
+            let created = machine::create(id, new, &[], now, policy);
             t.put(None, Some(&created.job))?;
             t.append(&created.events)?;
             t.set_next_id(id.checked_add(1).ok_or_else(|| {
@@ -421,6 +421,7 @@ fn stats_in(txn: &ReadTransaction, now: Timestamp) -> Result<Stats, Failure> {
         };
     Ok(Stats {
         pending: count(JobState::Pending)?,
+        waiting_on_parents: 0,
         running: count(JobState::Running)?,
         done: count(JobState::Done)?,
         failed: count(JobState::Failed)?,
@@ -557,7 +558,11 @@ impl Store for RedbStore {
     }
 
     async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.transition(id, move |job, _| machine::retry(job, now)).await
+        self.transition(id, move |job, _| machine::retry(job, &[], now)).await
+    }
+
+    async fn dependents(&self, _id: JobId) -> Result<Vec<JobId>, StoreError> {
+        Ok(Vec::new()) // PLACEHOLDER: edges not stored yet
     }
 
     async fn get(&self, id: JobId) -> Result<Job, StoreError> {

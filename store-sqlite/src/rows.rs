@@ -179,6 +179,9 @@ fn job_from_row(row: &Row<'_>) -> Result<Job, Error> {
         created_at: ts(row.get(24)?),
         started_at: row.get::<_, Option<i64>>(25)?.map(ts),
         finished_at: row.get::<_, Option<i64>>(26)?.map(ts),
+        after: Vec::new(),
+        pending_parents: 0,
+        cancelled_by: None,
     })
 }
 

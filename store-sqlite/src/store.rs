@@ -268,7 +268,7 @@ fn push_one(
             if let (Some(t), Some(old)) = (displaced, holder.as_ref()) {
                 apply(conn, old, &t)?;
             }
-            let t = machine::create(id, new, now, policy);
+            let t = machine::create(id, new, &[], now, policy);
             insert_job(conn, &t.job)?;
             *next += 1;
             append_events_from(conn, &t.events, Some(1))?;
@@ -367,6 +367,7 @@ fn stats_tx(conn: &Connection, now: Timestamp) -> Result<Stats, Error> {
     .map(ts);
     Ok(Stats {
         pending,
+        waiting_on_parents: 0,
         running: count("jobs_running")?,
         done: count("jobs_done")?,
         failed: count("jobs_failed")?,
@@ -580,11 +581,15 @@ impl Store for SqliteStore {
     }
 
     async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.transition(id, move |job, _| machine::retry(job, now)).await
+        self.transition(id, move |job, _| machine::retry(job, &[], now)).await
     }
 
     async fn get(&self, id: JobId) -> Result<Job, StoreError> {
         self.with(move |conn, _| load(conn, id)).await
+    }
+
+    async fn dependents(&self, _id: JobId) -> Result<Vec<JobId>, StoreError> {
+        Ok(Vec::new()) // PLACEHOLDER: edges not stored yet
     }
 
     async fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
@@ -941,6 +946,7 @@ mod tests {
             assert!(deep > 0, "the pending index has interior pages");
             Stats {
                 pending: n("pending"),
+                waiting_on_parents: 0,
                 running: n("running"),
                 done: n("done"),
                 failed: n("failed"),

@@ -193,7 +193,7 @@ mod tests {
 
     fn job(not_before: Timestamp) -> Job {
         let new = NewJob::shell("true", "/").not_before(not_before);
-        machine::create(1, &new, NOW, &Policy::default()).job
+        machine::create(1, &new, &[], NOW, &Policy::default()).job
     }
 
     fn runner(activity: RunnerActivity) -> RunnerRecord {
@@ -248,7 +248,7 @@ mod tests {
     #[test]
     fn a_kind_no_live_runner_runs_names_the_missing_handler() {
         let new = NewJob::new("download", serde_json::json!({})).not_before(NOW);
-        let download = machine::create(1, &new, NOW, &Policy::default()).job;
+        let download = machine::create(1, &new, &[], NOW, &Policy::default()).job;
         let mut shell_only = runner(RunnerActivity::Idle { until: None });
         shell_only.kinds = Some(vec!["shell".into()]);
         let seen = [SeenRunner { record: &shell_only, liveness: Liveness::Alive }];

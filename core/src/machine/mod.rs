@@ -14,9 +14,14 @@ use crate::liveness::Liveness;
 use crate::policy::Policy;
 use crate::time::Timestamp;
 
+mod after;
 mod claim;
 mod validate;
 
+pub use after::{
+    Graph, MAX_PARENTS, check_retry, count_not_done, load_parents, plan_purge,
+    plan_with_dependents, resolve_parents,
+};
 pub use claim::{ClaimFilter, ClaimPlan, ClaimRequest, Claimed, PlannedWrite, Reclaim, plan_claim};
 pub use validate::{
     MAX_ARG_LEN, MAX_ATTEMPTS, MAX_MAX_RUNTIME, MAX_NAME_LEN, MIN_MAX_RUNTIME, check_restore,
@@ -58,9 +63,19 @@ pub enum TransitionError {
     InvalidJob(String),
 }
 
-/// A freshly pushed job with id `id`.
-pub fn create(id: JobId, new: &NewJob, now: Timestamp, policy: &Policy) -> Transition {
-    let job = Job {
+/// A freshly pushed job with id `id`, after `parents` (as
+/// [`resolve_parents`] found them): waiting on those not `done`, or
+/// cancelled at once when one has already failed or been cancelled (a
+/// `retry` of that one brings it back).
+pub fn create(
+    id: JobId,
+    new: &NewJob,
+    parents: &[Job],
+    now: Timestamp,
+    policy: &Policy,
+) -> Transition {
+    let (pending_parents, ended) = after::start_state(parents);
+    let mut job = Job {
         id,
         queue: new.queue.clone(),
         kind: new.kind.clone(),
@@ -81,8 +96,19 @@ pub fn create(id: JobId, new: &NewJob, now: Timestamp, policy: &Policy) -> Trans
         created_at: now,
         started_at: None,
         finished_at: None,
+        after: parents.iter().map(|p| p.id).collect(),
+        pending_parents,
+        cancelled_by: None,
     };
-    Transition { job, events: vec![Event::new(id, EventKind::Pushed, now)] }
+    let mut events = vec![Event::new(id, EventKind::Pushed, now)];
+    if let Some((root, why)) = ended {
+        job.state = JobState::Cancelled;
+        job.cancelled_by = Some(root);
+        job.last_error = Some(why.clone());
+        job.finished_at = Some(now);
+        events.push(Event::new(id, EventKind::Cancelled, now).saying(why));
+    }
+    Transition { job, events }
 }
 
 /// What `push` must do given the job that currently holds the new job's
@@ -179,7 +205,7 @@ pub fn claim(
 ) -> Result<ClaimOutcome, TransitionError> {
     let mut events = Vec::new();
     match job.state {
-        JobState::Pending if job.not_before <= now => {}
+        JobState::Pending if job.is_due(now) => {}
         JobState::Running => {
             let Some(reason) = reclaimable(job, now, owner_liveness) else {
                 return Err(invalid(job, "claim"));
@@ -428,17 +454,23 @@ pub fn cancel(job: &Job, now: Timestamp) -> Result<Transition, TransitionError> 
     Ok(Transition { job: next, events: vec![event] })
 }
 
-/// A user retries a failed or cancelled job: pending, due now, attempts reset.
-pub fn retry(job: &Job, now: Timestamp) -> Result<Transition, TransitionError> {
+/// A user retries a failed or cancelled job: pending, due now (or waiting
+/// again on those of its `parents` not yet done), attempts reset. Refused
+/// while a parent is failed or cancelled ([`check_retry`]). The jobs it
+/// cancelled come back with it ([`plan_with_dependents`]).
+pub fn retry(job: &Job, parents: &[Job], now: Timestamp) -> Result<Transition, TransitionError> {
     if !matches!(job.state, JobState::Failed | JobState::Cancelled) {
         return Err(invalid(job, "retry"));
     }
+    check_retry(job, parents)?;
     let mut next = job.clone();
     next.state = JobState::Pending;
     next.attempts = 0;
     next.not_before = now;
     next.cancel_requested = false;
     next.finished_at = None;
+    next.pending_parents = count_not_done(parents);
+    next.cancelled_by = None;
     Ok(Transition { job: next, events: vec![Event::new(job.id, EventKind::Retried, now)] })
 }
 
@@ -509,7 +541,7 @@ mod tests {
     }
 
     fn pushed(id: JobId) -> Job {
-        create(id, &NewJob::shell("true", "/"), T0, &Policy::default()).job
+        create(id, &NewJob::shell("true", "/"), &[], T0, &Policy::default()).job
     }
 
     fn claimed(job: &Job, owner: &str, now: Timestamp) -> Job {
@@ -529,7 +561,7 @@ mod tests {
 
     #[test]
     fn create_applies_policy_defaults_and_records_pushed() {
-        let t = create(7, &NewJob::shell("echo hi", "/tmp"), T0, &Policy::default());
+        let t = create(7, &NewJob::shell("echo hi", "/tmp"), &[], T0, &Policy::default());
         assert_eq!(t.job.state, JobState::Pending);
         assert_eq!(t.job.max_attempts, 3);
         assert_eq!(t.job.not_before, T0);
@@ -722,16 +754,16 @@ mod tests {
         job.state = JobState::Failed;
         job.attempts = 3;
         job.last_error = Some("x".into());
-        let t = retry(&job, T0).expect("failed retries");
+        let t = retry(&job, &[], T0).expect("failed retries");
         assert_eq!((t.job.state, t.job.attempts, t.job.not_before), (JobState::Pending, 0, T0));
-        assert!(retry(&pushed(2), T0).is_err());
+        assert!(retry(&pushed(2), &[], T0).is_err());
         let running = claimed(&pushed(3), "a", T0);
-        assert!(retry(&running, T0).is_err());
+        assert!(retry(&running, &[], T0).is_err());
     }
 
     #[test]
     fn push_plan_dedups_or_supersedes() {
-        let old = create(1, &NewJob::shell("a", "/").key("k"), T0, &Policy::default()).job;
+        let old = create(1, &NewJob::shell("a", "/").key("k"), &[], T0, &Policy::default()).job;
         assert_eq!(
             plan_push(&NewJob::shell("a", "/").key("k"), Some(&old), 2, T0),
             PushPlan::Duplicate(1)
@@ -855,7 +887,7 @@ mod tests {
     #[test]
     fn replay_follows_every_path() {
         let job = claimed(&pushed(1), "a", T0);
-        let mut trail = create(1, &NewJob::shell("true", "/"), T0, &Policy::default()).events;
+        let mut trail = create(1, &NewJob::shell("true", "/"), &[], T0, &Policy::default()).events;
         trail.push(Event::new(1, EventKind::Claimed, T0));
         assert_eq!(replay(&trail), Some(JobState::Running));
         let t = complete(&job, &fence(&job), &Completion::default(), T0).expect("complete");

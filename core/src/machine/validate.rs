@@ -49,6 +49,21 @@ pub fn validate(new: &NewJob) -> Result<(), TransitionError> {
             ));
         }
     }
+    for p in &new.after {
+        match p {
+            crate::job::Parent::Id(id) if *id <= 0 => {
+                return bad(format!("--after {id}: a job id is a positive number"));
+            }
+            crate::job::Parent::Key(k)
+                if k.is_empty() || k.len() > MAX_NAME_LEN || k.chars().any(char::is_control) =>
+            {
+                return bad(format!(
+                    "--after: a key must be 1 to {MAX_NAME_LEN} printable characters"
+                ));
+            }
+            _ => {}
+        }
+    }
     if new.max_attempts == Some(0) {
         return bad("max attempts must be at least 1".to_owned());
     }
@@ -137,6 +152,20 @@ pub fn check_restore(job: &Job, events: &[Event]) -> Result<(), TransitionError>
     }
     if (job.state == JobState::Running) != job.lease.is_some() {
         return bad(format!("job #{}: a lease is present exactly while running", job.id));
+    }
+    if let Some(p) = job.after.iter().find(|p| **p >= job.id || **p <= 0) {
+        return bad(format!(
+            "job #{}: its parent #{p} is not an earlier job (parents come first, so no cycle can form)",
+            job.id
+        ));
+    }
+    if job.pending_parents as usize > job.after.len() {
+        return bad(format!(
+            "job #{}: it waits on {} parents but names {}",
+            job.id,
+            job.pending_parents,
+            job.after.len()
+        ));
     }
     if let Some(e) = events.iter().find(|e| e.job_id != job.id) {
         return bad(format!("job #{}: its trail holds an event of job #{}", job.id, e.job_id));

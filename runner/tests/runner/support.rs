@@ -323,6 +323,9 @@ mod intercepted {
         async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
             self.inner.retry(id, now).await
         }
+        async fn dependents(&self, id: JobId) -> Result<Vec<JobId>, StoreError> {
+            self.inner.dependents(id).await
+        }
         async fn get(&self, id: JobId) -> Result<Job, StoreError> {
             self.inner.get(id).await
         }

@@ -209,6 +209,7 @@ async fn check(s: &SqliteStore) {
     let stats = s.stats(t(100)).await.unwrap();
     let want = Stats {
         pending: 4,
+        waiting_on_parents: 0,
         running: 2,
         done: 1,
         failed: 1,

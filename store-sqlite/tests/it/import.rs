@@ -21,7 +21,7 @@ async fn restore_many_of_100_000_jobs() {
     let jobs = (1..=N)
         .map(|id| {
             let new = NewJob::shell(format!("echo {id}"), "/").key(format!("k{id}"));
-            let mut t = machine::create(id, &new, now, &Policy::default());
+            let mut t = machine::create(id, &new, &[], now, &Policy::default());
             t.job.state = JobState::Done;
             t.job.finished_at = Some(now);
             (t.job, t.events)

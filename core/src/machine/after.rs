@@ -1,0 +1,551 @@
+//! **The dependency rule**: jobs that run after other jobs. A job's parents
+//! are fixed at push ([`resolve_parents`], [`create`](super::create)); it
+//! is due only once every parent is `done` (`Job::pending_parents` counts
+//! the others). What one job's transition means for the jobs waiting on it,
+//! transitively, is decided here once ([`plan_with_dependents`]), from what
+//! a store reads through [`Graph`] inside the same transaction:
+//!
+//! - a parent **done**: each dependent waits on one parent fewer, and is
+//!   due when that was the last;
+//! - a parent **failed or cancelled**: each pending dependent ends
+//!   `cancelled` ("dependency #12 failed"), remembering the root of the
+//!   failure (`Job::cancelled_by`), and so on down;
+//! - a **retry** of that root: the dependents it cancelled come back
+//!   pending, waiting again, and so on down — unless another parent of
+//!   theirs has failed meanwhile, which then becomes their root.
+//!
+//! Parents always have lower ids than their dependents (they must exist
+//! first), so the plan visits jobs in id order and sees each parent's final
+//! state before its dependents are decided.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{PlannedWrite, Transition, TransitionError};
+use crate::job::{Event, EventKind, Job, JobId, JobState, NewJob, Parent};
+use crate::time::Timestamp;
+
+/// Most parents one job may name.
+pub const MAX_PARENTS: usize = 1_000;
+
+/// What the dependency rule reads from a store, inside the transaction
+/// that writes the plan (so it sees that transaction's earlier writes,
+/// e.g. the jobs pushed before it in one batch).
+pub trait Graph {
+    /// The store's error; a refusal of the rule becomes one.
+    type Error: From<TransitionError>;
+    /// The job with this id, if any.
+    fn job(&mut self, id: JobId) -> Result<Option<Job>, Self::Error>;
+    /// The job holding this idempotency key, if any.
+    fn key_holder(&mut self, key: &str) -> Result<Option<Job>, Self::Error>;
+    /// The ids of the jobs that named `id` as a parent, in any order.
+    fn dependents(&mut self, id: JobId) -> Result<Vec<JobId>, Self::Error>;
+}
+
+/// The parents a new job names, looked up: each must exist (by id, or as
+/// the holder of a key), so no cycle can form. Refused, naming the first
+/// missing one, with [`TransitionError::InvalidJob`]. Duplicates count once.
+pub fn resolve_parents<G: Graph>(g: &mut G, new: &NewJob) -> Result<Vec<Job>, G::Error> {
+    if new.after.len() > MAX_PARENTS {
+        return Err(invalid(format!("a job may wait on at most {MAX_PARENTS} jobs")).into());
+    }
+    let mut parents: Vec<Job> = Vec::with_capacity(new.after.len());
+    for p in &new.after {
+        let found = match p {
+            Parent::Id(id) => g.job(*id)?,
+            Parent::Key(key) => g.key_holder(key)?,
+        };
+        let Some(job) = found else {
+            return Err(invalid(match p {
+                Parent::Id(id) => format!("--after {id}: no job #{id}"),
+                Parent::Key(key) => format!("--after {key}: no job holds the key `{key}`"),
+            })
+            .into());
+        };
+        if !parents.iter().any(|j| j.id == job.id) {
+            parents.push(job);
+        }
+    }
+    Ok(parents)
+}
+
+/// The parents of `job` as the store has them now; a parent that is gone
+/// (purged after it finished) is left out: it no longer holds anyone up.
+pub fn load_parents<G: Graph>(g: &mut G, job: &Job) -> Result<Vec<Job>, G::Error> {
+    let mut parents = Vec::with_capacity(job.after.len());
+    for id in &job.after {
+        if let Some(p) = g.job(*id)? {
+            parents.push(p);
+        }
+    }
+    Ok(parents)
+}
+
+/// How a job with these parents starts: the count of parents not `done`,
+/// and, when one has already failed or been cancelled, the root and the
+/// reason it is cancelled at once.
+pub(super) fn start_state(parents: &[Job]) -> (u32, Option<(JobId, String)>) {
+    let waiting = count_not_done(parents);
+    let ended = parents.iter().find(|p| ended(p)).map(|p| (root_of(p), why(p)));
+    (waiting, ended)
+}
+
+/// Whether a user may retry `job` now: not while one of its parents is
+/// failed or cancelled (it would only be cancelled again). The refusal
+/// names that parent.
+pub fn check_retry(job: &Job, parents: &[Job]) -> Result<(), TransitionError> {
+    match parents.iter().find(|p| ended(p)) {
+        Some(p) => Err(invalid(format!(
+            "cannot retry job #{}: it waits on #{}, which is {}; retry #{} instead",
+            job.id,
+            p.id,
+            p.state,
+            root_of(p)
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The count of `parents` not `done`, for a job that is (again) pending.
+pub fn count_not_done(parents: &[Job]) -> u32 {
+    let n = parents.iter().filter(|p| p.state != JobState::Done).count();
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Every write the transition `before → after` of one job causes: its own
+/// first, then the jobs waiting on it, transitively, in id order, each
+/// once with its final state and every event it gained. A transition that
+/// does not change what dependents see (a heartbeat, a claim, a failure
+/// that will be retried) reads nothing and writes only itself.
+pub fn plan_with_dependents<G: Graph>(
+    g: &mut G,
+    before: Job,
+    after: Transition,
+    now: Timestamp,
+) -> Result<Vec<PlannedWrite>, G::Error> {
+    if ripple(&before, &after.job).is_none() {
+        return Ok(vec![PlannedWrite { before, after }]);
+    }
+    let mut plan = Plan { writes: BTreeMap::new() };
+    let mut todo: BTreeSet<JobId> = BTreeSet::new();
+    todo.insert(before.id);
+    plan.writes.insert(before.id, PlannedWrite { before, after });
+    while let Some(id) = todo.pop_first() {
+        let Some(w) = plan.writes.get(&id) else { continue };
+        let Some(kind) = ripple(&w.before, &w.after.job) else { continue };
+        let parent = w.after.job.clone();
+        let mut children = g.dependents(id)?;
+        children.sort_unstable();
+        children.dedup();
+        for child_id in children {
+            let Some(child) = plan.current(g, child_id)? else { continue };
+            let next = match &kind {
+                Ripple::Done => parent_done(&child),
+                Ripple::Ended { root, old_root } => {
+                    parent_ended(&child, &parent, *root, *old_root, now)
+                }
+                Ripple::Revived { root } => {
+                    let mut parents = Vec::with_capacity(child.after.len());
+                    for p in &child.after {
+                        if let Some(p) = plan.current(g, *p)? {
+                            parents.push(p);
+                        }
+                    }
+                    parent_revived(&child, &parents, *root, now)
+                }
+            };
+            if let Some(t) = next {
+                plan.record(g, child_id, t)?;
+                todo.insert(child_id);
+            }
+        }
+    }
+    // The job itself first (stores may key their own bookkeeping on it),
+    // then its dependents in id order.
+    let mut writes: Vec<PlannedWrite> = plan.writes.into_values().collect();
+    writes.sort_by_key(|w| w.before.id);
+    Ok(writes)
+}
+
+/// The writes planned so far, by job: the job as read and as it will be.
+struct Plan {
+    writes: BTreeMap<JobId, PlannedWrite>,
+}
+
+impl Plan {
+    /// A job as the plan has it so far: planned, or as the store has it.
+    fn current<G: Graph>(&self, g: &mut G, id: JobId) -> Result<Option<Job>, G::Error> {
+        match self.writes.get(&id) {
+            Some(w) => Ok(Some(w.after.job.clone())),
+            None => g.job(id),
+        }
+    }
+
+    /// Records `t` (computed from the job's current planned state).
+    fn record<G: Graph>(&mut self, g: &mut G, id: JobId, t: Transition) -> Result<(), G::Error> {
+        match self.writes.get_mut(&id) {
+            Some(w) => {
+                w.after.job = t.job;
+                w.after.events.extend(t.events);
+            }
+            None => {
+                let Some(before) = g.job(id)? else { return Ok(()) };
+                self.writes.insert(id, PlannedWrite { before, after: t });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a job's change means for the jobs waiting on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ripple {
+    /// It is done: they wait on one parent fewer.
+    Done,
+    /// It ended failed or cancelled (or, already cancelled, its root
+    /// changed from `old_root`): pending dependents end too, and those
+    /// cancelled under `old_root` now name `root`.
+    Ended { root: JobId, old_root: Option<JobId> },
+    /// It came back from failed or cancelled under `root`: the dependents
+    /// `root` cancelled come back too.
+    Revived { root: JobId },
+}
+
+fn ripple(before: &Job, after: &Job) -> Option<Ripple> {
+    use JobState::*;
+    match (before.state, after.state) {
+        (Pending | Running, Done) => Some(Ripple::Done),
+        (Pending | Running, Failed | Cancelled) => {
+            Some(Ripple::Ended { root: root_of(after), old_root: None })
+        }
+        (Cancelled, Cancelled) if before.cancelled_by != after.cancelled_by => {
+            Some(Ripple::Ended { root: root_of(after), old_root: Some(root_of(before)) })
+        }
+        (Failed | Cancelled, Pending) => Some(Ripple::Revived { root: root_of(before) }),
+        _ => None,
+    }
+}
+
+/// The job whose failure a failed or cancelled job stands for: the one
+/// that cancelled it, or itself.
+fn root_of(job: &Job) -> JobId {
+    job.cancelled_by.unwrap_or(job.id)
+}
+
+fn ended(job: &Job) -> bool {
+    matches!(job.state, JobState::Failed | JobState::Cancelled)
+}
+
+/// Why a dependent of `parent` (failed or cancelled) is cancelled: the
+/// parent's own reason when it was cancelled for a dependency, so every
+/// job down a chain names the root.
+fn why(parent: &Job) -> String {
+    match (parent.cancelled_by, &parent.last_error) {
+        (Some(_), Some(reason)) => reason.clone(),
+        _ => format!("dependency #{} {}", parent.id, parent.state),
+    }
+}
+
+fn parent_done(child: &Job) -> Option<Transition> {
+    if child.state != JobState::Pending || child.pending_parents == 0 {
+        return None;
+    }
+    let mut next = child.clone();
+    next.pending_parents -= 1;
+    Some(Transition { job: next, events: Vec::new() })
+}
+
+fn parent_ended(
+    child: &Job,
+    parent: &Job,
+    root: JobId,
+    old_root: Option<JobId>,
+    now: Timestamp,
+) -> Option<Transition> {
+    let reason = why(parent);
+    let mut next = child.clone();
+    match child.state {
+        JobState::Pending => {
+            next.state = JobState::Cancelled;
+            next.cancelled_by = Some(root);
+            next.last_error = Some(reason.clone());
+            next.finished_at = Some(now);
+            let event = Event::new(child.id, EventKind::Cancelled, now).saying(reason);
+            Some(Transition { job: next, events: vec![event] })
+        }
+        JobState::Cancelled if old_root.is_some() && child.cancelled_by == old_root => {
+            next.cancelled_by = Some(root);
+            next.last_error = Some(reason);
+            Some(Transition { job: next, events: Vec::new() })
+        }
+        _ => None,
+    }
+}
+
+fn parent_revived(child: &Job, parents: &[Job], root: JobId, now: Timestamp) -> Option<Transition> {
+    if child.state != JobState::Cancelled || child.cancelled_by != Some(root) {
+        return None;
+    }
+    let mut next = child.clone();
+    // A parent cancelled under the same root is being revived by this very
+    // plan (it is an ancestor's dependent too); any other ended parent
+    // holds the job back, and becomes its root.
+    let blocker = parents.iter().find(|p| ended(p) && p.cancelled_by != Some(root));
+    if let Some(p) = blocker {
+        next.cancelled_by = Some(root_of(p));
+        next.last_error = Some(why(p));
+        return Some(Transition { job: next, events: Vec::new() });
+    }
+    next.state = JobState::Pending;
+    next.pending_parents = count_not_done(parents);
+    next.attempts = 0;
+    next.cancelled_by = None;
+    next.last_error = None;
+    next.finished_at = None;
+    next.not_before = now;
+    let event =
+        Event::new(child.id, EventKind::Retried, now).saying(format!("dependency #{root} retried"));
+    Some(Transition { job: next, events: vec![event] })
+}
+
+/// Which of `candidates` (terminal jobs, and pending ones when asked) a
+/// purge may delete: every terminal one; a pending one only if no job
+/// still pending or running, and not deleted with it, waits on it (it
+/// would wait forever). Returns their ids.
+pub fn plan_purge<G: Graph>(g: &mut G, mut candidates: Vec<Job>) -> Result<Vec<JobId>, G::Error> {
+    // Dependents have higher ids: deciding from the highest down, each
+    // pending job's dependents are already decided.
+    candidates.sort_by_key(|j| std::cmp::Reverse(j.id));
+    let mut deleting: BTreeSet<JobId> = BTreeSet::new();
+    for job in candidates {
+        if job.state == JobState::Pending {
+            let mut held = false;
+            for child in g.dependents(job.id)? {
+                if deleting.contains(&child) {
+                    continue;
+                }
+                if g.job(child)?.is_some_and(|c| !c.state.is_terminal()) {
+                    held = true;
+                    break;
+                }
+            }
+            if held {
+                continue;
+            }
+        } else if job.state == JobState::Running {
+            continue;
+        }
+        deleting.insert(job.id);
+    }
+    Ok(deleting.into_iter().collect())
+}
+
+fn invalid(m: String) -> TransitionError {
+    TransitionError::InvalidJob(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::{self, Completion, Failure};
+    use crate::policy::Policy;
+    use crate::{Lease, Owner};
+
+    const T0: Timestamp = Timestamp::from_millis(1_700_000_000_000);
+
+    /// A store made of a map: what the rule reads, with the plan written
+    /// back after each step, as a store's transaction would.
+    #[derive(Default)]
+    struct Mem {
+        jobs: BTreeMap<JobId, Job>,
+    }
+
+    impl Graph for Mem {
+        type Error = TransitionError;
+        fn job(&mut self, id: JobId) -> Result<Option<Job>, TransitionError> {
+            Ok(self.jobs.get(&id).cloned())
+        }
+        fn key_holder(&mut self, key: &str) -> Result<Option<Job>, TransitionError> {
+            Ok(self.jobs.values().find(|j| j.idempotency_key.as_deref() == Some(key)).cloned())
+        }
+        fn dependents(&mut self, id: JobId) -> Result<Vec<JobId>, TransitionError> {
+            Ok(self.jobs.values().filter(|j| j.after.contains(&id)).map(|j| j.id).collect())
+        }
+    }
+
+    impl Mem {
+        fn push(&mut self, new: NewJob) -> JobId {
+            let id = self.jobs.len() as JobId + 1;
+            let parents = resolve_parents(self, &new).expect("parents exist");
+            let t = machine::create(id, &new, &parents, T0, &Policy::default());
+            self.jobs.insert(id, t.job);
+            id
+        }
+
+        fn apply(&mut self, id: JobId, f: impl FnOnce(&Job) -> Transition) -> Vec<PlannedWrite> {
+            let before = self.jobs[&id].clone();
+            let t = f(&before);
+            let plan = plan_with_dependents(self, before, t, T0).expect("plan");
+            for w in &plan {
+                self.jobs.insert(w.after.job.id, w.after.job.clone());
+            }
+            plan
+        }
+
+        fn run(&mut self, id: JobId, ok: bool) -> Vec<PlannedWrite> {
+            let owner = Owner::named("w");
+            let p = Policy::default();
+            let running =
+                match machine::claim(&self.jobs[&id], &owner, T0, &p, crate::Liveness::Unknown) {
+                    Ok(crate::ClaimOutcome::Claimed(t)) => t.job,
+                    other => panic!("#{id} not claimable: {other:?}"),
+                };
+            self.jobs.insert(id, running);
+            let fence = self.jobs[&id].lease.as_ref().map(Lease::fence).expect("lease");
+            self.apply(id, |j| {
+                if ok {
+                    machine::complete(j, &fence, &Completion::default(), T0).expect("complete")
+                } else {
+                    let mut j = j.clone();
+                    j.attempts = j.max_attempts;
+                    let f = Failure { error: "boom".into(), exit_code: Some(1) };
+                    machine::fail(&j, &fence, &f, T0, &p).expect("fail")
+                }
+            })
+        }
+
+        fn state(&self, id: JobId) -> (JobState, u32, Option<JobId>) {
+            let j = &self.jobs[&id];
+            (j.state, j.pending_parents, j.cancelled_by)
+        }
+
+        fn retry(&mut self, id: JobId) -> Vec<PlannedWrite> {
+            let job = self.jobs[&id].clone();
+            let parents = load_parents(self, &job).expect("parents");
+            check_retry(&job, &parents).expect("retry allowed");
+            self.apply(id, |j| machine::retry(j, &parents, T0).expect("retry"))
+        }
+    }
+
+    fn shell(cmd: &str) -> NewJob {
+        NewJob::shell(cmd, "/")
+    }
+
+    #[test]
+    fn a_chain_becomes_due_step_by_step() {
+        let mut m = Mem::default();
+        let a = m.push(shell("a").key("a"));
+        let b = m.push(shell("b").after("a"));
+        let c = m.push(shell("c").after(b));
+        assert_eq!(m.state(b), (JobState::Pending, 1, None));
+        assert!(!m.jobs[&b].is_due(T0) && m.jobs[&a].is_due(T0));
+        m.run(a, true);
+        assert!(m.jobs[&b].is_due(T0));
+        assert_eq!(m.state(c), (JobState::Pending, 1, None));
+        m.run(b, true);
+        assert!(m.jobs[&c].is_due(T0));
+    }
+
+    #[test]
+    fn a_failure_cancels_down_the_chain_and_a_retry_brings_it_back() {
+        let mut m = Mem::default();
+        let a = m.push(shell("a"));
+        let b = m.push(shell("b").after(a));
+        let c = m.push(shell("c").after(b));
+        let plan = m.run(a, false);
+        assert_eq!(plan.iter().map(|w| w.before.id).collect::<Vec<_>>(), vec![a, b, c]);
+        for id in [b, c] {
+            assert_eq!(m.state(id), (JobState::Cancelled, 1, Some(a)));
+            assert_eq!(m.jobs[&id].last_error.as_deref(), Some("dependency #1 failed"));
+        }
+        assert_eq!(plan[2].after.events[0].kind, EventKind::Cancelled);
+        let err = check_retry(&m.jobs[&c], &[m.jobs[&b].clone()]).unwrap_err();
+        assert!(err.to_string().contains("retry #1 instead"), "{err}");
+        m.retry(a);
+        assert_eq!(m.state(b), (JobState::Pending, 1, None));
+        assert_eq!(m.state(c), (JobState::Pending, 1, None));
+        assert_eq!(m.jobs[&c].last_error, None);
+    }
+
+    #[test]
+    fn a_diamond_is_decided_once_its_parents_are() {
+        let mut m = Mem::default();
+        let p = m.push(shell("p"));
+        let a = m.push(shell("a").after(p));
+        let b = m.push(shell("b").after(p));
+        let c = m.push(shell("c").after(a).after(b));
+        assert_eq!(m.state(c).1, 2);
+        m.run(p, false);
+        assert_eq!(m.state(c), (JobState::Cancelled, 2, Some(p)));
+        m.retry(p);
+        assert_eq!(m.state(c), (JobState::Pending, 2, None));
+        m.run(p, true);
+        m.run(a, true);
+        assert_eq!(m.state(c).1, 1);
+        m.run(b, true);
+        assert!(m.jobs[&c].is_due(T0));
+    }
+
+    #[test]
+    fn another_failed_parent_becomes_the_root() {
+        let mut m = Mem::default();
+        let p = m.push(shell("p"));
+        let q = m.push(shell("q"));
+        let c = m.push(shell("c").after(p).after(q));
+        let d = m.push(shell("d").after(c));
+        m.run(p, false);
+        m.run(q, false);
+        assert_eq!(m.state(c), (JobState::Cancelled, 2, Some(p)), "already cancelled by #1");
+        m.retry(p);
+        assert_eq!(m.state(c), (JobState::Cancelled, 2, Some(q)), "#2 holds it back now");
+        assert_eq!(m.state(d).2, Some(q), "and its dependents follow");
+        m.retry(q);
+        assert_eq!(m.state(c).0, JobState::Pending);
+        assert_eq!(m.state(d), (JobState::Pending, 1, None));
+    }
+
+    #[test]
+    fn a_job_added_after_a_failed_parent_starts_cancelled() {
+        let mut m = Mem::default();
+        let a = m.push(shell("a"));
+        m.run(a, false);
+        let b = m.push(shell("b").after(a));
+        assert_eq!(m.state(b), (JobState::Cancelled, 1, Some(a)));
+        let done = m.push(shell("d"));
+        m.run(done, true);
+        let e = m.push(shell("e").after(done));
+        assert!(m.jobs[&e].is_due(T0), "a done parent holds nobody up");
+    }
+
+    #[test]
+    fn unknown_parents_are_refused_by_name() {
+        let mut m = Mem::default();
+        let e = resolve_parents(&mut m, &shell("x").after(9)).unwrap_err();
+        assert_eq!(e.to_string(), "invalid job: --after 9: no job #9");
+        let e = resolve_parents(&mut m, &shell("x").after("build")).unwrap_err();
+        assert!(e.to_string().contains("no job holds the key `build`"), "{e}");
+    }
+
+    #[test]
+    fn a_user_cancel_is_not_undone_by_the_parents_retry() {
+        let mut m = Mem::default();
+        let a = m.push(shell("a"));
+        let b = m.push(shell("b").after(a));
+        m.apply(b, |j| machine::cancel(j, T0).expect("cancel"));
+        m.run(a, false);
+        m.retry(a);
+        assert_eq!(m.state(b), (JobState::Cancelled, 1, None));
+    }
+
+    #[test]
+    fn purge_keeps_a_pending_parent_someone_waits_on() {
+        let mut m = Mem::default();
+        let a = m.push(shell("a"));
+        let b = m.push(shell("b").after(a));
+        let c = m.push(shell("c"));
+        let (ja, jb, jc) = (m.jobs[&a].clone(), m.jobs[&b].clone(), m.jobs[&c].clone());
+        let only_c = plan_purge(&mut m, vec![ja.clone(), jc]).unwrap();
+        assert_eq!(only_c, vec![c]);
+        let both = plan_purge(&mut m, vec![ja, jb]).unwrap();
+        assert_eq!(both, vec![a, b]);
+    }
+}
