@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
-use slothqueue_core::machine::{self, PushPlan, Transition};
+use slothqueue_core::machine::{self, Graph, PushPlan, Transition};
 use slothqueue_core::{
     ClaimRequest, Claimed, Completion, Event, Failure as JobFailure, Fence, HeartbeatAck, Job,
     JobId, JobState, ListFilter, ListOrder, NewJob, Policy, PurgeFilter, Pushed, RunnerRecord,
@@ -279,10 +279,7 @@ fn push_in(
 ) -> Result<Pushed, Failure> {
     machine::validate(new)?;
     let holder = match &new.idempotency_key {
-        Some(k) => match t.keys.get(k.as_str())?.map(|v| v.value()) {
-            Some(id) => Some(t.job(id)?.ok_or_else(|| out_of_step("idempotency key", id))?),
-            None => None,
-        },
+        Some(k) => Graph::key_holder(t, k)?,
         None => None,
     };
     let id = t.next_id()?;
