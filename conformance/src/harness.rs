@@ -10,7 +10,7 @@ use slothqueue_core::machine::replay;
 use slothqueue_core::{
     ClaimFilter, ClaimRequest, Claimed, Event, EventKind, Fence, Job, JobId, JobState, Lease,
     ListFilter, ListOrder, Liveness, LivenessJudge, NewJob, Owner, Policy, Reclaim, Store,
-    Timestamp,
+    StoreError, Timestamp,
 };
 
 use crate::OpenFn;
@@ -256,6 +256,23 @@ pub fn secs(n: u64) -> Duration {
 /// A shell job running `command` in `/tmp`.
 pub fn shell(command: &str) -> NewJob {
     NewJob::shell(command, "/tmp")
+}
+
+/// The place and cause of a batch's refusal: `err` must be
+/// [`StoreError::InBatch`] (`push_many` and `restore_many` name the element
+/// they refused, from 0, so a caller can name the line), and the cause must
+/// be `InvalidInput`. `what` names the case in the failure message.
+pub fn refused_in_batch<T: std::fmt::Debug>(
+    out: &Result<T, StoreError>,
+    what: &str,
+) -> (usize, String) {
+    match out {
+        Err(StoreError::InBatch { index, error }) => match &**error {
+            StoreError::InvalidInput(m) => (*index, m.clone()),
+            other => panic!("{what}: refused with {other:?}, not InvalidInput"),
+        },
+        other => panic!("{what}: expected InBatch {{ index, InvalidInput }}, got {other:?}"),
+    }
 }
 
 /// Job `id` as the store has it now.

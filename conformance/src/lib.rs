@@ -77,7 +77,7 @@ use std::sync::Arc;
 
 pub use harness::{
     Harness, TestJudge, assert_all_trails_consistent, assert_trail_consistent, event_kinds, job,
-    secs, shell, snapshot,
+    refused_in_batch, secs, shell, snapshot,
 };
 use slothqueue_core::{Policy, Store, StoreError};
 

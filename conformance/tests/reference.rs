@@ -3,6 +3,12 @@
 //! appended under an exclusive file lock by every call) must pass every scenario,
 //! including the multi-process ones. A scenario that fails here is a bug in
 //! the scenario (or in core), not in a backend.
+//!
+//! Dependencies follow core's rule the way a backend must: the in-memory
+//! state is a [`machine::Graph`], parents are resolved at push, and every
+//! transition written goes through [`machine::plan_with_dependents`], whose
+//! writes (the job's own, then its dependents') are applied in order, each
+//! checked against the job as planned from.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
@@ -13,11 +19,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use slothqueue_core::machine::{self, PushPlan, Transition};
+use slothqueue_core::machine::{self, Graph, PlannedWrite, PushPlan, Transition};
 use slothqueue_core::{
     ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job, JobId, JobState,
-    ListFilter, ListOrder, NewJob, Policy, PurgeFilter, Pushed, RunnerRecord, Stats, Store,
-    StoreError, Timestamp,
+    ListFilter, ListOrder, NewJob, Policy, PurgeFilter, Pushed, RunnerRecord, SettledAndClaimed,
+    Settlement, Stats, Store, StoreError, Timestamp,
 };
 
 /// One line of the append-only log: a job written whole with the events
@@ -99,31 +105,145 @@ impl State {
         self.record(Record::Job(Box::new(t.job), t.events));
     }
 
-    fn job(&self, id: JobId) -> Result<&Job, StoreError> {
+    fn existing(&self, id: JobId) -> Result<&Job, StoreError> {
         self.jobs.get(&id).ok_or(StoreError::NotFound(id))
     }
 
-    fn push(&mut self, new: &NewJob, now: Timestamp, policy: &Policy) -> Pushed {
+    /// Writes the plan of `before → t`: the job's own write and every
+    /// dependent's, in order, each only if the job is still as planned from
+    /// (it always is here, under the lock; a backend's write is conditional
+    /// the same way). Returns the job as written.
+    fn write(&mut self, before: Job, t: Transition, now: Timestamp) -> Result<Job, StoreError> {
+        let id = before.id;
+        let plan = machine::plan_with_dependents(self, before, t, now)?;
+        self.write_plan(plan);
+        self.existing(id).cloned()
+    }
+
+    fn write_plan(&mut self, plan: Vec<PlannedWrite>) {
+        for w in plan {
+            assert_eq!(
+                self.jobs.get(&w.before.id),
+                Some(&w.before),
+                "a write planned from a stale job"
+            );
+            self.apply(w.after);
+        }
+    }
+
+    fn push(
+        &mut self,
+        new: &NewJob,
+        now: Timestamp,
+        policy: &Policy,
+    ) -> Result<Pushed, StoreError> {
+        let parents = machine::resolve_parents(self, new)?;
         let id = self.next_id.max(1);
-        let holder = new.idempotency_key.as_ref().and_then(|k| {
-            self.jobs.values().find(|j| j.idempotency_key.as_ref() == Some(k)).cloned()
-        });
+        let holder = match &new.idempotency_key {
+            Some(k) => self.key_holder(k)?,
+            None => None,
+        };
         match machine::plan_push(new, holder.as_ref(), id, now) {
             PushPlan::Duplicate(old) => {
-                Pushed { job: self.jobs[&old].clone(), created: false, superseded: None }
+                Ok(Pushed { job: self.existing(old)?.clone(), created: false, superseded: None })
             }
             PushPlan::Insert { displaced, superseded } => {
-                if let Some(d) = displaced {
-                    self.apply(*d);
+                if let (Some(d), Some(before)) = (displaced, holder) {
+                    self.write(before, *d, now)?;
                 }
-                let t = machine::create(id, new, &[], now, policy);
+                // The displaced holder may be one of the parents, and may
+                // have just been cancelled: create from them as they are now.
+                let parents: Vec<Job> = parents
+                    .iter()
+                    .map(|p| self.existing(p.id).cloned())
+                    .collect::<Result<_, _>>()?;
+                let t = machine::create(id, new, &parents, now, policy);
                 let job = t.job.clone();
                 self.apply(t);
                 self.record(Record::NextId(id + 1));
-                Pushed { job, created: true, superseded }
+                Ok(Pushed { job, created: true, superseded })
             }
         }
     }
+
+    /// The claim's transaction: the running jobs and the best due pending
+    /// job to `plan_claim`, its retired jobs written with their dependents,
+    /// then the job it takes.
+    fn claim(
+        &mut self,
+        request: &ClaimRequest,
+        now: Timestamp,
+        policy: &Policy,
+    ) -> Result<Option<Claimed>, StoreError> {
+        let running: Vec<Job> =
+            self.jobs.values().filter(|j| j.state == JobState::Running).cloned().collect();
+        let best_due = self
+            .jobs
+            .values()
+            .filter(|j| j.is_due(now) && request.filter.admits(j))
+            .min_by_key(|j| j.claim_order())
+            .cloned();
+        let plan = machine::plan_claim(request, running, best_due, now, policy)?;
+        let claimed = plan.claimed();
+        for w in plan.retire.into_iter().chain(plan.take) {
+            self.write(w.before, w.after, now)?;
+        }
+        Ok(claimed)
+    }
+
+    /// Settles the attempt held under `fence`, as `complete` or `fail`.
+    fn settle(
+        &mut self,
+        id: JobId,
+        fence: &Fence,
+        settlement: &Settlement,
+        now: Timestamp,
+        policy: &Policy,
+    ) -> Result<Job, StoreError> {
+        let before = self.existing(id)?.clone();
+        let t = machine::settle(&before, fence, settlement, now, policy)?;
+        self.write(before, t, now)
+    }
+}
+
+impl State {
+    /// One job of an import, checked on its own and against the queue.
+    fn restore_one(&mut self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
+        machine::check_restore(&job, &events)?;
+        if self.jobs.contains_key(&job.id) {
+            return Err(StoreError::InvalidInput(format!("job #{} exists", job.id)));
+        }
+        let key = job.idempotency_key.as_ref();
+        if key.is_some() && self.jobs.values().any(|j| j.idempotency_key.as_ref() == key) {
+            return Err(StoreError::InvalidInput(format!("job #{}: key held", job.id)));
+        }
+        self.record(Record::NextId(self.next_id.max(job.id + 1)));
+        self.record(Record::Job(Box::new(job), events));
+        Ok(())
+    }
+}
+
+/// What the dependency rule reads: the state as this call has it so far
+/// (a batch sees its earlier jobs).
+impl Graph for State {
+    type Error = StoreError;
+
+    fn job(&mut self, id: JobId) -> Result<Option<Job>, StoreError> {
+        Ok(self.jobs.get(&id).cloned())
+    }
+
+    fn key_holder(&mut self, key: &str) -> Result<Option<Job>, StoreError> {
+        Ok(self.jobs.values().find(|j| j.idempotency_key.as_deref() == Some(key)).cloned())
+    }
+
+    fn dependents(&mut self, id: JobId) -> Result<Vec<JobId>, StoreError> {
+        Ok(self.jobs.values().filter(|j| j.after.contains(&id)).map(|j| j.id).collect())
+    }
+}
+
+/// A batch's refusal, naming the element (from 0).
+fn in_batch(index: usize) -> impl FnOnce(StoreError) -> StoreError {
+    move |e| StoreError::InBatch { index, error: Box::new(e) }
 }
 
 struct RefStore {
@@ -195,7 +315,7 @@ fn open(path: &Path, policy: Policy) -> Result<Arc<dyn Store>, StoreError> {
 impl Store for RefStore {
     async fn push(&self, new: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
         machine::validate(&new)?;
-        self.with(|st| Ok(st.push(&new, now, &self.policy)))
+        self.with(|st| st.push(&new, now, &self.policy))
     }
 
     async fn push_many(
@@ -203,10 +323,16 @@ impl Store for RefStore {
         jobs: Vec<NewJob>,
         now: Timestamp,
     ) -> Result<Vec<Pushed>, StoreError> {
-        for new in &jobs {
-            machine::validate(new)?;
+        for (i, new) in jobs.iter().enumerate() {
+            machine::validate(new).map_err(StoreError::from).map_err(in_batch(i))?;
         }
-        self.with(|st| Ok(jobs.iter().map(|n| st.push(n, now, &self.policy)).collect()))
+        self.with(|st| {
+            let mut pushed = Vec::with_capacity(jobs.len());
+            for (i, new) in jobs.iter().enumerate() {
+                pushed.push(st.push(new, now, &self.policy).map_err(in_batch(i))?);
+            }
+            Ok(pushed)
+        })
     }
 
     async fn claim(
@@ -214,22 +340,7 @@ impl Store for RefStore {
         request: &ClaimRequest,
         now: Timestamp,
     ) -> Result<Option<Claimed>, StoreError> {
-        self.with(|st| {
-            let running: Vec<Job> =
-                st.jobs.values().filter(|j| j.state == JobState::Running).cloned().collect();
-            let best_due = st
-                .jobs
-                .values()
-                .filter(|j| j.is_due(now) && request.filter.admits(j))
-                .min_by_key(|j| j.claim_order())
-                .cloned();
-            let plan = machine::plan_claim(request, running, best_due, now, &self.policy)?;
-            let claimed = plan.claimed();
-            for w in plan.retire.into_iter().chain(plan.take) {
-                st.apply(w.after);
-            }
-            Ok(claimed)
-        })
+        self.with(|st| st.claim(request, now, &self.policy))
     }
 
     async fn heartbeat(
@@ -240,8 +351,9 @@ impl Store for RefStore {
         now: Timestamp,
     ) -> Result<HeartbeatAck, StoreError> {
         self.with(|st| {
-            let (t, ack) = machine::heartbeat(st.job(id)?, fence, now, &self.policy, child_pgid)?;
-            st.apply(t);
+            let before = st.existing(id)?.clone();
+            let (t, ack) = machine::heartbeat(&before, fence, now, &self.policy, child_pgid)?;
+            st.write(before, t, now)?;
             Ok(ack)
         })
     }
@@ -253,12 +365,8 @@ impl Store for RefStore {
         done: Completion,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
-        self.with(|st| {
-            let t = machine::complete(st.job(id)?, fence, &done, now)?;
-            let job = t.job.clone();
-            st.apply(t);
-            Ok(job)
-        })
+        let settlement = Settlement::Complete(done);
+        self.with(|st| st.settle(id, fence, &settlement, now, &self.policy))
     }
 
     async fn fail(
@@ -268,52 +376,62 @@ impl Store for RefStore {
         failure: Failure,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
+        let settlement = Settlement::Fail(failure);
+        self.with(|st| st.settle(id, fence, &settlement, now, &self.policy))
+    }
+
+    async fn settle_and_claim(
+        &self,
+        id: JobId,
+        fence: &Fence,
+        settlement: Settlement,
+        next: &ClaimRequest,
+        now: Timestamp,
+    ) -> Result<SettledAndClaimed, StoreError> {
         self.with(|st| {
-            let t = machine::fail(st.job(id)?, fence, &failure, now, &self.policy)?;
-            let job = t.job.clone();
-            st.apply(t);
-            Ok(job)
+            let settled = st.settle(id, fence, &settlement, now, &self.policy)?;
+            let next = st.claim(next, now, &self.policy)?;
+            Ok(SettledAndClaimed { settled, next })
         })
     }
 
     async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError> {
         self.with(|st| {
-            let t = machine::release(st.job(id)?, fence, now)?;
-            let job = t.job.clone();
-            st.apply(t);
-            Ok(job)
+            let before = st.existing(id)?.clone();
+            let t = machine::release(&before, fence, now)?;
+            st.write(before, t, now)
         })
     }
 
     async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
         self.with(|st| {
-            let t = machine::cancel(st.job(id)?, now)?;
-            let job = t.job.clone();
-            st.apply(t);
-            Ok(job)
+            let before = st.existing(id)?.clone();
+            let t = machine::cancel(&before, now)?;
+            st.write(before, t, now)
         })
     }
 
     async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
         self.with(|st| {
-            let t = machine::retry(st.job(id)?, &[], now)?;
-            let job = t.job.clone();
-            st.apply(t);
-            Ok(job)
+            let before = st.existing(id)?.clone();
+            let parents = machine::load_parents(st, &before)?;
+            let t = machine::retry(&before, &parents, now)?;
+            st.write(before, t, now)
         })
     }
 
-    async fn dependents(&self, _id: JobId) -> Result<Vec<JobId>, StoreError> {
-        Ok(Vec::new()) // PLACEHOLDER: edges not followed yet
+    async fn dependents(&self, id: JobId) -> Result<Vec<JobId>, StoreError> {
+        // The state's map is in id order, so they come lowest first.
+        self.with(|st| Graph::dependents(st, id))
     }
 
     async fn get(&self, id: JobId) -> Result<Job, StoreError> {
-        self.with(|st| st.job(id).cloned())
+        self.with(|st| st.existing(id).cloned())
     }
 
     async fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
         self.with(|st| {
-            st.job(id)?;
+            st.existing(id)?;
             Ok(st.events.get(&id).cloned().unwrap_or_default())
         })
     }
@@ -346,6 +464,10 @@ impl Store for RefStore {
             let mut s = Stats::default();
             for j in st.jobs.values() {
                 match j.state {
+                    JobState::Pending if j.is_waiting_on_parents() => {
+                        s.pending += 1;
+                        s.waiting_on_parents += 1;
+                    }
                     JobState::Pending => s.pending += 1,
                     JobState::Running => s.running += 1,
                     JobState::Done => s.done += 1,
@@ -354,7 +476,7 @@ impl Store for RefStore {
                 }
                 if j.is_due(now) {
                     s.due_now += 1;
-                } else if j.state == JobState::Pending {
+                } else if j.state == JobState::Pending && !j.is_waiting_on_parents() {
                     s.next_due = Some(s.next_due.map_or(j.not_before, |n| n.min(j.not_before)));
                 }
             }
@@ -368,6 +490,9 @@ impl Store for RefStore {
                 .jobs
                 .values()
                 .filter_map(|j| match j.state {
+                    // A job waiting on parents wakes nobody: its parents'
+                    // ends make it due, not its time.
+                    JobState::Pending if j.is_waiting_on_parents() => None,
                     JobState::Pending => Some(j.not_before),
                     JobState::Running => j.lease.as_ref().map(|l| l.until),
                     _ => None,
@@ -386,7 +511,7 @@ impl Store for RefStore {
             for (id, attempt) in attempts {
                 let Some(job) = st.jobs.get(id).cloned() else { continue };
                 if let Some(t) = machine::reclaim_dead(&job, attempt, now) {
-                    st.apply(t);
+                    st.write(job.clone(), t, now)?;
                     swept.push(job);
                 }
             }
@@ -396,7 +521,7 @@ impl Store for RefStore {
 
     async fn purge(&self, f: &PurgeFilter) -> Result<Vec<JobId>, StoreError> {
         self.with(|st| {
-            let doomed: Vec<JobId> = st
+            let candidates: Vec<Job> = st
                 .jobs
                 .values()
                 .filter(|j| match j.state {
@@ -406,8 +531,9 @@ impl Store for RefStore {
                     }
                     _ => f.older_than.is_none_or(|o| j.finished_at.unwrap_or(j.created_at) < o),
                 })
-                .map(|j| j.id)
+                .cloned()
                 .collect();
+            let doomed = machine::plan_purge(st, candidates)?;
             for id in &doomed {
                 st.record(Record::Delete(*id));
             }
@@ -416,22 +542,21 @@ impl Store for RefStore {
     }
 
     async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
-        self.restore_many(vec![(job, events)]).await
+        // A batch of one, refused with the plain error (there is no batch
+        // to name a place in).
+        match self.restore_many(vec![(job, events)]).await {
+            Err(StoreError::InBatch { error, .. }) => Err(*error),
+            other => other,
+        }
     }
 
     async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
+        // The edges come with the jobs (`Job::after`): a parent restored
+        // later in the batch, or not at all (purged before the export), is
+        // found, or left out, by id like any other.
         self.with(|st| {
-            for (job, events) in jobs {
-                machine::check_restore(&job, &events)?;
-                if st.jobs.contains_key(&job.id) {
-                    return Err(StoreError::InvalidInput(format!("job #{} exists", job.id)));
-                }
-                let key = job.idempotency_key.as_ref();
-                if key.is_some() && st.jobs.values().any(|j| j.idempotency_key.as_ref() == key) {
-                    return Err(StoreError::InvalidInput(format!("job #{}: key held", job.id)));
-                }
-                st.record(Record::NextId(st.next_id.max(job.id + 1)));
-                st.record(Record::Job(Box::new(job), events));
+            for (i, (job, events)) in jobs.into_iter().enumerate() {
+                st.restore_one(job, events).map_err(in_batch(i))?;
             }
             Ok(())
         })

@@ -2,6 +2,15 @@
 //! with the clock moving forwards, applied to the real transitions and to a
 //! deliberately naive reference model written from the design's words. After
 //! every step the two must agree, and the invariants must hold.
+//!
+//! Jobs may be pushed after earlier ones. The model of the dependency rule
+//! is written from its words, not from `machine::after`: a job is not due
+//! until every parent is done; when a job ends failed or cancelled, every
+//! pending job waiting on it, transitively, is cancelled naming the root;
+//! a retry of the root brings back those it cancelled, unless another
+//! parent of theirs has ended, which then becomes their root. The real
+//! side writes every transition through `plan_with_dependents`, as a store
+//! does.
 
 #![allow(clippy::expect_used, reason = "a broken expectation in a test is a failure")]
 
@@ -10,10 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use slothqueue_core::machine::{self, ClaimRequest};
+use slothqueue_core::machine::{self, ClaimRequest, Graph, TransitionError};
 use slothqueue_core::{
-    Completion, Event, Failure, Fence, Job, JobState, Lease, Liveness, LivenessJudge, NewJob,
-    Owner, Policy, Timestamp,
+    Completion, Event, Failure, Fence, Job, JobId, JobState, Lease, Liveness, LivenessJudge,
+    NewJob, Owner, Policy, Timestamp,
 };
 
 /// The model's judge: the owners it declared dead are gone, the rest
@@ -26,12 +35,34 @@ impl LivenessJudge for DeadSet {
     }
 }
 
+/// The jobs as the real side has them, read by the dependency rule as a
+/// store's transaction would.
+struct Jobs<'a>(&'a [(Job, Vec<Event>)]);
+
+impl Graph for Jobs<'_> {
+    type Error = TransitionError;
+    fn job(&mut self, id: JobId) -> Result<Option<Job>, TransitionError> {
+        Ok(usize::try_from(id - 1).ok().and_then(|i| self.0.get(i)).map(|(j, _)| j.clone()))
+    }
+    fn key_holder(&mut self, key: &str) -> Result<Option<Job>, TransitionError> {
+        Ok(self
+            .0
+            .iter()
+            .map(|(j, _)| j)
+            .find(|j| j.idempotency_key.as_deref() == Some(key))
+            .cloned())
+    }
+    fn dependents(&mut self, id: JobId) -> Result<Vec<JobId>, TransitionError> {
+        Ok(self.0.iter().map(|(j, _)| j).filter(|j| j.after.contains(&id)).map(|j| j.id).collect())
+    }
+}
+
 const OWNERS: usize = 3;
 const T0: i64 = 1_700_000_000_000;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Push { priority: i32, delay_s: u8, max_attempts: u8 },
+    Push { priority: i32, delay_s: u8, max_attempts: u8, parents: Vec<usize> },
     Claim { owner: usize },
     Heartbeat { owner: usize, job: usize, stale: bool },
     Complete { owner: usize, job: usize, stale: bool },
@@ -48,7 +79,7 @@ fn op() -> impl Strategy<Value = Op> {
     let owner = 0..OWNERS;
     let job = 0usize..8;
     prop_oneof![
-        3 => (-2i32..3, 0u8..20, 1u8..4).prop_map(|(priority, delay_s, max_attempts)| Op::Push { priority, delay_s, max_attempts }),
+        4 => (-2i32..3, 0u8..20, 1u8..4, prop::collection::vec(0usize..8, 0..3)).prop_map(|(priority, delay_s, max_attempts, parents)| Op::Push { priority, delay_s, max_attempts, parents }),
         3 => owner.clone().prop_map(|owner| Op::Claim { owner }),
         2 => (owner.clone(), job.clone(), prop::bool::weighted(0.2)).prop_map(|(owner, job, stale)| Op::Heartbeat { owner, job, stale }),
         2 => (owner.clone(), job.clone(), prop::bool::weighted(0.2)).prop_map(|(owner, job, stale)| Op::Complete { owner, job, stale }),
@@ -73,6 +104,16 @@ struct Model {
     not_before: i64,
     holder: Option<(String, u32, i64)>, // owner id, attempt, lease until
     cancel_requested: bool,
+    /// The jobs it runs after, by index, each once.
+    parents: Vec<usize>,
+    /// The job (by index) whose failure cancelled it.
+    cancelled_by: Option<usize>,
+}
+
+impl Model {
+    fn ended(&self) -> bool {
+        matches!(self.state, JobState::Failed | JobState::Cancelled)
+    }
 }
 
 struct World {
@@ -123,14 +164,32 @@ impl World {
     fn apply(&mut self, op: &Op) {
         let now = self.now();
         match *op {
-            Op::Push { priority, delay_s, max_attempts } => {
+            Op::Push { priority, delay_s, max_attempts, ref parents } => {
                 let id = self.jobs.len() as i64 + 1;
-                let new = NewJob::shell("true", "/")
+                let mut new = NewJob::shell("true", "/")
                     .priority(priority)
                     .max_attempts(u32::from(max_attempts))
                     .not_before(now.saturating_add(Duration::from_secs(u64::from(delay_s))));
-                let t = machine::create(id, &new, &[], now, &self.policy);
+                let mut named: Vec<usize> = Vec::new();
+                for &p in parents {
+                    // Named by id; unknown ones are the push's refusal.
+                    new = new.after(p as i64 + 1);
+                    if p < self.jobs.len() && !named.contains(&p) {
+                        named.push(p);
+                    }
+                }
+                let resolved = machine::resolve_parents(&mut Jobs(&self.jobs), &new);
+                if parents.iter().any(|&p| p >= self.jobs.len()) {
+                    assert!(resolved.is_err(), "an unknown parent is refused");
+                    return;
+                }
+                let resolved = resolved.expect("known parents resolve");
+                let t = machine::create(id, &new, &resolved, now, &self.policy);
                 self.jobs.push((t.job, t.events));
+                // The model: cancelled at once, naming the root, when a
+                // parent has already ended; otherwise waiting (or due).
+                let first_ended = named.iter().copied().find(|&p| self.models[p].ended());
+                let cancelled_by = first_ended.map(|p| self.root(p));
                 self.models.push(Model {
                     id,
                     priority,
@@ -140,7 +199,12 @@ impl World {
                     not_before: self.now + i64::from(delay_s) * 1000,
                     holder: None,
                     cancel_requested: false,
+                    parents: named,
+                    cancelled_by,
                 });
+                if cancelled_by.is_some() {
+                    self.models[id as usize - 1].state = JobState::Cancelled;
+                }
             }
             Op::Claim { owner } => self.claim(owner),
             Op::Heartbeat { owner, job, stale } if job < self.jobs.len() => {
@@ -203,10 +267,12 @@ impl World {
             Op::Cancel { job } if job < self.jobs.len() => {
                 let r = machine::cancel(&self.jobs[job].0, now);
                 let m = &mut self.models[job];
+                let mut ended = false;
                 match m.state {
                     JobState::Pending => {
                         assert!(r.is_ok());
                         m.state = JobState::Cancelled;
+                        ended = true;
                     }
                     JobState::Running => {
                         assert!(r.is_ok());
@@ -217,21 +283,38 @@ impl World {
                 if let Ok(t) = r {
                     self.commit(job, t);
                 }
+                if ended {
+                    self.on_ended(job);
+                }
             }
             Op::Retry { job } if job < self.jobs.len() => {
-                let r = machine::retry(&self.jobs[job].0, &[], now);
+                let parents = machine::load_parents(&mut Jobs(&self.jobs), &self.jobs[job].0)
+                    .expect("parents");
+                let r = machine::retry(&self.jobs[job].0, &parents, now);
+                let parent_ended = self.models[job].parents.iter().any(|&p| self.models[p].ended());
+                let root = self.root(job);
                 let m = &mut self.models[job];
-                if matches!(m.state, JobState::Failed | JobState::Cancelled) {
+                if !m.ended() {
+                    assert!(
+                        matches!(r, Err(TransitionError::InvalidTransition { .. })),
+                        "only failed or cancelled jobs retry"
+                    );
+                } else if parent_ended {
+                    assert!(
+                        matches!(r, Err(TransitionError::InvalidJob(_))),
+                        "no retry while a parent is failed or cancelled: {r:?}"
+                    );
+                } else {
                     assert!(r.is_ok());
                     m.state = JobState::Pending;
                     m.attempts = 0;
                     m.not_before = self.now;
                     m.cancel_requested = false;
-                } else {
-                    assert!(r.is_err(), "only failed or cancelled jobs retry");
+                    m.cancelled_by = None;
                 }
                 if let Ok(t) = r {
                     self.commit(job, t);
+                    self.on_revived(root);
                 }
             }
             Op::Advance { secs } => self.now += i64::from(secs) * 1000,
@@ -266,7 +349,11 @@ impl World {
                             JobState::Pending
                         };
                         m.holder = None;
+                        let ended = m.ended();
                         self.commit(i, t);
+                        if ended {
+                            self.on_ended(i);
+                        }
                     }
                 }
             }
@@ -314,7 +401,9 @@ impl World {
         let winner = (0..self.models.len())
             .filter(|&i| {
                 let m = &self.models[i];
-                (m.state == JobState::Pending && m.not_before <= self.now)
+                (m.state == JobState::Pending
+                    && m.not_before <= self.now
+                    && m.parents.iter().all(|&p| self.models[p].state == JobState::Done))
                     || (abandoned(m) && !retiring.contains(&i))
             })
             .min_by_key(|&i| {
@@ -337,6 +426,7 @@ impl World {
             m.state = if m.cancel_requested { JobState::Cancelled } else { JobState::Failed };
             m.holder = None;
             self.commit(i, w.after);
+            self.on_ended(i);
         }
         if let Some(w) = plan.take {
             let i = index(w.before.id).expect("taken job exists");
@@ -365,13 +455,78 @@ impl World {
             if let (JobState::Pending, Some(delay)) = (next, retry_delay_ms) {
                 m.not_before = self.now + delay;
             }
+            let ended = m.ended();
             self.commit(job, t);
+            if ended {
+                self.on_ended(job);
+            }
         }
     }
 
+    /// Writes `t` as a store does: with every dependent's write the
+    /// dependency rule plans for it, each from the job as it is.
     fn commit(&mut self, job: usize, t: machine::Transition) {
-        self.jobs[job].0 = t.job;
-        self.jobs[job].1.extend(t.events);
+        let before = self.jobs[job].0.clone();
+        let plan = machine::plan_with_dependents(&mut Jobs(&self.jobs), before, t, self.now())
+            .expect("a plan over known jobs");
+        assert_eq!(
+            plan.first().map(|w| w.before.id),
+            Some(self.jobs[job].0.id),
+            "its own write first"
+        );
+        for w in plan {
+            let i = usize::try_from(w.before.id - 1).expect("an id");
+            assert_eq!(self.jobs[i].0, w.before, "a write planned from the job as it is");
+            self.jobs[i].0 = w.after.job;
+            self.jobs[i].1.extend(w.after.events);
+        }
+    }
+
+    /// The job whose failure job `i` stands for: the one that cancelled
+    /// it, or itself.
+    fn root(&self, i: usize) -> usize {
+        self.models[i].cancelled_by.unwrap_or(i)
+    }
+
+    /// The model of a failure: job `i` just ended failed or cancelled, so
+    /// every pending job with an ended parent (all of them waiting on `i`,
+    /// since none had one before) is cancelled, naming `i`'s root; in
+    /// index order, so a chain follows its parents.
+    fn on_ended(&mut self, i: usize) {
+        let root = self.root(i);
+        for j in 0..self.models.len() {
+            let blocked = self.models[j].parents.iter().any(|&p| self.models[p].ended());
+            let m = &mut self.models[j];
+            if m.state == JobState::Pending && blocked {
+                m.state = JobState::Cancelled;
+                m.cancelled_by = Some(root);
+            }
+        }
+    }
+
+    /// The model of a retry of `root`: each job it cancelled comes back
+    /// (pending, attempts reset, due now once its parents are done), unless
+    /// one of its parents is still ended, whose root it then names.
+    fn on_revived(&mut self, root: usize) {
+        for j in 0..self.models.len() {
+            if self.models[j].state != JobState::Cancelled
+                || self.models[j].cancelled_by != Some(root)
+            {
+                continue;
+            }
+            let blocker = self.models[j].parents.iter().copied().find(|&p| self.models[p].ended());
+            let new_root = blocker.map(|p| self.root(p));
+            let m = &mut self.models[j];
+            match new_root {
+                Some(r) => m.cancelled_by = Some(r),
+                None => {
+                    m.state = JobState::Pending;
+                    m.attempts = 0;
+                    m.not_before = self.now;
+                    m.cancelled_by = None;
+                }
+            }
+        }
     }
 
     fn check(&self) {
@@ -405,6 +560,43 @@ impl World {
                 "the trail replays to the state of #{}",
                 job.id
             );
+            self.check_dependencies(job, m);
+        }
+    }
+
+    /// The dependency rule's agreement and invariants for one job.
+    fn check_dependencies(&self, job: &Job, m: &Model) {
+        let id = job.id;
+        let ids = |ix: &[usize]| ix.iter().map(|&i| i as JobId + 1).collect::<Vec<_>>();
+        assert_eq!(job.after, ids(&m.parents), "parents of #{id}");
+        assert_eq!(job.cancelled_by, m.cancelled_by.map(|i| i as JobId + 1), "root of #{id}");
+        let parents: Vec<&Model> = m.parents.iter().map(|&p| &self.models[p]).collect();
+        let not_done = parents.iter().filter(|p| p.state != JobState::Done).count();
+        if job.state == JobState::Pending {
+            assert_eq!(job.pending_parents as usize, not_done, "#{id} counts its parents not done");
+            assert!(
+                parents.iter().all(|p| !p.ended()),
+                "#{id} is pending on a failed or cancelled parent: it would wait forever"
+            );
+            assert_eq!(
+                job.is_due(self.now()),
+                not_done == 0 && m.not_before <= self.now,
+                "#{id} is due exactly when its time came and its parents are done"
+            );
+        }
+        if job.state == JobState::Running {
+            assert_eq!(not_done, 0, "#{id} was claimed while waiting on a parent");
+        }
+        if let Some(r) = m.cancelled_by {
+            let root = &self.models[r];
+            assert_eq!(job.state, JobState::Cancelled, "only a cancelled job names a root");
+            assert!(
+                root.ended() && root.cancelled_by.is_none(),
+                "#{id}'s root #{} ended itself",
+                r + 1
+            );
+            let why = format!("dependency #{} {}", r + 1, root.state);
+            assert_eq!(job.last_error.as_deref(), Some(why.as_str()), "why #{id} was cancelled");
         }
     }
 }

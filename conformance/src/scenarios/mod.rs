@@ -1,6 +1,7 @@
 //! The scenarios, by area. Each is a `pub async fn name(h: &Harness)`
 //! whose doc comment states the contract it checks.
 
+pub mod after;
 pub mod cancel;
 pub mod claim;
 pub mod concurrency;
@@ -87,6 +88,21 @@ macro_rules! __with_scenarios {
             concurrency::pushes_across_handles_get_distinct_ids,
             concurrency::claim_race_across_processes_hands_each_job_once,
             concurrency::pushes_across_processes_get_distinct_ids,
+            after::a_child_waits_until_its_parent_is_done,
+            after::an_unknown_parent_is_refused_and_writes_nothing,
+            after::a_failed_parent_cancels_its_dependents_transitively,
+            after::a_cancelled_parent_cancels_its_dependents,
+            after::retry_of_the_root_brings_its_dependents_back,
+            after::a_parent_retrying_with_backoff_keeps_its_children_waiting,
+            after::a_child_pushed_after_a_failed_parent_starts_cancelled,
+            after::push_many_may_name_earlier_jobs_of_the_batch,
+            after::an_expired_lease_with_no_attempts_left_cancels_dependents,
+            after::reclaim_dead_out_of_attempts_cancels_dependents,
+            after::settle_and_claim_hands_out_the_child_it_made_ready,
+            after::purge_keeps_a_pending_parent_a_pending_child_waits_on,
+            after::restore_many_keeps_the_edges,
+            after::a_superseded_parent_cancels_its_dependents,
+            after::a_diamond_is_due_only_after_both_parents,
         ] }
     };
 }

@@ -6,7 +6,7 @@ use slothqueue_core::{
     Store, StoreError, Timestamp,
 };
 
-use crate::{Harness, event_kinds, job, secs, shell};
+use crate::{Harness, event_kinds, job, refused_in_batch, secs, shell};
 
 /// A queue with a job in every state (and a key, a delay, a runtime limit,
 /// a heartbeat's process group, a requested cancel, a runner record).
@@ -186,7 +186,8 @@ async fn assert_restored(
 /// bad job (its id already in the batch, its key held by a job in the
 /// queue or earlier in the batch, a zero id, a running job without a
 /// lease, an event of another job), wherever it stands, is refused with
-/// `InvalidInput` and leaves the queue exactly as it was; the same batch
+/// `InBatch` naming its place (from 0) around `InvalidInput`, and leaves the
+/// queue exactly as it was; the same batch
 /// without the bad job then imports whole.
 pub async fn restore_many_is_all_or_nothing(h: &Harness) {
     let src = h.store();
@@ -212,12 +213,9 @@ pub async fn restore_many_is_all_or_nothing(h: &Harness) {
 
     let with = |bad: (Job, Vec<Event>), at_end: bool| {
         let mut b = moved.clone();
-        if at_end {
-            b.push(bad)
-        } else {
-            b.insert(b.len() / 2, bad)
-        }
-        b
+        let at = if at_end { b.len() } else { b.len() / 2 };
+        b.insert(at, bad);
+        (at, b)
     };
     let plain = |id| {
         let mut j = moved[0].0.clone();
@@ -246,9 +244,9 @@ pub async fn restore_many_is_all_or_nothing(h: &Harness) {
         ("a running job without a lease", with(leaseless, false)),
         ("an event of another job", with(foreign_trail, true)),
     ];
-    for (what, bad) in bad_batches {
+    for (what, (at, bad)) in bad_batches {
         let out = dst.restore_many(bad).await;
-        assert!(matches!(out, Err(StoreError::InvalidInput(_))), "{what}: {out:?}");
+        assert_eq!(refused_in_batch(&out, what).0, at, "{what}: the bad job's place");
         assert_eq!(everything(&*dst, t).await, before, "{what}: nothing was written");
     }
 

@@ -9,7 +9,7 @@ use slothqueue_core::{
     StoreError,
 };
 
-use crate::{Harness, event_kinds, job, secs, shell};
+use crate::{Harness, event_kinds, job, refused_in_batch, secs, shell};
 
 /// A push records every field as asked (queue, kind, payload, priority,
 /// attempts, runtime, delay) with state `pending`, `attempts == 0`, the
@@ -92,7 +92,8 @@ pub async fn invalid_pushes_are_rejected_and_write_nothing(h: &Harness) {
 }
 
 /// `push_many` is all or nothing: one invalid element rejects the batch
-/// with `InvalidInput` and nothing is written; a valid batch creates every
+/// with `InBatch` naming its place (from 0) around `InvalidInput`, and
+/// nothing is written; a valid batch creates every
 /// job with increasing ids, in order. An empty batch writes nothing.
 pub async fn push_many_is_all_or_nothing(h: &Harness) {
     let s = h.store();
@@ -100,12 +101,13 @@ pub async fn push_many_is_all_or_nothing(h: &Harness) {
     let first = h.push(&*s, shell("echo before"), t).await;
 
     let batch = vec![shell("echo a"), shell("echo b").queue("no good"), shell("echo c")];
-    let err = s.push_many(batch, t).await.expect_err("an invalid element");
-    assert!(matches!(err, StoreError::InvalidInput(_)), "{err:?}");
+    let out = s.push_many(batch, t).await;
+    assert_eq!(refused_in_batch(&out, "a bad queue").0, 1);
     let all = s.list(&ListFilter::default()).await.expect("list");
     assert_eq!(all.iter().map(|j| j.id).collect::<Vec<_>>(), [first.id]);
     let batch = vec![shell("echo a"), shell("echo b"), shell("echo c").max_attempts(0)];
-    assert!(matches!(s.push_many(batch, t).await, Err(StoreError::InvalidInput(_))));
+    let out = s.push_many(batch, t).await;
+    assert_eq!(refused_in_batch(&out, "zero attempts").0, 2);
     assert_eq!(s.stats(t).await.expect("stats").pending, 1);
 
     assert!(s.push_many(Vec::new(), t).await.expect("an empty batch").is_empty());
