@@ -6,8 +6,8 @@
 //!   damaged, truncated or too-new files refused untouched, ids never
 //!   reused);
 //! - `damaged_schema`: a damaged stored schema refused at open (S16);
-//! - `fixture`: the schema-v1 fixture in `tests/data/` opens and reads back
-//!   exactly, forever;
+//! - `fixture`: the schema-v1 and v3 fixtures in `tests/data/` open and
+//!   read back exactly, forever;
 //! - `locking`: contention on the write lock (busy timeout, `Busy`, reads
 //!   going on meanwhile);
 //! - `disk_full`: a full disk fails cleanly and the handle recovers (S15);
