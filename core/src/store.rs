@@ -364,8 +364,9 @@ pub trait Store: Send + Sync {
     /// One job. `NotFound` when there is none.
     async fn get(&self, id: JobId) -> Result<Job, StoreError>;
 
-    /// The ids of the jobs that named `id` as a parent, lowest first
-    /// (empty for a job nobody waits on, or none at all).
+    /// The ids of the jobs that name `id` as a parent, lowest first: an
+    /// edge lives as long as its child, so a parent purged before its
+    /// dependents still lists them. Empty when nobody names `id`.
     async fn dependents(&self, id: JobId) -> Result<Vec<JobId>, StoreError>;
 
     /// The job's trail, oldest first. `NotFound` when there is no such job.
@@ -377,7 +378,9 @@ pub trait Store: Send + Sync {
     /// Counts per state, due now and next due.
     async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError>;
 
-    /// The earliest `not_before` of any pending job (due or not), or the
+    /// The earliest `not_before` of any pending job (due or not, but not
+    /// waiting on parents: its time is not what it waits for, and a runner
+    /// woken for it would find nothing to claim), or the
     /// earliest lease expiry of a running one, whichever comes first: when
     /// a sleeping runner should look again.
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError>;

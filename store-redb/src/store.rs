@@ -278,6 +278,10 @@ fn push_in(
     policy: &Policy,
 ) -> Result<Pushed, Failure> {
     machine::validate(new)?;
+    // Parents are resolved on the queue as it is before this push (so an
+    // unknown one is refused even for a duplicate, and the job whose key
+    // this push takes over cannot be one of them).
+    let parents = machine::resolve_parents(t, new)?;
     let holder = match &new.idempotency_key {
         Some(k) => Graph::key_holder(t, k)?,
         None => None,
@@ -291,9 +295,13 @@ fn push_in(
             if let (Some(d), Some(old)) = (displaced, holder) {
                 write_plan(t, old, *d, now)?;
             }
-            // Parents are looked up after the displaced holder is written,
-            // so they are read as this push leaves them.
-            let parents = machine::resolve_parents(t, new)?;
+            // Read again: the displaced holder's write may have changed
+            // them (a parent cancelled along with the holder's dependents).
+            let mut fresh = Vec::with_capacity(parents.len());
+            for p in &parents {
+                fresh.extend(Graph::job(t, p.id)?);
+            }
+            let parents = fresh;
             let created = machine::create(id, new, &parents, now, policy);
             t.put(None, Some(&created.job))?;
             t.append(&created.events)?;
@@ -632,11 +640,8 @@ impl Store for RedbStore {
     async fn dependents(&self, id: JobId) -> Result<Vec<JobId>, StoreError> {
         self.blocking(move |i| {
             i.read(|txn| {
-                // A parent purged before its children has none: its
-                // children's edges stay until they go themselves.
-                if txn.open_table(JOBS)?.get(id)?.is_none() {
-                    return Ok(Vec::new());
-                }
+                // A parent purged before its children still lists them:
+                // an edge lives as long as its child.
                 dependents_in(&txn.open_table(EDGES)?, id)
             })
         })

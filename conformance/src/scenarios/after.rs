@@ -560,6 +560,45 @@ pub async fn a_superseded_parent_cancels_its_dependents(h: &Harness) {
     assert_waiting(&*s, waiting.id, 0).await;
 }
 
+/// A job may not wait on the job whose idempotency key it takes over (by
+/// key or by id): that push would cancel the very parent it waits on. It
+/// is refused with `InvalidInput` and nothing is written: the holder keeps
+/// its key and stays pending. Parents are checked on the queue as it is
+/// before the push, so an unknown parent is refused even when the push
+/// would otherwise be a duplicate.
+pub async fn a_job_cannot_wait_on_the_job_it_replaces(h: &Harness) {
+    let s = h.store();
+    let t = h.start();
+    let old = h.push_keyed(&*s, "echo v1", "deploy", t).await;
+    let before = snapshot(&*s, old.id).await;
+    for parent in [slothqueue_core::Parent::Key("deploy".into()), old.id.into()] {
+        let err = s.push(shell("echo v2").key("deploy").after(parent), t).await.unwrap_err();
+        assert!(matches!(err, StoreError::InvalidInput(_)), "{err:?}");
+    }
+    let dup = s.push(shell("echo v1").key("deploy").after(999), t).await.unwrap_err();
+    assert!(matches!(dup, StoreError::InvalidInput(_)), "{dup:?}");
+    assert_eq!(snapshot(&*s, old.id).await, before, "nothing was written");
+    assert_eq!(s.list(&ListFilter::default()).await.expect("list").len(), 1);
+    assert_eq!(job(&*s, old.id).await.state, JobState::Pending);
+}
+
+/// An edge lives as long as its child: once a `done` parent is purged,
+/// `dependents` of its id still lists the children left behind, and the
+/// children keep naming it in `after` (nothing waits on it any more).
+pub async fn dependents_outlive_a_purged_parent(h: &Harness) {
+    let s = h.store();
+    let t = h.start();
+    let parent = h.push(&*s, shell("echo parent"), t).await;
+    let child = h.push(&*s, shell("echo child").after(parent.id), t).await;
+    run_ok(h, &*s, parent.id, t).await;
+    let purged = s.purge(&PurgeFilter::default()).await.expect("purge");
+    assert_eq!(purged, [parent.id]);
+    assert_eq!(s.dependents(parent.id).await.expect("dependents"), [child.id]);
+    let left = job(&*s, child.id).await;
+    assert_eq!((left.after.as_slice(), left.pending_parents), (&[parent.id][..], 0));
+    assert!(left.is_due(t));
+}
+
 /// A job with two parents (a diamond's bottom) counts both, names each
 /// once however often it is named (by id and by key), and is due only
 /// after both are `done`, whichever finishes first.

@@ -103,6 +103,8 @@ macro_rules! __with_scenarios {
             after::restore_many_keeps_the_edges,
             after::a_superseded_parent_cancels_its_dependents,
             after::a_diamond_is_due_only_after_both_parents,
+            after::a_job_cannot_wait_on_the_job_it_replaces,
+            after::dependents_outlive_a_purged_parent,
         ] }
     };
 }

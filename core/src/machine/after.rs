@@ -42,8 +42,11 @@ pub trait Graph {
 }
 
 /// The parents a new job names, looked up: each must exist (by id, or as
-/// the holder of a key), so no cycle can form. Refused, naming the first
-/// missing one, with [`TransitionError::InvalidJob`]. Duplicates count once.
+/// the holder of a key), so no cycle can form, and none may hold the new
+/// job's own idempotency key. Refused, naming the first bad one, with
+/// [`TransitionError::InvalidJob`]. Duplicates count once. A store calls it
+/// before [`plan_push`](super::plan_push), on the queue as it is before
+/// this push.
 pub fn resolve_parents<G: Graph>(g: &mut G, new: &NewJob) -> Result<Vec<Job>, G::Error> {
     if new.after.len() > MAX_PARENTS {
         return Err(invalid(format!("a job may wait on at most {MAX_PARENTS} jobs")).into());
@@ -61,6 +64,16 @@ pub fn resolve_parents<G: Graph>(g: &mut G, new: &NewJob) -> Result<Vec<Job>, G:
             })
             .into());
         };
+        // The holder of this job's own key is the job this push would
+        // replace (or return, unchanged): waiting on it would wait on a job
+        // the push itself cancels.
+        if new.idempotency_key.is_some() && job.idempotency_key == new.idempotency_key {
+            return Err(invalid(format!(
+                "--after {p}: job #{} holds this job's own key; a job cannot wait on the job it replaces",
+                job.id
+            ))
+            .into());
+        }
         if !parents.iter().any(|j| j.id == job.id) {
             parents.push(job);
         }
@@ -523,6 +536,17 @@ mod tests {
         assert_eq!(e.to_string(), "invalid job: --after 9: no job #9");
         let e = resolve_parents(&mut m, &shell("x").after("build")).unwrap_err();
         assert!(e.to_string().contains("no job holds the key `build`"), "{e}");
+    }
+
+    #[test]
+    fn a_job_cannot_wait_on_the_job_it_replaces() {
+        let mut m = Mem::default();
+        let old = m.push(shell("v1").key("k"));
+        for parent in [Parent::Key("k".into()), Parent::Id(old)] {
+            let e = resolve_parents(&mut m, &shell("v2").key("k").after(parent)).unwrap_err();
+            assert!(e.to_string().contains("cannot wait on the job it replaces"), "{e}");
+        }
+        assert!(resolve_parents(&mut m, &shell("other").key("j").after("k")).is_ok());
     }
 
     #[test]
