@@ -61,7 +61,7 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Queue a shell command (or, with --kind, a job for a handler).
+    /// Queue a shell command (with --kind, a handler job; with --stdin, one job a line).
     #[command(allow_negative_numbers = true)]
     Add(AddArgs),
     /// Run due jobs one at a time, politely, until none is due.
@@ -169,6 +169,22 @@ pub struct AddArgs {
     /// from your environment is recorded.
     #[arg(long, short = 'e', value_name = "K=V")]
     pub env: Vec<String>,
+
+    /// Run only once this job is done (repeatable, or comma-separated):
+    /// `12` or `#12` is a job id, anything else the idempotency key of a
+    /// job. If it fails or is cancelled, this job is cancelled too, and a
+    /// `retry` of it brings this one back (docs/workflows.md).
+    #[arg(long, value_name = "ID|KEY", value_delimiter = ',', value_parser = super::spec::parse_parent)]
+    pub after: Vec<slothqueue::core::Parent>,
+
+    /// Read one job a line from stdin and add them all in one transaction
+    /// (all or nothing; an error names its line): a shell command, or a
+    /// JSON object with add's fields, `{"command": "make", "key": "build",
+    /// "after": [12, "setup"]}` (docs/workflows.md lists them). Blank lines
+    /// and lines starting with `#` are skipped. The other flags given here
+    /// are defaults for every line; a line's own field replaces them.
+    #[arg(long, conflicts_with_all = ["command", "kind", "payload", "key"])]
+    pub stdin: bool,
 }
 
 /// `run`.
