@@ -209,36 +209,12 @@ pub fn plain_name(flag: &str, value: &str) -> Result<(), String> {
     }
 }
 
-/// `--after` and a line's `after` entries given as text: `12` or `#12` is
-/// a job id, anything else the idempotency key of a job.
-pub fn parse_parent(s: &str) -> Result<Parent, String> {
-    let digits = s.strip_prefix('#').unwrap_or(s);
-    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-        return super::args::parse_id(s).map(Parent::Id);
-    }
-    if s.is_empty() {
-        return Err("an empty --after: give a job id (12 or #12) or an idempotency key".to_owned());
-    }
-    Ok(Parent::Key(s.to_owned()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn here() -> std::io::Result<PathBuf> {
         Ok(PathBuf::from("/work"))
-    }
-
-    #[test]
-    fn ids_and_keys_are_told_apart() {
-        assert_eq!(parse_parent("12"), Ok(Parent::Id(12)));
-        assert_eq!(parse_parent("#12"), Ok(Parent::Id(12)));
-        assert_eq!(parse_parent("build-7"), Ok(Parent::Key("build-7".into())));
-        assert_eq!(parse_parent("12a"), Ok(Parent::Key("12a".into())));
-        assert!(parse_parent("0").is_err(), "0 looks like an id and is not one");
-        assert!(parse_parent("#0").is_err());
-        assert!(parse_parent("").is_err());
     }
 
     #[test]
