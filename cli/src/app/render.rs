@@ -379,6 +379,49 @@ mod tests {
     }
 
     #[test]
+    fn jobs_are_named_by_key_when_they_have_one_and_lists_are_cut_short() {
+        let policy = slothqueue::Policy::default();
+        let now = Timestamp::from_millis(1_700_000_000_000);
+        let new = |key: Option<&str>| {
+            let mut n = slothqueue::NewJob::shell("true", "/");
+            n.idempotency_key = key.map(str::to_owned);
+            n
+        };
+        let plain = slothqueue::core::machine::create(12, &new(None), &[], now, &policy).job;
+        let keyed =
+            slothqueue::core::machine::create(31, &new(Some("build-7")), &[], now, &policy).job;
+        let waiting = slothqueue::core::machine::create(
+            40,
+            &new(None).after(12),
+            std::slice::from_ref(&plain),
+            now,
+            &policy,
+        )
+        .job;
+        assert_eq!(job_ref(&plain), "#12 (pending)");
+        assert_eq!(job_ref(&keyed), "key build-7 (#31, pending)");
+        assert_eq!(job_ref(&waiting), "#40 (waiting)");
+        let three = [plain.clone(), keyed.clone(), waiting.clone()];
+        assert_eq!(job_list(&three[..1], 1, 5), "#12 (pending)");
+        assert_eq!(
+            job_list(&three, 3, 5),
+            "#12 (pending), key build-7 (#31, pending) and #40 (waiting)"
+        );
+        assert_eq!(job_list(&three, 9, 2), "#12 (pending), key build-7 (#31, pending) and 7 more");
+        assert_eq!(waiting_on(&waiting, &three[..1]), "waiting on #12 (pending)");
+        assert!(cancelled_by(&waiting).is_none(), "only a job a dependency cancelled");
+    }
+
+    #[test]
+    fn status_says_how_many_pending_jobs_wait_on_parents_only_when_some_do() {
+        let now = Timestamp::from_millis(1_700_000_000_000);
+        let mut s = Stats { pending: 3, ..Stats::default() };
+        assert!(stats(&s, now).starts_with("pending: 3\nrunning: 0\n"));
+        s.waiting_on_parents = 2;
+        assert!(stats(&s, now).starts_with("pending: 3 (2 waiting on parents)\nrunning: 0\n"));
+    }
+
+    #[test]
     fn long_commands_are_truncated_to_the_width() {
         assert_eq!(truncate("abcdefgh", Some(5)), "abcd…");
         assert_eq!(truncate("abc", Some(5)), "abc");

@@ -129,6 +129,28 @@ both_backends! {
         }
     }
 
+    fn cancelling_a_parent_takes_its_dependents_along_and_retry_brings_them_back(ctx) {
+        let load = ctx.calm_load();
+        ctx.ok(&["add", "true", "--key", "a"]);
+        ctx.ok(&["add", "true", "--after", "a"]);
+        ctx.ok(&["add", "true", "--after", "2"]);
+        assert_eq!(
+            ctx.ok(&["cancel", "1"]),
+            "cancelled job #1, and with it 2 jobs that waited on it: #2 (cancelled) and #3 (cancelled) (`slothqueue retry 1` brings them back)\n"
+        );
+        assert_eq!((ctx.job(3).state, ctx.job(3).cancelled_by), (JobState::Cancelled, Some(1)));
+        assert_eq!(
+            ctx.ok(&["retry", "1"]),
+            "job #1 is pending again (attempts reset); back with it: 2 jobs it had cancelled, #2 (waiting) and #3 (waiting)\n"
+        );
+        ctx.ok(&["run", "--load-file", load]);
+        assert_eq!(
+            ctx.ok(&["add", "true", "--after", "a,3"]),
+            "added job #4 (priority 0, max runtime 300s)\nafter key a (#1, done) and #3 (done): all done already\n"
+        );
+        assert!(ctx.job(4).is_due(slothqueue::Timestamp::from_millis(i64::MAX)));
+    }
+
     fn an_unknown_parent_is_refused_and_writes_nothing(ctx) {
         ctx.ok(&["add", "true", "--key", "there"]);
         let before = ctx.ok(&["export"]);
