@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use slothqueue::core::Parent;
 use slothqueue::{Backend, JobId, JobState};
 
 use super::duration;
@@ -61,7 +62,7 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Queue a shell command (or, with --kind, a job for a handler).
+    /// Queue a shell command (with --kind, a handler job; with --stdin, one job a line).
     #[command(allow_negative_numbers = true)]
     Add(AddArgs),
     /// Run due jobs one at a time, politely, until none is due.
@@ -169,6 +170,22 @@ pub struct AddArgs {
     /// from your environment is recorded.
     #[arg(long, short = 'e', value_name = "K=V")]
     pub env: Vec<String>,
+
+    /// Run only once this job is done (repeatable, or comma-separated):
+    /// `12` or `#12` is a job id, anything else the idempotency key of a
+    /// job. If it fails or is cancelled, this job is cancelled too, and a
+    /// `retry` of it brings this one back (docs/workflows.md).
+    #[arg(long, value_name = "ID|KEY", value_delimiter = ',', value_parser = parse_parent)]
+    pub after: Vec<Parent>,
+
+    /// Read one job a line from stdin and add them all in one transaction
+    /// (all or nothing; an error names its line): a shell command, or a
+    /// JSON object with add's fields, `{"command": "make", "key": "build",
+    /// "after": [12, "setup"]}` (docs/workflows.md lists them). Blank lines
+    /// and lines starting with `#` are skipped. The other flags given here
+    /// are defaults for every line; a line's own field replaces them.
+    #[arg(long, conflicts_with_all = ["command", "kind", "payload", "key"])]
+    pub stdin: bool,
 }
 
 /// `run`.
@@ -352,6 +369,19 @@ pub fn parse_id(s: &str) -> Result<JobId, String> {
     }
 }
 
+/// `--after`: `12` or `#12` is a job id, anything else the idempotency
+/// key of a job.
+fn parse_parent(s: &str) -> Result<Parent, String> {
+    let digits = s.strip_prefix('#').unwrap_or(s);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        return parse_id(s).map(Parent::Id);
+    }
+    if s.is_empty() {
+        return Err("an empty --after: give a job id (12 or #12) or an idempotency key".to_owned());
+    }
+    Ok(Parent::Key(s.to_owned()))
+}
+
 fn parse_attempts(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
         Ok(0) => Err("max attempts must be at least 1".to_owned()),
@@ -407,6 +437,17 @@ mod tests {
         for bad in ["0", "-1", "abc", "", "#", "+3", "1.0", "99999999999999999999"] {
             assert!(parse_id(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn ids_and_keys_are_told_apart() {
+        assert_eq!(parse_parent("12"), Ok(Parent::Id(12)));
+        assert_eq!(parse_parent("#12"), Ok(Parent::Id(12)));
+        assert_eq!(parse_parent("build-7"), Ok(Parent::Key("build-7".into())));
+        assert_eq!(parse_parent("12a"), Ok(Parent::Key("12a".into())));
+        assert!(parse_parent("0").is_err(), "0 looks like an id and is not one");
+        assert!(parse_parent("#0").is_err());
+        assert!(parse_parent("").is_err());
     }
 
     #[test]

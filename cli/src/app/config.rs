@@ -12,11 +12,12 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use slothqueue::core::{DEFAULT_MAX_RUNTIME, machine};
-use slothqueue::{Backend, JobId, ListFilter, ListOrder, NewJob, Timestamp};
+use slothqueue::{Backend, JobId, ListFilter, ListOrder, NewJob};
 
 use super::args::{self, Cli, Order};
 use super::exit::usage;
+pub use super::spec::When;
+use super::spec::{self, JobSpec, Source};
 use super::time;
 
 /// Rows `list` shows unless asked for more.
@@ -45,6 +46,8 @@ pub struct Config {
 pub enum Command {
     /// Push one job.
     Add(AddConfig),
+    /// Push the jobs of stdin's lines, all or none.
+    AddStdin(StdinConfig),
     /// Run jobs.
     Run(RunConfig),
     /// Counts and runners.
@@ -100,15 +103,14 @@ pub struct ServeConfig {
     pub load_ceiling: Option<f64>,
 }
 
-/// When a new job becomes due.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum When {
-    /// At once.
-    Now,
-    /// This long after the push.
-    After(Duration),
-    /// At this instant.
-    At(Timestamp),
+/// `add --stdin`: the flags, checked, as the defaults of every line (the
+/// lines are read and checked by the command, before anything is opened).
+#[derive(Debug)]
+pub struct StdinConfig {
+    /// What every line starts from.
+    pub defaults: JobSpec,
+    /// The current directory, a plain line's `cwd`.
+    pub current_dir: std::io::Result<PathBuf>,
 }
 
 /// `add`, validated.
@@ -198,7 +200,7 @@ impl Config {
             })?,
         };
         let command = match cli.command {
-            args::Command::Add(a) => Command::Add(add_config(a, env)?),
+            args::Command::Add(a) => add_command(a, env)?,
             args::Command::Run(r) => Command::Run(run_config(r)?),
             args::Command::Status => Command::Status,
             args::Command::List(l) => Command::List(list_filter(l)?),
@@ -264,94 +266,61 @@ fn expand_home(path: PathBuf, env: &Env) -> anyhow::Result<PathBuf> {
 }
 
 fn plain_name(flag: &str, value: &str) -> anyhow::Result<()> {
-    if machine::is_plain_name(value) {
-        Ok(())
-    } else {
-        Err(usage(format!(
-            "{flag} `{value}` is not a plain name: use 1 to {} letters, digits, `-`, `_` or `.`, not starting with `.`",
-            machine::MAX_NAME_LEN
-        )))
-    }
+    spec::plain_name(flag, value).map_err(usage)
 }
 
-fn add_config(a: args::AddArgs, env: &Env) -> anyhow::Result<AddConfig> {
-    let mut job = match (a.command, a.kind, a.payload) {
-        (Some(_), Some(_), _) => {
-            return Err(usage(
-                "give either a command or --kind with --payload, not both (a handler job has no command)",
-            ));
-        }
-        (None, Some(kind), payload) => {
-            if kind == slothqueue::core::SHELL_KIND {
-                return Err(usage(
-                    "--kind shell is what a command already is: give the command as CMD instead",
-                ));
-            }
-            plain_name("--kind", &kind)?;
-            let text = payload.unwrap_or_else(|| "{}".to_owned());
-            let payload: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| usage(format!("--payload is not valid JSON ({e})")))?;
-            if !a.env.is_empty() {
-                return Err(usage(
-                    "--env is for shell commands; put a handler's settings in --payload",
-                ));
-            }
-            NewJob::new(kind, payload)
-        }
-        (Some(command), None, _) => {
-            if command.trim().is_empty() {
-                return Err(usage("the command is empty: give a shell command like 'make test'"));
-            }
-            let cwd = env.cwd.as_ref().map_err(|e| {
-                usage(format!(
-                    "cannot record the current directory ({e}); cd somewhere that exists"
-                ))
-            })?;
-            let cwd = cwd.to_str().ok_or_else(|| {
-                usage(format!(
-                    "the current directory {} is not valid UTF-8; run add from another directory",
-                    cwd.display()
-                ))
-            })?;
-            let mut vars = BTreeMap::new();
-            for pair in &a.env {
-                let (k, v) = parse_env_pair(pair)?;
-                vars.insert(k, serde_json::Value::String(v));
-            }
-            let mut job = NewJob::shell(command, cwd);
-            job.payload["env"] = serde_json::Value::Object(vars.into_iter().collect());
-            job
-        }
-        (None, None, _) => {
-            return Err(usage(
-                "add needs a command: slothqueue add 'make test' (or a handler job: --kind K --payload JSON)",
-            ));
-        }
+/// The flags of `add` as one [`JobSpec`]: the job itself, or (with
+/// `--stdin`) the defaults every line starts from.
+fn add_spec(a: args::AddArgs) -> anyhow::Result<JobSpec> {
+    let payload = match a.payload {
+        Some(text) => Some(
+            serde_json::from_str(&text)
+                .map_err(|e| usage(format!("--payload is not valid JSON ({e})")))?,
+        ),
+        None => None,
     };
-    if let Some(q) = a.queue {
-        plain_name("--queue", &q)?;
-        job.queue = q;
+    let mut env = BTreeMap::new();
+    for pair in &a.env {
+        let (k, v) = parse_env_pair(pair)?;
+        env.insert(k, v);
     }
-    job.priority = a.priority.unwrap_or(0);
-    job.max_attempts = a.max_attempts;
-    job.max_runtime = a.max_runtime.map_or(Some(DEFAULT_MAX_RUNTIME), |m| m.0);
-    if let Some(key) = a.key {
-        if key.is_empty() || key.len() > machine::MAX_NAME_LEN || key.chars().any(char::is_control)
-        {
-            return Err(usage(format!(
-                "--key must be 1 to {} printable characters",
-                machine::MAX_NAME_LEN
-            )));
-        }
-        job.idempotency_key = Some(key);
-    }
-    machine::validate(&job).map_err(|e| usage(e.to_string()))?;
     let when = match (a.delay, a.at) {
         (Some(d), _) => When::After(d),
         (None, Some(t)) => When::At(time::to_stamp(t)),
         (None, None) => When::Now,
     };
-    Ok(AddConfig { job, when })
+    Ok(JobSpec {
+        command: a.command,
+        kind: a.kind,
+        payload,
+        priority: a.priority,
+        max_runtime: a.max_runtime.map(|m| m.0),
+        max_attempts: a.max_attempts,
+        when,
+        key: a.key,
+        queue: a.queue,
+        env,
+        cwd: None,
+        after: a.after,
+    })
+}
+
+fn add_command(a: args::AddArgs, env: &Env) -> anyhow::Result<Command> {
+    let stdin = a.stdin;
+    let spec = add_spec(a)?;
+    if stdin {
+        // The defaults must be sound on their own (a bad --queue is the
+        // flag's fault, not line 1's): check them as a shell job would be.
+        let probe = JobSpec { command: Some("true".to_owned()), ..spec.clone() };
+        spec::build(probe, Source::Flags, &Ok(PathBuf::from("/"))).map_err(usage)?;
+        let current_dir = match &env.cwd {
+            Ok(p) => Ok(p.clone()),
+            Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+        };
+        return Ok(Command::AddStdin(StdinConfig { defaults: spec, current_dir }));
+    }
+    let (job, when) = spec::build(spec, Source::Flags, &env.cwd).map_err(usage)?;
+    Ok(Command::Add(AddConfig { job, when }))
 }
 
 fn parse_env_pair(pair: &str) -> anyhow::Result<(String, String)> {
@@ -448,6 +417,7 @@ pub fn log_dir(db: &Path) -> PathBuf {
 mod tests {
     use super::*;
     use clap::Parser;
+    use slothqueue::core::DEFAULT_MAX_RUNTIME;
 
     fn env() -> Env {
         Env {

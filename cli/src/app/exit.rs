@@ -50,6 +50,20 @@ pub struct UsageError(pub String);
 #[error("{0}")]
 pub struct NotFound(pub String);
 
+/// A store's refusal of one job of a batch, named by the line of the
+/// input it came from (`add --stdin`, `import`): `line 500: --after 99: no
+/// job #99`. The refusal stays its cause, so it decides the exit code, and
+/// [`report`] says it once.
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}: {source}; nothing was written")]
+pub struct AtLine {
+    /// The input's line, from 1.
+    pub line: usize,
+    /// Why the store refused it.
+    #[source]
+    pub source: StoreError,
+}
+
 /// Shorthand for a usage error.
 pub fn usage(message: impl Into<String>) -> anyhow::Error {
     UsageError(message.into()).into()
@@ -98,6 +112,7 @@ pub fn code_for(err: &anyhow::Error) -> Code {
 
 fn store_code(e: &StoreError) -> Code {
     match e {
+        StoreError::InBatch { error, .. } => store_code(error),
         StoreError::NotFound(_) => Code::NotFound,
         StoreError::LeaseLost { .. } | StoreError::InvalidTransition { .. } => Code::NotAllowed,
         StoreError::InvalidInput(_) => Code::Usage,
@@ -220,6 +235,21 @@ mod tests {
                 Code::Success,
             ),
             (anyhow::anyhow!("something else"), Code::Failure),
+            (
+                StoreError::InBatch {
+                    index: 4,
+                    error: Box::new(StoreError::InvalidInput("--after 9: no job #9".into())),
+                }
+                .into(),
+                Code::Usage,
+            ),
+            (
+                anyhow::Error::new(AtLine {
+                    line: 5,
+                    source: StoreError::InvalidInput("--after 9: no job #9".into()),
+                }),
+                Code::Usage,
+            ),
         ];
         for (err, code) in cases {
             assert_eq!(code_for(&err), code, "{err:#}");
@@ -239,6 +269,15 @@ mod tests {
         assert_eq!(line, format!("run: cannot list running jobs: {}", StoreError::NotFound(3)));
         let plain = anyhow::Error::new(StoreError::NotFound(3)).context("cannot show job #3");
         assert_eq!(one_line(&plain), format!("cannot show job #3: {}", StoreError::NotFound(3)));
+    }
+
+    #[test]
+    fn a_line_names_the_store_refusal_once() {
+        let err = anyhow::Error::new(AtLine {
+            line: 500,
+            source: StoreError::InvalidInput("--after 99: no job #99".into()),
+        });
+        assert_eq!(one_line(&err), "line 500: --after 99: no job #99; nothing was written");
     }
 
     #[test]

@@ -2,15 +2,17 @@
 //! not running yet, or who is running it.
 //!
 //! The answer is the first of these that holds, because each hides the
-//! ones after it: not due yet; no runner alive; a runner held by its gate;
-//! jobs ahead of it; the runner busy with another job. A pure function of
-//! what `show` read from the store and what the liveness judge said.
+//! ones after it: waiting on parents not done yet; not due yet; no runner
+//! alive; a runner held by its gate; jobs ahead of it; the runner busy with
+//! another job. A pure function of what `show` read from the store and what
+//! the liveness judge said. A job that a dependency's failure cancelled
+//! gets a line too: why, and which `retry` brings it back.
 
 use slothqueue::core::Liveness;
 use slothqueue::{Job, JobState, RunnerActivity, RunnerRecord, Timestamp};
 
 use super::duration::format_span;
-use super::render::one_line;
+use super::render::{self, one_line};
 use super::time::local;
 
 /// A runner as `show` and `status` see it.
@@ -91,14 +93,17 @@ pub struct Situation<'a> {
     pub lease_owner: Liveness,
     /// This host's name.
     pub this_host: &'a str,
+    /// The job's parents as the store has them now (purged ones left out).
+    pub parents: &'a [Job],
 }
 
-/// The line, or `None` for a finished job.
+/// The line, or `None` for a finished job (but one a dependency cancelled).
 pub fn why(s: &Situation<'_>) -> Option<String> {
     let job = s.job;
     match job.state {
         JobState::Running => Some(running(s)),
         JobState::Pending => Some(pending(s)),
+        JobState::Cancelled => render::cancelled_by(job).map(|b| format!("cancelled {b}")),
         _ => None,
     }
 }
@@ -135,6 +140,9 @@ fn running(s: &Situation<'_>) -> String {
 
 fn pending(s: &Situation<'_>) -> String {
     let job = s.job;
+    if job.is_waiting_on_parents() {
+        return render::waiting_on(job, s.parents);
+    }
     if job.not_before > s.now {
         let why = if job.attempts > 0 { "retrying: not due until" } else { "not due until" };
         return format!(
@@ -215,6 +223,7 @@ mod tests {
             runners,
             lease_owner: Liveness::Unknown,
             this_host: "box",
+            parents: &[],
         })
         .unwrap()
     }
@@ -286,6 +295,7 @@ mod tests {
                 runners: &[],
                 lease_owner,
                 this_host: "box",
+                parents: &[],
             })
             .unwrap()
         };
@@ -294,6 +304,73 @@ mod tests {
             line(Liveness::Gone).ends_with("the next runner ends it (cancelled) as it reclaims it"),
             "{}",
             line(Liveness::Gone)
+        );
+    }
+
+    #[test]
+    fn waiting_on_parents_comes_first_and_names_them() {
+        let policy = Policy::default();
+        let mut parent = job(NOW);
+        parent.id = 12;
+        let owner = Owner { pid: Some(42), host: "box".into(), ..Owner::named("box:42:1:ff") };
+        let request =
+            machine::ClaimRequest::new(owner, std::sync::Arc::new(slothqueue::core::ClockOnly));
+        let running = machine::plan_claim(&request, [], Some(parent.clone()), NOW, &policy)
+            .unwrap()
+            .claimed()
+            .unwrap()
+            .job;
+        let later = NOW.saturating_add(std::time::Duration::from_secs(300));
+        let child_new = NewJob::shell("true", "/").not_before(later).after(12);
+        let child =
+            machine::create(13, &child_new, std::slice::from_ref(&running), NOW, &policy).job;
+        assert!(child.is_waiting_on_parents());
+        let line = |parents: &[Job]| {
+            why(&Situation {
+                job: &child,
+                now: NOW,
+                ahead: 0,
+                runners: &[],
+                lease_owner: Liveness::Unknown,
+                this_host: "box",
+                parents,
+            })
+            .unwrap()
+        };
+        assert_eq!(
+            line(std::slice::from_ref(&running)),
+            "waiting on #12 (running, attempt 1)",
+            "before `not due until`"
+        );
+        let mut keyed = parent;
+        keyed.idempotency_key = Some("build-7".into());
+        assert_eq!(line(&[keyed]), "waiting on key build-7 (#12, pending)");
+        assert_eq!(line(&[]), "waiting on 1 parent(s) not done yet");
+    }
+
+    #[test]
+    fn a_job_cancelled_by_a_dependency_says_which_retry_brings_it_back() {
+        let policy = Policy::default();
+        let mut failed = job(NOW);
+        failed.id = 12;
+        failed.state = JobState::Failed;
+        let child_new = NewJob::shell("true", "/").after(12);
+        let child = machine::create(13, &child_new, &[failed], NOW, &policy).job;
+        assert_eq!(child.state, JobState::Cancelled);
+        let line = why(&Situation {
+            job: &child,
+            now: NOW,
+            ahead: 0,
+            runners: &[],
+            lease_owner: Liveness::Unknown,
+            this_host: "box",
+            parents: &[],
+        });
+        assert_eq!(
+            line.as_deref(),
+            Some(
+                "cancelled because dependency #12 failed: `slothqueue retry 12` runs #12 again and brings this job back"
+            )
         );
     }
 }

@@ -2,12 +2,14 @@
 //! function per command, and turn the outcome into an exit code.
 
 pub mod args;
+mod batch;
 mod commands;
 pub mod config;
 pub mod duration;
 pub mod exit;
 mod explain;
 mod render;
+pub mod spec;
 pub mod time;
 
 use std::process::ExitCode;

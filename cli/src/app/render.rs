@@ -138,7 +138,14 @@ pub fn job_details(job: &Job, now: Timestamp, color: bool) -> String {
     if let Some(k) = &job.idempotency_key {
         let _ = writeln!(out, "key:          {}", one_line(k));
     }
-    if job.state == JobState::Pending {
+    if job.is_waiting_on_parents() {
+        let not_before = if job.not_before > now {
+            format!(", and not before {}", due(job, now))
+        } else {
+            String::new()
+        };
+        let _ = writeln!(out, "due:          once its parents are done{not_before}");
+    } else if job.state == JobState::Pending {
         let _ = writeln!(out, "due:          {}", due(job, now));
     }
     if let Some(code) = job.exit_code {
@@ -151,6 +158,67 @@ pub fn job_details(job: &Job, now: Timestamp, color: bool) -> String {
         let _ = writeln!(out, "last error:   {}", one_line(e));
     }
     out
+}
+
+/// The word for a job's state in tables and parent lists: `waiting` for
+/// a pending job that waits on parents, else the state.
+pub fn state_word(job: &Job) -> &'static str {
+    if job.is_waiting_on_parents() { "waiting" } else { job.state.as_str() }
+}
+
+/// A job named as a parent or dependent: `#12 (running, attempt 2)`, or by
+/// its key when it has one, `key build-7 (#31, pending)`.
+pub fn job_ref(job: &Job) -> String {
+    let mut state = state_word(job).to_owned();
+    if job.state == JobState::Running {
+        let attempt = job.lease.as_ref().map_or(job.attempts, |l| l.attempt);
+        let _ = write!(state, ", attempt {attempt}");
+    }
+    match &job.idempotency_key {
+        Some(k) => format!("key {} (#{}, {state})", one_line(k), job.id),
+        None => format!("#{} ({state})", job.id),
+    }
+}
+
+/// Jobs as a list: `a`, `a and b`, `a, b and c`; past `max`, `and N more`
+/// (of `total`, which may count jobs not in `jobs`).
+pub fn job_list(jobs: &[Job], total: usize, max: usize) -> String {
+    let mut names: Vec<String> = jobs.iter().take(max).map(job_ref).collect();
+    let rest = total.saturating_sub(names.len());
+    if rest > 0 {
+        names.push(format!("{rest} more"));
+    }
+    match names.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, init)) => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+/// Parents listed before their count is cut short.
+const MAX_LISTED: usize = 5;
+
+/// What a waiting job waits on: `waiting on #12 (running, attempt 2)`,
+/// from its `parents` as the store has them now (the ones not done named).
+pub fn waiting_on(job: &Job, parents: &[Job]) -> String {
+    let open: Vec<Job> = parents.iter().filter(|p| p.state != JobState::Done).cloned().collect();
+    if open.is_empty() {
+        return format!("waiting on {} parent(s) not done yet", job.pending_parents);
+    }
+    let total = open.len().max(job.pending_parents as usize);
+    format!("waiting on {}", job_list(&open, total, MAX_LISTED))
+}
+
+/// Why a job was cancelled by a dependency and how it comes back, after
+/// `cancelled`: ` because dependency #12 failed: `slothqueue retry 12` runs
+/// #12 again and brings this job back`. `None` for any other job.
+pub fn cancelled_by(job: &Job) -> Option<String> {
+    let root = job.cancelled_by.filter(|_| job.state == JobState::Cancelled)?;
+    let reason =
+        job.last_error.as_deref().map_or_else(|| format!("dependency #{root} ended"), one_line);
+    Some(format!(
+        "because {reason}: `slothqueue retry {root}` runs #{root} again and brings this job back"
+    ))
 }
 
 /// `now` or the local due time with how long until then.
@@ -166,16 +234,18 @@ pub fn due(job: &Job, now: Timestamp) -> String {
     }
 }
 
-/// `status`'s counts, one `name: n` line each, in the seed's words.
+/// `status`'s counts, one `name: n` line each, in the seed's words; the
+/// pending jobs waiting on parents said beside their count, when any.
 pub fn stats(s: &Stats, now: Timestamp) -> String {
     let mut out = String::new();
-    for (name, n) in [
-        ("pending", s.pending),
-        ("running", s.running),
-        ("done", s.done),
-        ("failed", s.failed),
-        ("cancelled", s.cancelled),
-    ] {
+    let _ = write!(out, "pending: {}", s.pending);
+    if s.waiting_on_parents > 0 {
+        let _ = write!(out, " ({} waiting on parents)", s.waiting_on_parents);
+    }
+    out.push('\n');
+    for (name, n) in
+        [("running", s.running), ("done", s.done), ("failed", s.failed), ("cancelled", s.cancelled)]
+    {
         let _ = writeln!(out, "{name}: {n}");
     }
     let _ = writeln!(out, "due now: {}", s.due_now);
@@ -205,7 +275,7 @@ pub fn table(jobs: &[Job], now: Timestamp, width: Option<usize>, color: bool) ->
         .map(|j| {
             [
                 format!("#{}", j.id),
-                j.state.as_str().to_owned(),
+                state_word(j).to_owned(),
                 j.priority.to_string(),
                 format!("{}/{}", j.attempts, j.max_attempts),
                 when(j, now),
@@ -266,6 +336,12 @@ pub fn table(jobs: &[Job], now: Timestamp, width: Option<usize>, color: bool) ->
 }
 
 fn when(job: &Job, now: Timestamp) -> String {
+    if job.is_waiting_on_parents() {
+        return match job.after.as_slice() {
+            [one] => format!("after #{one}"),
+            _ => format!("after {} jobs", job.pending_parents),
+        };
+    }
     match job.state {
         JobState::Pending if job.not_before <= now => "due now".to_owned(),
         JobState::Pending => format!("due {}", local(job.not_before, now)),
@@ -300,6 +376,49 @@ mod tests {
     #[test]
     fn control_characters_cannot_break_lines() {
         assert_eq!(one_line("a\nb\x1b[31m"), "a b [31m");
+    }
+
+    #[test]
+    fn jobs_are_named_by_key_when_they_have_one_and_lists_are_cut_short() {
+        let policy = slothqueue::Policy::default();
+        let now = Timestamp::from_millis(1_700_000_000_000);
+        let new = |key: Option<&str>| {
+            let mut n = slothqueue::NewJob::shell("true", "/");
+            n.idempotency_key = key.map(str::to_owned);
+            n
+        };
+        let plain = slothqueue::core::machine::create(12, &new(None), &[], now, &policy).job;
+        let keyed =
+            slothqueue::core::machine::create(31, &new(Some("build-7")), &[], now, &policy).job;
+        let waiting = slothqueue::core::machine::create(
+            40,
+            &new(None).after(12),
+            std::slice::from_ref(&plain),
+            now,
+            &policy,
+        )
+        .job;
+        assert_eq!(job_ref(&plain), "#12 (pending)");
+        assert_eq!(job_ref(&keyed), "key build-7 (#31, pending)");
+        assert_eq!(job_ref(&waiting), "#40 (waiting)");
+        let three = [plain.clone(), keyed.clone(), waiting.clone()];
+        assert_eq!(job_list(&three[..1], 1, 5), "#12 (pending)");
+        assert_eq!(
+            job_list(&three, 3, 5),
+            "#12 (pending), key build-7 (#31, pending) and #40 (waiting)"
+        );
+        assert_eq!(job_list(&three, 9, 2), "#12 (pending), key build-7 (#31, pending) and 7 more");
+        assert_eq!(waiting_on(&waiting, &three[..1]), "waiting on #12 (pending)");
+        assert!(cancelled_by(&waiting).is_none(), "only a job a dependency cancelled");
+    }
+
+    #[test]
+    fn status_says_how_many_pending_jobs_wait_on_parents_only_when_some_do() {
+        let now = Timestamp::from_millis(1_700_000_000_000);
+        let mut s = Stats { pending: 3, ..Stats::default() };
+        assert!(stats(&s, now).starts_with("pending: 3\nrunning: 0\n"));
+        s.waiting_on_parents = 2;
+        assert!(stats(&s, now).starts_with("pending: 3 (2 waiting on parents)\nrunning: 0\n"));
     }
 
     #[test]

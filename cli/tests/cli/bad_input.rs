@@ -62,6 +62,13 @@ const CASES: &[Case] = &[
     case(&["add", "x", "--queue", "a b"], 2, "--queue `a b`"),
     case(&["add", "x", "--env", "NOEQUALS"], 2, "--env `NOEQUALS`"),
     case(&["add", "x", "--key", ""], 2, "--key must be"),
+    case(&["add", "x", "--after", "99"], 2, "--after 99: no job #99"),
+    case(&["add", "x", "--after", "1,no-such-key"], 2, "no job holds the key `no-such-key`"),
+    case(&["add", "x", "--after", "0"], 2, "`0` is not a job id"),
+    case(&["add", "x", "--stdin"], 2, "cannot be used with"),
+    case(&["add", "--stdin", "--key", "k"], 2, "cannot be used with"),
+    case(&["add", "--stdin", "--queue", "a b"], 2, "--queue `a b`"),
+    case(&["retry", "1", "--after", "2"], 2, "unexpected argument '--after'"),
     case(&["--backend", "foo", "status"], 2, "[possible values: sqlite, redb]"),
     case(
         &["list", "--state", "nope"],

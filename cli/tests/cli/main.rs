@@ -11,6 +11,8 @@
 //! - `creation`: processes racing to create one queue (torture S17).
 //! - `read_only`: the commands that only look leave a redb file's bytes
 //!   alone (torture S16).
+//! - `workflows`: jobs that run after others (`--after`, `--stdin`), what
+//!   the looks say of them, failure and retry down a chain, export/import.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -29,3 +31,4 @@ mod signals;
 mod snapshots;
 pub mod support;
 mod usage;
+mod workflows;

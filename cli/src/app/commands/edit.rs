@@ -7,12 +7,13 @@ use std::time::Duration;
 use anyhow::Context as _;
 use slothqueue::core::Liveness;
 use slothqueue::runner::ProcJudge;
-use slothqueue::{JobId, JobState, PurgeFilter};
+use slothqueue::{JobId, JobState, PurgeFilter, Store};
 
-use super::inspect::log_file;
+use super::inspect::{jobs_by_id, log_file};
 use super::{Ctx, job_json, print_json};
 use crate::app::Outcome;
 use crate::app::exit::Code;
+use crate::app::render;
 
 /// Cancels a pending job, or asks the runner of a running one to stop it.
 pub async fn cancel(ctx: &Ctx, id: JobId) -> Outcome {
@@ -22,7 +23,18 @@ pub async fn cancel(ctx: &Ctx, id: JobId) -> Outcome {
     if ctx.json {
         print_json(&mut out, &job_json(&job, None)?)?;
     } else if job.state == JobState::Cancelled {
-        writeln!(out, "cancelled job #{id}")?;
+        let with = cancelled_under(store.as_ref(), id).await?;
+        if with.is_empty() {
+            writeln!(out, "cancelled job #{id}")?;
+        } else {
+            let listed = jobs_by_id(store.as_ref(), &with[..with.len().min(LISTED)]).await?;
+            writeln!(
+                out,
+                "cancelled job #{id}, and with it {} that waited on it: {} (`slothqueue retry {id}` brings them back)",
+                count(with.len()),
+                render::job_list(&listed, with.len(), LISTED)
+            )?;
+        }
     } else {
         let gone = job.lease.as_ref().is_some_and(|l| {
             slothqueue::core::LivenessJudge::judge(&ProcJudge::new(), l) == Liveness::Gone
@@ -45,14 +57,71 @@ pub async fn cancel(ctx: &Ctx, id: JobId) -> Outcome {
 /// Puts a failed or cancelled job back to pending, due now, attempts reset.
 pub async fn retry(ctx: &Ctx, id: JobId) -> Outcome {
     let store = ctx.open(false)?;
+    let under = cancelled_under(store.as_ref(), id).await?;
     let job = store.retry(id, ctx.now()).await?;
     let mut out = io::stdout().lock();
     if ctx.json {
         print_json(&mut out, &job_json(&job, None)?)?;
-    } else {
-        writeln!(out, "job #{id} is pending again (attempts reset)")?;
+        return Ok(Code::Success);
     }
+    let mut line = format!("job #{id} is pending again (attempts reset)");
+    if job.is_waiting_on_parents() {
+        let parents = jobs_by_id(store.as_ref(), &job.after).await?;
+        line.push_str(&format!(", {}", render::waiting_on(&job, &parents)));
+    }
+    let back: Vec<_> = jobs_by_id(store.as_ref(), &under)
+        .await?
+        .into_iter()
+        .filter(|j| j.state == JobState::Pending)
+        .collect();
+    if !back.is_empty() {
+        line.push_str(&format!(
+            "; back with it: {} it had cancelled, {}",
+            count(back.len()),
+            render::job_list(&back, back.len(), LISTED)
+        ));
+    }
+    writeln!(out, "{line}")?;
     Ok(Code::Success)
+}
+
+/// Jobs a line names before it only counts the rest.
+const LISTED: usize = 5;
+
+/// The most dependents [`cancelled_under`] looks at: it only feeds a line
+/// of text, which must not cost a walk of a huge graph.
+const WALK_LIMIT: usize = 10_000;
+
+/// `1 job`, `3 jobs`.
+fn count(n: usize) -> String {
+    if n == 1 { "1 job".to_owned() } else { format!("{n} jobs") }
+}
+
+/// The jobs cancelled because `root` failed or was cancelled (its
+/// dependents, transitively, that name it as `cancelled_by`), lowest id
+/// first: what a retry of `root` brings back.
+async fn cancelled_under(store: &dyn Store, root: JobId) -> anyhow::Result<Vec<JobId>> {
+    let mut found = std::collections::BTreeSet::new();
+    let mut todo = vec![root];
+    let mut seen = 0usize;
+    while let Some(id) = todo.pop() {
+        for child in store.dependents(id).await.context("cannot read dependents")? {
+            seen += 1;
+            if seen > WALK_LIMIT || found.contains(&child) {
+                continue;
+            }
+            let job = match store.get(child).await {
+                Ok(j) => j,
+                Err(slothqueue::StoreError::NotFound(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if job.state == JobState::Cancelled && job.cancelled_by == Some(root) {
+                found.insert(child);
+                todo.push(child);
+            }
+        }
+    }
+    Ok(found.into_iter().collect())
 }
 
 /// Deletes finished jobs (and pending ones with `--all`), never running

@@ -9,7 +9,8 @@ use anyhow::Context as _;
 use slothqueue::core::{Liveness, LivenessJudge};
 use slothqueue::runner::ProcJudge;
 use slothqueue::{
-    JobId, JobState, ListFilter, ListOrder, Owner, RunnerRecord, Stats, Store, Timestamp,
+    Job, JobId, JobState, ListFilter, ListOrder, Owner, RunnerRecord, Stats, Store, StoreError,
+    Timestamp,
 };
 
 use super::{Ctx, job_json, print_json};
@@ -120,38 +121,64 @@ fn terminal_width() -> Option<usize> {
     std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).filter(|c: &usize| *c > 0)
 }
 
+/// Dependents `show` names before it only counts the rest.
+const DEPENDENTS_LISTED: usize = 10;
+/// Parents `show` names before it only counts the rest.
+const PARENTS_LISTED: usize = 20;
+
 /// The job, why it is not running, and its story.
 pub async fn show(ctx: &Ctx, id: JobId) -> Outcome {
     let store = ctx.open_read_only()?;
     let job = store.get(id).await?;
     let events = store.events(id).await?;
+    let dependents = store.dependents(id).await.context("cannot read the job's dependents")?;
     let mut out = io::stdout().lock();
     if ctx.json {
-        print_json(&mut out, &job_json(&job, Some(&events))?)?;
+        let mut v = job_json(&job, Some(&events))?;
+        v["dependents"] = serde_json::to_value(&dependents)?;
+        print_json(&mut out, &v)?;
         return Ok(Code::Success);
     }
     let now = ctx.now();
     write!(out, "{}", render::job_details(&job, now, ctx.color))?;
+    let parents = jobs_by_id(store.as_ref(), &job.after).await?;
+    if !job.after.is_empty() {
+        writeln!(
+            out,
+            "after:        {}",
+            render::job_list(&parents, job.after.len(), PARENTS_LISTED)
+        )?;
+    }
+    if !dependents.is_empty() {
+        let listed = &dependents[..dependents.len().min(DEPENDENTS_LISTED)];
+        let jobs = jobs_by_id(store.as_ref(), listed).await?;
+        writeln!(out, "dependents:   {}", render::job_list(&jobs, dependents.len(), listed.len()))?;
+    }
+    let mut records = Vec::new();
     if !job.state.is_terminal() {
-        let records = store.runners().await.context("cannot read the runners")?;
-        let judge = ProcJudge::new();
-        let seen: Vec<SeenRunner<'_>> = records
-            .iter()
-            .map(|r| SeenRunner { record: r, liveness: judge_owner(&judge, &r.owner) })
-            .collect();
-        let ahead = if job.state == JobState::Pending && job.not_before <= now {
-            jobs_ahead(store.as_ref(), &job, &records, now).await?
-        } else {
-            0
-        };
-        let lease_owner = job.lease.as_ref().map_or(Liveness::Unknown, |l| judge.judge(l));
-        let host = this_host();
-        let situation =
-            Situation { job: &job, now, ahead, runners: &seen, lease_owner, this_host: &host };
-        if let Some(line) = explain::why(&situation) {
-            let label = if job.state == JobState::Running { "now" } else { "why" };
-            writeln!(out, "{label}:          {line}")?;
-        }
+        records = store.runners().await.context("cannot read the runners")?;
+    }
+    let judge = ProcJudge::new();
+    let seen: Vec<SeenRunner<'_>> = records
+        .iter()
+        .map(|r| SeenRunner { record: r, liveness: judge_owner(&judge, &r.owner) })
+        .collect();
+    let ahead =
+        if job.is_due(now) { jobs_ahead(store.as_ref(), &job, &records, now).await? } else { 0 };
+    let lease_owner = job.lease.as_ref().map_or(Liveness::Unknown, |l| judge.judge(l));
+    let host = this_host();
+    let situation = Situation {
+        job: &job,
+        now,
+        ahead,
+        runners: &seen,
+        lease_owner,
+        this_host: &host,
+        parents: &parents,
+    };
+    if let Some(line) = explain::why(&situation) {
+        let label = if job.state == JobState::Running { "now" } else { "why" };
+        writeln!(out, "{label}:          {line}")?;
     }
     if let Some((attempt, mechanism)) = contained_by(&log_dir(&ctx.db), id) {
         writeln!(out, "contained:    {mechanism} (attempt {attempt})")?;
@@ -161,6 +188,20 @@ pub async fn show(ctx: &Ctx, id: JobId) -> Outcome {
         writeln!(out, "{}", render::event_line(e, now))?;
     }
     Ok(Code::Success)
+}
+
+/// The jobs with these ids, in their order, leaving out those that are
+/// gone (a parent purged after it finished holds nobody up).
+pub async fn jobs_by_id(store: &dyn Store, ids: &[JobId]) -> anyhow::Result<Vec<Job>> {
+    let mut jobs = Vec::with_capacity(ids.len());
+    for id in ids {
+        match store.get(*id).await {
+            Ok(j) => jobs.push(j),
+            Err(StoreError::NotFound(_)) => {}
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("cannot read job #{id}"))),
+        }
+    }
+    Ok(jobs)
 }
 
 /// What held the processes of the job's latest attempt, as its log header
@@ -180,7 +221,7 @@ fn contained_by(logs: &Path, id: JobId) -> Option<(String, String)> {
 /// How many due pending jobs a runner that could take `job` takes first.
 async fn jobs_ahead(
     store: &dyn Store,
-    job: &slothqueue::Job,
+    job: &Job,
     runners: &[RunnerRecord],
     now: Timestamp,
 ) -> anyhow::Result<usize> {

@@ -123,6 +123,7 @@ pub async fn execute(config: Config) -> Outcome {
     };
     match config.command {
         Command::Add(add) => add::add(&ctx, add).await,
+        Command::AddStdin(batch) => add::add_stdin(&ctx, batch).await,
         Command::Run(run) => run::run(&ctx, run).await,
         Command::Status => inspect::status(&ctx).await,
         Command::List(filter) => inspect::list(&ctx, filter).await,

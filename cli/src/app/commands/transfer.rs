@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use slothqueue::core::machine;
 use slothqueue::{
-    Event, EventKind, Job, JobState, ListFilter, ListOrder, NewJob, Store, Timestamp,
+    Event, EventKind, Job, JobState, ListFilter, ListOrder, NewJob, Store, StoreError, Timestamp,
 };
 
 use super::{Ctx, job_json, print_json};
@@ -94,6 +94,7 @@ fn parse_line(number: usize, text: &str) -> anyhow::Result<Line> {
     new.max_runtime = job.max_runtime;
     new.not_before = Some(job.not_before);
     new.idempotency_key = job.idempotency_key.clone();
+    new.after = job.after.iter().map(|id| slothqueue::core::Parent::Id(*id)).collect();
     machine::validate(&new).map_err(|e| usage(format!("line {number}: job #{}: {e}", job.id)))?;
     Ok(Line { number, job, events })
 }
@@ -194,7 +195,8 @@ async fn check_taken(lines: &[Line], store: &dyn Store) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The first `#N` an error message names, to point at its line.
+/// The first `#N` an error message names, to point at its line (for a
+/// refusal that is not of one element, so carries no batch index).
 fn first_job_named(message: &str) -> Option<slothqueue::JobId> {
     let at = message.find('#')?;
     let digits: String = message[at + 1..].chars().take_while(char::is_ascii_digit).collect();
@@ -233,12 +235,20 @@ pub async fn import(ctx: &Ctx, file: Option<PathBuf>) -> Outcome {
     let imported = lines.len();
     let numbers: HashMap<slothqueue::JobId, usize> =
         lines.iter().map(|l| (l.job.id, l.number)).collect();
+    let line_numbers: Vec<usize> = lines.iter().map(|l| l.number).collect();
     let batch: Vec<_> = lines.into_iter().map(|l| (l.job, l.events)).collect();
     // One transaction: a clash the checks above could not see (a writer
     // that took an id or key since) writes nothing either.
     store.restore_many(batch).await.map_err(|e| {
-        let line = first_job_named(&e.to_string()).and_then(|id| numbers.get(&id));
+        let line = match &e {
+            StoreError::InBatch { index, .. } => line_numbers.get(*index).copied(),
+            _ => first_job_named(&e.to_string()).and_then(|id| numbers.get(&id).copied()),
+        };
         let at = line.map_or_else(String::new, |n| format!("line {n}: "));
+        let e = match e {
+            StoreError::InBatch { error, .. } => *error,
+            e => e,
+        };
         anyhow::Error::new(e).context(format!("{at}cannot import (nothing was imported)"))
     })?;
     let mut out = io::stdout().lock();

@@ -1,0 +1,309 @@
+//! The lines of `add --stdin`, read into jobs before anything is opened:
+//! one job a line, a plain line a shell command, a line starting with `{`
+//! a JSON object with `add`'s fields, each laid over the flags' defaults.
+//!
+//! Everything that can be known without the queue is refused here, naming
+//! its line: malformed JSON, an unknown field, what [`spec::build`]
+//! refuses, a key defined twice, and an `after` that names the key of a
+//! later line (the store resolves parents in batch order, so it would only
+//! say "no job holds the key"; here the message can say why). What needs
+//! the queue (an unknown parent) the store refuses, and the command maps
+//! its [`slothqueue::StoreError::InBatch`] index back to a line number.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use slothqueue::NewJob;
+use slothqueue::core::Parent;
+
+use super::duration;
+use super::spec::{self, JobSpec, Source, When};
+use super::time;
+
+/// One job read from a line.
+#[derive(Debug)]
+pub struct LineJob {
+    /// Its line, from 1.
+    pub number: usize,
+    /// The checked job, complete but for `not_before`.
+    pub job: NewJob,
+    /// When it becomes due.
+    pub when: When,
+}
+
+/// A JSON line: `add`'s flags as fields, durations and times as the flags
+/// take them (`"delay": "5m"`, `"max_runtime": "none"`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonLine {
+    command: Option<String>,
+    kind: Option<String>,
+    payload: Option<serde_json::Value>,
+    priority: Option<i32>,
+    key: Option<String>,
+    queue: Option<String>,
+    delay: Option<serde_json::Value>,
+    at: Option<String>,
+    after: Option<After>,
+    max_attempts: Option<u32>,
+    max_runtime: Option<serde_json::Value>,
+    env: Option<BTreeMap<String, String>>,
+    cwd: Option<String>,
+}
+
+/// `after`: one parent or a list; a number is a job id, a string a key.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum After {
+    One(Parent),
+    Many(Vec<Parent>),
+}
+
+/// Every job of `text`, in line order, or the first refusal as a message
+/// starting `line N: `.
+pub fn parse(
+    text: &str,
+    defaults: &JobSpec,
+    current_dir: &std::io::Result<PathBuf>,
+) -> Result<Vec<LineJob>, String> {
+    let mut jobs = Vec::new();
+    // Whether a job's `after` is its line's own (else the flag's), to name it.
+    let mut own_after = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let number = i + 1;
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = |e: String| format!("line {number}: {e}");
+        let (spec, own) = if line.starts_with('{') {
+            let parsed: JsonLine = serde_json::from_str(line)
+                .map_err(|e| at(format!("not a job ({})", without_position(&e))))?;
+            let own = parsed.after.is_some();
+            (over(defaults, parsed).map_err(at)?, own)
+        } else {
+            (JobSpec { command: Some(line.to_owned()), ..defaults.clone() }, false)
+        };
+        let (job, when) = spec::build(spec, Source::Line, current_dir).map_err(at)?;
+        jobs.push(LineJob { number, job, when });
+        own_after.push(own);
+    }
+    check_keys(&jobs, &own_after)?;
+    Ok(jobs)
+}
+
+/// A JSON line laid over the defaults: each field it gives replaces the
+/// flag's (`after` and `env` included: they replace, not add to).
+fn over(defaults: &JobSpec, line: JsonLine) -> Result<JobSpec, String> {
+    let mut spec = defaults.clone();
+    if line.kind.is_some() {
+        // The flags' --env is for the shell lines; a handler line has none.
+        spec.env.clear();
+    }
+    spec.command = line.command;
+    spec.kind = line.kind;
+    spec.payload = line.payload;
+    if let Some(p) = line.priority {
+        spec.priority = Some(p);
+    }
+    if let Some(k) = line.key {
+        spec.key = Some(k);
+    }
+    if let Some(q) = line.queue {
+        spec.queue = Some(q);
+    }
+    match (line.delay, line.at) {
+        (Some(_), Some(_)) => return Err("give `delay` or `at`, not both".to_owned()),
+        (Some(d), None) => {
+            let text = duration_text("delay", &d)?;
+            spec.when = When::After(duration::parse(text).map_err(|e| format!("`delay`: {e}"))?);
+        }
+        (None, Some(t)) => {
+            let t = time::parse_at(&t).map_err(|e| format!("`at`: {e}"))?;
+            spec.when = When::At(time::to_stamp(t));
+        }
+        (None, None) => {}
+    }
+    if let Some(after) = line.after {
+        spec.after = match after {
+            After::One(p) => vec![p],
+            After::Many(ps) => ps,
+        };
+    }
+    if let Some(n) = line.max_attempts {
+        spec.max_attempts = Some(n);
+    }
+    if let Some(m) = line.max_runtime {
+        let text = duration_text("max_runtime", &m)?;
+        spec.max_runtime =
+            Some(duration::parse_or_none(text).map_err(|e| format!("`max_runtime`: {e}"))?);
+    }
+    if let Some(env) = line.env {
+        spec.env = env;
+    }
+    spec.cwd = line.cwd;
+    Ok(spec)
+}
+
+/// A duration field's text: a string as the flag takes it. A bare number
+/// is refused rather than guessed (seconds, as the flag reads it, or
+/// milliseconds, as the JSON output writes durations?).
+fn duration_text<'a>(field: &str, value: &'a serde_json::Value) -> Result<&'a str, String> {
+    value.as_str().ok_or_else(|| {
+        format!("`{field}` is a string like \"90s\", \"5m\" or \"1h30m\" (not a number: the unit would be a guess)")
+    })
+}
+
+/// serde_json's message without its ` at line 1 column 9`: every line is
+/// parsed alone, so its line would always be 1, next to the real one.
+fn without_position(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(at) => text[..at].to_owned(),
+        None => text,
+    }
+}
+
+/// No key is defined by two lines, and an `after` naming a key of the
+/// batch names an earlier line's.
+fn check_keys(jobs: &[LineJob], own_after: &[bool]) -> Result<(), String> {
+    let mut keys: HashMap<&str, usize> = HashMap::new();
+    for j in jobs {
+        if let Some(k) = &j.job.idempotency_key {
+            if let Some(first) = keys.insert(k, j.number) {
+                return Err(format!(
+                    "line {}: key `{k}` is also on line {first}; give each job its own key",
+                    j.number
+                ));
+            }
+        }
+    }
+    for (j, own) in jobs.iter().zip(own_after) {
+        let name = if *own { "`after`" } else { "--after" };
+        for p in &j.job.after {
+            let Parent::Key(k) = p else { continue };
+            match keys.get(k.as_str()) {
+                Some(n) if *n == j.number => {
+                    return Err(format!(
+                        "line {}: {name} names the line's own key `{k}`; a job cannot wait on itself",
+                        j.number
+                    ));
+                }
+                Some(n) if *n > j.number => {
+                    return Err(format!(
+                        "line {}: {name} names key `{k}` of line {n}; a job can only wait on earlier ones",
+                        j.number
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn here() -> std::io::Result<PathBuf> {
+        Ok(PathBuf::from("/work"))
+    }
+
+    fn read(text: &str) -> Result<Vec<LineJob>, String> {
+        parse(text, &JobSpec::default(), &here())
+    }
+
+    #[test]
+    fn plain_and_json_lines_skipping_blanks_and_comments() {
+        let jobs = read(
+            "make\n\n# a comment\n  \n{\"command\": \"test\", \"key\": \"t\", \"after\": 1, \"priority\": 4}\n{\"kind\": \"resize\", \"payload\": {\"w\": 3}, \"after\": [\"t\", 2]}\n",
+        )
+        .unwrap();
+        let numbers: Vec<usize> = jobs.iter().map(|j| j.number).collect();
+        assert_eq!(numbers, [1, 5, 6]);
+        assert_eq!(jobs[0].job.payload["command"], "make");
+        assert_eq!(jobs[0].job.payload["cwd"], "/work");
+        assert_eq!(jobs[1].job.after, [Parent::Id(1)]);
+        assert_eq!(jobs[1].job.priority, 4);
+        assert_eq!(jobs[2].job.kind, "resize");
+        assert_eq!(jobs[2].job.after, [Parent::Key("t".into()), Parent::Id(2)]);
+    }
+
+    #[test]
+    fn the_flags_are_defaults_a_line_replaces() {
+        let defaults = JobSpec {
+            priority: Some(7),
+            queue: Some("slow".into()),
+            after: vec![Parent::Id(9)],
+            env: [("A".to_owned(), "1".to_owned())].into(),
+            ..JobSpec::default()
+        };
+        let jobs = parse(
+            "plain\n{\"command\": \"own\", \"priority\": 1, \"after\": [], \"delay\": \"5m\", \"max_runtime\": \"none\"}\n{\"kind\": \"k\"}",
+            &defaults,
+            &here(),
+        )
+        .unwrap();
+        assert_eq!((jobs[0].job.priority, jobs[0].job.queue.as_str()), (7, "slow"));
+        assert_eq!(jobs[0].job.after, [Parent::Id(9)]);
+        assert_eq!(jobs[0].job.payload["env"]["A"], "1");
+        assert_eq!((jobs[1].job.priority, jobs[1].job.queue.as_str()), (1, "slow"));
+        assert!(jobs[1].job.after.is_empty(), "a line's `after` replaces --after");
+        assert_eq!(jobs[1].when, When::After(std::time::Duration::from_secs(300)));
+        assert_eq!(jobs[1].job.max_runtime, None);
+        assert_eq!(jobs[2].job.payload, serde_json::json!({}), "--env is not a handler's");
+    }
+
+    #[test]
+    fn each_refusal_names_its_line() {
+        for (text, expected) in [
+            ("a\n{\"command\": \"x\", \"colour\": 1}", "line 2: not a job (unknown field `colour`"),
+            ("a\n\n{nope", "line 3: not a job (key must be a string)"),
+            ("{\"kind\": \"k\", \"command\": \"x\"}", "line 1: give either `command` or `kind`"),
+            ("{\"priority\": 2}", "line 1: a JSON line needs `command`"),
+            (
+                "{\"command\": \"x\", \"queue\": \"a b\"}",
+                "line 1: `queue` `a b` is not a plain name",
+            ),
+            ("{\"command\": \"x\", \"delay\": 90}", "line 1: `delay` is a string like \"90s\""),
+            ("{\"command\": \"x\", \"delay\": \"1h30\"}", "line 1: `delay`: `1h30` is ambiguous"),
+            (
+                "{\"command\": \"x\", \"delay\": \"1s\", \"at\": \"2030-01-01 00:00\"}",
+                "line 1: give `delay` or `at`",
+            ),
+            (
+                "{\"command\": \"x\", \"after\": [0]}",
+                "line 1: invalid job: --after 0: a job id is a positive number",
+            ),
+            (
+                "{\"command\": \"a\", \"key\": \"k\"}\n{\"command\": \"b\", \"key\": \"k\"}",
+                "line 2: key `k` is also on line 1",
+            ),
+            (
+                "a\nb\nc\nd\n{\"command\": \"e\", \"after\": \"x\"}\nf\ng\nh\n{\"command\": \"i\", \"key\": \"x\"}",
+                "line 5: `after` names key `x` of line 9; a job can only wait on earlier ones",
+            ),
+            (
+                "{\"command\": \"a\", \"key\": \"x\", \"after\": \"x\"}",
+                "line 1: `after` names the line's own key `x`",
+            ),
+        ] {
+            let err = read(text).expect_err(expected);
+            assert!(err.starts_with(expected), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_flag_after_naming_a_later_line_says_it_is_the_flag() {
+        let defaults = JobSpec { after: vec![Parent::Key("x".into())], ..JobSpec::default() };
+        let err =
+            parse("a\n{\"command\": \"b\", \"key\": \"x\", \"after\": []}", &defaults, &here())
+                .unwrap_err();
+        assert_eq!(
+            err,
+            "line 1: --after names key `x` of line 2; a job can only wait on earlier ones"
+        );
+    }
+}
