@@ -11,6 +11,7 @@
 //! - `creation`: processes racing to create one queue (torture S17).
 //! - `read_only`: the commands that only look leave a redb file's bytes
 //!   alone (torture S16).
+//! - `wait`: `wait`'s exit codes and a wait released by another process.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -29,3 +30,4 @@ mod signals;
 mod snapshots;
 pub mod support;
 mod usage;
+mod wait;
