@@ -37,7 +37,8 @@
 // - `error`: every rusqlite error onto `StoreError`, in one place;
 // - `schema`: the layout (DDL, versions, migrations);
 // - `rows`: jobs, events and runner records as rows and back, the queries,
-//   the claim's candidates;
+//   the claim's candidates, a job's parents as edges, the dependency
+//   rule's `Graph` over the open transaction;
 // - `txn`: the options, connecting and configuring, the busy handler, the
 //   transactions;
 // - `open`: the read-only probe, creation, migration under the write lock;

@@ -556,12 +556,12 @@ mod tests {
         assert_eq!(uri(Path::new("rel/q.db"), false), "file:rel/q.db?mode=ro");
     }
 
-    /// A file of schema v2 (the previous release) is migrated on open, a
-    /// read-only one included: the
-    /// lease it holds reads back without a PID namespace, the next open
-    /// finds exactly v3's schema, and a namespace is stored from then on.
+    /// A file of schema v2 is migrated on open, a read-only one included:
+    /// the lease it holds reads back without a PID namespace, the next open
+    /// finds exactly the current schema, and a namespace is stored from
+    /// then on.
     #[tokio::test]
-    async fn a_v2_file_migrates_to_v3_and_keeps_its_lease() {
+    async fn a_v2_file_migrates_and_keeps_its_lease() {
         use slothqueue_core::{JobState, Store};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q.db");
@@ -590,10 +590,54 @@ mod tests {
         drop(store);
         let conn = Connection::open(&path).unwrap();
         let version: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(version, 3);
-        assert_eq!(schema_entries(&conn).unwrap(), expected_schema(3).unwrap());
+        assert_eq!(version, SCHEMA_VERSION);
+        assert_eq!(schema_entries(&conn).unwrap(), expected_schema(SCHEMA_VERSION).unwrap());
         drop(conn);
         crate::SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    }
+
+    /// A file of schema v3 (the layout before dependencies) is migrated on
+    /// open: its pending jobs, due or scheduled, are in the rebuilt claim
+    /// and due indexes (a claim takes them, `stats` counts them), none
+    /// waits on a parent, and the file has exactly v4's schema.
+    #[tokio::test]
+    async fn a_v3_file_migrates_to_v4_and_its_jobs_stay_due() {
+        use slothqueue_core::{ClaimRequest, ClockOnly, Owner, Store, Timestamp};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+            for step in &MIGRATIONS[..3] {
+                step(&conn).unwrap();
+            }
+            conn.execute_batch(&format!(
+                "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = 3;
+                 INSERT INTO jobs (id, queue, kind, payload, priority, state, attempts,
+                     max_attempts, not_before, payload_hash, cancel_requested, created_at)
+                 VALUES (1, 'default', 'shell', '{{}}', 0, 'pending', 0, 3, 0, 'x', 0, 0),
+                        (2, 'mail', 'send', '{{}}', 5, 'pending', 0, 3, 0, 'x', 0, 0),
+                        (3, 'default', 'shell', '{{}}', 9, 'pending', 0, 3, 9000, 'x', 0, 0);"
+            ))
+            .unwrap();
+        }
+        let store = crate::SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        let now = Timestamp::from_millis(1000);
+        let stats = store.stats(now).await.unwrap();
+        assert_eq!((stats.pending, stats.waiting_on_parents, stats.due_now), (3, 0, 2));
+        assert_eq!(stats.next_due, Some(Timestamp::from_millis(9000)));
+        assert_eq!(store.next_due().await.unwrap(), Some(Timestamp::from_millis(0)));
+        let job = store.get(1).await.unwrap();
+        assert_eq!((job.after.len(), job.pending_parents, job.cancelled_by), (0, 0, None));
+        assert!(store.dependents(1).await.unwrap().is_empty());
+        let request = ClaimRequest::new(Owner::named("w"), std::sync::Arc::new(ClockOnly));
+        let first = store.claim(&request, now).await.unwrap().unwrap();
+        assert_eq!(first.job.id, 2, "the highest due priority, from the rebuilt index");
+        drop(store);
+        let conn = Connection::open(&path).unwrap();
+        let version: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, 4);
+        assert_eq!(schema_entries(&conn).unwrap(), expected_schema(4).unwrap());
     }
 
     #[test]

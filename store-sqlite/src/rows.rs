@@ -1,14 +1,16 @@
 //! A job, an event or a runner record as rows of the `jobs`, `events` and
-//! `runners` tables, and back; the queries that read them, among them the
-//! claim's candidates (the running jobs, the best due pending job); and the
-//! writes of a transition, conditional on the row it was computed from.
+//! `runners` tables, and back, a job's parents as rows of `edges`; the
+//! queries that read them, among them the claim's candidates (the running
+//! jobs, the best due pending job) and what the dependency rule reads
+//! ([`TxGraph`]); and the writes of a transition, conditional on the row
+//! it was computed from.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, Row, params, params_from_iter};
-use slothqueue_core::machine::Transition;
+use slothqueue_core::machine::{Graph, Transition};
 use slothqueue_core::{
     ClaimFilter, Event, EventKind, Job, JobId, JobState, Lease, Owner, StoreError, Timestamp,
 };
@@ -16,7 +18,7 @@ use slothqueue_core::{
 use crate::error::Error;
 
 /// The job columns, in the order [`job_values`] and [`job_from_row`] use.
-const JOB_COLUMNS: [&str; 28] = [
+const JOB_COLUMNS: [&str; 31] = [
     "id",
     "queue",
     "kind",
@@ -45,6 +47,9 @@ const JOB_COLUMNS: [&str; 28] = [
     "started_at",
     "finished_at",
     "lease_pid_ns",
+    "parents",
+    "pending_parents",
+    "cancelled_by",
 ];
 
 pub(crate) static COLUMNS: LazyLock<String> = LazyLock::new(|| JOB_COLUMNS.join(", "));
@@ -119,7 +124,30 @@ fn job_values(job: &Job) -> Result<Vec<Value>, Error> {
         opt(job.started_at, millis),
         opt(job.finished_at, millis),
         opt(owner.and_then(|o| o.pid_ns), |n| Value::Integer(i64::from_ne_bytes(n.to_ne_bytes()))),
+        parents_value(&job.after)?,
+        Value::Integer(i64::from(job.pending_parents)),
+        opt(job.cancelled_by, Value::Integer),
     ])
+}
+
+/// A job's parents as stored: a JSON array of ids, NULL for none (most
+/// jobs), so a job without parents costs no bytes.
+fn parents_value(after: &[JobId]) -> Result<Value, Error> {
+    if after.is_empty() {
+        return Ok(Value::Null);
+    }
+    let json = serde_json::to_string(after)
+        .map_err(|e| StoreError::InvalidInput(format!("the parents cannot be stored: {e}")))?;
+    Ok(Value::Text(json))
+}
+
+fn parents_from(id: JobId, v: Option<String>) -> Result<Vec<JobId>, Error> {
+    match v {
+        None => Ok(Vec::new()),
+        Some(json) => serde_json::from_str(&json).map_err(|e| {
+            Error::Decode(format!("job #{id}: its parents are not a list of ids: {e}"))
+        }),
+    }
 }
 
 pub(crate) fn ts(v: i64) -> Timestamp {
@@ -179,10 +207,41 @@ fn job_from_row(row: &Row<'_>) -> Result<Job, Error> {
         created_at: ts(row.get(24)?),
         started_at: row.get::<_, Option<i64>>(25)?.map(ts),
         finished_at: row.get::<_, Option<i64>>(26)?.map(ts),
-        after: Vec::new(),
-        pending_parents: 0,
-        cancelled_by: None,
+        after: parents_from(id, row.get(28)?)?,
+        pending_parents: row.get(29)?,
+        cancelled_by: row.get(30)?,
     })
+}
+
+/// The queue as the open transaction sees it, its earlier writes included
+/// (a batch sees the jobs pushed before in it; a plan, the rows it wrote):
+/// what `slothqueue_core::machine`'s dependency rule reads.
+pub(crate) struct TxGraph<'a> {
+    conn: &'a Connection,
+}
+
+impl<'a> TxGraph<'a> {
+    /// Reads through `conn`, which must be inside the transaction that will
+    /// write what the rule decides from these reads.
+    pub(crate) fn new(conn: &'a Connection) -> Self {
+        TxGraph { conn }
+    }
+}
+
+impl Graph for TxGraph<'_> {
+    type Error = Error;
+
+    fn job(&mut self, id: JobId) -> Result<Option<Job>, Error> {
+        find(self.conn, id)
+    }
+
+    fn key_holder(&mut self, key: &str) -> Result<Option<Job>, Error> {
+        key_holder(self.conn, key)
+    }
+
+    fn dependents(&mut self, id: JobId) -> Result<Vec<JobId>, Error> {
+        dependents(self.conn, id)
+    }
 }
 
 /// Runs a `SELECT` of [`JOB_COLUMNS`] and decodes every row.
@@ -218,9 +277,43 @@ pub(crate) fn key_holder(conn: &Connection, key: &str) -> Result<Option<Job>, Er
     query_job(conn, &sql, &[text(key)])
 }
 
+/// Inserts a new job, and an edge from each of its parents to it.
 pub(crate) fn insert_job(conn: &Connection, job: &Job) -> Result<(), Error> {
     conn.prepare_cached(&INSERT_JOB)?.execute(params_from_iter(job_values(job)?))?;
+    if !job.after.is_empty() {
+        // `OR IGNORE`: an imported job may name a parent twice.
+        let mut edge =
+            conn.prepare_cached("INSERT OR IGNORE INTO edges (parent, child) VALUES (?1, ?2)")?;
+        for parent in &job.after {
+            edge.execute([*parent, job.id])?;
+        }
+    }
     Ok(())
+}
+
+/// Deletes a job with its trail and its edges (one per parent: an edge
+/// lives as long as its child; see `schema::v4`).
+pub(crate) fn delete_job(conn: &Connection, job: &Job) -> Result<(), Error> {
+    // Trails go explicitly, not only by the cascade, so a file opened
+    // without `foreign_keys` by another tool cannot leave orphans behind.
+    conn.prepare_cached("DELETE FROM events WHERE job_id = ?1")?.execute([job.id])?;
+    let mut edge = conn.prepare_cached("DELETE FROM edges WHERE parent = ?1 AND child = ?2")?;
+    for parent in &job.after {
+        edge.execute([*parent, job.id])?;
+    }
+    conn.prepare_cached("DELETE FROM jobs WHERE id = ?1")?.execute([job.id])?;
+    Ok(())
+}
+
+/// The children of parent `?1`, lowest first.
+pub(crate) const DEPENDENTS_SQL: &str = "SELECT child FROM edges WHERE parent = ?1 ORDER BY child";
+
+/// The ids of the jobs that named `id` as a parent, lowest first: one
+/// range of `edges`' key.
+pub(crate) fn dependents(conn: &Connection, id: JobId) -> Result<Vec<JobId>, Error> {
+    let mut stmt = conn.prepare_cached(DEPENDENTS_SQL)?;
+    let ids = stmt.query_map([id], |r| r.get(0))?;
+    Ok(ids.collect::<rusqlite::Result<_>>()?)
 }
 
 /// Writes `new` over `old`, on condition that the row still is `old`.
@@ -307,16 +400,19 @@ pub(crate) fn event_from_row(row: &Row<'_>) -> Result<Event, Error> {
 // ---------------------------------------------------------------------------
 // The claim's candidates
 
-/// The highest priority below `?1` that has a pending job (in queue `?2`).
-/// One index seek each, so a claim walks priority levels, not jobs.
+/// The highest priority below `?1` that has a pending job (in queue `?2`)
+/// waiting on no parent. One index seek each, so a claim walks priority
+/// levels, not jobs. Every query through a claim or due index names its
+/// whole condition (`pending_parents = 0` too): `INDEXED BY` a partial
+/// index is refused for a `WHERE` that does not imply it.
 pub(crate) fn top_priority_sql(by_queue: bool) -> &'static str {
     if by_queue {
         "SELECT priority FROM jobs INDEXED BY jobs_pending_queue
-         WHERE state = 'pending' AND queue = ?2 AND priority < ?1
+         WHERE state = 'pending' AND pending_parents = 0 AND queue = ?2 AND priority < ?1
          ORDER BY priority DESC LIMIT 1"
     } else {
         "SELECT priority FROM jobs INDEXED BY jobs_pending
-         WHERE state = 'pending' AND priority < ?1
+         WHERE state = 'pending' AND pending_parents = 0 AND priority < ?1
          ORDER BY priority DESC LIMIT 1"
     }
 }
@@ -335,7 +431,8 @@ pub(crate) fn due_at_priority_sql(by_queue: bool, kinds: usize) -> String {
     };
     format!(
         "SELECT {} FROM jobs INDEXED BY {index}
-         WHERE state = 'pending' AND priority = ?1 AND not_before <= ?2{queue}{kinds}
+         WHERE state = 'pending' AND pending_parents = 0
+           AND priority = ?1 AND not_before <= ?2{queue}{kinds}
          ORDER BY not_before, id LIMIT 1",
         *COLUMNS
     )

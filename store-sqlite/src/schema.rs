@@ -11,7 +11,7 @@ use rusqlite::Connection;
 /// The newest layout this build reads and writes. Files record theirs in
 /// SQLite's `user_version`; older ones are migrated on open, newer ones
 /// refused.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// SQLite's `application_id` for slothqueue queues (`"SLTQ"`): how a file
 /// says it is a queue and not some other program's database.
@@ -24,15 +24,16 @@ pub(crate) type Migration = fn(&Connection) -> rusqlite::Result<()>;
 
 /// Every migration, in order; `MIGRATIONS[i]` upgrades version `i` to `i + 1`.
 /// A new version is a new function appended here and `SCHEMA_VERSION` bumped.
-pub(crate) const MIGRATIONS: &[Migration] = &[v1, v2, v3];
+pub(crate) const MIGRATIONS: &[Migration] = &[v1, v2, v3, v4];
 
 const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION as usize);
 
 /// The tables a queue of each version has (index: version - 1).
-pub(crate) const TABLES: [&[&str]; 3] = [
+pub(crate) const TABLES: [&[&str]; 4] = [
     &["jobs", "events", "runners"],
     &["jobs", "events", "runners", "meta"],
     &["jobs", "events", "runners", "meta"],
+    &["jobs", "events", "runners", "meta", "edges"],
 ];
 
 /// The `meta` row holding the highest job id ever handed out and since
@@ -205,6 +206,51 @@ fn v2(conn: &Connection) -> rusqlite::Result<()> {
 /// not by a constraint.
 fn v3(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch("ALTER TABLE jobs ADD COLUMN lease_pid_ns INTEGER;")
+}
+
+/// Version 4: jobs that run after others (`Job::after`,
+/// `Job::pending_parents`, `Job::cancelled_by`; the rule is
+/// `slothqueue_core::machine::plan_with_dependents`).
+///
+/// - **Three columns added in place** (no row rewritten, as in [`v3`]):
+///   `parents`, the job's parents as a JSON array of ids (NULL for none;
+///   `after` is an SQL keyword); `pending_parents`, how many of them are
+///   not `done` (0 for every existing job, which had none); `cancelled_by`,
+///   the root whose failure cancelled the job.
+/// - **`edges`** (parent, child), keyed by parent: the dependents of a job
+///   are one range seek, which every transition that ends a parent needs.
+///   An edge lives exactly as long as its child (written with it, deleted
+///   with it by `purge`, from the child's own `parents`), so it needs no
+///   index by child and no foreign key: a parent may be purged (after it
+///   finished) or absent from an import while its dependents stay.
+/// - **The claim and due indexes are rebuilt** with `pending_parents = 0`
+///   in their condition: a job waiting on its parents is in no index a
+///   claim, `stats` or `next_due` walks, so a backlog of waiting jobs costs
+///   them nothing, and `jobs_waiting` counts those jobs instead. Existing
+///   pending jobs have no parents, so they stay due: the rebuild reads each
+///   pending job once, a one-off cost on open.
+fn v4(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "ALTER TABLE jobs ADD COLUMN parents TEXT;
+        ALTER TABLE jobs ADD COLUMN pending_parents INTEGER NOT NULL DEFAULT 0
+            CHECK (pending_parents >= 0);
+        ALTER TABLE jobs ADD COLUMN cancelled_by INTEGER;
+        CREATE TABLE edges (
+            parent INTEGER NOT NULL,
+            child  INTEGER NOT NULL,
+            PRIMARY KEY (parent, child)
+        ) STRICT, WITHOUT ROWID;
+        DROP INDEX jobs_pending;
+        DROP INDEX jobs_pending_queue;
+        DROP INDEX jobs_pending_due;
+        CREATE INDEX jobs_pending ON jobs (priority DESC, not_before, id)
+            WHERE state = 'pending' AND pending_parents = 0;
+        CREATE INDEX jobs_pending_queue ON jobs (queue, priority DESC, not_before, id)
+            WHERE state = 'pending' AND pending_parents = 0;
+        CREATE INDEX jobs_pending_due ON jobs (not_before)
+            WHERE state = 'pending' AND pending_parents = 0;
+        CREATE INDEX jobs_waiting ON jobs (id) WHERE state = 'pending' AND pending_parents > 0;",
+    )
 }
 
 /// One row of `sqlite_schema`: type, name, table, and the SQL that made it.

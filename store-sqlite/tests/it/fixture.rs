@@ -1,11 +1,14 @@
-//! The schema-v1 fixture, `tests/data/v1.sqlite`: a small queue written by
-//! this crate at schema version 1, with jobs in every state and their
-//! trails. Every later version must open a copy and read it back exactly,
-//! forever; that is what "an older file is migrated" means in practice.
+//! The fixtures, `tests/data/v1.sqlite` and `tests/data/v3.sqlite`: the
+//! same small queue written by this crate at schema versions 1 and 3, with
+//! jobs in every state and their trails. Every later version must open a
+//! copy of each and read it back exactly, forever; that is what "an older
+//! file is migrated" means in practice. (v3 is the last layout before jobs
+//! could wait on others: its pending jobs must still be due after the
+//! claim indexes were rebuilt for dependencies.)
 //!
-//! `build` below is how the file was made. It is run again only with
-//! `SLOTHQUEUE_WRITE_FIXTURE=1`, and refuses once the schema is past 1,
-//! since a v1 fixture can only be written by a v1 build.
+//! `build` below is how the files were made. It is run again only with
+//! `SLOTHQUEUE_WRITE_FIXTURE=<version>`, and refuses unless the schema is
+//! that version, since a vN fixture can only be written by a vN build.
 
 #![expect(clippy::unwrap_used, reason = "helpers of tests: a failure is a panic")]
 
@@ -25,8 +28,8 @@ fn t(secs: i64) -> Timestamp {
     Timestamp::from_millis(1_700_000_000_000 + secs * 1000)
 }
 
-fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/v1.sqlite")
+fn fixture(version: u32) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/v{version}.sqlite"))
 }
 
 fn owner_a() -> Owner {
@@ -221,24 +224,35 @@ async fn check(s: &SqliteStore) {
     assert_eq!(s.next_due().await.unwrap(), Some(t(34)));
 }
 
-#[tokio::test]
-async fn the_v1_fixture_reads_back() {
-    if std::env::var_os("SLOTHQUEUE_WRITE_FIXTURE").is_some() {
-        assert_eq!(SCHEMA_VERSION, 1, "a v1 fixture can only be written by a v1 build");
-        let _ = fs::remove_file(fixture());
-        fs::create_dir_all(fixture().parent().unwrap()).unwrap();
-        build(&fixture()).await;
+/// Rewrites the fixture of `version` when asked and this build is of it,
+/// then checks the committed file is of that version, and that a copy
+/// opens (migrated), reads back exactly and stays a working queue.
+async fn reads_back(version: u32) {
+    let asked = std::env::var("SLOTHQUEUE_WRITE_FIXTURE").ok();
+    if asked.as_deref() == Some(version.to_string().as_str()) {
+        assert_eq!(
+            SCHEMA_VERSION, version,
+            "a v{version} fixture can only be written by a v{version} build"
+        );
+        let _ = fs::remove_file(fixture(version));
+        fs::create_dir_all(fixture(version).parent().unwrap()).unwrap();
+        build(&fixture(version)).await;
     }
-    let raw = Connection::open_with_flags(fixture(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY);
+    let raw =
+        Connection::open_with_flags(fixture(version), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY);
     let raw = raw.unwrap();
     let app: i32 = raw.query_row("PRAGMA application_id", [], |r| r.get(0)).unwrap();
-    let version: u32 = raw.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-    assert_eq!((app, version), (APPLICATION_ID, 1), "the committed fixture is schema v1");
+    let found: u32 = raw.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(
+        (app, found),
+        (APPLICATION_ID, version),
+        "the committed fixture is schema v{version}"
+    );
     drop(raw);
 
     let dir = tempfile::tempdir().unwrap();
-    let copy = dir.path().join("v1.sqlite");
-    fs::copy(fixture(), &copy).unwrap();
+    let copy = dir.path().join(format!("v{version}.sqlite"));
+    fs::copy(fixture(version), &copy).unwrap();
     let s = SqliteStore::open(&copy, SqliteOptions::default()).unwrap();
     check(&s).await;
     // And it stays a working queue: new ids go above the old ones.
@@ -246,6 +260,16 @@ async fn the_v1_fixture_reads_back() {
     drop(s);
     let s = SqliteStore::open(&copy, SqliteOptions::default()).unwrap();
     assert_eq!(s.get(11).await.unwrap().created_at, t(200));
+}
+
+#[tokio::test]
+async fn the_v1_fixture_reads_back() {
+    reads_back(1).await;
+}
+
+#[tokio::test]
+async fn the_v3_fixture_reads_back() {
+    reads_back(3).await;
 }
 
 #[tokio::test]
@@ -262,7 +286,7 @@ async fn the_builder_still_tells_the_same_story() {
 async fn a_purged_v1_id_is_not_reused_after_the_migration() {
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("v1.sqlite");
-    fs::copy(fixture(), &copy).unwrap();
+    fs::copy(fixture(1), &copy).unwrap();
     {
         let raw = Connection::open(&copy).unwrap();
         raw.execute_batch("DELETE FROM events WHERE job_id = 10; DELETE FROM jobs WHERE id = 10;")
@@ -283,7 +307,7 @@ async fn a_purged_v1_id_is_not_reused_after_the_migration() {
 async fn a_migrated_file_has_the_schema_of_a_new_one() {
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("v1.sqlite");
-    fs::copy(fixture(), &copy).unwrap();
+    fs::copy(fixture(1), &copy).unwrap();
     drop(SqliteStore::open(&copy, SqliteOptions::default()).unwrap());
     let fresh = dir.path().join("fresh.sqlite");
     drop(SqliteStore::open(&fresh, SqliteOptions::default()).unwrap());

@@ -5,9 +5,12 @@
 //! - `files`: what opening does to files on disk (created private, foreign,
 //!   damaged, truncated or too-new files refused untouched, ids never
 //!   reused);
+//! - `dependencies`: jobs waiting on parents kept out of the claim indexes
+//!   (a chain of 10,000), edges written, restored and purged with their
+//!   jobs, a batch naming its refused element;
 //! - `damaged_schema`: a damaged stored schema refused at open (S16);
-//! - `fixture`: the schema-v1 fixture in `tests/data/` opens and reads back
-//!   exactly, forever;
+//! - `fixture`: the schema-v1 and v3 fixtures in `tests/data/` open and
+//!   read back exactly, forever;
 //! - `locking`: contention on the write lock (busy timeout, `Busy`, reads
 //!   going on meanwhile);
 //! - `disk_full`: a full disk fails cleanly and the handle recovers (S15);
@@ -20,6 +23,7 @@
 //! own binary, which `cargo xtask conformance` runs by name.
 
 mod damaged_schema;
+mod dependencies;
 mod disk_full;
 mod files;
 mod fixture;
