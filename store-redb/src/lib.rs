@@ -13,6 +13,8 @@
 //! | `jobs` | id → JSON [`Job`](slothqueue_core::Job) | the rows; JSON so a new field is a serde default, not a migration |
 //! | `ready` | (queue, kind, priority flipped, `not_before`, id) → () | pending jobs already due at the watermark, in claim order per (queue, kind) |
 //! | `pending_by_time` | (`not_before`, id) → (queue, kind, priority) | every pending job by due time: promotion into `ready`, `next_due`, `due_now` |
+//! | `waiting_on_parents` | id → () | pending jobs waiting on parents not yet done: kept out of `pending_by_time` and `ready`, so no claim sees them; its length is `Stats::waiting_on_parents` |
+//! | `dependency_edges` | (parent id, child id) → () | who waits on a job, in one range scan: a parent's completion or failure reaches its children in its own transaction |
 //! | `running` | id → lease end | the few running jobs, for reclaim and `next_due` |
 //! | `idempotency_keys` | key → id | which job holds a key |
 //! | `events` | (job id, seq) → JSON [`Event`](slothqueue_core::Event) | the append-only trail, read by one range scan |
@@ -30,6 +32,16 @@
 //! earlier `now` are skipped a priority level at a time. Every index is
 //! written in the same write transaction as the job row, by one function
 //! that removes the old row's entries and adds the new row's.
+//!
+//! A job with parents (`after`) that are not all `done` is pending but in
+//! `waiting_on_parents` instead: the claim's range scans never meet it,
+//! however many wait. Every transition is written with what it causes to
+//! the jobs waiting on it (`machine::plan_with_dependents`, read through
+//! `dependency_edges` in the same transaction), so the write that completes
+//! a job's last parent moves it into `pending_by_time` (and `ready`, by the
+//! watermark rule) before the commit; a failure cancels them the same way.
+//! The edges (schema 2; a v1 queue gains the empty tables on open) belong
+//! to the child: written with it, deleted with it.
 //!
 //! # Transactions and the fence
 //!

@@ -20,7 +20,7 @@ use redb::{
 use slothqueue_core::StoreError;
 
 use crate::error::{Failure, corrupt, guarded, io as io_error};
-use crate::schema::{META, META_SCHEMA_VERSION, SCHEMA_VERSION, TABLE_NAMES, initialise_in};
+use crate::schema::{META, META_SCHEMA_VERSION, SCHEMA_VERSION, initialise_in, tables_of};
 use crate::txn::{Handle, patiently};
 
 /// redb's magic number, the first bytes of every redb file (redb 1.0 and
@@ -258,8 +258,10 @@ fn inspect(db: &impl ReadableDatabase) -> Result<Found, Failure> {
     let Some(version) = meta.get(META_SCHEMA_VERSION)?.map(|v| v.value()) else {
         return Err(Failure::Damaged("the meta table has no schema version".to_owned()));
     };
-    if version == u64::from(SCHEMA_VERSION) {
-        for name in TABLE_NAMES {
+    // Each version's own tables: an older file is migrated from what its
+    // version must have, and a newer one is judged by its version alone.
+    if let Some(required) = tables_of(version) {
+        for name in required {
             if !names.iter().any(|n| n == name) {
                 return Err(Failure::Damaged(format!("table `{name}` is missing")));
             }

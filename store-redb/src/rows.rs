@@ -1,22 +1,23 @@
 //! A job, an event or a runner record as entries of the tables, and back:
 //! [`Tx`], the tables of one write transaction, keeps every index (`ready`,
-//! `pending_by_time`, `running`, `idempotency_keys`, `state_counts`) in
-//! step with the row in one function ([`Tx::put`]), moves due jobs into
-//! `ready`, and reads the claim's candidates (the running jobs, the best
-//! ready job); JSON encode and decode; and the check that every index
-//! agrees with the rows.
+//! `pending_by_time`, `waiting_on_parents`, `dependency_edges`, `running`,
+//! `idempotency_keys`, `state_counts`) in step with the row in one function
+//! ([`Tx::put`]), moves due jobs into `ready`, reads the claim's candidates
+//! (the running jobs, the best ready job), and is the
+//! [`machine::Graph`] the dependency rule reads; JSON encode and decode;
+//! and the check that every index agrees with the rows.
 
 use std::collections::HashMap;
 use std::ops::Bound;
 
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
-use slothqueue_core::machine;
+use slothqueue_core::machine::{self, Graph};
 use slothqueue_core::{ClaimFilter, Event, Job, JobId, JobState, Lease, StoreError, Timestamp};
 
 use crate::error::Failure;
 use crate::schema::{
-    COUNTS, EVENTS, JOBS, KEYS, META, META_NEXT_ID, META_WATERMARK, PENDING, READY, RUNNERS,
-    RUNNING, ReadyKey, i64_from_meta, i64_to_meta, priority_key,
+    COUNTS, EDGES, EVENTS, JOBS, KEYS, META, META_NEXT_ID, META_WATERMARK, PENDING, READY, RUNNERS,
+    RUNNING, ReadyKey, WAITING, i64_from_meta, i64_to_meta, priority_key,
 };
 
 /// The tables of one write transaction, and the index bookkeeping.
@@ -30,6 +31,8 @@ pub(crate) struct Tx<'t> {
     pub(crate) events: Table<'t, (i64, u32), &'static [u8]>,
     pub(crate) counts: Table<'t, &'static str, u64>,
     pub(crate) runners: Table<'t, &'static str, &'static [u8]>,
+    pub(crate) edges: Table<'t, (i64, i64), ()>,
+    pub(crate) waiting: Table<'t, i64, ()>,
     /// Pending jobs with `not_before` at or below this are in `ready`.
     pub(crate) watermark: i64,
 }
@@ -51,6 +54,8 @@ impl<'t> Tx<'t> {
             events: txn.open_table(EVENTS)?,
             counts: txn.open_table(COUNTS)?,
             runners: txn.open_table(RUNNERS)?,
+            edges: txn.open_table(EDGES)?,
+            waiting: txn.open_table(WAITING)?,
             watermark,
         })
     }
@@ -94,6 +99,7 @@ impl<'t> Tx<'t> {
             }
             self.unindex(o)?;
         }
+        self.link(old, new)?;
         match (old, new) {
             (_, Some(n)) => {
                 let bytes = encode(n)?;
@@ -108,9 +114,33 @@ impl<'t> Tx<'t> {
         Ok(())
     }
 
+    /// The child's entries in `dependency_edges`: added with a job, removed
+    /// with it (`after` is fixed at push, so an update changes nothing).
+    fn link(&mut self, old: Option<&Job>, new: Option<&Job>) -> Result<(), Failure> {
+        if let (Some(o), Some(n)) = (old, new) {
+            if o.id == n.id && o.after == n.after {
+                return Ok(());
+            }
+        }
+        if let Some(o) = old {
+            for p in &o.after {
+                self.edges.remove((*p, o.id))?;
+            }
+        }
+        if let Some(n) = new {
+            for p in &n.after {
+                self.edges.insert((*p, n.id), ())?;
+            }
+        }
+        Ok(())
+    }
+
     fn index(&mut self, job: &Job) -> Result<(), Failure> {
         self.count(job.state, 1)?;
         match job.state {
+            JobState::Pending if job.is_waiting_on_parents() => {
+                self.waiting.insert(job.id, ())?;
+            }
             JobState::Pending => {
                 let nb = job.not_before.as_millis();
                 self.pending
@@ -136,6 +166,9 @@ impl<'t> Tx<'t> {
     fn unindex(&mut self, job: &Job) -> Result<(), Failure> {
         self.count(job.state, -1)?;
         match job.state {
+            JobState::Pending if job.is_waiting_on_parents() => {
+                self.waiting.remove(job.id)?;
+            }
             JobState::Pending => {
                 self.pending.remove((job.not_before.as_millis(), job.id))?;
                 self.ready.remove(ready_key(job))?;
@@ -301,6 +334,42 @@ impl<'t> Tx<'t> {
     }
 }
 
+/// The dependency rule reads the queue as this transaction has it, its
+/// own earlier writes included (a job pushed earlier in the same batch may
+/// be named as a parent).
+impl Graph for Tx<'_> {
+    type Error = Failure;
+
+    fn job(&mut self, id: JobId) -> Result<Option<Job>, Failure> {
+        Tx::job(self, id)
+    }
+
+    fn key_holder(&mut self, key: &str) -> Result<Option<Job>, Failure> {
+        match self.keys.get(key)?.map(|v| v.value()) {
+            Some(id) => {
+                Ok(Some(Tx::job(self, id)?.ok_or_else(|| out_of_step("idempotency key", id))?))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn dependents(&mut self, id: JobId) -> Result<Vec<JobId>, Failure> {
+        dependents_in(&self.edges, id)
+    }
+}
+
+/// The children `dependency_edges` names for `parent`, lowest first.
+pub(crate) fn dependents_in(
+    edges: &impl ReadableTable<(i64, i64), ()>,
+    parent: JobId,
+) -> Result<Vec<JobId>, Failure> {
+    let mut out = Vec::new();
+    for entry in edges.range((parent, i64::MIN)..=(parent, i64::MAX))? {
+        out.push(entry?.0.value().1);
+    }
+    Ok(out)
+}
+
 fn borrow_key(k: &(String, String, u32, i64, i64)) -> (&str, &str, u32, i64, i64) {
     (k.0.as_str(), k.1.as_str(), k.2, k.3, k.4)
 }
@@ -363,6 +432,9 @@ pub(crate) fn verify_indexes(txn: &ReadTransaction) -> Result<(), Failure> {
     let next_id = meta.get(META_NEXT_ID)?.map(|v| v.value()).unwrap_or(1);
     let mut counts: HashMap<JobState, u64> = HashMap::new();
     let (mut n_pending, mut n_ready, mut n_running, mut n_keys) = (0u64, 0u64, 0u64, 0u64);
+    let (mut n_waiting, mut n_edges) = (0u64, 0u64);
+    let waiting = txn.open_table(WAITING)?;
+    let edges = txn.open_table(EDGES)?;
     let pending = txn.open_table(PENDING)?;
     let ready = txn.open_table(READY)?;
     let running = txn.open_table(RUNNING)?;
@@ -375,7 +447,27 @@ pub(crate) fn verify_indexes(txn: &ReadTransaction) -> Result<(), Failure> {
             return bad(format!("job #{} is at or above the next id {next_id}", job.id));
         }
         *counts.entry(job.state).or_default() += 1;
+        // A restored job may name a parent twice; it has one edge.
+        let parents: std::collections::BTreeSet<JobId> = job.after.iter().copied().collect();
+        for p in &parents {
+            n_edges += 1;
+            if edges.get((*p, job.id))?.is_none() {
+                return bad(format!(
+                    "job #{}'s parent #{p} is missing from dependency_edges",
+                    job.id
+                ));
+            }
+        }
         match job.state {
+            JobState::Pending if job.is_waiting_on_parents() => {
+                n_waiting += 1;
+                if waiting.get(job.id)?.is_none() {
+                    return bad(format!(
+                        "waiting job #{} is missing from waiting_on_parents",
+                        job.id
+                    ));
+                }
+            }
             JobState::Pending => {
                 n_pending += 1;
                 let nb = job.not_before.as_millis();
@@ -421,6 +513,8 @@ pub(crate) fn verify_indexes(txn: &ReadTransaction) -> Result<(), Failure> {
         ("ready", ready.len()?, n_ready),
         ("running", running.len()?, n_running),
         ("idempotency_keys", keys.len()?, n_keys),
+        ("waiting_on_parents", waiting.len()?, n_waiting),
+        ("dependency_edges", edges.len()?, n_edges),
     ] {
         if indexed != actual {
             return bad(format!("{what} has {indexed} entries for {actual} jobs"));

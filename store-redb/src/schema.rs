@@ -14,7 +14,12 @@ use crate::error::Failure;
 
 /// The schema this build writes. A file with a higher version is refused
 /// ([`StoreError::SchemaTooNew`]); a lower one is migrated on open.
-pub const SCHEMA_VERSION: u32 = 1;
+///
+/// - 1: the first.
+/// - 2: job dependencies: the `dependency_edges` and `waiting_on_parents`
+///   tables, and jobs waiting on parents kept out of `pending_by_time` and
+///   `ready` (no v1 job has parents, so the migration only adds tables).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Name → value; the schema version, the next id and the ready watermark.
 /// Its name doubles as slothqueue's mark on the file.
@@ -37,6 +42,19 @@ pub(crate) const KEYS: TableDefinition<'static, &str, i64> =
 /// (job id, seq) → the [`slothqueue_core::Event`] as JSON.
 pub(crate) const EVENTS: TableDefinition<'static, (i64, u32), &[u8]> =
     TableDefinition::new("events");
+/// (parent id, child id) → (): one entry per parent each job names in
+/// `Job::after`, for "who waits on this job" in one range scan (a parent's
+/// transition ripples to them, a purge keeps a parent someone waits on).
+/// The entry belongs to the child: written with it, deleted with it; a
+/// parent purged first leaves its children's entries in place (they still
+/// name it, and a restore may bring it back). Since schema 2.
+pub(crate) const EDGES: TableDefinition<'static, (i64, i64), ()> =
+    TableDefinition::new("dependency_edges");
+/// Job id → (): the pending jobs waiting on parents not yet done, which
+/// are in neither `pending_by_time` nor `ready` (no claim may see them);
+/// its length is `Stats::waiting_on_parents`. Since schema 2.
+pub(crate) const WAITING: TableDefinition<'static, i64, ()> =
+    TableDefinition::new("waiting_on_parents");
 /// State name → how many jobs are in it.
 pub(crate) const COUNTS: TableDefinition<'static, &str, u64> = TableDefinition::new("state_counts");
 /// Owner id → the [`slothqueue_core::RunnerRecord`] as JSON.
@@ -52,8 +70,8 @@ pub(crate) const META_NEXT_ID: &str = "next_id";
 /// Meta: every pending job with `not_before` at or below this is in `READY`.
 pub(crate) const META_WATERMARK: &str = "ready_watermark";
 
-/// Every table slothqueue writes, for the open check.
-pub(crate) const TABLE_NAMES: [&str; 9] = [
+/// The tables of schema 1.
+const TABLES_V1: [&str; 9] = [
     "slothqueue_meta",
     "jobs",
     "ready",
@@ -64,6 +82,32 @@ pub(crate) const TABLE_NAMES: [&str; 9] = [
     "state_counts",
     "runners",
 ];
+
+/// Every table slothqueue writes (schema [`SCHEMA_VERSION`]): a table
+/// outside this list is another program's.
+pub(crate) const TABLE_NAMES: [&str; 11] = [
+    "slothqueue_meta",
+    "jobs",
+    "ready",
+    "pending_by_time",
+    "running",
+    "idempotency_keys",
+    "events",
+    "state_counts",
+    "runners",
+    "dependency_edges",
+    "waiting_on_parents",
+];
+
+/// The tables a file of schema `version` must have, for the open check;
+/// `None` for a version this build never wrote.
+pub(crate) fn tables_of(version: u64) -> Option<&'static [&'static str]> {
+    match version {
+        1 => Some(&TABLES_V1),
+        2 => Some(&TABLE_NAMES),
+        _ => None,
+    }
+}
 
 /// Priority as a key that sorts the highest priority first: the sign bit
 /// flipped makes `i32` order unsigned, and the complement reverses it.
@@ -137,6 +181,8 @@ pub(crate) fn initialise_in(txn: &WriteTransaction, path: &Path) -> Result<(), S
         txn.open_table(EVENTS)?;
         txn.open_table(COUNTS)?;
         txn.open_table(RUNNERS)?;
+        txn.open_table(EDGES)?;
+        txn.open_table(WAITING)?;
         Ok(())
     };
     step().map_err(|e| e.into_store(path))
@@ -144,12 +190,22 @@ pub(crate) fn initialise_in(txn: &WriteTransaction, path: &Path) -> Result<(), S
 
 /// `MIGRATIONS[v]` turns schema `v` into `v + 1`, inside the opening write
 /// transaction (all or nothing). Version 1 is the first, so index 0 is
-/// never used; a v1 → v2 change adds its function at index 1.
+/// never used.
 type Migration = fn(&WriteTransaction) -> Result<(), Failure>;
-const MIGRATIONS: &[Migration] = &[no_migration];
+const MIGRATIONS: &[Migration] = &[no_migration, v1_to_v2];
 
 fn no_migration(_: &WriteTransaction) -> Result<(), Failure> {
     Err(Failure::Damaged("schema version 0 was never written".to_owned()))
+}
+
+/// Schema 2 adds the dependency tables. A v1 build never wrote a job with
+/// parents (it has no such field), so no job moves out of
+/// `pending_by_time`/`ready` and no edge is to be written: the tables are
+/// made empty, and the integrity check would find a v1 row naming parents.
+fn v1_to_v2(txn: &WriteTransaction) -> Result<(), Failure> {
+    txn.open_table(EDGES)?;
+    txn.open_table(WAITING)?;
+    Ok(())
 }
 
 #[cfg(test)]

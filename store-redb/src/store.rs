@@ -1,17 +1,19 @@
 //! [`RedbStore`]: the [`Store`] trait on redb tables (see the crate docs for
 //! the table design), and the operations behind it. Each operation is one
 //! transaction run on tokio's blocking pool; every state change goes
-//! through a [`slothqueue_core::machine`] function and [`Tx::put`], which
-//! keeps the indexes in step with the row.
+//! through a [`slothqueue_core::machine`] function, then [`write_plan`]
+//! (the change and what it causes to the jobs waiting on it) and
+//! [`Tx::put`], which keeps the indexes in step with the row.
 
+use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redb::{ReadTransaction, ReadableTable};
-use slothqueue_core::machine::{self, PushPlan, Transition, TransitionError};
+use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
+use slothqueue_core::machine::{self, Graph, PushPlan, Transition};
 use slothqueue_core::{
     ClaimRequest, Claimed, Completion, Event, Failure as JobFailure, Fence, HeartbeatAck, Job,
     JobId, JobState, ListFilter, ListOrder, NewJob, Policy, PurgeFilter, Pushed, RunnerRecord,
@@ -20,8 +22,8 @@ use slothqueue_core::{
 
 use crate::error::{Failure, corrupt, guarded, panic_message};
 use crate::open;
-use crate::rows::{Tx, decode_event, decode_job, load, out_of_step, verify_indexes};
-use crate::schema::{COUNTS, EVENTS, JOBS, PENDING, RUNNERS, RUNNING};
+use crate::rows::{Tx, decode_event, decode_job, dependents_in, load, out_of_step, verify_indexes};
+use crate::schema::{COUNTS, EDGES, EVENTS, JOBS, PENDING, RUNNERS, RUNNING, WAITING};
 use crate::txn::{self, Db, Gate, Handle, RedbOptions, gate_for, read_only};
 
 /// A queue in one redb file. Cheap to share (`Arc`); several handles, in
@@ -236,10 +238,37 @@ fn claim_in(
     let best_due = t.best_due(&request.filter, now)?;
     let plan = machine::plan_claim(request, running, best_due, now, policy)
         .map_err(|e| Failure::Damaged(format!("the ready index is out of step: {e}")))?;
-    for w in plan.retire.iter().chain(&plan.take) {
-        t.apply(&w.before, &w.after)?;
+    let claimed = plan.claimed();
+    // A retired job's dependents are waiting (not due), so the cascade
+    // never touches the job taken.
+    for w in plan.retire.into_iter().chain(plan.take) {
+        write_plan(t, w.before, w.after, now)?;
     }
-    Ok(plan.claimed())
+    Ok(claimed)
+}
+
+/// Writes `transition` of `before` and every write it causes to the jobs
+/// waiting on it, transitively ([`machine::plan_with_dependents`]), each
+/// conditional on the row it was planned from, all in this transaction.
+/// Every transition a store writes comes here, so none can forget its
+/// dependents; one that cannot affect them reads nothing more. Answers the
+/// job's own new state.
+fn write_plan(
+    t: &mut Tx<'_>,
+    before: Job,
+    transition: Transition,
+    now: Timestamp,
+) -> Result<Job, Failure> {
+    let id = before.id;
+    let plan = machine::plan_with_dependents(t, before, transition, now)?;
+    let mut own = None;
+    for w in plan {
+        t.apply(&w.before, &w.after)?;
+        if w.before.id == id {
+            own = Some(w.after.job);
+        }
+    }
+    own.ok_or_else(|| Failure::Damaged(format!("the plan for job #{id} left it out")))
 }
 
 fn push_in(
@@ -250,10 +279,7 @@ fn push_in(
 ) -> Result<Pushed, Failure> {
     machine::validate(new)?;
     let holder = match &new.idempotency_key {
-        Some(k) => match t.keys.get(k.as_str())?.map(|v| v.value()) {
-            Some(id) => Some(t.job(id)?.ok_or_else(|| out_of_step("idempotency key", id))?),
-            None => None,
-        },
+        Some(k) => Graph::key_holder(t, k)?,
         None => None,
     };
     let id = t.next_id()?;
@@ -262,10 +288,13 @@ fn push_in(
             Ok(Pushed { job: t.must(existing)?, created: false, superseded: None })
         }
         PushPlan::Insert { displaced, superseded } => {
-            if let (Some(d), Some(old)) = (displaced, holder.as_ref()) {
-                t.apply(old, &d)?;
+            if let (Some(d), Some(old)) = (displaced, holder) {
+                write_plan(t, old, *d, now)?;
             }
-            let created = machine::create(id, new, &[], now, policy);
+            // Parents are looked up after the displaced holder is written,
+            // so they are read as this push leaves them.
+            let parents = machine::resolve_parents(t, new)?;
+            let created = machine::create(id, new, &parents, now, policy);
             t.put(None, Some(&created.job))?;
             t.append(&created.events)?;
             t.set_next_id(id.checked_add(1).ok_or_else(|| {
@@ -303,7 +332,7 @@ fn restore_in(t: &mut Tx<'_>, job: &Job, events: &[Event]) -> Result<(), Failure
 }
 
 fn purge_in(t: &mut Tx<'_>, filter: &PurgeFilter) -> Result<Vec<JobId>, Failure> {
-    let mut victims = Vec::new();
+    let mut victims: HashMap<JobId, Job> = HashMap::new();
     for entry in t.jobs.iter()? {
         let (k, v) = entry?;
         let job = decode_job(k.value(), v.value())?;
@@ -315,14 +344,19 @@ fn purge_in(t: &mut Tx<'_>, filter: &PurgeFilter) -> Result<Vec<JobId>, Failure>
             }
         };
         if eligible && filter.older_than.is_none_or(|t| age < t) {
-            victims.push(job);
+            victims.insert(job.id, job);
         }
     }
-    let mut ids = Vec::with_capacity(victims.len());
-    for job in victims {
+    // A pending job that a job left behind still waits on is kept.
+    let ids = machine::plan_purge(t, victims.values().cloned().collect())?;
+    for id in &ids {
+        let Some(job) = victims.remove(id) else {
+            return Err(Failure::Damaged(format!("purge planned job #{id}, not a candidate")));
+        };
+        // The job's own edges (to its parents) go with it; edges naming it
+        // as a parent belong to the children that remain.
         t.put(Some(&job), None)?;
         t.events.retain_in((job.id, 0)..=(job.id, u32::MAX), |_, _| false)?;
-        ids.push(job.id);
     }
     Ok(ids)
 }
@@ -405,10 +439,13 @@ fn list_in(txn: &ReadTransaction, filter: &ListFilter) -> Result<Vec<Job>, Failu
 fn stats_in(txn: &ReadTransaction, now: Timestamp) -> Result<Stats, Failure> {
     let counts = txn.open_table(COUNTS)?;
     let pending = txn.open_table(PENDING)?;
+    let waiting = txn.open_table(WAITING)?;
     let count = |s: JobState| -> Result<u64, Failure> {
         Ok(counts.get(s.as_str())?.map(|v| v.value()).unwrap_or(0))
     };
     let now_ms = now.as_millis();
+    // Jobs waiting on parents are in neither `pending_by_time` nor
+    // `ready`: not counted due, and their time is not `next_due`.
     let mut due_now = 0u64;
     for entry in pending.range(..=(now_ms, i64::MAX))? {
         entry?;
@@ -421,7 +458,7 @@ fn stats_in(txn: &ReadTransaction, now: Timestamp) -> Result<Stats, Failure> {
         };
     Ok(Stats {
         pending: count(JobState::Pending)?,
-        waiting_on_parents: 0,
+        waiting_on_parents: waiting.len()?,
         running: count(JobState::Running)?,
         done: count(JobState::Done)?,
         failed: count(JobState::Failed)?,
@@ -449,17 +486,41 @@ fn pushed_many(
     policy: &Policy,
 ) -> Result<Vec<Pushed>, Failure> {
     // All or nothing: check every element before writing any.
-    for j in jobs {
-        machine::validate(j)?;
+    for (index, j) in jobs.iter().enumerate() {
+        machine::validate(j).map_err(|e| in_batch(index, e.into()))?;
     }
     t.advance(now)?;
-    jobs.iter().map(|j| push_in(t, j, now, policy)).collect()
+    jobs.iter()
+        .enumerate()
+        .map(|(i, j)| push_in(t, j, now, policy).map_err(|e| in_batch(i, e)))
+        .collect()
+}
+
+/// A refusal of the batch's element `index`, named so ([`StoreError::InBatch`]),
+/// so the caller can point at the line; damage and I/O stay as they are
+/// (they are the queue's, not the element's).
+fn in_batch(index: usize, e: Failure) -> Failure {
+    match e {
+        Failure::Store(error) => {
+            Failure::Store(StoreError::InBatch { index, error: Box::new(error) })
+        }
+        other => other,
+    }
+}
+
+/// The error of a batch of one, as its single operation answers it: the
+/// element's own error, not [`StoreError::InBatch`].
+fn alone(e: StoreError) -> StoreError {
+    match e {
+        StoreError::InBatch { index: 0, error } => *error,
+        other => other,
+    }
 }
 
 #[async_trait]
 impl Store for RedbStore {
     async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
-        let mut many = self.push_many(vec![job], now).await?;
+        let mut many = self.push_many(vec![job], now).await.map_err(alone)?;
         many.pop().ok_or_else(|| StoreError::Backend("a push returned nothing".to_owned()))
     }
 
@@ -493,7 +554,7 @@ impl Store for RedbStore {
             i.write(|t| {
                 let job = t.must(id)?;
                 let (tr, ack) = machine::heartbeat(&job, &fence, now, policy, child_pgid)?;
-                t.apply(&job, &tr)?;
+                write_plan(t, job, tr, now)?;
                 Ok(ack)
             })
         })
@@ -508,7 +569,8 @@ impl Store for RedbStore {
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let fence = fence.clone();
-        self.transition(id, move |job, _| machine::complete(job, &fence, &done, now)).await
+        self.transition(id, now, move |_, job, _| Ok(machine::complete(job, &fence, &done, now)?))
+            .await
     }
 
     async fn fail(
@@ -519,8 +581,10 @@ impl Store for RedbStore {
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let fence = fence.clone();
-        self.transition(id, move |job, policy| machine::fail(job, &fence, &failure, now, policy))
-            .await
+        self.transition(id, now, move |_, job, policy| {
+            Ok(machine::fail(job, &fence, &failure, now, policy)?)
+        })
+        .await
     }
 
     async fn settle_and_claim(
@@ -537,12 +601,12 @@ impl Store for RedbStore {
             i.write(|t| {
                 let job = t.must(id)?;
                 let tr = machine::settle(&job, &fence, &settlement, now, policy)?;
-                t.apply(&job, &tr)?;
-                if tr.job.state == JobState::Done {
+                let settled = write_plan(t, job, tr, now)?;
+                if settled.state == JobState::Done {
                     slothqueue_core::failpoint::hit("mid_complete"); // written, not committed
                 }
                 let next = claim_in(t, &request, now, policy)?;
-                Ok(SettledAndClaimed { settled: tr.job, next })
+                Ok(SettledAndClaimed { settled, next })
             })
         })
         .await
@@ -550,19 +614,33 @@ impl Store for RedbStore {
 
     async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError> {
         let fence = fence.clone();
-        self.transition(id, move |job, _| machine::release(job, &fence, now)).await
+        self.transition(id, now, move |_, job, _| Ok(machine::release(job, &fence, now)?)).await
     }
 
     async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.transition(id, move |job, _| machine::cancel(job, now)).await
+        self.transition(id, now, move |_, job, _| Ok(machine::cancel(job, now)?)).await
     }
 
     async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.transition(id, move |job, _| machine::retry(job, &[], now)).await
+        self.transition(id, now, move |t, job, _| {
+            let parents = machine::load_parents(t, job)?;
+            Ok(machine::retry(job, &parents, now)?)
+        })
+        .await
     }
 
-    async fn dependents(&self, _id: JobId) -> Result<Vec<JobId>, StoreError> {
-        Ok(Vec::new()) // PLACEHOLDER: edges not stored yet
+    async fn dependents(&self, id: JobId) -> Result<Vec<JobId>, StoreError> {
+        self.blocking(move |i| {
+            i.read(|txn| {
+                // A parent purged before its children has none: its
+                // children's edges stay until they go themselves.
+                if txn.open_table(JOBS)?.get(id)?.is_none() {
+                    return Ok(Vec::new());
+                }
+                dependents_in(&txn.open_table(EDGES)?, id)
+            })
+        })
+        .await
     }
 
     async fn get(&self, id: JobId) -> Result<Job, StoreError> {
@@ -624,7 +702,7 @@ impl Store for RedbStore {
                 for (id, attempt) in &attempts {
                     let Some(job) = t.job(*id)? else { continue };
                     if let Some(tr) = machine::reclaim_dead(&job, attempt, now) {
-                        t.apply(&job, &tr)?;
+                        write_plan(t, job.clone(), tr, now)?;
                         before.push(job);
                     }
                 }
@@ -640,12 +718,16 @@ impl Store for RedbStore {
     }
 
     async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
-        self.restore_many(vec![(job, events)]).await
+        self.restore_many(vec![(job, events)]).await.map_err(alone)
     }
 
     async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
         self.blocking(move |i| {
-            i.write(|t| jobs.iter().try_for_each(|(j, ev)| restore_in(t, j, ev)))
+            i.write(|t| {
+                jobs.iter()
+                    .enumerate()
+                    .try_for_each(|(n, (j, ev))| restore_in(t, j, ev).map_err(|e| in_batch(n, e)))
+            })
         })
         .await
     }
@@ -694,21 +776,23 @@ impl Store for RedbStore {
 }
 
 impl RedbStore {
-    /// One user- or owner-side transition on one job: load, decide, write.
-    async fn transition<F>(&self, id: JobId, decide: F) -> Result<Job, StoreError>
+    /// One user- or owner-side transition on one job: load, decide (with
+    /// the transaction at hand, to read the job's parents), write it and
+    /// what it causes to the jobs waiting on it.
+    async fn transition<F>(&self, id: JobId, now: Timestamp, decide: F) -> Result<Job, StoreError>
     where
-        F: Fn(&Job, &Policy) -> Result<Transition, TransitionError> + Send + 'static,
+        F: Fn(&mut Tx<'_>, &Job, &Policy) -> Result<Transition, Failure> + Send + 'static,
     {
         self.blocking(move |i| {
             let policy = &i.options.policy;
             i.write(|t| {
                 let job = t.must(id)?;
-                let tr = decide(&job, policy)?;
-                t.apply(&job, &tr)?;
-                if tr.job.state == JobState::Done {
+                let tr = decide(t, &job, policy)?;
+                let job = write_plan(t, job, tr, now)?;
+                if job.state == JobState::Done {
                     slothqueue_core::failpoint::hit("mid_complete"); // written, not committed
                 }
-                Ok(tr.job)
+                Ok(job)
             })
         })
         .await

@@ -10,6 +10,9 @@
 //! - `damaged_close`: a file whose damage redb meets only on close (S16);
 //! - `power_loss`: power cut after every sync of a workload (S06);
 //! - `disk_full`: a full disk fails cleanly and the handle recovers (S15);
+//! - `dependencies`: jobs waiting on parents kept out of the claim's
+//!   indexes and let in when the last parent is done (a chain and a fan-out
+//!   of 10,000), the v1 → v2 migration, batch refusals naming the element;
 //! - `import`: how long a `restore_many` of 100,000 jobs takes (a measurement, run when asked);
 //! - `busy`: contention between handles and processes, bounded waits;
 //! - `read_only`: commands that only look change no byte of the file;
@@ -26,6 +29,7 @@ mod busy;
 mod claim_order;
 mod crash;
 mod damaged_close;
+mod dependencies;
 mod disk_full;
 mod import;
 mod power_loss;
