@@ -118,6 +118,12 @@ impl QueueWatch {
         QueueChanges { rx: self.generation.subscribe() }
     }
 
+    /// How many waits are in progress on this watch (each holds a
+    /// [`QueueChanges`]): what a server can show, and a test can wait for.
+    pub fn waiting(&self) -> usize {
+        self.generation.receiver_count()
+    }
+
     /// Wakes every waiter as a change to the file would: for a writer in
     /// this process that knows it just committed (or a test).
     pub fn poke(&self) {
@@ -280,7 +286,9 @@ mod tests {
     async fn poke_wakes_and_mark_seen_forgets() {
         let watch = QueueWatch::polling(Duration::from_secs(60));
         assert!(!watch.is_notified());
+        assert_eq!(watch.waiting(), 0);
         let mut changes = watch.changes();
+        assert_eq!(watch.waiting(), 1);
         watch.poke();
         changes.mark_seen();
         let stale = tokio::time::timeout(Duration::from_millis(20), changes.changed()).await;
