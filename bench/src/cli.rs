@@ -1,6 +1,6 @@
 //! The figures only the `slothqueue` binary can give: `add` and `status`
-//! wall times, an idle `run --follow`'s CPU time and wake-ups, and a
-//! draining runner's peak RSS. The CLI opens every queue with the default
+//! wall times, an idle `run --follow`'s and a waiting `wait`'s CPU time and
+//! wake-ups, and a draining runner's peak RSS. The CLI opens every queue with the default
 //! durability (it has no switch), so these are measured once per backend
 //! and belong to the default setting.
 
@@ -20,6 +20,10 @@ use crate::{Args, Sizes};
 /// The runner's poll interval in follow mode (`RunnerConfig`'s default,
 /// which the CLI keeps): the only wake-ups an idle runner should have.
 const POLL_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How often a `wait` looks without a change notification
+/// (`slothqueue_runner::watch::NOTIFIED_POLL`).
+const WAIT_POLL: Duration = slothqueue_runner::watch::NOTIFIED_POLL;
 
 /// How `run` is started: a load gate that never closes, so that a busy
 /// benchmark machine measures the runner and not the gate's patience.
@@ -51,6 +55,14 @@ pub async fn measure(
             sizes.idle_window.as_secs_f64() + 1.5
         );
         cli.idle(backend, sizes, &mut f)?;
+    }
+    if args.runs("wait_idle") {
+        eprintln!(
+            "bench: {}/default: wait_idle ({} s of wait on a job nobody runs)",
+            backend.as_str(),
+            sizes.idle_window.as_secs_f64() + 1.5
+        );
+        cli.wait_idle(backend, sizes, &mut f).await?;
     }
     if args.runs("rss") {
         eprintln!("bench: {}/default: rss", backend.as_str());
@@ -165,20 +177,50 @@ impl Cli {
     /// 100 ms; consecutive busy samples are one burst).
     fn idle(&self, backend: Backend, sizes: &Sizes, f: &mut Figures) -> Result<()> {
         let queue = backend.file(&self.dir, "idle");
-        let (err_path, err) = self.stderr_file("idle")?;
-        let child = self
-            .cmd(&queue, &["run", "--follow"])
-            .args(RUN_FLAGS)
+        let mut cmd = self.cmd(&queue, &["run", "--follow"]);
+        cmd.args(RUN_FLAGS);
+        let idle = self.watch_idle(cmd, "idle", sizes)?;
+        f.insert("idle", idle.cpu_ms_per_10s);
+        f.insert("idle_stat_ms", idle.stat_ms_per_10s);
+        f.insert("idle_wakeups", idle.switches_per_10s);
+        f.insert("idle_bursts", idle.bursts);
+        f.insert("idle_polls", idle.window_s / POLL_INTERVAL.as_secs_f64());
+        f.insert("idle_window_s", idle.window_s);
+        Ok(())
+    }
+
+    /// `slothqueue wait` on a job nobody runs, measured as [`Cli::idle`]
+    /// measures `run --follow`: what blocking a script on a job costs.
+    async fn wait_idle(&self, backend: Backend, sizes: &Sizes, f: &mut Figures) -> Result<()> {
+        let queue = backend.file(&self.dir, "wait");
+        {
+            let store = Setting { backend, fast: false }.open(&queue)?;
+            fill(store.as_ref(), 1, &self.dir).await?;
+        }
+        let idle = self.watch_idle(self.cmd(&queue, &["wait", "1"]), "wait", sizes)?;
+        f.insert("wait_idle", idle.cpu_ms_per_10s);
+        f.insert("wait_idle_stat_ms", idle.stat_ms_per_10s);
+        f.insert("wait_idle_wakeups", idle.switches_per_10s);
+        f.insert("wait_idle_bursts", idle.bursts);
+        f.insert("wait_idle_polls", idle.window_s / WAIT_POLL.as_secs_f64());
+        Ok(())
+    }
+
+    /// Starts `cmd` (which must not exit by itself), lets it settle for a
+    /// second and a half, then watches it for the idle window.
+    fn watch_idle(&self, mut cmd: Command, name: &str, sizes: &Sizes) -> Result<Idle> {
+        let (err_path, err) = self.stderr_file(name)?;
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(err)
             .spawn()
-            .context("cannot start slothqueue run --follow")?;
+            .with_context(|| format!("cannot start {cmd:?}"))?;
         let mut child = Reaped(child);
         pause(Duration::from_millis(1500));
         if let Some(status) = child.0.try_wait()? {
             let text = std::fs::read_to_string(&err_path).unwrap_or_default();
-            bail!("run --follow exited at once ({status}): {}", text.trim());
+            bail!("{cmd:?} exited at once ({status}): {}", text.trim());
         }
         let pid = child.0.id();
         let cpu0 = procfs::stat_cpu_ms(pid)?;
@@ -198,7 +240,7 @@ impl Cli {
         let ns1 = procfs::threads_cpu_ns(pid);
         let sw1 = procfs::threads_switches(pid);
         if let Some(status) = child.0.try_wait()? {
-            bail!("run --follow exited during the idle window ({status})");
+            bail!("{cmd:?} exited during the idle window ({status})");
         }
         let per_10s = 10.0 / window.as_secs_f64();
         let precise = procfs::growth(&ns0, &ns1) as f64 / 1e6;
@@ -209,13 +251,13 @@ impl Cli {
             .zip(std::iter::once(&false).chain(&slices))
             .filter(|(now, before)| **now && !**before)
             .count();
-        f.insert("idle", cpu * per_10s);
-        f.insert("idle_stat_ms", (cpu1 - cpu0) * per_10s);
-        f.insert("idle_wakeups", procfs::growth(&sw0, &sw1) as f64 * per_10s);
-        f.insert("idle_bursts", bursts as f64);
-        f.insert("idle_polls", window.as_secs_f64() / POLL_INTERVAL.as_secs_f64());
-        f.insert("idle_window_s", window.as_secs_f64());
-        Ok(())
+        Ok(Idle {
+            cpu_ms_per_10s: cpu * per_10s,
+            stat_ms_per_10s: (cpu1 - cpu0) * per_10s,
+            switches_per_10s: procfs::growth(&sw0, &sw1) as f64 * per_10s,
+            bursts: bursts as f64,
+            window_s: window.as_secs_f64(),
+        })
     }
 
     /// `slothqueue run` draining `rss_jobs` `true` jobs: its peak RSS
@@ -262,6 +304,15 @@ impl Cli {
         f.insert("cli_drain_ms_per_job", secs / sizes.rss_jobs as f64 * 1e3);
         Ok(())
     }
+}
+
+/// What [`Cli::watch_idle`] saw.
+struct Idle {
+    cpu_ms_per_10s: f64,
+    stat_ms_per_10s: f64,
+    switches_per_10s: f64,
+    bursts: f64,
+    window_s: f64,
 }
 
 /// A child killed and reaped when dropped, so an error never leaves a

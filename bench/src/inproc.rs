@@ -1,7 +1,7 @@
 //! The figures measured in this process through the `Store` trait and the
 //! `Runner`: raw_commit, push, cycle (interleaved, so the ratios compare
 //! like with like on a noisy machine), push_many, claim_scaling, drain and
-//! bytes_per_job.
+//! bytes_per_job; the dependency figures are in `deps.rs`.
 
 use std::future::Future;
 use std::path::Path;
@@ -93,6 +93,10 @@ pub async fn measure(setting: Setting, sizes: &Sizes, dir: &Path, args: &Args) -
     if args.runs("scaling") {
         step(setting, "push_many, claim_scaling");
         claim_scaling(setting, sizes, dir, &mut f).await?;
+    }
+    if args.runs("graph") {
+        step(setting, "chain, fan_out");
+        f.extend(crate::deps::measure(setting, sizes, dir).await?);
     }
     if args.runs("drain") {
         step(setting, "drain");

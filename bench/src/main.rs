@@ -10,9 +10,9 @@
 //! ```
 //!
 //! Per backend, the default and (SQLite only: redb has one) the fast
-//! durability setting are measured in this process (raw_commit, push, cycle, push_many, claim_scaling, drain,
-//! bytes_per_job); the figures only the binary can give (add_ratio,
-//! status_100k, idle, rss) are measured on it, under the default setting,
+//! durability setting are measured in this process (raw_commit, push, cycle, push_many, claim_scaling,
+//! chain, fan_out, drain, bytes_per_job); the figures only the binary can give (add_ratio,
+//! status_100k, idle, wait_idle, rss) are measured on it, under the default setting,
 //! the only one the CLI has. Results: a markdown table on stdout, and
 //! `results.json` and `results.md` in `--out` (default `target/bench`). A
 //! full run of both backends also rewrites the generated section of
@@ -27,6 +27,7 @@
 )]
 
 mod cli;
+mod deps;
 mod inproc;
 mod procfs;
 mod raw;
@@ -67,6 +68,9 @@ pub struct Sizes {
     pub add_runs: usize,
     /// `true` jobs drained by `slothqueue run` for rss.
     pub rss_jobs: usize,
+    /// The length of the dependency chain, and the children of the
+    /// fan-out's parent.
+    pub graph_jobs: usize,
 }
 
 impl Sizes {
@@ -82,6 +86,7 @@ impl Sizes {
             status_runs: 21,
             add_runs: 41,
             rss_jobs: 1_000,
+            graph_jobs: 10_000,
         }
     }
 
@@ -99,19 +104,21 @@ impl Sizes {
             status_runs: 5,
             add_runs: 7,
             rss_jobs: 40,
+            graph_jobs: 300,
         }
     }
 
     fn describe(&self, quick: bool) -> String {
         format!(
-            "{} (slices {} × {:.2} s; backlogs {:?}; drain {} jobs; idle {:.0} s; status on {} jobs)",
+            "{} (slices {} × {:.2} s; backlogs {:?}; drain {} jobs; idle {:.0} s; status on {} jobs; chain and fan-out of {})",
             if quick { "--quick" } else { "full" },
             self.rounds,
             self.slice.as_secs_f64(),
             self.backlogs,
             self.drain_jobs,
             self.idle_window.as_secs_f64(),
-            self.status_jobs
+            self.status_jobs,
+            self.graph_jobs
         )
     }
 }
@@ -132,7 +139,8 @@ struct Args {
 }
 
 /// The steps `--only` can name.
-pub const STEPS: [&str; 7] = ["rounds", "scaling", "drain", "add", "status", "idle", "rss"];
+pub const STEPS: [&str; 9] =
+    ["rounds", "scaling", "graph", "drain", "add", "status", "idle", "wait_idle", "rss"];
 
 impl Args {
     /// Whether `step` is to run.
@@ -339,7 +347,7 @@ fn markdown(
         }
     }
     let cli_note = if args.slothqueue.is_some() {
-        "CLI figures (idle, status_100k, add_ratio, rss) are taken on the `slothqueue` binary, \
+        "CLI figures (idle, wait_idle, status_100k, add_ratio, rss) are taken on the `slothqueue` binary, \
          which always opens queues with the default durability: they appear in the default columns only."
     } else {
         "CLI figures skipped: no `slothqueue` binary given."

@@ -94,6 +94,32 @@ const ROWS: &[Row] = &[
         },
     },
     Row {
+        figure: "chain",
+        unit: "median ms per claim, first 100 / last 100 of a chain (last ÷ first)",
+        cell: |f| {
+            Some(format!(
+                "{:.3} / {:.3} (×{:.2}; {} jobs)",
+                get(f, "chain_claim_first_ms")?,
+                get(f, "chain_claim_last_ms")?,
+                get(f, "chain_claim_ratio")?,
+                count(get(f, "chain_jobs")?)
+            ))
+        },
+    },
+    Row {
+        figure: "fan_out",
+        unit: "ms to settle a parent of N children / of 1 (µs per child)",
+        cell: |f| {
+            Some(format!(
+                "{:.1} / {:.2} ({:.1} µs; N = {})",
+                get(f, "fan_out_settle_ms")?,
+                get(f, "fan_out_settle_1_ms")?,
+                get(f, "fan_out_settle_per_child_us")?,
+                count(get(f, "fan_out_children")?)
+            ))
+        },
+    },
+    Row {
         figure: "drain",
         unit: "ms/job over `sh -c true` (runner ÷ loop)",
         cell: |f| {
@@ -116,6 +142,19 @@ const ROWS: &[Row] = &[
                 count(get(f, "idle_wakeups")?),
                 count(get(f, "idle_bursts")?),
                 get(f, "idle_polls")?
+            ))
+        },
+    },
+    Row {
+        figure: "wait_idle",
+        unit: "`wait` on a job nobody runs: ms CPU per 10 s; switches; wake bursts / polls",
+        cell: |f| {
+            Some(format!(
+                "{:.2} ms; {} sw; {} / {:.0}",
+                get(f, "wait_idle")?,
+                count(get(f, "wait_idle_wakeups")?),
+                count(get(f, "wait_idle_bursts")?),
+                get(f, "wait_idle_polls")?
             ))
         },
     },
@@ -187,6 +226,7 @@ const TARGETS: &[Target] = &[
         text: "push_many ≥ 100,000 jobs/s",
         check: |f| Some((get(f, "push_many")? >= 100_000.0, count(get(f, "push_many")?))),
     },
+    Target { text: "chain_claim_ratio ≤ 2", check: |f| at_most(f, "chain_claim_ratio", 2.0) },
     Target { text: "drain_ratio ≤ 1.5", check: |f| at_most(f, "drain_ratio", 1.5) },
     Target {
         text: "idle ≤ 5 ms CPU per 10 s, wake bursts ≤ polls",

@@ -11,8 +11,10 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 use slothqueue_core::{
     DEFAULT_MAX_RUNTIME, DEFAULT_QUEUE, Event, Job, JobId, JobState, ListFilter, ListOrder, NewJob,
-    Pushed, SHELL_KIND, Stats, machine,
+    Parent, Pushed, SHELL_KIND, Stats, StoreError, machine,
 };
+use slothqueue_runner::RunnerError;
+use slothqueue_runner::wait::{WaitTarget, wait};
 
 use crate::extract::{IdParam, JsonBody, QueryParams, parse_id};
 use crate::{AppState, HttpError};
@@ -21,6 +23,12 @@ use crate::{AppState, HttpError};
 const DEFAULT_LIMIT: usize = 50;
 /// The most jobs one page may hold.
 const MAX_LIMIT: usize = 500;
+/// The most jobs one batch enqueue may hold (the body limit bounds it too).
+const MAX_BATCH: usize = 10_000;
+/// The longest `?wait=` a client may ask for, in seconds: long enough that
+/// a client polls a few times a minute at most, short enough that a
+/// forgotten request does not hold a connection for long.
+pub(crate) const MAX_WAIT_SECS: u64 = 120;
 
 /// One served route.
 pub(crate) struct RouteSpec {
@@ -41,6 +49,12 @@ pub(crate) const ROUTES: &[RouteSpec] = &[
         path: "/api/tasks/enqueue",
         handler: || post(enqueue),
         operation: op_enqueue,
+    },
+    RouteSpec {
+        method: "POST",
+        path: "/api/tasks/enqueue/batch",
+        handler: || post(enqueue_batch),
+        operation: op_enqueue_batch,
     },
     RouteSpec {
         method: "GET",
@@ -99,6 +113,9 @@ struct EnqueueRequest {
     max_runtime: Option<Option<f64>>,
     #[serde(default)]
     queue: Option<String>,
+    /// Parents: numbers are job ids, strings idempotency keys.
+    #[serde(default)]
+    after: Option<Vec<Value>>,
 }
 
 /// Tells an explicit `null` (`Some(None)`) from an absent field (`None`).
@@ -117,6 +134,13 @@ struct ListQuery {
     queue: Option<String>,
     limit: Option<String>,
     cursor: Option<String>,
+}
+
+/// The query of `GET /api/tasks/outbox/{id}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShowQuery {
+    wait: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -162,9 +186,64 @@ impl EnqueueRequest {
             })?;
             new.not_before = Some(slothqueue_core::Timestamp::from_millis(ts.as_millisecond()));
         }
-        machine::validate(&new).map_err(|e| bad(e.to_string()))?;
+        new.after = parents(self.after.unwrap_or_default())?;
+        machine::validate(&new).map_err(|e| bad(api_words(&e.to_string())))?;
         Ok(new)
     }
+}
+
+/// `after` as the core takes it: a number is a job id, a string a key.
+fn parents(after: Vec<Value>) -> Result<Vec<Parent>, HttpError> {
+    after
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| match v {
+            Value::Number(n) => n.as_i64().map(Parent::Id).ok_or_else(|| {
+                bad(format!("after[{i}]: {n} is not a job id (a positive integer)"))
+            }),
+            Value::String(key) => Ok(Parent::Key(key)),
+            other => Err(bad(format!(
+                "after[{i}]: expected a job id (a number) or an idempotency key (a string), got {other}"
+            ))),
+        })
+        .collect()
+}
+
+/// The core's messages name the CLI's flag (`--after 9: no job #9`); the
+/// API's field is `after`.
+fn api_words(message: &str) -> String {
+    message.replace("--after", "after")
+}
+
+/// A store refusal in the API's words.
+fn refusal(e: StoreError) -> HttpError {
+    match e {
+        StoreError::InvalidInput(m) => HttpError::Store(StoreError::InvalidInput(api_words(&m))),
+        StoreError::InBatch { index, error } => {
+            HttpError::InBatch { index, error: Box::new(refusal(*error)) }
+        }
+        e => HttpError::Store(e),
+    }
+}
+
+/// `?wait=SECONDS`: a non-negative decimal number of seconds (`5`, `0.5`),
+/// at most [`MAX_WAIT_SECS`].
+fn parse_wait(raw: &str) -> Result<Duration, HttpError> {
+    let refused = || {
+        bad(format!(
+            "wait must be a number of seconds from 0 to {MAX_WAIT_SECS}, such as 30 or 0.5"
+        ))
+    };
+    let (whole, frac) = raw.split_once('.').unwrap_or((raw, "0"));
+    let digits = |s: &str| !s.is_empty() && s.len() <= 9 && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || !digits(frac) {
+        return Err(refused());
+    }
+    let secs: f64 = raw.parse().map_err(|_| refused())?;
+    if !(0.0..=MAX_WAIT_SECS as f64).contains(&secs) {
+        return Err(refused());
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| refused())
 }
 
 /// A shell payload as the runner expects it: `command`, `cwd` (the server's
@@ -208,11 +287,39 @@ async fn enqueue(
     JsonBody(req): JsonBody<EnqueueRequest>,
 ) -> Result<(StatusCode, Json<Pushed>), HttpError> {
     let new = req.into_new_job(&app)?;
-    let pushed = app.store.push(new, app.api.clock.now()).await?;
+    let pushed = app.store.push(new, app.api.clock.now()).await.map_err(refusal)?;
     if pushed.created {
         app.api.wake_worker();
     }
     let status = if pushed.created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(pushed)))
+}
+
+/// Many jobs in one transaction (`push_many`): all or none. A later job
+/// may name an earlier one's key in `after`.
+async fn enqueue_batch(
+    State(app): State<AppState>,
+    JsonBody(reqs): JsonBody<Vec<EnqueueRequest>>,
+) -> Result<(StatusCode, Json<Vec<Pushed>>), HttpError> {
+    if reqs.len() > MAX_BATCH {
+        return Err(bad(format!(
+            "a batch holds at most {MAX_BATCH} jobs, this one {}: send it in parts",
+            reqs.len()
+        )));
+    }
+    let jobs = reqs
+        .into_iter()
+        .enumerate()
+        .map(|(index, req)| {
+            req.into_new_job(&app).map_err(|e| HttpError::InBatch { index, error: Box::new(e) })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let pushed = app.store.push_many(jobs, app.api.clock.now()).await.map_err(refusal)?;
+    let created = pushed.iter().any(|p| p.created);
+    if created {
+        app.api.wake_worker();
+    }
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(pushed)))
 }
 
@@ -251,10 +358,32 @@ async fn list(
     Ok(Json(JobPage { jobs, next_cursor }))
 }
 
+/// One job with its trail; with `?wait=SECONDS`, once it is finished or
+/// the time is up, whichever comes first (the answer says which by the
+/// job's state), also when another process runs it: the wait is woken by
+/// the queue file's changes ([`slothqueue_runner::wait`]). A server that
+/// shuts down answers its waits at once.
 async fn show(
     State(app): State<AppState>,
     IdParam(id): IdParam,
+    QueryParams(q): QueryParams<ShowQuery>,
 ) -> Result<Json<JobWithEvents>, HttpError> {
+    let wait_for = q.wait.as_deref().map(parse_wait).transpose()?;
+    if let Some(d) = wait_for.filter(|d| !d.is_zero()) {
+        let deadline = tokio::time::Instant::now() + d;
+        let mut closing = app.api.closing.subscribe();
+        let target = WaitTarget::Jobs(vec![id]);
+        tokio::select! {
+            waited = wait(app.store.as_ref(), &app.api.watch, &target, Some(deadline)) => {
+                match waited {
+                    Ok(_) => {}
+                    Err(RunnerError::Store { source, .. }) => return Err(source.into()),
+                    Err(_) => return Err(HttpError::Internal),
+                }
+            }
+            _ = closing.wait_for(|closing| *closing) => {}
+        }
+    }
     let job = app.store.get(id).await?;
     let events = app.store.events(id).await?;
     Ok(Json(JobWithEvents { job, events }))
@@ -370,6 +499,37 @@ fn op_enqueue() -> Value {
     })
 }
 
+fn op_enqueue_batch() -> Value {
+    json!({
+        "operationId": "enqueueBatch",
+        "summary": "add many jobs in one transaction, all or none; a job's `after` may name a job earlier in the batch by its idempotency key",
+        "requestBody": {
+            "required": true,
+            "content": { "application/json": { "schema": {
+                "type": "array", "maxItems": MAX_BATCH,
+                "items": { "$ref": "#/components/schemas/EnqueueRequest" }
+            } } }
+        },
+        "responses": responses(
+            &[
+                ("201", json!({
+                    "description": "the batch was written (at least one job created); one answer per job, in order",
+                    "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/EnqueueResponse" } } } }
+                })),
+                ("200", json!({
+                    "description": "every job already existed with its idempotency key: nothing was written",
+                    "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/EnqueueResponse" } } } }
+                })),
+                ("400", json!({
+                    "description": "the batch was refused and nothing was written; a refused job is named by its `index` (from 0)",
+                    "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } }
+                })),
+            ],
+            &["401", "403", "405", "408", "413", "415", "503"],
+        )
+    })
+}
+
 /// What a route behind the token can answer besides its own results:
 /// malformed headers, no token, a foreign host, a wrong method, a declared
 /// body too large or not JSON, a busy queue.
@@ -409,8 +569,15 @@ fn op_stats() -> Value {
 fn op_show() -> Value {
     json!({
         "operationId": "showJob",
-        "summary": "one job with its event trail",
-        "parameters": [id_param()],
+        "summary": "one job with its event trail; with `wait`, once the job is finished (done, failed or cancelled) or the seconds are up, whichever comes first (200 either way: the job's state says which)",
+        "parameters": [
+            id_param(),
+            {
+                "name": "wait", "in": "query", "required": false,
+                "schema": { "type": "number", "minimum": 0, "maximum": MAX_WAIT_SECS },
+                "description": "seconds to wait for the job to finish, at most 120 (a decimal such as 0.5 is allowed); the wait sees runners in other processes"
+            }
+        ],
         "responses": responses(&[("200", ok_json("the job", "JobWithEvents"))], &["400", "401", "403", "404", "405", "413", "415", "503"])
     })
 }
@@ -461,7 +628,11 @@ fn schemas() -> Value {
     json!({
         "Error": {
             "type": "object",
-            "properties": { "error": { "type": "string" }, "status": { "type": "integer" } },
+            "properties": {
+                "error": { "type": "string" },
+                "status": { "type": "integer" },
+                "index": { "type": "integer", "description": "batch enqueue only: the refused job's place in the batch, from 0" }
+            },
             "required": ["error", "status"]
         },
         "JobState": { "type": "string", "enum": ["pending", "running", "done", "failed", "cancelled"] },
@@ -490,6 +661,15 @@ fn schemas() -> Value {
                 "queue": {
                     "oneOf": [plain_name("a queue"), { "type": "null" }],
                     "default": DEFAULT_QUEUE
+                },
+                "after": {
+                    "type": ["array", "null"],
+                    "maxItems": machine::MAX_PARENTS,
+                    "items": { "oneOf": [
+                        { "type": "integer", "format": "int64", "minimum": 1, "description": "a job id" },
+                        { "type": "string", "minLength": 1, "maxLength": machine::MAX_NAME_LEN, "description": "the idempotency key of a job" }
+                    ] },
+                    "description": "the jobs this one runs after: it is not run until each is done, and is cancelled when one fails or is cancelled; each must exist (in a batch: earlier in it)"
                 }
             }
         },
@@ -552,7 +732,10 @@ fn schemas() -> Value {
                 "exit_code": { "type": ["integer", "null"] },
                 "created_at": ts,
                 "started_at": opt_ts,
-                "finished_at": opt_ts
+                "finished_at": opt_ts,
+                "after": { "type": "array", "items": { "type": "integer", "format": "int64" }, "description": "the parents' ids; absent when none" },
+                "pending_parents": { "type": "integer", "description": "parents not done yet; absent when 0" },
+                "cancelled_by": { "type": "integer", "format": "int64", "description": "the job whose failure or cancel cancelled this one; absent when none" }
             },
             "required": ["id", "queue", "kind", "payload", "priority", "state", "attempts", "max_attempts", "not_before", "created_at"]
         },

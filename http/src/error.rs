@@ -54,6 +54,15 @@ pub enum HttpError {
     /// The queue refused or failed.
     #[error(transparent)]
     Store(StoreError),
+    /// One job of a batch enqueue was refused, so none was written; the
+    /// body names it by `index` (from 0) beside the error.
+    #[error("job {} of the batch (index {index}): {error}", index + 1)]
+    InBatch {
+        /// Its place in the batch, from 0.
+        index: usize,
+        /// Why it was refused.
+        error: Box<HttpError>,
+    },
     /// A handler panicked; the connection survives and the client gets JSON.
     #[error("internal error")]
     Internal,
@@ -115,6 +124,7 @@ impl HttpError {
             HttpError::Timeout => StatusCode::REQUEST_TIMEOUT,
             HttpError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             HttpError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            HttpError::InBatch { error, .. } => error.status(),
             HttpError::Store(e) => match e {
                 StoreError::NotFound(_) => StatusCode::NOT_FOUND,
                 StoreError::LeaseLost { .. } | StoreError::InvalidTransition { .. } => {
@@ -147,7 +157,10 @@ impl From<StoreError> for HttpError {
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let status = self.status();
-        let body = serde_json::json!({ "error": self.to_string(), "status": status.as_u16() });
+        let mut body = serde_json::json!({ "error": self.to_string(), "status": status.as_u16() });
+        if let HttpError::InBatch { index, .. } = &self {
+            body["index"] = serde_json::json!(index);
+        }
         let mut response = (status, Json(body)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response

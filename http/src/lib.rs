@@ -5,9 +5,10 @@
 //!
 //! | route | does |
 //! |---|---|
-//! | `POST /api/tasks/enqueue` | adds a job (201), or finds the identical one with the same idempotency key (200) |
+//! | `POST /api/tasks/enqueue` | adds a job (201), or finds the identical one with the same idempotency key (200); `after` names the jobs it runs after |
+//! | `POST /api/tasks/enqueue/batch` | adds an array of such jobs in one transaction, all or none (a refused one is named by `index`) |
 //! | `GET /api/tasks/outbox` | jobs, newest first, filtered by `state`, `kind`, `queue`, paged by `limit` and `cursor` |
-//! | `GET /api/tasks/outbox/{id}` | one job with its event trail |
+//! | `GET /api/tasks/outbox/{id}` | one job with its event trail; `?wait=SECONDS` (at most 120) answers once it is finished or the time is up |
 //! | `POST /api/tasks/outbox/{id}/cancel` | cancels a job |
 //! | `GET /api/tasks/outbox/stats` | counts per state, `due_now`, `next_due` |
 //! | `GET /api/openapi.json` | the OpenAPI 3.1 document |
@@ -49,7 +50,8 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use slothqueue_core::{Clock, Store, SystemClock};
-use tokio::sync::Notify;
+use slothqueue_runner::QueueWatch;
+use tokio::sync::{Notify, watch};
 
 pub use error::HttpError;
 pub use server::{Bound, DEFAULT_ADDR, ServeConfig, bind, serve};
@@ -70,7 +72,15 @@ pub struct ApiState {
     default_cwd: Option<PathBuf>,
     clock: Arc<dyn Clock>,
     server_addr: Option<std::net::SocketAddr>,
+    /// What wakes a `?wait=` long poll: the queue file's changes.
+    watch: Arc<QueueWatch>,
+    /// Set when the server begins to shut down: long polls answer at once.
+    closing: watch::Sender<bool>,
 }
+
+/// How often a `?wait=` looks at a queue whose file is not known (routes
+/// made with [`router`] and no [`ApiState::with_queue_watch`]).
+pub const UNWATCHED_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl fmt::Debug for ApiState {
     // Never the token: a Debug print must not leak it into a log.
@@ -80,6 +90,7 @@ impl fmt::Debug for ApiState {
             .field("body_limit", &self.body_limit)
             .field("waker", &self.waker.is_some())
             .field("default_cwd", &self.default_cwd)
+            .field("watch", &self.watch)
             .finish_non_exhaustive()
     }
 }
@@ -97,7 +108,18 @@ impl ApiState {
             default_cwd: std::env::current_dir().ok(),
             clock: Arc::new(SystemClock),
             server_addr: None,
+            watch: Arc::new(QueueWatch::polling(UNWATCHED_POLL)),
+            closing: watch::channel(false).0,
         }
+    }
+
+    /// What wakes a `GET /api/tasks/outbox/{id}?wait=` long poll: a watch
+    /// on the queue file ([`QueueWatch::new`]), so that a job finished by
+    /// a runner in another process answers it at once. Without one, such
+    /// a request looks every [`UNWATCHED_POLL`].
+    pub fn with_queue_watch(mut self, watch: Arc<QueueWatch>) -> Self {
+        self.watch = watch;
+        self
     }
 
     /// Accept any `Host` header (the server is reachable from the network
@@ -137,6 +159,12 @@ impl ApiState {
     pub fn with_server_addr(mut self, addr: std::net::SocketAddr) -> Self {
         self.server_addr = Some(addr);
         self
+    }
+
+    /// Answers every long poll now and every later one at once: the
+    /// server is going away.
+    pub(crate) fn close(&self) {
+        self.closing.send_replace(true);
     }
 
     fn wake_worker(&self) {

@@ -13,6 +13,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use slothqueue_core::Store;
+use slothqueue_runner::QueueWatch;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -43,16 +44,26 @@ pub struct ServeConfig {
     pub allow_remote: bool,
     /// The largest request body in bytes; [`DEFAULT_BODY_LIMIT`] by default.
     pub body_limit: usize,
+    /// The queue file the store serves, watched so that a `?wait=` long
+    /// poll sees jobs finished by runners in other processes as they
+    /// finish. [`ServeConfig::new`] takes it from a [`Token::Generate`];
+    /// `None` polls every [`crate::UNWATCHED_POLL`].
+    pub queue_file: Option<PathBuf>,
 }
 
 impl ServeConfig {
     /// Loopback on port 7878, 1 MiB bodies, with the given token source.
     pub fn new(token: Token) -> Self {
+        let queue_file = match &token {
+            Token::Generate { beside_queue } => Some(beside_queue.clone()),
+            Token::File(_) => None,
+        };
         ServeConfig {
             addr: DEFAULT_ADDR,
             token,
             allow_remote: false,
             body_limit: DEFAULT_BODY_LIMIT,
+            queue_file,
         }
     }
 }
@@ -90,10 +101,13 @@ pub async fn bind(store: Arc<dyn Store>, config: ServeConfig) -> Result<Bound, H
         .map_err(|source| HttpError::Bind { addr: config.addr, source })?;
     let local_addr =
         listener.local_addr().map_err(|source| HttpError::Bind { addr: config.addr, source })?;
-    let state = ApiState::new(token)
+    let mut state = ApiState::new(token)
         .with_allow_remote(config.allow_remote)
         .with_body_limit(config.body_limit)
         .with_server_addr(local_addr);
+    if let Some(queue) = &config.queue_file {
+        state = state.with_queue_watch(Arc::new(QueueWatch::new(queue)));
+    }
     Ok(Bound { listener, local_addr, token_path, store, state })
 }
 
@@ -158,6 +172,7 @@ impl Bound {
             let (stop, run) = worker.start();
             worker_task = Some((stop, tokio::spawn(run)));
         }
+        let closing = state.clone();
         let app = router(store, state);
         let graceful = GracefulShutdown::new();
         let mut shutdown = pin!(shutdown);
@@ -204,6 +219,8 @@ impl Bound {
             }
         };
         drop(listener);
+        // Long polls answer now rather than hold the shutdown up.
+        closing.close();
         if worker_ended.is_some() {
             // Its task is finished and must not be awaited again.
             worker_task = None;

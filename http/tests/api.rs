@@ -498,6 +498,7 @@ async fn openapi_matches_routes(backend: Backend) {
     assert_eq!(documented, served);
     let expected: BTreeSet<(String, String)> = [
         ("POST", "/api/tasks/enqueue"),
+        ("POST", "/api/tasks/enqueue/batch"),
         ("GET", "/api/tasks/outbox"),
         ("GET", "/api/tasks/outbox/{id}"),
         ("POST", "/api/tasks/outbox/{id}/cancel"),

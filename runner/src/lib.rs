@@ -18,6 +18,9 @@
 //!   ([`unix_signals`]).
 //! - **Gates.** Load average, CPU pressure and AC power, each reading
 //!   reported while the runner waits ([`gate`]).
+//! - **Waiting on jobs.** [`wait::wait`] blocks until jobs (or a whole
+//!   queue) are finished, woken by the queue file's change notifications
+//!   ([`QueueWatch`]) whichever process ran them, with a long fallback poll.
 //!
 //! The library never prints: everything a user should see arrives as a
 //! [`RunnerEvent`] through a [`Reporter`], whose `Display` is the exact line
@@ -61,6 +64,8 @@ mod run;
 mod runner;
 mod signal;
 mod stop;
+pub mod wait;
+pub mod watch;
 
 pub use config::{Mode, RunnerConfig};
 pub use contain::{
@@ -82,3 +87,5 @@ pub use signal::{
     unix_signals_with,
 };
 pub use stop::{StopListener, StopReason, StopRequest};
+pub use wait::{WaitEnd, WaitOutcome, WaitTarget};
+pub use watch::QueueWatch;

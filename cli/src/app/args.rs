@@ -26,6 +26,7 @@ Exit codes:
   5    the queue file stayed busy (locked by another process) for too long; try again
   6    the queue file cannot be used: foreign, damaged, from a newer slothqueue, or
        in a backend this build was compiled without
+  124  wait: the --timeout came first (as timeout(1) says it)
   130  run: interrupted by SIGINT or SIGTERM (the running job went back to pending)
 
 The queue file: --db, else $SLOTHQUEUE_DB, else $XDG_DATA_HOME/slothqueue/queue.db
@@ -91,6 +92,29 @@ pub enum Command {
     Demo,
     /// Serve the loopback HTTP API (the outbox routes) with a drain worker.
     Serve(ServeArgs),
+    /// Block until jobs are finished; exit 1 if one did not end done.
+    Wait(WaitArgs),
+}
+
+/// `wait`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["ids", "queue", "all"])))]
+pub struct WaitArgs {
+    /// The jobs to wait for (`12` or `#12`).
+    #[arg(value_name = "ID", value_parser = parse_id)]
+    pub ids: Vec<JobId>,
+
+    /// Until no job of this queue is pending or running.
+    #[arg(long, short = 'q', value_name = "Q", conflicts_with_all = ["ids", "all"])]
+    pub queue: Option<String>,
+
+    /// Until no job of any queue is pending or running.
+    #[arg(long, conflicts_with = "ids")]
+    pub all: bool,
+
+    /// Give up after this long (awake time) and exit 124.
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = duration::parse)]
+    pub timeout: Option<Duration>,
 }
 
 /// `serve`.

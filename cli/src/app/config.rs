@@ -88,6 +88,13 @@ pub enum Command {
         expect(dead_code, reason = "without the http feature serve only says it is missing")
     )]
     Serve(ServeConfig),
+    /// Block until jobs are finished.
+    Wait {
+        /// What to wait for.
+        target: slothqueue::runner::WaitTarget,
+        /// Give up after this long.
+        timeout: Option<Duration>,
+    },
 }
 
 /// `serve`, validated.
@@ -221,6 +228,17 @@ impl Config {
                 allow_remote: a.allow_remote,
                 load_ceiling: a.load_ceiling,
             }),
+            args::Command::Wait(w) => {
+                let target = match (w.queue, w.all) {
+                    (Some(q), _) => {
+                        plain_name("--queue", &q)?;
+                        slothqueue::runner::WaitTarget::Queue(q)
+                    }
+                    (None, true) => slothqueue::runner::WaitTarget::All,
+                    (None, false) => slothqueue::runner::WaitTarget::Jobs(w.ids),
+                };
+                Command::Wait { target, timeout: w.timeout }
+            }
         };
         Ok(Config {
             db,

@@ -30,6 +30,9 @@ pub enum Code {
     Busy = 5,
     /// The queue file cannot be used by this build.
     Unusable = 6,
+    /// `wait`: the timeout came before the jobs finished (124, as
+    /// `timeout(1)` exits).
+    TimedOut = 124,
     /// Stopped by SIGINT or SIGTERM.
     Interrupted = 130,
 }

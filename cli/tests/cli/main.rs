@@ -13,6 +13,7 @@
 //!   alone (torture S16).
 //! - `workflows`: jobs that run after others (`--after`, `--stdin`), what
 //!   the looks say of them, failure and retry down a chain, export/import.
+//! - `wait`: `wait`'s exit codes and a wait released by another process.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -32,3 +33,4 @@ mod snapshots;
 pub mod support;
 mod usage;
 mod workflows;
+mod wait;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::Value;
 use slothqueue_core::Store;
-use slothqueue_http::{Bound, DrainWorker, HttpError, ServeConfig, Token};
+use slothqueue_http::{ApiState, Bound, DrainWorker, HttpError, ServeConfig, Token};
 use slothqueue_store_redb::{RedbOptions, RedbStore};
 use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -95,13 +95,23 @@ pub async fn start_with(
     backend: Backend,
     make_worker: impl FnOnce(Arc<dyn Store>, PathBuf) -> Option<DrainWorker>,
 ) -> Server {
+    start_configured(backend, make_worker, |state, _| state).await
+}
+
+/// As [`start_with`], with the route settings changed by `configure`
+/// (given the queue file).
+pub async fn start_configured(
+    backend: Backend,
+    make_worker: impl FnOnce(Arc<dyn Store>, PathBuf) -> Option<DrainWorker>,
+    configure: impl FnOnce(ApiState, &std::path::Path) -> ApiState,
+) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let (store, queue_path) = open_store(backend, dir.path());
     let mut config = ServeConfig::new(Token::Generate { beside_queue: queue_path.clone() });
     config.addr = "127.0.0.1:0".parse().unwrap();
     let bound: Bound = slothqueue_http::bind(store.clone(), config).await.unwrap();
     let cwd = dir.path().to_owned();
-    let bound = bound.configure(|s| s.with_default_cwd(cwd));
+    let bound = bound.configure(|s| configure(s.with_default_cwd(cwd), &queue_path));
     let addr = bound.local_addr();
     let token_path = bound.token_path().to_owned();
     let token = std::fs::read_to_string(&token_path).unwrap().trim().to_owned();

@@ -12,6 +12,7 @@ mod run;
 #[cfg(feature = "http")]
 mod serve;
 mod transfer;
+mod wait;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -143,6 +144,7 @@ pub async fn execute(config: Config) -> Outcome {
             Ok(Code::Success)
         }
         Command::Demo => demo::demo(&ctx).await,
+        Command::Wait { target, timeout } => wait::wait(&ctx, target, timeout).await,
         #[cfg(feature = "http")]
         Command::Serve(sc) => serve::serve(&ctx, sc).await,
         #[cfg(not(feature = "http"))]

@@ -1,0 +1,299 @@
+//! [`QueueWatch`]: wakes whoever waits on a queue when its file changes,
+//! whichever process changed it.
+//!
+//! Every commit to a queue writes a file beside or in place of the queue:
+//! SQLite appends to `q.db-wal` (and checkpoints into `q.db`), redb
+//! rewrites `q.redb` itself. So the watch is on the queue's *folder*
+//! (a watch on the file alone would miss the WAL, and a file replaced by
+//! a rename), filtered to those two names, through the `notify` crate
+//! (inotify on Linux). Its watcher thread blocks in the kernel with no
+//! timeout: a waiter costs nothing until a commit lands.
+//!
+//! Notifications are not a guarantee (a network filesystem, a full
+//! inotify table, a folder replaced under the watch), so every wait also
+//! looks again on a long poll ([`QueueWatch::poll_interval`]), and a
+//! watch that could not be made at all polls often instead and says why
+//! ([`QueueWatch::notice`]).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use notify::event::{AccessKind, AccessMode, ModifyKind};
+use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use tokio::sync::watch;
+
+/// How often a wait looks again although no notification came: they can
+/// be missed on some filesystems. Long, because they normally do come.
+pub const NOTIFIED_POLL: Duration = Duration::from_secs(10);
+
+/// How often a wait looks when there are no notifications at all.
+pub const UNNOTIFIED_POLL: Duration = Duration::from_secs(1);
+
+/// Changes to one queue file, seen by every waiter of this process.
+///
+/// Made once per process (or per server) and shared: each waiter takes its
+/// own [`QueueChanges`] from [`QueueWatch::changes`].
+pub struct QueueWatch {
+    /// Bumped on every relevant change; waiters hold receivers.
+    generation: watch::Sender<u64>,
+    /// Kept alive for as long as the watch: dropping it stops the thread.
+    _watcher: Option<RecommendedWatcher>,
+    poll: Duration,
+    notice: Option<String>,
+}
+
+impl std::fmt::Debug for QueueWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueWatch")
+            .field("notified", &self._watcher.is_some())
+            .field("poll", &self.poll)
+            .field("notice", &self.notice)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QueueWatch {
+    /// Watches the queue file at `queue` (which need not exist yet): its
+    /// folder, for changes to the file and to SQLite's `-wal` beside it,
+    /// and, for a symlink, the folder of the file it points to as well.
+    ///
+    /// Never fails: where notifications cannot be had (no inotify
+    /// instance left, a folder that cannot be watched), the watch polls
+    /// every [`UNNOTIFIED_POLL`] instead and [`QueueWatch::notice`] says
+    /// why.
+    pub fn new(queue: &Path) -> QueueWatch {
+        let (generation, _) = watch::channel(0u64);
+        match watch_files(queue, generation.clone()) {
+            Ok(watcher) => QueueWatch {
+                generation,
+                _watcher: Some(watcher),
+                poll: NOTIFIED_POLL,
+                notice: None,
+            },
+            Err(e) => QueueWatch {
+                generation,
+                _watcher: None,
+                poll: UNNOTIFIED_POLL,
+                notice: Some(format!(
+                    "no change notifications for {} ({e}): looking every {}s instead",
+                    queue.display(),
+                    UNNOTIFIED_POLL.as_secs()
+                )),
+            },
+        }
+    }
+
+    /// A watch without notifications that polls every `interval`: for a
+    /// store with no file (or a caller that prefers polling).
+    pub fn polling(interval: Duration) -> QueueWatch {
+        let (generation, _) = watch::channel(0u64);
+        QueueWatch { generation, _watcher: None, poll: interval, notice: None }
+    }
+
+    /// Looks every `interval` even without a notification.
+    pub fn with_poll_interval(mut self, interval: Duration) -> QueueWatch {
+        self.poll = interval;
+        self
+    }
+
+    /// How long a waiter sleeps without a notification before it looks.
+    pub fn poll_interval(&self) -> Duration {
+        self.poll
+    }
+
+    /// Whether changes are notified (else the watch only polls).
+    pub fn is_notified(&self) -> bool {
+        self._watcher.is_some()
+    }
+
+    /// Why changes are not notified, when [`QueueWatch::new`] could not
+    /// set that up; a user may want to know why a wait reacts slowly.
+    pub fn notice(&self) -> Option<&str> {
+        self.notice.as_deref()
+    }
+
+    /// A new waiter's view: it sees every change after this call.
+    pub fn changes(&self) -> QueueChanges {
+        QueueChanges { rx: self.generation.subscribe() }
+    }
+
+    /// How many waits are in progress on this watch (each holds a
+    /// [`QueueChanges`]): what a server can show, and a test can wait for.
+    pub fn waiting(&self) -> usize {
+        self.generation.receiver_count()
+    }
+
+    /// Wakes every waiter as a change to the file would: for a writer in
+    /// this process that knows it just committed (or a test).
+    pub fn poke(&self) {
+        bump(&self.generation);
+    }
+}
+
+/// One waiter's view of a [`QueueWatch`].
+#[derive(Debug)]
+pub struct QueueChanges {
+    rx: watch::Receiver<u64>,
+}
+
+impl QueueChanges {
+    /// Forgets the changes so far: call it just before looking at the
+    /// queue, so that a commit during the look wakes the next
+    /// [`QueueChanges::changed`] at once.
+    pub fn mark_seen(&mut self) {
+        self.rx.mark_unchanged();
+    }
+
+    /// Resolves at the next change since the last [`QueueChanges::mark_seen`]
+    /// (at once if one already happened). Never resolves on a watch
+    /// without notifications (the caller's poll decides then).
+    pub async fn changed(&mut self) {
+        if self.rx.changed().await.is_err() {
+            // The watch is gone; only the poll can wake this waiter.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+fn bump(generation: &watch::Sender<u64>) {
+    generation.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+/// The file names whose changes mean a commit: the queue's and SQLite's
+/// write-ahead log beside it.
+fn names_for(queue: &Path) -> Vec<OsString> {
+    let Some(name) = queue.file_name() else { return Vec::new() };
+    let mut wal = name.to_owned();
+    wal.push("-wal");
+    vec![name.to_owned(), wal]
+}
+
+/// The folder a file name in `queue` lives in (`.` for a bare name).
+fn folder_of(queue: &Path) -> PathBuf {
+    match queue.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+fn watch_files(queue: &Path, generation: watch::Sender<u64>) -> notify::Result<RecommendedWatcher> {
+    let mut places = vec![queue.to_owned()];
+    // A symlinked queue: SQLite writes its WAL beside the file it resolves to.
+    if let Ok(real) = std::fs::canonicalize(queue) {
+        if real != queue {
+            places.push(real);
+        }
+    }
+    let mut names: Vec<OsString> = places.iter().flat_map(|p| names_for(p)).collect();
+    names.dedup();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // A lost event (queue overflow) or a broken watch: look.
+        if event.map_or(true, |e| is_relevant(&e, &names)) {
+            bump(&generation);
+        }
+    })?;
+    let mut folders: Vec<PathBuf> = places.iter().map(|p| folder_of(p)).collect();
+    folders.dedup();
+    for folder in &folders {
+        watcher.watch(folder, RecursiveMode::NonRecursive)?;
+    }
+    Ok(watcher)
+}
+
+/// Whether `event` may mean a commit to the queue: a write to one of
+/// `names`, or events lost (the kernel asks for a rescan).
+fn is_relevant(event: &notify::Event, names: &[OsString]) -> bool {
+    event.need_rescan()
+        || (is_write(&event.kind)
+            && event
+                .paths
+                .iter()
+                .any(|p| p.file_name().is_some_and(|n| names.iter().any(|m| m.as_os_str() == n))))
+}
+
+/// Whether an event can mean new content. Opens, reads and closes of a
+/// file only read (every look at the queue makes some, ours included)
+/// and metadata changes are not; anything unknown is.
+fn is_write(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        EventKind::Modify(ModifyKind::Metadata(_)) => false,
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::event::{CreateKind, DataChange, MetadataKind};
+
+    #[test]
+    fn only_writes_count() {
+        assert!(is_write(&EventKind::Modify(ModifyKind::Data(DataChange::Any))));
+        assert!(is_write(&EventKind::Create(CreateKind::File)));
+        assert!(is_write(&EventKind::Access(AccessKind::Close(AccessMode::Write))));
+        assert!(is_write(&EventKind::Any));
+        assert!(!is_write(&EventKind::Access(AccessKind::Open(AccessMode::Any))));
+        assert!(!is_write(&EventKind::Access(AccessKind::Close(AccessMode::Read))));
+        assert!(!is_write(&EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any))));
+    }
+
+    #[test]
+    fn the_queue_and_its_wal_are_watched_in_its_folder() {
+        let names = names_for(Path::new("/q/jobs.db"));
+        assert_eq!(names, [OsString::from("jobs.db"), OsString::from("jobs.db-wal")]);
+        assert_eq!(folder_of(Path::new("/q/jobs.db")), Path::new("/q"));
+        assert_eq!(folder_of(Path::new("jobs.db")), Path::new("."));
+    }
+
+    #[test]
+    fn only_the_queue_files_count() {
+        let names = names_for(Path::new("/q/jobs.db"));
+        let write = |path: &str| {
+            notify::Event::new(EventKind::Modify(ModifyKind::Data(DataChange::Any)))
+                .add_path(PathBuf::from(path))
+        };
+        assert!(is_relevant(&write("/q/jobs.db-wal"), &names));
+        assert!(is_relevant(&write("/q/jobs.db"), &names));
+        assert!(!is_relevant(&write("/q/jobs.db-shm"), &names));
+        assert!(!is_relevant(&write("/q/other.txt"), &names));
+        let open = notify::Event::new(EventKind::Access(AccessKind::Open(AccessMode::Any)))
+            .add_path(PathBuf::from("/q/jobs.db"));
+        assert!(!is_relevant(&open, &names), "our own looks open the file");
+        let rescan = notify::Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan);
+        assert!(is_relevant(&rescan, &names));
+    }
+
+    /// A write to the WAL beside the queue wakes a waiter (a real
+    /// notification from the kernel).
+    #[tokio::test]
+    async fn a_write_beside_the_queue_wakes_a_waiter() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = dir.path().join("q.db");
+        let watch = QueueWatch::new(&queue);
+        assert!(watch.is_notified(), "{:?}", watch.notice());
+        let mut changes = watch.changes();
+        changes.mark_seen();
+        std::fs::write(dir.path().join("q.db-wal"), b"x").unwrap();
+        tokio::time::timeout(Duration::from_secs(10), changes.changed())
+            .await
+            .expect("the write to q.db-wal was not notified");
+    }
+
+    #[tokio::test]
+    async fn poke_wakes_and_mark_seen_forgets() {
+        let watch = QueueWatch::polling(Duration::from_secs(60));
+        assert!(!watch.is_notified());
+        assert_eq!(watch.waiting(), 0);
+        let mut changes = watch.changes();
+        assert_eq!(watch.waiting(), 1);
+        watch.poke();
+        changes.mark_seen();
+        let stale = tokio::time::timeout(Duration::from_millis(20), changes.changed()).await;
+        assert!(stale.is_err(), "a change marked seen woke the waiter");
+        watch.poke();
+        tokio::time::timeout(Duration::from_secs(1), changes.changed()).await.unwrap();
+    }
+}
