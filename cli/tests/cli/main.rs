@@ -32,5 +32,5 @@ mod signals;
 mod snapshots;
 pub mod support;
 mod usage;
-mod workflows;
 mod wait;
+mod workflows;

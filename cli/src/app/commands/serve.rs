@@ -29,6 +29,8 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
     let mut config = HttpConfig::new(token);
     config.addr = sc.addr;
     config.allow_remote = sc.allow_remote;
+    // Watched for `?wait=` long polls, whichever way the token comes.
+    config.queue_file = Some(ctx.db.clone());
     let mut runner_config = DrainWorker::config(&ctx.db);
     runner_config.gates = vec![Box::new(LoadGate::system(sc.load_ceiling))];
     let (json, color) = (ctx.json, ctx.color);
