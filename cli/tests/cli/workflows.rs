@@ -7,7 +7,7 @@ use std::process::Output;
 
 use slothqueue::JobState;
 
-use crate::support::{TestContext, format_output};
+use crate::support::{TestContext, format_output, stdout_of, wait_child};
 use crate::{both_backends, slothqueue_snapshot};
 
 /// Runs `args` with `file` (in the temp dir) as stdin.
@@ -286,5 +286,39 @@ both_backends! {
         assert!(stderr.starts_with("error: line 3: cannot import (nothing was imported): "), "{stderr}");
         assert!(stderr.contains("parent #7"), "{stderr}");
         assert_eq!(other.ok(&["export"]), "", "nothing was imported");
+    }
+
+    fn a_chain_runs_in_order_with_four_runners_on_one_file(ctx) {
+        let load = ctx.calm_load();
+        // Each step logs its start and end; a step that started before its
+        // parent ended, or two at once, shows in the log's order. Twenty
+        // fillers keep all four runners busy, so the steps are taken by
+        // whichever runner is free when their parent ends; their priorities
+        // would start them first, with step 1, were it not for the edges.
+        let step = |n: u32| format!("echo start-{n} >> steps; sleep 0.2; echo end-{n} >> steps");
+        ctx.ok(&["add", &step(1), "--key", "step-1"]);
+        for i in 0..20 {
+            ctx.ok(&["add", &format!("sleep 0.1; echo filler-{i} >> fillers")]);
+        }
+        ctx.ok(&["add", &step(2), "--key", "step-2", "--after", "step-1", "--priority", "5"]);
+        ctx.ok(&["add", &step(3), "--after", "step-2", "--priority", "9"]);
+        let mut runners: Vec<_> = (0..4)
+            .map(|_| ctx.spawn(&["run", "--load-file", load, "--cooldown", "0s"]))
+            .collect();
+        let mut done = 0;
+        for r in &mut runners {
+            let status = wait_child(r, std::time::Duration::from_secs(60));
+            assert!(status.success(), "a runner failed: {}", stdout_of(r));
+            done += stdout_of(r).matches(" done in ").count();
+        }
+        // The runners drain what is due and exit: the step that finished
+        // last takes its child in the same transaction, so nothing is left.
+        assert_eq!(done, 23, "every job ran exactly once");
+        let steps = lines(&ctx, "steps");
+        assert_eq!(steps, ["start-1", "end-1", "start-2", "end-2", "start-3", "end-3"]);
+        assert_eq!(lines(&ctx, "fillers").len(), 20);
+        for id in 1..=23 {
+            assert_eq!(ctx.job(id).state, JobState::Done, "#{id}");
+        }
     }
 }
