@@ -227,6 +227,10 @@ fn the_demo_tells_its_stories_and_cleans_up() {
         "reclaimed 1 stale job(s): #5",
         "attempts:     2 of 3",
         "backup finished",
+        "waiting on key fetch (#6, pending)",
+        "[1]+  Exit 1 ",
+        "dependency #6 failed",
+        "published report.pdf",
     ] {
         assert!(stdout.contains(expected), "demo output lacks {expected:?}:\n{stdout}");
     }

@@ -87,6 +87,7 @@ impl Tour {
         self.priorities_gate_and_failures().await?;
         self.retry_with_backoff().await?;
         self.kill_nine().await?;
+        self.workflow().await?;
         say(&["", "# That's the tour. `slothqueue --help` has the rest."])?;
         Ok(Code::Success)
     }
@@ -219,6 +220,60 @@ impl Tour {
         say(&[
             "# (one line: the first attempt's orphaned process group was killed before it wrote)",
         ])?;
+        Ok(())
+    }
+
+    /// Three steps that wait for each other: the first fails, which
+    /// cancels the other two at once (a `wait` on the last returns 1);
+    /// once the cause is fixed, a `retry` of the first brings them back.
+    async fn workflow(&self) -> anyhow::Result<()> {
+        say(&[
+            "",
+            "# 4. Steps can wait for each other (--after an id or a key). A step that fails",
+            "#    for good cancels the steps after it; `retry` of it brings them back, and",
+            "#    `wait` tells a script how it all ended.",
+        ])?;
+        self.step(&[
+            "add",
+            "test -e mirror-up || { echo 'mirror unreachable' >&2; exit 1; }; echo 'fetched 3 files'",
+            "--key",
+            "fetch",
+            "--max-attempts",
+            "1",
+        ])
+        .await?;
+        self.step(&["add", "echo 'converted 3 files'", "--key", "convert", "--after", "fetch"])
+            .await?;
+        self.step(&["add", "echo 'published report.pdf'", "--after", "convert"]).await?;
+        say(&["$ slothqueue wait 8 --timeout 20s &"])?;
+        let mut waiter = self.spawn(&["wait", "8", "--timeout", "20s"])?;
+        let pid = waiter.id().context("the background wait has no pid")?;
+        say(&[&format!("[1] {pid}")])?;
+        let code = self.step(&["run", "--load-file", "load"]).await?;
+        expect_code(code, 1, "the run whose first step fails")?;
+        let out = tokio::time::timeout(PATIENCE, waiter.wait_with_output())
+            .await
+            .context("the background wait did not return")??;
+        self.forget(pid);
+        let code = out.status.code().unwrap_or(-1);
+        say(&[&format!("[1]+  Exit {code}                  slothqueue wait 8 --timeout 20s")])?;
+        for text in [&out.stdout, &out.stderr] {
+            let text = String::from_utf8_lossy(text);
+            if !text.trim().is_empty() {
+                say(&[text.trim_end()])?;
+            }
+        }
+        expect_code(code, 1, "the wait on a cancelled step")?;
+        self.step(&["show", "8"]).await?;
+        say(&["$ touch mirror-up"])?;
+        let marker = self.dir.join("mirror-up");
+        std::fs::write(&marker, "")
+            .with_context(|| format!("cannot write {}", marker.display()))?;
+        self.step(&["retry", "6"]).await?;
+        let code = self.step(&["run", "--load-file", "load"]).await?;
+        expect_code(code, 0, "the run after the retry")?;
+        let code = self.step(&["wait", "8"]).await?;
+        expect_code(code, 0, "the wait on the finished workflow")?;
         Ok(())
     }
 
