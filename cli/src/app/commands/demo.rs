@@ -246,7 +246,7 @@ impl Tour {
             .await?;
         self.step(&["add", "echo 'published report.pdf'", "--after", "convert"]).await?;
         say(&["$ slothqueue wait 8 --timeout 20s &"])?;
-        let mut waiter = self.spawn(&["wait", "8", "--timeout", "20s"])?;
+        let waiter = self.spawn(&["wait", "8", "--timeout", "20s"])?;
         let pid = waiter.id().context("the background wait has no pid")?;
         say(&[&format!("[1] {pid}")])?;
         let code = self.step(&["run", "--load-file", "load"]).await?;
