@@ -102,7 +102,6 @@ both_backends! {
                 // Under `nohup` (or a `cmd &` for SIGQUIT) the runner
                 // inherits the signal ignored and rightly keeps it so: the
                 // next test checks exactly that.
-                eprintln!("{sig:?} is ignored by this test process: not sent");
                 continue;
             }
             let _ = std::fs::remove_file(ctx.path("esc"));
