@@ -78,3 +78,21 @@ fn s16_an_unknown_schema_format_in_the_header_is_a_corrupt_file() {
     assert!(matches!(err, StoreError::Corrupt { path: ref p, .. } if p == &path), "{err:?}");
     assert_eq!(std::fs::read(&path).unwrap(), bytes, "a refused file was changed");
 }
+
+/// Found by the `open_sqlite` fuzz target: a v3 file (its schema intact)
+/// whose damaged rows read back a NULL where v4's new column check runs;
+/// the migration failed with a raw "NOT NULL constraint failed". A
+/// constraint a migration's rows break is damage: refused as `Corrupt`,
+/// the file untouched (the migration's transaction rolled back).
+#[tokio::test]
+async fn a_v3_file_whose_rows_break_the_v4_migration_is_refused_as_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/v3-damaged-rows.sqlite");
+    std::fs::copy(fixture, &path).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let err = SqliteStore::open(&path, SqliteOptions::default()).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { path: ref p, .. } if p == &path), "{err:?}");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "a refused file was changed");
+}
