@@ -1,4 +1,5 @@
-//! The runner against a real SQLite queue and real processes, by area.
+//! The runner against a real SQLite queue and real processes, by area
+//! (`wait` against both backends' files).
 //!
 //! Every wait polls with a deadline (`support::DEADLINE`); nothing asserts
 //! on timing beyond "it happened before the deadline".
@@ -21,3 +22,4 @@ mod reclaim;
 mod regressions;
 mod stopping;
 mod support;
+mod wait;

@@ -211,6 +211,9 @@ pub struct Intercepted {
     pub next_dues: std::sync::atomic::AtomicU32,
     /// How many runner records were written.
     pub put_runners: std::sync::atomic::AtomicU32,
+    /// How many looks at jobs (`get`, `list`) have returned: a test waits
+    /// on it until a waiter has looked, instead of sleeping.
+    pub looks: tokio::sync::watch::Sender<u64>,
 }
 
 impl Intercepted {
@@ -225,6 +228,7 @@ impl Intercepted {
             settle_and_claims: std::sync::atomic::AtomicU32::new(0),
             next_dues: std::sync::atomic::AtomicU32::new(0),
             put_runners: std::sync::atomic::AtomicU32::new(0),
+            looks: tokio::sync::watch::channel(0).0,
         }
     }
 }
@@ -327,13 +331,17 @@ mod intercepted {
             self.inner.dependents(id).await
         }
         async fn get(&self, id: JobId) -> Result<Job, StoreError> {
-            self.inner.get(id).await
+            let job = self.inner.get(id).await;
+            self.looks.send_modify(|n| *n += 1);
+            job
         }
         async fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
             self.inner.events(id).await
         }
         async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError> {
-            self.inner.list(filter).await
+            let jobs = self.inner.list(filter).await;
+            self.looks.send_modify(|n| *n += 1);
+            jobs
         }
         async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError> {
             self.inner.stats(now).await

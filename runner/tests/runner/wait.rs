@@ -5,28 +5,25 @@
 //! deadline was released by the file's change notification.
 //!
 //! Nothing sleeps to make time pass: the writer waits until the waiter has
-//! looked (its store counts looks), and the test's deadline bounds every
+//! looked (its store, `Intercepted`, counts looks), and the test's deadline bounds every
 //! wait.
-
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use slothqueue_core::machine::{Completion, Failure, HeartbeatAck};
+use slothqueue_core::machine::{Completion, Failure};
 use slothqueue_core::{
-    ClaimRequest, Claimed, ClockOnly, Event, Fence, Job, JobId, JobState, ListFilter, NewJob,
-    Owner, PurgeFilter, Pushed, RunnerRecord, SettledAndClaimed, Settlement, Stats, Store,
+    ClaimRequest, Claimed, ClockOnly, JobId, JobState, NewJob, Owner, PurgeFilter, Store,
     StoreError, Timestamp,
 };
 use slothqueue_runner::wait::{WaitEnd, WaitOutcome, WaitTarget, wait};
 use slothqueue_runner::{QueueWatch, RunnerError};
 use slothqueue_store_redb::{RedbOptions, RedbStore};
 use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
-use tokio::sync::watch;
 use tokio::time::Instant;
+
+use crate::support::Intercepted;
 
 /// The most any wait here may take: the machine is shared, slow is fine.
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -76,7 +73,8 @@ struct Queue {
     dir: tempfile::TempDir,
     path: PathBuf,
     writer: Arc<dyn Store>,
-    waiter: Arc<Looks>,
+    /// The waiter's store: the read-only handle, counting its looks.
+    waiter: Arc<Intercepted>,
 }
 
 fn queue(backend: Backend) -> Queue {
@@ -95,7 +93,7 @@ fn queue(backend: Backend) -> Queue {
             (path, Arc::new(w), Arc::new(r))
         }
     };
-    Queue { dir, path, writer, waiter: Arc::new(Looks::new(reader)) }
+    Queue { dir, path, writer, waiter: Arc::new(Intercepted::new(reader)) }
 }
 
 impl Queue {
@@ -141,7 +139,7 @@ impl Queue {
 
     /// Returns once the waiter has made `n` store reads since the start.
     async fn looked(&self, n: u64) {
-        let mut rx = self.waiter.reads.subscribe();
+        let mut rx = self.waiter.looks.subscribe();
         tokio::time::timeout(DEADLINE, rx.wait_for(|r| *r >= n)).await.unwrap().unwrap();
     }
 }
@@ -277,131 +275,4 @@ async fn a_job_deleted_while_waited_on_is_gone(backend: Backend) {
     assert_eq!(outcome.gone, [id]);
     assert!(outcome.jobs.is_empty());
     assert!(!outcome.all_done());
-}
-
-/// The waiter's store: the read-only handle, counting the reads a wait
-/// makes, so a test can act once the waiter has looked.
-struct Looks {
-    inner: Arc<dyn Store>,
-    reads: watch::Sender<u64>,
-}
-
-impl Looks {
-    fn new(inner: Arc<dyn Store>) -> Looks {
-        Looks { inner, reads: watch::channel(0).0 }
-    }
-
-    fn read(&self) {
-        self.reads.send_modify(|n| *n += 1);
-    }
-}
-
-#[async_trait]
-impl Store for Looks {
-    async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
-        self.inner.push(job, now).await
-    }
-    async fn push_many(
-        &self,
-        jobs: Vec<NewJob>,
-        now: Timestamp,
-    ) -> Result<Vec<Pushed>, StoreError> {
-        self.inner.push_many(jobs, now).await
-    }
-    async fn claim(&self, r: &ClaimRequest, now: Timestamp) -> Result<Option<Claimed>, StoreError> {
-        self.inner.claim(r, now).await
-    }
-    async fn heartbeat(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        pgid: Option<i32>,
-        now: Timestamp,
-    ) -> Result<HeartbeatAck, StoreError> {
-        self.inner.heartbeat(id, fence, pgid, now).await
-    }
-    async fn complete(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        done: Completion,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        self.inner.complete(id, fence, done, now).await
-    }
-    async fn fail(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        failure: Failure,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        self.inner.fail(id, fence, failure, now).await
-    }
-    async fn settle_and_claim(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        settlement: Settlement,
-        next: &ClaimRequest,
-        now: Timestamp,
-    ) -> Result<SettledAndClaimed, StoreError> {
-        self.inner.settle_and_claim(id, fence, settlement, next, now).await
-    }
-    async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError> {
-        self.inner.release(id, fence, now).await
-    }
-    async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.inner.cancel(id, now).await
-    }
-    async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.inner.retry(id, now).await
-    }
-    async fn get(&self, id: JobId) -> Result<Job, StoreError> {
-        let job = self.inner.get(id).await;
-        self.read();
-        job
-    }
-    async fn dependents(&self, id: JobId) -> Result<Vec<JobId>, StoreError> {
-        self.inner.dependents(id).await
-    }
-    async fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
-        self.inner.events(id).await
-    }
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError> {
-        let jobs = self.inner.list(filter).await;
-        self.read();
-        jobs
-    }
-    async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError> {
-        self.inner.stats(now).await
-    }
-    async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
-        self.inner.next_due().await
-    }
-    async fn reclaim_dead(
-        &self,
-        attempts: &[(JobId, Fence)],
-        now: Timestamp,
-    ) -> Result<Vec<Job>, StoreError> {
-        self.inner.reclaim_dead(attempts, now).await
-    }
-    async fn purge(&self, filter: &PurgeFilter) -> Result<Vec<JobId>, StoreError> {
-        self.inner.purge(filter).await
-    }
-    async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
-        self.inner.restore(job, events).await
-    }
-    async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
-        self.inner.restore_many(jobs).await
-    }
-    async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {
-        self.inner.put_runner(record).await
-    }
-    async fn remove_runner(&self, owner_id: &str) -> Result<(), StoreError> {
-        self.inner.remove_runner(owner_id).await
-    }
-    async fn runners(&self) -> Result<Vec<RunnerRecord>, StoreError> {
-        self.inner.runners().await
-    }
 }
