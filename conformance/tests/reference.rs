@@ -533,7 +533,7 @@ impl Store for RefStore {
                 })
                 .cloned()
                 .collect();
-            let doomed = machine::plan_purge(st, candidates)?;
+            let doomed = machine::plan_purge(st, &candidates)?;
             for id in &doomed {
                 st.record(Record::Delete(*id));
             }

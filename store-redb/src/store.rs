@@ -5,7 +5,6 @@
 //! (the change and what it causes to the jobs waiting on it) and
 //! [`Tx::put`], which keeps the indexes in step with the row.
 
-use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -340,7 +339,8 @@ fn restore_in(t: &mut Tx<'_>, job: &Job, events: &[Event]) -> Result<(), Failure
 }
 
 fn purge_in(t: &mut Tx<'_>, filter: &PurgeFilter) -> Result<Vec<JobId>, Failure> {
-    let mut victims: HashMap<JobId, Job> = HashMap::new();
+    // The jobs table iterates in id order, so the candidates are in it.
+    let mut candidates: Vec<Job> = Vec::new();
     for entry in t.jobs.iter()? {
         let (k, v) = entry?;
         let job = decode_job(k.value(), v.value())?;
@@ -352,18 +352,20 @@ fn purge_in(t: &mut Tx<'_>, filter: &PurgeFilter) -> Result<Vec<JobId>, Failure>
             }
         };
         if eligible && filter.older_than.is_none_or(|t| age < t) {
-            victims.insert(job.id, job);
+            candidates.push(job);
         }
     }
     // A pending job that a job left behind still waits on is kept.
-    let ids = machine::plan_purge(t, victims.values().cloned().collect())?;
-    for id in &ids {
-        let Some(job) = victims.remove(id) else {
-            return Err(Failure::Damaged(format!("purge planned job #{id}, not a candidate")));
-        };
+    let ids = machine::plan_purge(t, &candidates)?;
+    // Both lists are in id order.
+    let mut deleting = ids.iter().peekable();
+    for job in &candidates {
+        if deleting.next_if_eq(&&job.id).is_none() {
+            continue;
+        }
         // The job's own edges (to its parents) go with it; edges naming it
         // as a parent belong to the children that remain.
-        t.put(Some(&job), None)?;
+        t.put(Some(job), None)?;
         t.events.retain_in((job.id, 0)..=(job.id, u32::MAX), |_, _| false)?;
     }
     Ok(ids)

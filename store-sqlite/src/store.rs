@@ -472,7 +472,7 @@ fn purge_tx(conn: &Connection, filter: &PurgeFilter) -> Result<Vec<JobId>, Error
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
-    let ids = machine::plan_purge(&mut TxGraph::new(conn), candidates.clone())?;
+    let ids = machine::plan_purge(&mut TxGraph::new(conn), &candidates)?;
     if !ids.is_empty() {
         // Ids are never reused: the next id stays above the ones deleted here.
         conn.prepare_cached(&format!(

@@ -324,12 +324,13 @@ fn parent_revived(child: &Job, parents: &[Job], root: JobId, now: Timestamp) -> 
 /// purge may delete: every terminal one; a pending one only if no job
 /// still pending or running, and not deleted with it, waits on it (it
 /// would wait forever). Returns their ids.
-pub fn plan_purge<G: Graph>(g: &mut G, mut candidates: Vec<Job>) -> Result<Vec<JobId>, G::Error> {
+pub fn plan_purge<G: Graph>(g: &mut G, candidates: &[Job]) -> Result<Vec<JobId>, G::Error> {
     // Dependents have higher ids: deciding from the highest down, each
     // pending job's dependents are already decided.
-    candidates.sort_by_key(|j| std::cmp::Reverse(j.id));
+    let mut order: Vec<&Job> = candidates.iter().collect();
+    order.sort_by_key(|j| std::cmp::Reverse(j.id));
     let mut deleting: BTreeSet<JobId> = BTreeSet::new();
-    for job in candidates {
+    for job in order {
         if job.state == JobState::Pending {
             let mut held = false;
             for child in g.dependents(job.id)? {
@@ -567,9 +568,9 @@ mod tests {
         let b = m.push(shell("b").after(a));
         let c = m.push(shell("c"));
         let (ja, jb, jc) = (m.jobs[&a].clone(), m.jobs[&b].clone(), m.jobs[&c].clone());
-        let only_c = plan_purge(&mut m, vec![ja.clone(), jc]).unwrap();
+        let only_c = plan_purge(&mut m, &[ja.clone(), jc]).unwrap();
         assert_eq!(only_c, vec![c]);
-        let both = plan_purge(&mut m, vec![ja, jb]).unwrap();
+        let both = plan_purge(&mut m, &[ja, jb]).unwrap();
         assert_eq!(both, vec![a, b]);
     }
 }
