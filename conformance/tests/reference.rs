@@ -183,7 +183,7 @@ impl State {
             .filter(|j| j.is_due(now) && request.filter.admits(j))
             .min_by_key(|j| j.claim_order())
             .cloned();
-        let plan = machine::plan_claim(request, running, best_due, now, policy)?;
+        let plan = machine::plan_claim(request, &slothqueue_core::LaneCheck::open() /* PLACEHOLDER */, running, best_due, now, policy)?;
         let claimed = plan.claimed();
         for w in plan.retire.into_iter().chain(plan.take) {
             self.write(w.before, w.after, now)?;
@@ -313,6 +313,49 @@ fn open(path: &Path, policy: Policy) -> Result<Arc<dyn Store>, StoreError> {
 
 #[async_trait]
 impl Store for RefStore {
+    // PLACEHOLDER (lanes base): the lane methods, until this store implements them.
+    async fn note_attempt(
+        &self,
+        _id: JobId,
+        _fence: &Fence,
+        _note: &slothqueue_core::AttemptNote,
+        _now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER note_attempt".into()))
+    }
+
+    async fn hold(
+        &self,
+        _id: JobId,
+        _stamp: slothqueue_core::Stamp,
+        _now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER hold".into()))
+    }
+
+    async fn release_hold(&self, _id: JobId, _by: &str, _now: Timestamp) -> Result<Job, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER release_hold".into()))
+    }
+
+    async fn lanes(&self) -> Result<slothqueue_core::Lanes, StoreError> {
+        Ok(slothqueue_core::Lanes::default()) // PLACEHOLDER
+    }
+
+    async fn change_lane(
+        &self,
+        _scope: &slothqueue_core::LaneScope,
+        _change: &slothqueue_core::LaneChange,
+    ) -> Result<slothqueue_core::Lanes, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER change_lane".into()))
+    }
+
+    async fn queue_counts(
+        &self,
+        _now: Timestamp,
+    ) -> Result<Vec<slothqueue_core::QueueCounts>, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER queue_counts".into()))
+    }
+
     async fn push(&self, new: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
         machine::validate(&new)?;
         self.with(|st| st.push(&new, now, &self.policy))

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::lane::Stamp;
 use crate::time::Timestamp;
 
 /// A job's identity: a positive, increasing integer, shown as `#12`.
@@ -204,6 +205,11 @@ pub struct Job {
     /// the failure. A `retry` of the root brings this job back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancelled_by: Option<JobId>,
+    /// Set while a user holds the pending job (`hold`): it is not due, and
+    /// not in any index a claim reads, until released. Cleared when the
+    /// job leaves pending (a cancel, a supersede).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<Stamp>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -211,9 +217,22 @@ fn is_zero(n: &u32) -> bool {
 }
 
 impl Job {
-    /// The job is due at `now`: pending, its parents done, its time come.
+    /// The job is due at `now`: pending, its parents done, not held, its
+    /// time come.
     pub fn is_due(&self, now: Timestamp) -> bool {
-        self.state == JobState::Pending && self.pending_parents == 0 && self.not_before <= now
+        self.is_claimable() && self.not_before <= now
+    }
+
+    /// Pending, not held and waiting on no parent: a claim may take it once
+    /// its time has come (and its lane lets it). What the stores' claim
+    /// indexes hold.
+    pub fn is_claimable(&self) -> bool {
+        self.state == JobState::Pending && self.pending_parents == 0 && self.held.is_none()
+    }
+
+    /// Pending and held by a user.
+    pub fn is_held(&self) -> bool {
+        self.state == JobState::Pending && self.held.is_some()
     }
 
     /// Pending, but waiting on parents that are not `done` yet.
@@ -259,6 +278,16 @@ pub enum EventKind {
     Expired,
     /// A user put a failed or cancelled job back to pending.
     Retried,
+    /// A user held the pending job (`hold`); `owner` is not set, `message`
+    /// names who.
+    Held,
+    /// A user released the hold (`release`).
+    HoldReleased,
+    /// The runner stopped the running attempt's processes (SIGSTOP) while
+    /// a gate was closed; `message` says which reading.
+    Suspended,
+    /// The runner continued them (SIGCONT); `message` says after how long.
+    Resumed,
 }
 
 impl EventKind {
@@ -276,11 +305,15 @@ impl EventKind {
             EventKind::Superseded => "superseded",
             EventKind::Expired => "expired",
             EventKind::Retried => "retried",
+            EventKind::Held => "held",
+            EventKind::HoldReleased => "hold_released",
+            EventKind::Suspended => "suspended",
+            EventKind::Resumed => "resumed",
         }
     }
 
     /// Every kind, for parsing.
-    pub const ALL: [EventKind; 11] = [
+    pub const ALL: [EventKind; 15] = [
         EventKind::Pushed,
         EventKind::Claimed,
         EventKind::Reclaimed,
@@ -292,6 +325,10 @@ impl EventKind {
         EventKind::Superseded,
         EventKind::Expired,
         EventKind::Retried,
+        EventKind::Held,
+        EventKind::HoldReleased,
+        EventKind::Suspended,
+        EventKind::Resumed,
     ];
 }
 

@@ -9,6 +9,7 @@
 
 pub mod failpoint;
 pub mod job;
+pub mod lane;
 pub mod liveness;
 pub mod machine;
 pub mod policy;
@@ -19,10 +20,13 @@ pub use job::{
     DEFAULT_MAX_RUNTIME, DEFAULT_QUEUE, Event, EventKind, Fence, Job, JobId, JobState, Lease,
     NewJob, Owner, Parent, SHELL_KIND, UnknownState,
 };
+pub use lane::{
+    LaneChange, LaneScope, LaneSettings, Lanes, QueueCounts, QueueInfo, QueuesReport, Stamp,
+};
 pub use liveness::{ClockOnly, Liveness, LivenessJudge};
 pub use machine::{
     ClaimFilter, ClaimOutcome, ClaimPlan, ClaimRequest, Claimed, Completion, Failure, HeartbeatAck,
-    PlannedWrite, PushPlan, Reclaim, ReclaimReason, Settlement, Transition, TransitionError,
+    AttemptNote, LaneCheck, LaneVerdict, PlannedWrite, PushPlan, Reclaim, ReclaimReason, Settlement, Transition, TransitionError,
 };
 pub use policy::{Policy, splitmix64};
 pub use store::{

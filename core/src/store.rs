@@ -14,8 +14,9 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::job::{Event, Fence, Job, JobId, JobState, NewJob, Owner};
+use crate::lane::{LaneChange, LaneScope, Lanes, QueueCounts, QueuesReport, Stamp};
 use crate::machine::{
-    ClaimRequest, Claimed, Completion, Failure, HeartbeatAck, Settlement, TransitionError,
+    AttemptNote, ClaimRequest, Claimed, Completion, Failure, HeartbeatAck, Settlement, TransitionError,
 };
 use crate::time::Timestamp;
 
@@ -79,6 +80,10 @@ pub struct Stats {
     /// Of `pending`, the jobs waiting on parents not yet done.
     #[serde(default)]
     pub waiting_on_parents: u64,
+    /// Of `pending`, the jobs a user holds (`hold`), waiting on parents or
+    /// not.
+    #[serde(default)]
+    pub held: u64,
     /// Jobs under a lease.
     pub running: u64,
     /// Jobs completed.
@@ -87,10 +92,13 @@ pub struct Stats {
     pub failed: u64,
     /// Jobs cancelled or superseded.
     pub cancelled: u64,
-    /// Pending jobs with `not_before <= now` and no parent left to wait on.
+    /// Pending jobs with `not_before <= now`, no parent left to wait on,
+    /// and not held. (A paused or full lane does not change this: the job
+    /// is due, its lane holds it.)
     pub due_now: u64,
     /// The earliest `not_before` among pending jobs not yet due (jobs
-    /// waiting on parents left out: their time is not what they wait for).
+    /// waiting on parents or held left out: their time is not what they
+    /// wait for).
     pub next_due: Option<Timestamp>,
 }
 
@@ -110,12 +118,18 @@ pub struct PurgeFilter {
 pub enum RunnerActivity {
     /// Looking for work.
     Starting,
-    /// Running a job.
+    /// Running a job (with `--slots N`, maybe more than one).
     Running {
-        /// The job.
+        /// The job (the first it started, of those running).
         job: JobId,
+        /// The other jobs it runs at the same time, oldest start first;
+        /// absent with one slot, and from records written before slots.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        also: Vec<JobId>,
     },
-    /// Held by a gate.
+    /// Held by a gate, or waiting while every due job's lane is paused or
+    /// full (`reading` then says so: `queue backups paused — 3 due jobs
+    /// waiting`).
     Gated {
         /// The gate's last reading, e.g. `load 3.20 >= ceiling 2.00`.
         reading: String,
@@ -278,12 +292,15 @@ pub trait Store: Send + Sync {
     -> Result<Vec<Pushed>, StoreError>;
 
     /// Hands the best available job to `request.owner`, as
-    /// [`crate::machine::plan_claim`] decides from the running jobs and the
-    /// best due pending job the filter admits: order highest priority,
-    /// earliest `not_before`, lowest id; abandoned jobs with no attempts
-    /// left (or a cancel requested) are ended on the way. The judge is
-    /// asked inside the transaction. Among racing claimers each job goes to
-    /// exactly one. `None` when nothing is due.
+    /// [`crate::machine::plan_claim`] decides from the lanes' settings, the
+    /// running jobs and the best due pending job the filter admits whose
+    /// lane lets it start: order highest priority, earliest `not_before`,
+    /// lowest id; abandoned jobs with no attempts left (or a cancel
+    /// requested) are ended on the way. The judge is asked, and the lanes
+    /// read and counted ([`crate::machine::LaneCheck`]), inside the
+    /// transaction, so a lane's limit holds across every claimer. Among
+    /// racing claimers each job goes to exactly one. `None` when nothing
+    /// is due, or nothing due may start.
     async fn claim(
         &self,
         request: &ClaimRequest,
@@ -352,6 +369,53 @@ pub trait Store: Send + Sync {
     /// Returns the job to pending without charging the attempt.
     async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError>;
 
+    /// Notes a suspend or a resume on the attempt held under `fence`
+    /// ([`crate::machine::note_attempt`]): one event, nothing else.
+    /// `LeaseLost` unless `fence` still holds it.
+    async fn note_attempt(
+        &self,
+        id: JobId,
+        fence: &Fence,
+        note: &AttemptNote,
+        now: Timestamp,
+    ) -> Result<Job, StoreError>;
+
+    /// Holds a pending job ([`crate::machine::hold`]): it stays pending
+    /// but no claim takes it until [`Store::release_hold`]. A held job is
+    /// left as it is; `InvalidTransition` for any other state.
+    async fn hold(&self, id: JobId, stamp: Stamp, now: Timestamp) -> Result<Job, StoreError>;
+
+    /// Releases a held job ([`crate::machine::release_hold`]); a pending
+    /// job not held is left as it is. `InvalidTransition` for any other
+    /// state.
+    async fn release_hold(&self, id: JobId, by: &str, now: Timestamp) -> Result<Job, StoreError>;
+
+    /// Every lane's settings (limits and pauses), as stored.
+    async fn lanes(&self) -> Result<Lanes, StoreError>;
+
+    /// Changes one lane's settings in one write ([`Lanes::apply`] on what
+    /// is stored), seen by every claim after it. Returns every lane's
+    /// settings after the change. `InvalidInput` for a change
+    /// [`Lanes::apply`] refuses, with nothing written.
+    async fn change_lane(
+        &self,
+        scope: &LaneScope,
+        change: &LaneChange,
+    ) -> Result<Lanes, StoreError>;
+
+    /// What every queue with a pending or a running job holds, by queue
+    /// name ([`QueueCounts`]; `due` as of `now`).
+    async fn queue_counts(&self, now: Timestamp) -> Result<Vec<QueueCounts>, StoreError>;
+
+    /// Every lane with its counts and settings (what `queues` shows): a
+    /// lane with settings but no jobs is listed too. Two reads, not one
+    /// transaction: for display.
+    async fn queues(&self, now: Timestamp) -> Result<QueuesReport, StoreError> {
+        let counts = self.queue_counts(now).await?;
+        let lanes = self.lanes().await?;
+        Ok(QueuesReport::new(&lanes, counts))
+    }
+
     /// Cancels a pending job, or requests cancellation of a running one.
     /// `InvalidTransition` for a terminal job, `NotFound` for none.
     async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError>;
@@ -379,8 +443,8 @@ pub trait Store: Send + Sync {
     async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError>;
 
     /// The earliest `not_before` of any pending job (due or not, but not
-    /// waiting on parents: its time is not what it waits for, and a runner
-    /// woken for it would find nothing to claim), or the
+    /// waiting on parents nor held: its time is not what it waits for, and
+    /// a runner woken for it would find nothing to claim), or the
     /// earliest lease expiry of a running one, whichever comes first: when
     /// a sleeping runner should look again.
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError>;

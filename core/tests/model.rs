@@ -381,7 +381,7 @@ impl World {
             .cloned();
         let me = self.owners[owner].clone();
         let request = ClaimRequest::new(me.clone(), Arc::new(DeadSet(self.dead.clone())));
-        let plan = machine::plan_claim(&request, running, best_due, now, &self.policy)
+        let plan = machine::plan_claim(&request, &machine::LaneCheck::open() /* PLACEHOLDER */, running, best_due, now, &self.policy)
             .expect("a plan from consistent candidates");
         // The model: every abandoned job (owner dead, or lease expired) that
         // is cancelled or out of attempts retires; of the rest and the due

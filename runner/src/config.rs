@@ -33,6 +33,16 @@ pub struct RunnerConfig {
     pub mode: Mode,
     /// Queues served; empty for all.
     pub queues: Vec<String>,
+    /// How many jobs this runner runs at once (`--slots N`, default 1; 0
+    /// counts as 1). Each has its own lease, heartbeat, log, max runtime
+    /// and process group; the gates are read before every start.
+    pub slots: usize,
+    /// When a gate closes while jobs run, stop their processes (SIGSTOP)
+    /// and continue them (SIGCONT) once it opens, instead of letting them
+    /// run on (`--suspend-when-gated`; default `false`). Their leases are
+    /// kept meanwhile, and the stopped time is not counted against max
+    /// runtime.
+    pub suspend_when_gated: bool,
     /// Checked in order before each job; all must be open.
     pub gates: Vec<Box<dyn Gate>>,
     /// Wait between gate checks while a gate holds (default 1 s).
@@ -79,6 +89,8 @@ impl RunnerConfig {
         RunnerConfig {
             mode: Mode::Drain,
             queues: Vec::new(),
+            slots: 1,
+            suspend_when_gated: false,
             gates: Vec::new(),
             check_interval: Duration::from_secs(1),
             cooldown: Duration::ZERO,

@@ -235,7 +235,7 @@ fn claim_in(
     t.advance(now)?;
     let running = t.running_jobs()?;
     let best_due = t.best_due(&request.filter, now)?;
-    let plan = machine::plan_claim(request, running, best_due, now, policy)
+    let plan = machine::plan_claim(request, &slothqueue_core::LaneCheck::open() /* PLACEHOLDER */, running, best_due, now, policy)
         .map_err(|e| Failure::Damaged(format!("the ready index is out of step: {e}")))?;
     let claimed = plan.claimed();
     // A retired job's dependents are waiting (not due), so the cascade
@@ -467,6 +467,7 @@ fn stats_in(txn: &ReadTransaction, now: Timestamp) -> Result<Stats, Failure> {
             None => None,
         };
     Ok(Stats {
+        held: 0, // PLACEHOLDER (lanes base)
         pending: count(JobState::Pending)?,
         waiting_on_parents: waiting.len()?,
         running: count(JobState::Running)?,
@@ -529,6 +530,49 @@ fn alone(e: StoreError) -> StoreError {
 
 #[async_trait]
 impl Store for RedbStore {
+    // PLACEHOLDER (lanes base): the lane methods, until this store implements them.
+    async fn note_attempt(
+        &self,
+        _id: JobId,
+        _fence: &Fence,
+        _note: &slothqueue_core::AttemptNote,
+        _now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER note_attempt".into()))
+    }
+
+    async fn hold(
+        &self,
+        _id: JobId,
+        _stamp: slothqueue_core::Stamp,
+        _now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER hold".into()))
+    }
+
+    async fn release_hold(&self, _id: JobId, _by: &str, _now: Timestamp) -> Result<Job, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER release_hold".into()))
+    }
+
+    async fn lanes(&self) -> Result<slothqueue_core::Lanes, StoreError> {
+        Ok(slothqueue_core::Lanes::default()) // PLACEHOLDER
+    }
+
+    async fn change_lane(
+        &self,
+        _scope: &slothqueue_core::LaneScope,
+        _change: &slothqueue_core::LaneChange,
+    ) -> Result<slothqueue_core::Lanes, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER change_lane".into()))
+    }
+
+    async fn queue_counts(
+        &self,
+        _now: Timestamp,
+    ) -> Result<Vec<slothqueue_core::QueueCounts>, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER queue_counts".into()))
+    }
+
     async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
         let mut many = self.push_many(vec![job], now).await.map_err(alone)?;
         many.pop().ok_or_else(|| StoreError::Backend("a push returned nothing".to_owned()))

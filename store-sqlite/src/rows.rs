@@ -210,6 +210,7 @@ fn job_from_row(row: &Row<'_>) -> Result<Job, Error> {
         after: parents_from(id, row.get(28)?)?,
         pending_parents: row.get(29)?,
         cancelled_by: row.get(30)?,
+        held: None, // PLACEHOLDER (lanes base)
     })
 }
 

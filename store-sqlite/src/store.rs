@@ -256,7 +256,7 @@ fn claim_tx(
 ) -> Result<Option<Claimed>, Error> {
     let running = running_jobs(conn)?;
     let best_due = best_due_pending(conn, &request.filter, now)?;
-    let plan = machine::plan_claim(request, running, best_due, now, policy)
+    let plan = machine::plan_claim(request, &slothqueue_core::LaneCheck::open() /* PLACEHOLDER */, running, best_due, now, policy)
         .map_err(|e| Error::Decode(format!("the pending indexes are out of step: {e}")))?;
     let claimed = plan.claimed();
     for w in plan.retire.into_iter().chain(plan.take) {
@@ -405,6 +405,7 @@ fn stats_tx(conn: &Connection, now: Timestamp) -> Result<Stats, Error> {
     Ok(Stats {
         pending: ready + waiting,
         waiting_on_parents: waiting,
+        held: 0, // PLACEHOLDER (lanes base)
         running: count("jobs_running")?,
         done: count("jobs_done")?,
         failed: count("jobs_failed")?,
@@ -522,6 +523,49 @@ fn decode_runner(json: &str) -> Result<RunnerRecord, Error> {
 
 #[async_trait]
 impl Store for SqliteStore {
+    // PLACEHOLDER (lanes base): the lane methods, until this store implements them.
+    async fn note_attempt(
+        &self,
+        _id: JobId,
+        _fence: &Fence,
+        _note: &slothqueue_core::AttemptNote,
+        _now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER note_attempt".into()))
+    }
+
+    async fn hold(
+        &self,
+        _id: JobId,
+        _stamp: slothqueue_core::Stamp,
+        _now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER hold".into()))
+    }
+
+    async fn release_hold(&self, _id: JobId, _by: &str, _now: Timestamp) -> Result<Job, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER release_hold".into()))
+    }
+
+    async fn lanes(&self) -> Result<slothqueue_core::Lanes, StoreError> {
+        Ok(slothqueue_core::Lanes::default()) // PLACEHOLDER
+    }
+
+    async fn change_lane(
+        &self,
+        _scope: &slothqueue_core::LaneScope,
+        _change: &slothqueue_core::LaneChange,
+    ) -> Result<slothqueue_core::Lanes, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER change_lane".into()))
+    }
+
+    async fn queue_counts(
+        &self,
+        _now: Timestamp,
+    ) -> Result<Vec<slothqueue_core::QueueCounts>, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER queue_counts".into()))
+    }
+
     async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
         let mut out = self.push_many(vec![job], now).await.map_err(alone)?;
         out.pop().ok_or_else(|| StoreError::Backend("push returned nothing".to_owned()))
@@ -1061,6 +1105,7 @@ mod tests {
             Stats {
                 pending: n("pending"),
                 waiting_on_parents: 0,
+                held: 0,
                 running: n("running"),
                 done: n("done"),
                 failed: n("failed"),

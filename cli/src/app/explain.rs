@@ -67,7 +67,11 @@ pub fn runner_name(owner: &slothqueue::Owner, this_host: &str) -> String {
 pub fn activity(record: &RunnerRecord, now: Timestamp) -> String {
     match &record.activity {
         RunnerActivity::Starting => "starting".to_owned(),
-        RunnerActivity::Running { job } => format!("running job #{job}"),
+        RunnerActivity::Running { job, also } if also.is_empty() => format!("running job #{job}"),
+        RunnerActivity::Running { job, also } => {
+            let others: Vec<String> = also.iter().map(|j| format!("#{j}")).collect();
+            format!("running jobs #{job}, {}", others.join(", "))
+        }
         RunnerActivity::Gated { reading, since } => {
             format!("waiting on its gate: {} (since {})", one_line(reading), local(*since, now))
         }
@@ -243,7 +247,7 @@ mod tests {
         assert!(why_of(&due, 2, &seen).starts_with(
             "runner pid 42 on this host is waiting on its gate: load 3.00 >= ceiling 2.00 (since "
         ));
-        let busy = runner(RunnerActivity::Running { job: 7 });
+        let busy = runner(RunnerActivity::Running { job: 7, also: Vec::new() });
         let seen = [SeenRunner { record: &busy, liveness: Liveness::Alive }];
         assert_eq!(why_of(&due, 3, &seen), "waiting behind 3 due job(s) of higher priority");
         assert_eq!(
@@ -284,7 +288,7 @@ mod tests {
         let owner = Owner { pid: Some(42), host: "box".into(), ..Owner::named("box:42:1:ff") };
         let request =
             machine::ClaimRequest::new(owner, std::sync::Arc::new(slothqueue::core::ClockOnly));
-        let plan = machine::plan_claim(&request, [], Some(job(NOW)), NOW, &policy).unwrap();
+        let plan = machine::plan_claim(&request, &slothqueue_core::LaneCheck::open(), [], Some(job(NOW)), NOW, &policy).unwrap();
         let running = plan.claimed().unwrap().job;
         let flagged = machine::cancel(&running, NOW).unwrap().job;
         let line = |lease_owner| {
@@ -315,7 +319,7 @@ mod tests {
         let owner = Owner { pid: Some(42), host: "box".into(), ..Owner::named("box:42:1:ff") };
         let request =
             machine::ClaimRequest::new(owner, std::sync::Arc::new(slothqueue::core::ClockOnly));
-        let running = machine::plan_claim(&request, [], Some(parent.clone()), NOW, &policy)
+        let running = machine::plan_claim(&request, &slothqueue_core::LaneCheck::open(), [], Some(parent.clone()), NOW, &policy)
             .unwrap()
             .claimed()
             .unwrap()

@@ -281,7 +281,7 @@ pub async fn runner_records_are_put_listed_and_removed(h: &Harness) {
 
     let r1b = RunnerRecord {
         updated_at: h.at(secs(5)),
-        activity: RunnerActivity::Running { job: 7 },
+        activity: RunnerActivity::Running { job: 7, also: vec![8] },
         ..r1.clone()
     };
     s.put_runner(&r1b).await.expect("refresh r1");

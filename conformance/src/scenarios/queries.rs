@@ -29,6 +29,7 @@ pub async fn stats_count_states_due_now_and_next_due(h: &Harness) {
     let at = |pending_due, next| Stats {
         pending: 3,
         waiting_on_parents: 0,
+        held: 0,
         running: 1,
         done: 1,
         failed: 1,

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::{ClaimOutcome, Transition, TransitionError, claim, invalid};
+use super::{ClaimOutcome, LaneCheck, Transition, TransitionError, claim, invalid};
 use crate::job::{Fence, Job, JobState, Lease, Owner};
 use crate::liveness::{Liveness, LivenessJudge};
 use crate::policy::Policy;
@@ -152,19 +152,30 @@ impl ClaimPlan {
 /// ends on the way, from the candidates a store read inside the claim's
 /// transaction:
 ///
+/// - `lanes`: the lanes' settings with every running job counted
+///   ([`LaneCheck::new`], built from the same read as `running`);
 /// - `running`: every running job (the plan applies the filter itself and
 ///   asks the request's judge about each lease);
-/// - `best_due`: the first due pending job the filter admits, in claim
-///   order (highest priority, earliest `not_before`, lowest id), or `None`.
+/// - `best_due`: the first due pending job the filter admits whose lane
+///   lets it start ([`LaneCheck::may_start`]; none at all while every
+///   queue is paused), in claim order (highest priority, earliest
+///   `not_before`, lowest id), or `None`.
+///
+/// An expired job is taken back only when its lane would let it start
+/// besides itself ([`LaneCheck::may_take_back`]): not while paused, and
+/// only under the limit. Retiring an abandoned job starts nothing, so
+/// lanes do not hold it up.
 ///
 /// Every admitted running job that may be taken from its owner (see
 /// [`Reclaim`] and [`reclaimable`](super::reclaimable)) but must not run again is retired,
 /// whether or not it would have won. Of the others and `best_due`, the
 /// first in claim order is taken. A `best_due` that is not a due pending
 /// job the filter admits means the store's index is out of step with its
-/// rows: `InvalidTransition`, and the store reports damage.
+/// rows: `InvalidTransition`, and the store reports damage; so does a
+/// `best_due` whose lane is closed (the store read past `lanes`).
 pub fn plan_claim(
     request: &ClaimRequest,
+    lanes: &LaneCheck,
     running: impl IntoIterator<Item = Job>,
     best_due: Option<Job>,
     now: Timestamp,
@@ -182,6 +193,7 @@ pub fn plan_claim(
         };
         match outcome {
             ClaimOutcome::Retired(after) => plan.retire.push(PlannedWrite { before: job, after }),
+            ClaimOutcome::Claimed(_) if !lanes.may_take_back(&job) => {}
             ClaimOutcome::Claimed(after) => {
                 if plan.take.as_ref().is_none_or(|b| job.claim_order() < b.before.claim_order()) {
                     plan.take = Some(PlannedWrite { before: job, after });
@@ -191,7 +203,7 @@ pub fn plan_claim(
     }
     if let Some(job) = best_due {
         if plan.take.as_ref().is_none_or(|b| job.claim_order() < b.before.claim_order()) {
-            if !request.filter.admits(&job) {
+            if !request.filter.admits(&job) || !lanes.may_start(&job.queue) {
                 return Err(invalid(&job, "claim"));
             }
             match claim(&job, &request.owner, now, policy, Liveness::Unknown)? {

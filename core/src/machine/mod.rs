@@ -16,12 +16,14 @@ use crate::time::Timestamp;
 
 mod after;
 mod claim;
+mod lanes;
 mod validate;
 
 pub use after::{
     Graph, MAX_PARENTS, check_retry, count_not_done, load_parents, plan_purge,
     plan_with_dependents, resolve_parents,
 };
+pub use lanes::{AttemptNote, LaneCheck, LaneVerdict, hold, note_attempt, release_hold};
 pub use claim::{ClaimFilter, ClaimPlan, ClaimRequest, Claimed, PlannedWrite, Reclaim, plan_claim};
 pub use validate::{
     MAX_ARG_LEN, MAX_ATTEMPTS, MAX_MAX_RUNTIME, MAX_NAME_LEN, MIN_MAX_RUNTIME, check_restore,
@@ -99,6 +101,7 @@ pub fn create(
         after: parents.iter().map(|p| p.id).collect(),
         pending_parents,
         cancelled_by: None,
+        held: None,
     };
     let mut events = vec![Event::new(id, EventKind::Pushed, now)];
     if let Some((root, why)) = ended {
@@ -141,6 +144,7 @@ pub fn plan_push(new: &NewJob, holder: Option<&Job>, new_id: JobId, now: Timesta
     if job.state == JobState::Pending {
         job.state = JobState::Cancelled;
         job.finished_at = Some(now);
+        job.held = None;
         superseded = Some(job.id);
         events.push(
             Event::new(job.id, EventKind::Superseded, now)
@@ -440,6 +444,7 @@ pub fn cancel(job: &Job, now: Timestamp) -> Result<Transition, TransitionError> 
         JobState::Pending => {
             next.state = JobState::Cancelled;
             next.finished_at = Some(now);
+            next.held = None;
             Event::new(job.id, EventKind::Cancelled, now)
         }
         JobState::Running if job.cancel_requested => {
@@ -488,7 +493,11 @@ pub fn replay(events: &[Event]) -> Option<JobState> {
             EventKind::Failed | EventKind::Expired => Some(JobState::Failed),
             EventKind::Completed => Some(JobState::Done),
             EventKind::Cancelled | EventKind::Superseded => Some(JobState::Cancelled),
-            EventKind::CancelRequested => state,
+            EventKind::CancelRequested
+            | EventKind::Held
+            | EventKind::HoldReleased
+            | EventKind::Suspended
+            | EventKind::Resumed => state,
         };
     }
     state
@@ -835,7 +844,7 @@ mod tests {
         let mut best = pushed(2);
         best.priority = 9;
         let r = request(vec![], Reclaim::ExpiredOnly);
-        let plan = plan_claim(&r, [exhausted], Some(best), late, &p).expect("plan");
+        let plan = plan_claim(&r, &LaneCheck::open(), [exhausted], Some(best), late, &p).expect("plan");
         assert_eq!(ids(&plan), (vec![1], Some(2)));
         assert_eq!(plan.retire[0].after.job.state, JobState::Failed);
         let claimed = plan.claimed().expect("a claim");
@@ -848,17 +857,17 @@ mod tests {
         let running = claimed(&pushed(1), "dead", T0);
         let soon = T0.saturating_add(secs(1));
         let only_expired = request(vec![("dead", Liveness::Gone)], Reclaim::ExpiredOnly);
-        let plan = plan_claim(&only_expired, [running.clone()], None, soon, &p).expect("plan");
+        let plan = plan_claim(&only_expired, &LaneCheck::open(), [running.clone()], None, soon, &p).expect("plan");
         assert_eq!(ids(&plan), (vec![], None));
         let dead_too = request(vec![("dead", Liveness::Gone)], Reclaim::DeadOrExpired);
-        let plan = plan_claim(&dead_too, [running.clone()], None, soon, &p).expect("plan");
+        let plan = plan_claim(&dead_too, &LaneCheck::open(), [running.clone()], None, soon, &p).expect("plan");
         assert_eq!(ids(&plan), (vec![], Some(1)));
         let from = plan.claimed().and_then(|c| c.reclaimed_from).map(|o| o.id);
         assert_eq!(from.as_deref(), Some("dead"));
         let alive = request(vec![("dead", Liveness::Alive)], Reclaim::DeadOrExpired);
         let hour = T0.saturating_add(secs(3600));
         assert_eq!(
-            ids(&plan_claim(&alive, [running], None, hour, &p).expect("plan")),
+            ids(&plan_claim(&alive, &LaneCheck::open(), [running], None, hour, &p).expect("plan")),
             (vec![], None)
         );
     }
@@ -873,15 +882,15 @@ mod tests {
         let mut due = pushed(2);
         due.priority = 1;
         let r = request(vec![], Reclaim::ExpiredOnly);
-        let plan = plan_claim(&r, [expired.clone()], Some(due.clone()), hour, &p).expect("plan");
+        let plan = plan_claim(&r, &LaneCheck::open(), [expired.clone()], Some(due.clone()), hour, &p).expect("plan");
         assert_eq!(ids(&plan), (vec![], Some(1)), "the expired job has the higher priority");
         due.priority = 5;
-        let plan = plan_claim(&r, [expired], Some(due.clone()), hour, &p).expect("plan");
+        let plan = plan_claim(&r, &LaneCheck::open(), [expired], Some(due.clone()), hour, &p).expect("plan");
         assert_eq!(ids(&plan), (vec![], Some(2)));
         let early = Job { not_before: hour.saturating_add(secs(1)), ..due.clone() };
-        assert!(plan_claim(&r, [], Some(early), hour, &p).is_err(), "not due: damage");
+        assert!(plan_claim(&r, &LaneCheck::open(), [], Some(early), hour, &p).is_err(), "not due: damage");
         let other = r.clone().filter(ClaimFilter { queues: vec!["other".into()], kinds: None });
-        assert!(plan_claim(&other, [], Some(due), hour, &p).is_err(), "not admitted: damage");
+        assert!(plan_claim(&other, &LaneCheck::open(), [], Some(due), hour, &p).is_err(), "not admitted: damage");
     }
 
     #[test]

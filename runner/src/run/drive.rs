@@ -150,7 +150,7 @@ impl Run {
                 () = sleep_until_opt(record_running_at) => {
                     record_running_at = None;
                     if let Some(job) = job {
-                        self.record(RunnerActivity::Running { job }).await;
+                        self.record(RunnerActivity::Running { job, also: Vec::new() }).await;
                     }
                 }
                 () = sleep_until_opt(stopper.abandon_at()) => {

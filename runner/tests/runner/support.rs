@@ -247,6 +247,47 @@ mod intercepted {
 
     #[async_trait]
     impl Store for Intercepted {
+        async fn note_attempt(
+            &self,
+            id: JobId,
+            fence: &Fence,
+            note: &slothqueue_core::AttemptNote,
+            now: Timestamp,
+        ) -> Result<Job, StoreError> {
+            self.inner.note_attempt(id, fence, note, now).await
+        }
+        async fn hold(
+            &self,
+            id: JobId,
+            stamp: slothqueue_core::Stamp,
+            now: Timestamp,
+        ) -> Result<Job, StoreError> {
+            self.inner.hold(id, stamp, now).await
+        }
+        async fn release_hold(
+            &self,
+            id: JobId,
+            by: &str,
+            now: Timestamp,
+        ) -> Result<Job, StoreError> {
+            self.inner.release_hold(id, by, now).await
+        }
+        async fn lanes(&self) -> Result<slothqueue_core::Lanes, StoreError> {
+            self.inner.lanes().await
+        }
+        async fn change_lane(
+            &self,
+            scope: &slothqueue_core::LaneScope,
+            change: &slothqueue_core::LaneChange,
+        ) -> Result<slothqueue_core::Lanes, StoreError> {
+            self.inner.change_lane(scope, change).await
+        }
+        async fn queue_counts(
+            &self,
+            now: Timestamp,
+        ) -> Result<Vec<slothqueue_core::QueueCounts>, StoreError> {
+            self.inner.queue_counts(now).await
+        }
         async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
             self.inner.push(job, now).await
         }

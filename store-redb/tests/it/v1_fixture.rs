@@ -110,7 +110,7 @@ async fn write_v1_fixture() {
         kinds: None,
         started_at: T,
         updated_at: at(9),
-        activity: RunnerActivity::Running { job: 2 },
+        activity: RunnerActivity::Running { job: 2, also: Vec::new() },
     })
     .await
     .unwrap();
@@ -184,7 +184,7 @@ async fn v1_fixture_reads_back() {
     assert_eq!(s.next_due().await.unwrap(), Some(at(7)), "#9 is the earliest pending");
     let runners = s.runners().await.unwrap();
     assert_eq!(runners.len(), 1);
-    assert_eq!(runners[0].activity, RunnerActivity::Running { job: 2 });
+    assert_eq!(runners[0].activity, RunnerActivity::Running { job: 2, also: Vec::new() });
     slothqueue_conformance::assert_all_trails_consistent(&s).await;
 
     // Still a working queue: the key still deduplicates, ids go on past

@@ -50,7 +50,7 @@ fn runner_record() -> RunnerRecord {
         kinds: None,
         started_at: t(0),
         updated_at: t(2),
-        activity: RunnerActivity::Running { job: 1 },
+        activity: RunnerActivity::Running { job: 1, also: Vec::new() },
     }
 }
 
@@ -213,6 +213,7 @@ async fn check(s: &SqliteStore) {
     let want = Stats {
         pending: 4,
         waiting_on_parents: 0,
+        held: 0,
         running: 2,
         done: 1,
         failed: 1,
