@@ -167,6 +167,9 @@ pub fn check_restore(job: &Job, events: &[Event]) -> Result<(), TransitionError>
             job.after.len()
         ));
     }
+    if job.held.is_some() && job.state != JobState::Pending {
+        return bad(format!("job #{}: only a pending job can be held", job.id));
+    }
     if let Some(e) = events.iter().find(|e| e.job_id != job.id) {
         return bad(format!("job #{}: its trail holds an event of job #{}", job.id, e.job_id));
     }
