@@ -183,7 +183,14 @@ impl State {
             .filter(|j| j.is_due(now) && request.filter.admits(j))
             .min_by_key(|j| j.claim_order())
             .cloned();
-        let plan = machine::plan_claim(request, &slothqueue_core::LaneCheck::open() /* PLACEHOLDER */, running, best_due, now, policy)?;
+        let plan = machine::plan_claim(
+            request,
+            &slothqueue_core::LaneCheck::open(), /* PLACEHOLDER */
+            running,
+            best_due,
+            now,
+            policy,
+        )?;
         let claimed = plan.claimed();
         for w in plan.retire.into_iter().chain(plan.take) {
             self.write(w.before, w.after, now)?;
@@ -333,7 +340,12 @@ impl Store for RefStore {
         Err(StoreError::Backend("PLACEHOLDER hold".into()))
     }
 
-    async fn release_hold(&self, _id: JobId, _by: &str, _now: Timestamp) -> Result<Job, StoreError> {
+    async fn release_hold(
+        &self,
+        _id: JobId,
+        _by: &str,
+        _now: Timestamp,
+    ) -> Result<Job, StoreError> {
         Err(StoreError::Backend("PLACEHOLDER release_hold".into()))
     }
 

@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::machine::{TransitionError, is_plain_name};
 use crate::time::Timestamp;
 
 /// Who did something to a lane or a job, and when: a pause, a hold.
@@ -127,54 +126,6 @@ impl Lanes {
     /// first, then the pause of every queue.
     pub fn pause_of(&self, queue: &str) -> Option<&Stamp> {
         self.queues.get(queue).and_then(|s| s.paused.as_ref()).or(self.all_paused.as_ref())
-    }
-
-    /// Applies `change` to `scope`'s settings, as a store does inside the
-    /// write that stores them. Refuses a limit for every queue at once (a
-    /// limit is a lane's) and a queue name that `add` would refuse.
-    /// Returns the scope's settings after the change, for the store to
-    /// write (or, when they are the defaults, to delete).
-    pub fn apply(
-        &mut self,
-        scope: &LaneScope,
-        change: &LaneChange,
-    ) -> Result<LaneSettings, TransitionError> {
-        let queue = match scope {
-            LaneScope::All => {
-                match change {
-                    LaneChange::Limit(_) => {
-                        return Err(TransitionError::InvalidJob(
-                            "a limit is set for one queue (--queue NAME)".to_owned(),
-                        ));
-                    }
-                    LaneChange::Pause(stamp) => {
-                        self.all_paused.get_or_insert_with(|| stamp.clone());
-                    }
-                    LaneChange::Resume => self.all_paused = None,
-                }
-                return Ok(LaneSettings { limit: 0, paused: self.all_paused.clone() });
-            }
-            LaneScope::Queue(q) => q,
-        };
-        if !is_plain_name(queue) {
-            return Err(TransitionError::InvalidJob(format!(
-                "queue `{queue}` is not a valid name (letters, digits, '-', '_' and '.')"
-            )));
-        }
-        let mut settings = self.of(queue);
-        match change {
-            LaneChange::Limit(n) => settings.limit = *n,
-            LaneChange::Pause(stamp) => {
-                settings.paused.get_or_insert_with(|| stamp.clone());
-            }
-            LaneChange::Resume => settings.paused = None,
-        }
-        if settings.is_default() {
-            self.queues.remove(queue);
-        } else {
-            self.queues.insert(queue.clone(), settings.clone());
-        }
-        Ok(settings)
     }
 
     /// The settings of `scope` as stored: for [`LaneScope::All`], only a
@@ -329,7 +280,8 @@ mod tests {
     fn the_report_lists_configured_lanes_without_jobs() {
         let mut lanes = Lanes::default();
         lanes.apply(&q("idle"), &LaneChange::Limit(3)).unwrap();
-        let counts = vec![QueueCounts { queue: "default".into(), pending: 2, ..Default::default() }];
+        let counts =
+            vec![QueueCounts { queue: "default".into(), pending: 2, ..Default::default() }];
         let report = QueuesReport::new(&lanes, counts);
         let names: Vec<_> = report.queues.iter().map(|q| q.counts.queue.as_str()).collect();
         assert_eq!(names, ["default", "idle"]);

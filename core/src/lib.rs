@@ -25,8 +25,9 @@ pub use lane::{
 };
 pub use liveness::{ClockOnly, Liveness, LivenessJudge};
 pub use machine::{
-    ClaimFilter, ClaimOutcome, ClaimPlan, ClaimRequest, Claimed, Completion, Failure, HeartbeatAck,
-    AttemptNote, LaneCheck, LaneVerdict, PlannedWrite, PushPlan, Reclaim, ReclaimReason, Settlement, Transition, TransitionError,
+    AttemptNote, ClaimFilter, ClaimOutcome, ClaimPlan, ClaimRequest, Claimed, Completion, Failure,
+    HeartbeatAck, LaneCheck, LaneVerdict, PlannedWrite, PushPlan, Reclaim, ReclaimReason,
+    Settlement, Transition, TransitionError,
 };
 pub use policy::{Policy, splitmix64};
 pub use store::{

@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use crate::job::{Event, Fence, Job, JobId, JobState, NewJob, Owner};
 use crate::lane::{LaneChange, LaneScope, Lanes, QueueCounts, QueuesReport, Stamp};
 use crate::machine::{
-    AttemptNote, ClaimRequest, Claimed, Completion, Failure, HeartbeatAck, Settlement, TransitionError,
+    AttemptNote, ClaimRequest, Claimed, Completion, Failure, HeartbeatAck, Settlement,
+    TransitionError,
 };
 use crate::time::Timestamp;
 

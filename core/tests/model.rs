@@ -381,8 +381,15 @@ impl World {
             .cloned();
         let me = self.owners[owner].clone();
         let request = ClaimRequest::new(me.clone(), Arc::new(DeadSet(self.dead.clone())));
-        let plan = machine::plan_claim(&request, &machine::LaneCheck::open() /* PLACEHOLDER */, running, best_due, now, &self.policy)
-            .expect("a plan from consistent candidates");
+        let plan = machine::plan_claim(
+            &request,
+            &machine::LaneCheck::open(), /* PLACEHOLDER */
+            running,
+            best_due,
+            now,
+            &self.policy,
+        )
+        .expect("a plan from consistent candidates");
         // The model: every abandoned job (owner dead, or lease expired) that
         // is cancelled or out of attempts retires; of the rest and the due
         // pending jobs, the first by priority, not_before, id is taken.

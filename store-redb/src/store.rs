@@ -235,8 +235,15 @@ fn claim_in(
     t.advance(now)?;
     let running = t.running_jobs()?;
     let best_due = t.best_due(&request.filter, now)?;
-    let plan = machine::plan_claim(request, &slothqueue_core::LaneCheck::open() /* PLACEHOLDER */, running, best_due, now, policy)
-        .map_err(|e| Failure::Damaged(format!("the ready index is out of step: {e}")))?;
+    let plan = machine::plan_claim(
+        request,
+        &slothqueue_core::LaneCheck::open(), /* PLACEHOLDER */
+        running,
+        best_due,
+        now,
+        policy,
+    )
+    .map_err(|e| Failure::Damaged(format!("the ready index is out of step: {e}")))?;
     let claimed = plan.claimed();
     // A retired job's dependents are waiting (not due), so the cascade
     // never touches the job taken.
@@ -550,7 +557,12 @@ impl Store for RedbStore {
         Err(StoreError::Backend("PLACEHOLDER hold".into()))
     }
 
-    async fn release_hold(&self, _id: JobId, _by: &str, _now: Timestamp) -> Result<Job, StoreError> {
+    async fn release_hold(
+        &self,
+        _id: JobId,
+        _by: &str,
+        _now: Timestamp,
+    ) -> Result<Job, StoreError> {
         Err(StoreError::Backend("PLACEHOLDER release_hold".into()))
     }
 

@@ -256,8 +256,15 @@ fn claim_tx(
 ) -> Result<Option<Claimed>, Error> {
     let running = running_jobs(conn)?;
     let best_due = best_due_pending(conn, &request.filter, now)?;
-    let plan = machine::plan_claim(request, &slothqueue_core::LaneCheck::open() /* PLACEHOLDER */, running, best_due, now, policy)
-        .map_err(|e| Error::Decode(format!("the pending indexes are out of step: {e}")))?;
+    let plan = machine::plan_claim(
+        request,
+        &slothqueue_core::LaneCheck::open(), /* PLACEHOLDER */
+        running,
+        best_due,
+        now,
+        policy,
+    )
+    .map_err(|e| Error::Decode(format!("the pending indexes are out of step: {e}")))?;
     let claimed = plan.claimed();
     for w in plan.retire.into_iter().chain(plan.take) {
         write(conn, w.before, w.after, now)?;
@@ -543,7 +550,12 @@ impl Store for SqliteStore {
         Err(StoreError::Backend("PLACEHOLDER hold".into()))
     }
 
-    async fn release_hold(&self, _id: JobId, _by: &str, _now: Timestamp) -> Result<Job, StoreError> {
+    async fn release_hold(
+        &self,
+        _id: JobId,
+        _by: &str,
+        _now: Timestamp,
+    ) -> Result<Job, StoreError> {
         Err(StoreError::Backend("PLACEHOLDER release_hold".into()))
     }
 

@@ -288,7 +288,15 @@ mod tests {
         let owner = Owner { pid: Some(42), host: "box".into(), ..Owner::named("box:42:1:ff") };
         let request =
             machine::ClaimRequest::new(owner, std::sync::Arc::new(slothqueue::core::ClockOnly));
-        let plan = machine::plan_claim(&request, &slothqueue_core::LaneCheck::open(), [], Some(job(NOW)), NOW, &policy).unwrap();
+        let plan = machine::plan_claim(
+            &request,
+            &slothqueue_core::LaneCheck::open(),
+            [],
+            Some(job(NOW)),
+            NOW,
+            &policy,
+        )
+        .unwrap();
         let running = plan.claimed().unwrap().job;
         let flagged = machine::cancel(&running, NOW).unwrap().job;
         let line = |lease_owner| {
@@ -319,11 +327,18 @@ mod tests {
         let owner = Owner { pid: Some(42), host: "box".into(), ..Owner::named("box:42:1:ff") };
         let request =
             machine::ClaimRequest::new(owner, std::sync::Arc::new(slothqueue::core::ClockOnly));
-        let running = machine::plan_claim(&request, &slothqueue_core::LaneCheck::open(), [], Some(parent.clone()), NOW, &policy)
-            .unwrap()
-            .claimed()
-            .unwrap()
-            .job;
+        let running = machine::plan_claim(
+            &request,
+            &slothqueue_core::LaneCheck::open(),
+            [],
+            Some(parent.clone()),
+            NOW,
+            &policy,
+        )
+        .unwrap()
+        .claimed()
+        .unwrap()
+        .job;
         let later = NOW.saturating_add(std::time::Duration::from_secs(300));
         let child_new = NewJob::shell("true", "/").not_before(later).after(12);
         let child =

@@ -8,9 +8,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::is_plain_name;
 use super::{Transition, TransitionError, check_owner, invalid};
 use crate::job::{Event, EventKind, Fence, Job, JobState};
-use crate::lane::{Lanes, Stamp};
+use crate::lane::{LaneChange, LaneScope, LaneSettings, Lanes, Stamp};
 use crate::time::Timestamp;
 
 /// Whether a lane lets a job of it start, and if not, why.
@@ -125,6 +126,59 @@ impl LaneCheck {
     }
 }
 
+/// The one rule for changing a lane's settings (here rather than in
+/// `lane.rs`, which holds only data, so that `lane.rs` needs nothing of the
+/// machine).
+impl Lanes {
+    /// Applies `change` to `scope`'s settings, as a store does inside the
+    /// write that stores them. Refuses a limit for every queue at once (a
+    /// limit is a lane's) and a queue name that `add` would refuse.
+    /// Returns the scope's settings after the change, for the store to
+    /// write (or, when they are the defaults, to delete).
+    pub fn apply(
+        &mut self,
+        scope: &LaneScope,
+        change: &LaneChange,
+    ) -> Result<LaneSettings, TransitionError> {
+        let queue = match scope {
+            LaneScope::All => {
+                match change {
+                    LaneChange::Limit(_) => {
+                        return Err(TransitionError::InvalidJob(
+                            "a limit is set for one queue (--queue NAME)".to_owned(),
+                        ));
+                    }
+                    LaneChange::Pause(stamp) => {
+                        self.all_paused.get_or_insert_with(|| stamp.clone());
+                    }
+                    LaneChange::Resume => self.all_paused = None,
+                }
+                return Ok(LaneSettings { limit: 0, paused: self.all_paused.clone() });
+            }
+            LaneScope::Queue(q) => q,
+        };
+        if !is_plain_name(queue) {
+            return Err(TransitionError::InvalidJob(format!(
+                "queue `{queue}` is not a valid name (letters, digits, '-', '_' and '.')"
+            )));
+        }
+        let mut settings = self.of(queue);
+        match change {
+            LaneChange::Limit(n) => settings.limit = *n,
+            LaneChange::Pause(stamp) => {
+                settings.paused.get_or_insert_with(|| stamp.clone());
+            }
+            LaneChange::Resume => settings.paused = None,
+        }
+        if settings.is_default() {
+            self.queues.remove(queue);
+        } else {
+            self.queues.insert(queue.clone(), settings.clone());
+        }
+        Ok(settings)
+    }
+}
+
 /// A user holds a pending job (`hold`): it stays pending but is not due
 /// until released. Holding a held job changes nothing (no event); any
 /// other state refuses.
@@ -198,9 +252,9 @@ pub fn note_attempt(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::NewJob;
     use crate::job::{Lease, Owner};
     use crate::lane::{LaneChange, LaneScope};
-    use crate::job::NewJob;
     use crate::machine::create;
 
     fn new_job() -> NewJob {
@@ -223,7 +277,8 @@ mod tests {
         let mut job = create(id, &new_job().queue(queue), &[], T0, &Default::default()).job;
         job.state = JobState::Running;
         job.attempts = 1;
-        job.lease = Some(Lease { owner: Owner::named("r"), attempt: 1, until: T0, child_pgid: None });
+        job.lease =
+            Some(Lease { owner: Owner::named("r"), attempt: 1, until: T0, child_pgid: None });
         job
     }
 

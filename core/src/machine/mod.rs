@@ -23,8 +23,8 @@ pub use after::{
     Graph, MAX_PARENTS, check_retry, count_not_done, load_parents, plan_purge,
     plan_with_dependents, resolve_parents,
 };
-pub use lanes::{AttemptNote, LaneCheck, LaneVerdict, hold, note_attempt, release_hold};
 pub use claim::{ClaimFilter, ClaimPlan, ClaimRequest, Claimed, PlannedWrite, Reclaim, plan_claim};
+pub use lanes::{AttemptNote, LaneCheck, LaneVerdict, hold, note_attempt, release_hold};
 pub use validate::{
     MAX_ARG_LEN, MAX_ATTEMPTS, MAX_MAX_RUNTIME, MAX_NAME_LEN, MIN_MAX_RUNTIME, check_restore,
     is_plain_name, payload_hash, validate,
@@ -844,7 +844,8 @@ mod tests {
         let mut best = pushed(2);
         best.priority = 9;
         let r = request(vec![], Reclaim::ExpiredOnly);
-        let plan = plan_claim(&r, &LaneCheck::open(), [exhausted], Some(best), late, &p).expect("plan");
+        let plan =
+            plan_claim(&r, &LaneCheck::open(), [exhausted], Some(best), late, &p).expect("plan");
         assert_eq!(ids(&plan), (vec![1], Some(2)));
         assert_eq!(plan.retire[0].after.job.state, JobState::Failed);
         let claimed = plan.claimed().expect("a claim");
@@ -857,10 +858,12 @@ mod tests {
         let running = claimed(&pushed(1), "dead", T0);
         let soon = T0.saturating_add(secs(1));
         let only_expired = request(vec![("dead", Liveness::Gone)], Reclaim::ExpiredOnly);
-        let plan = plan_claim(&only_expired, &LaneCheck::open(), [running.clone()], None, soon, &p).expect("plan");
+        let plan = plan_claim(&only_expired, &LaneCheck::open(), [running.clone()], None, soon, &p)
+            .expect("plan");
         assert_eq!(ids(&plan), (vec![], None));
         let dead_too = request(vec![("dead", Liveness::Gone)], Reclaim::DeadOrExpired);
-        let plan = plan_claim(&dead_too, &LaneCheck::open(), [running.clone()], None, soon, &p).expect("plan");
+        let plan = plan_claim(&dead_too, &LaneCheck::open(), [running.clone()], None, soon, &p)
+            .expect("plan");
         assert_eq!(ids(&plan), (vec![], Some(1)));
         let from = plan.claimed().and_then(|c| c.reclaimed_from).map(|o| o.id);
         assert_eq!(from.as_deref(), Some("dead"));
@@ -882,15 +885,24 @@ mod tests {
         let mut due = pushed(2);
         due.priority = 1;
         let r = request(vec![], Reclaim::ExpiredOnly);
-        let plan = plan_claim(&r, &LaneCheck::open(), [expired.clone()], Some(due.clone()), hour, &p).expect("plan");
+        let plan =
+            plan_claim(&r, &LaneCheck::open(), [expired.clone()], Some(due.clone()), hour, &p)
+                .expect("plan");
         assert_eq!(ids(&plan), (vec![], Some(1)), "the expired job has the higher priority");
         due.priority = 5;
-        let plan = plan_claim(&r, &LaneCheck::open(), [expired], Some(due.clone()), hour, &p).expect("plan");
+        let plan = plan_claim(&r, &LaneCheck::open(), [expired], Some(due.clone()), hour, &p)
+            .expect("plan");
         assert_eq!(ids(&plan), (vec![], Some(2)));
         let early = Job { not_before: hour.saturating_add(secs(1)), ..due.clone() };
-        assert!(plan_claim(&r, &LaneCheck::open(), [], Some(early), hour, &p).is_err(), "not due: damage");
+        assert!(
+            plan_claim(&r, &LaneCheck::open(), [], Some(early), hour, &p).is_err(),
+            "not due: damage"
+        );
         let other = r.clone().filter(ClaimFilter { queues: vec!["other".into()], kinds: None });
-        assert!(plan_claim(&other, &LaneCheck::open(), [], Some(due), hour, &p).is_err(), "not admitted: damage");
+        assert!(
+            plan_claim(&other, &LaneCheck::open(), [], Some(due), hour, &p).is_err(),
+            "not admitted: damage"
+        );
     }
 
     #[test]
