@@ -11,6 +11,8 @@
 //! inside every claim (`claim` and `settle_and_claim`), keeps held jobs out
 //! of its claim and due indexes, and writes all of it durably.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use slothqueue_core::{
@@ -144,6 +146,72 @@ pub async fn a_limit_holds_across_claimers_and_handles(h: &Harness) {
     change(&*a, &q("disk"), LaneChange::Limit(3)).await;
     let got = h.claim_filtered(&*b, "w4", &rsync_only, t).await.map(|c| c.job.id);
     assert_eq!(got, Some(d3.id));
+}
+
+/// A limit holds under a race: 8 handles on one file claim and complete at
+/// once over 60 jobs of a lane limited to 2 and 40 of an unlimited one,
+/// each yielding while it holds a job; no racer ever sees more than 2 of
+/// the lane's jobs running (by its own count, which never exceeds the
+/// store's, and by `list`), every job is handed out once, and all end done.
+pub async fn a_limit_holds_under_a_claim_race_across_handles(h: &Harness) {
+    const HANDLES: usize = 8;
+    let s = h.store();
+    let t = h.start();
+    change(&*s, &q("disk"), LaneChange::Limit(2)).await;
+    let batch = (0..100)
+        .map(|i| if i % 5 < 3 { on("disk", &format!("echo {i}")) } else { shell("echo web") })
+        .collect();
+    let pushed = s.push_many(batch, t).await.expect("push_many");
+    let in_disk = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for w in 0..HANDLES {
+        let store: Arc<dyn Store> = if w == 0 { s.clone() } else { h.open_second() };
+        let request = h.request(&format!("racer-{w}"));
+        let (in_disk, most) = (in_disk.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            let running = ListFilter {
+                state: Some(JobState::Running),
+                queue: Some("disk".to_owned()),
+                ..ListFilter::default()
+            };
+            loop {
+                let Some(c) = store.claim(&request, t).await.expect("claim") else {
+                    if store.stats(t).await.expect("stats").pending == 0 {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                    continue;
+                };
+                let disk = c.job.queue == "disk";
+                if disk {
+                    let now_in = in_disk.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now_in, Ordering::SeqCst);
+                    let listed = store.list(&running).await.expect("list").len();
+                    assert!(listed <= 2, "{listed} disk jobs running under a limit of 2");
+                }
+                tokio::task::yield_now().await;
+                if disk {
+                    in_disk.fetch_sub(1, Ordering::SeqCst);
+                }
+                let done = store.complete(c.job.id, &c.fence, Completion::default(), t);
+                done.await.expect("complete");
+                mine.push(c.job.id);
+            }
+            mine
+        }));
+    }
+    let mut seen = Vec::new();
+    for task in tasks {
+        seen.extend(task.await.expect("a racer panicked"));
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 2, "{most} disk jobs ran at once under a limit of 2");
+    seen.sort_unstable();
+    let all: Vec<JobId> = pushed.iter().map(|p| p.job.id).collect();
+    assert_eq!(seen, all, "every job handed out exactly once");
+    assert_eq!(s.stats(t).await.expect("stats").done, 100);
 }
 
 /// A limit of 0 lifts the limit: the lane's settings go back to the

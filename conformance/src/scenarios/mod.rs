@@ -108,6 +108,7 @@ macro_rules! __with_scenarios {
             after::dependents_outlive_a_purged_parent,
             lanes::a_limit_closes_its_lane_at_the_boundary,
             lanes::a_limit_holds_across_claimers_and_handles,
+            lanes::a_limit_holds_under_a_claim_race_across_handles,
             lanes::a_limit_of_zero_lifts_it,
             lanes::an_expired_job_of_a_full_lane_is_taken_back_but_no_new_one_starts,
             lanes::settle_and_claim_honours_a_limit,
