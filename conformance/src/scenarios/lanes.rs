@@ -176,14 +176,21 @@ pub async fn a_limit_holds_under_a_claim_race_across_handles(h: &Harness) {
                 queue: Some("disk".to_owned()),
                 ..ListFilter::default()
             };
+            let mut idle = 0u32;
             loop {
                 let Some(c) = store.claim(&request, t).await.expect("claim") else {
                     if store.stats(t).await.expect("stats").pending == 0 {
                         break;
                     }
+                    // Only a full lane's jobs are left: another racer's
+                    // job ends soon. A store that never hands them out
+                    // fails here rather than spinning forever.
+                    idle += 1;
+                    assert!(idle < 20_000, "pending jobs never claimed");
                     tokio::task::yield_now().await;
                     continue;
                 };
+                idle = 0;
                 let disk = c.job.queue == "disk";
                 if disk {
                     let now_in = in_disk.fetch_add(1, Ordering::SeqCst) + 1;
