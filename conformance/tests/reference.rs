@@ -9,6 +9,12 @@
 //! transition written goes through [`machine::plan_with_dependents`], whose
 //! writes (the job's own, then its dependents') are applied in order, each
 //! checked against the job as planned from.
+//!
+//! Lanes follow the rule every store follows: one log line per scope key
+//! (the defaults written as a deletion), and every claim builds its
+//! [`LaneCheck`] from the lanes and every running job under the same lock
+//! that writes the claim. Holds and attempt notes go through the same one
+//! write path as every other transition.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
@@ -193,14 +199,17 @@ impl State {
         let running: Vec<Job> =
             self.jobs.values().filter(|j| j.state == JobState::Running).cloned().collect();
         let check = LaneCheck::new(self.lanes.clone(), &running);
-        // While every queue is paused no pending job is read at all.
-        let best_due = self
-            .jobs
-            .values()
-            .filter(|_| !check.all_paused())
-            .filter(|j| j.is_due(now) && request.filter.admits(j) && check.may_start(&j.queue))
-            .min_by_key(|j| j.claim_order())
-            .cloned();
+        // While every queue is paused no pending job is read at all; else
+        // the best due one of a lane that lets it start.
+        let best_due = if check.all_paused() {
+            None
+        } else {
+            self.jobs
+                .values()
+                .filter(|j| j.is_due(now) && request.filter.admits(j) && check.may_start(&j.queue))
+                .min_by_key(|j| j.claim_order())
+                .cloned()
+        };
         let plan = machine::plan_claim(request, &check, running, best_due, now, policy)?;
         let claimed = plan.claimed();
         for w in plan.retire.into_iter().chain(plan.take) {
