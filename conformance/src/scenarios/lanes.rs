@@ -409,9 +409,11 @@ pub async fn resume_lets_a_paused_lane_start_again(h: &Harness) {
 }
 
 /// A pause stops new starts, not what runs: the paused lane's running
-/// jobs heartbeat, note a suspend, complete and fail as before; a job that
-/// goes back to pending (a failure with attempts left, a release) is not
-/// started again while the lane is paused, and is once it is resumed.
+/// jobs heartbeat, note a suspend, complete (also through
+/// `settle_and_claim`, whose claim then takes nothing of the paused lane)
+/// and fail as before; a job that goes back to pending (a failure with
+/// attempts left, a release) is not started again while the lane is
+/// paused, and is once it is resumed.
 pub async fn running_jobs_of_a_paused_lane_go_on(h: &Harness) {
     let s = h.store();
     let t = h.start();
@@ -421,15 +423,21 @@ pub async fn running_jobs_of_a_paused_lane_go_on(h: &Harness) {
     let c1 = h.claim_expect(&*s, "w1", t, j1.id).await;
     let c2 = h.claim_expect(&*s, "w2", t, j2.id).await;
     let c3 = h.claim_expect(&*s, "w3", t, j3.id).await;
+    let j4 = h.push(&*s, on("backups", "echo 4").priority(1), t).await;
     change(&*s, &q("backups"), LaneChange::Pause(stamp("ana", t))).await;
-    assert_eq!(counts_of(&*s, "backups", t).await.running, 3);
+    let counts = counts_of(&*s, "backups", t).await;
+    assert_eq!((counts.running, counts.pending, counts.due), (3, 1, 1));
 
     let ack = s.heartbeat(j1.id, &c1.fence, None, h.at(secs(30))).await.expect("heartbeat");
     assert_eq!(ack.lease_until, h.at(secs(90)));
     let note = AttemptNote::Suspended { reading: "load 3.20 >= ceiling 1.50".into() };
     s.note_attempt(j1.id, &c1.fence, &note, h.at(secs(31))).await.expect("note_attempt");
-    let done = s.complete(j1.id, &c1.fence, Completion::default(), h.at(secs(32)));
-    assert_eq!(done.await.expect("complete").state, JobState::Done);
+    let done = Settlement::Complete(Completion::default());
+    let next = h.request("w1");
+    let got = s.settle_and_claim(j1.id, &c1.fence, done, &next, h.at(secs(32)));
+    let got = got.await.expect("settle_and_claim");
+    assert_eq!(got.settled.state, JobState::Done);
+    assert_eq!(got.next, None, "j4 is due, but its lane is paused");
 
     let failure = Failure { error: "boom".into(), exit_code: Some(1) };
     let retried = s.fail(j2.id, &c2.fence, failure, h.at(secs(33))).await.expect("fail");
@@ -439,12 +447,12 @@ pub async fn running_jobs_of_a_paused_lane_go_on(h: &Harness) {
     let later = h.at(secs(100)); // past j2's backoff
     assert_eq!(h.claim(&*s, "w1", later).await, None, "the lane is still paused");
     let counts = counts_of(&*s, "backups", later).await;
-    assert_eq!((counts.pending, counts.due, counts.running), (2, 2, 0));
+    assert_eq!((counts.pending, counts.due, counts.running), (3, 3, 0));
 
     change(&*s, &q("backups"), LaneChange::Resume).await;
     let mut got = claim_all(h, &*s, "w1", later).await;
     got.sort_unstable();
-    assert_eq!(got, [j2.id, j3.id]);
+    assert_eq!(got, [j2.id, j3.id, j4.id]);
 }
 
 /// Lane settings and holds live in the file: closing and reopening it keeps
