@@ -9,6 +9,12 @@
 //! transition written goes through [`machine::plan_with_dependents`], whose
 //! writes (the job's own, then its dependents') are applied in order, each
 //! checked against the job as planned from.
+//!
+//! Lanes follow the rule every store follows: one log line per scope key
+//! (the defaults written as a deletion), and every claim builds its
+//! [`LaneCheck`] from the lanes and every running job under the same lock
+//! that writes the claim. Holds and attempt notes go through the same one
+//! write path as every other transition.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
@@ -21,9 +27,10 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use slothqueue_core::machine::{self, Graph, PlannedWrite, PushPlan, Transition};
 use slothqueue_core::{
-    ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job, JobId, JobState,
-    ListFilter, ListOrder, NewJob, Policy, PurgeFilter, Pushed, RunnerRecord, SettledAndClaimed,
-    Settlement, Stats, Store, StoreError, Timestamp,
+    AttemptNote, ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job,
+    JobId, JobState, LaneChange, LaneCheck, LaneScope, LaneSettings, Lanes, ListFilter, ListOrder,
+    NewJob, Policy, PurgeFilter, Pushed, QueueCounts, RunnerRecord, SettledAndClaimed, Settlement,
+    Stamp, Stats, Store, StoreError, Timestamp,
 };
 
 /// One line of the append-only log: a job written whole with the events
@@ -34,6 +41,9 @@ enum Record {
     Delete(JobId),
     NextId(JobId),
     Runners(Vec<RunnerRecord>),
+    /// One lane's settings under its scope key (`""` for every queue);
+    /// `None` when they went back to the defaults, which are not kept.
+    Lane(String, Option<LaneSettings>),
 }
 
 impl Record {
@@ -43,6 +53,7 @@ impl Record {
             Record::Delete(id) => serde_json::json!({ "delete": id }),
             Record::NextId(id) => serde_json::json!({ "next_id": id }),
             Record::Runners(r) => serde_json::json!({ "runners": r }),
+            Record::Lane(key, settings) => serde_json::json!({ "lane": key, "settings": settings }),
         };
         let mut line = v.to_string();
         line.push('\n');
@@ -62,6 +73,12 @@ impl Record {
             Record::Delete(serde_json::from_value(id).expect("id"))
         } else if let Some(id) = take("next_id") {
             Record::NextId(serde_json::from_value(id).expect("id"))
+        } else if let Some(key) = take("lane") {
+            let settings = take("settings").expect("settings");
+            Record::Lane(
+                serde_json::from_value(key).expect("a scope key"),
+                serde_json::from_value(settings).expect("lane settings"),
+            )
         } else {
             Record::Runners(
                 serde_json::from_value(take("runners").expect("runners")).expect("runners"),
@@ -76,6 +93,7 @@ struct State {
     jobs: BTreeMap<JobId, Job>,
     events: BTreeMap<JobId, Vec<Event>>,
     runners: Vec<RunnerRecord>,
+    lanes: Lanes,
     /// Changes made by the current call, to append on success.
     dirty: Vec<Record>,
 }
@@ -93,6 +111,9 @@ impl State {
             }
             Record::NextId(id) => self.next_id = id,
             Record::Runners(r) => self.runners = r,
+            Record::Lane(key, settings) => {
+                self.lanes.insert(LaneScope::from_key(&key), settings.unwrap_or_default());
+            }
         }
     }
 
@@ -177,25 +198,58 @@ impl State {
     ) -> Result<Option<Claimed>, StoreError> {
         let running: Vec<Job> =
             self.jobs.values().filter(|j| j.state == JobState::Running).cloned().collect();
-        let best_due = self
-            .jobs
-            .values()
-            .filter(|j| j.is_due(now) && request.filter.admits(j))
-            .min_by_key(|j| j.claim_order())
-            .cloned();
-        let plan = machine::plan_claim(
-            request,
-            &slothqueue_core::LaneCheck::open(), /* PLACEHOLDER */
-            running,
-            best_due,
-            now,
-            policy,
-        )?;
+        let check = LaneCheck::new(self.lanes.clone(), &running);
+        // While every queue is paused no pending job is read at all; else
+        // the best due one of a lane that lets it start.
+        let best_due = if check.all_paused() {
+            None
+        } else {
+            self.jobs
+                .values()
+                .filter(|j| j.is_due(now) && request.filter.admits(j) && check.may_start(&j.queue))
+                .min_by_key(|j| j.claim_order())
+                .cloned()
+        };
+        let plan = machine::plan_claim(request, &check, running, best_due, now, policy)?;
         let claimed = plan.claimed();
         for w in plan.retire.into_iter().chain(plan.take) {
             self.write(w.before, w.after, now)?;
         }
         Ok(claimed)
+    }
+
+    /// Changes one lane's settings as [`Lanes::apply`] says, writing the
+    /// scope's settings (or their deletion, when back to the defaults).
+    fn change_lane(&mut self, scope: &LaneScope, change: &LaneChange) -> Result<Lanes, StoreError> {
+        let mut lanes = self.lanes.clone();
+        let after = lanes.apply(scope, change)?;
+        let kept = (!after.is_default()).then_some(after);
+        self.record(Record::Lane(scope.key().to_owned(), kept));
+        debug_assert_eq!(self.lanes, lanes, "the record replays to what apply made");
+        Ok(self.lanes.clone())
+    }
+
+    /// Every queue with a pending or running job, counted, by name.
+    fn queue_counts(&self, now: Timestamp) -> Vec<QueueCounts> {
+        let mut by_queue: BTreeMap<&str, QueueCounts> = BTreeMap::new();
+        for j in self.jobs.values() {
+            if !matches!(j.state, JobState::Pending | JobState::Running) {
+                continue;
+            }
+            let c = by_queue.entry(&j.queue).or_insert_with(|| QueueCounts {
+                queue: j.queue.clone(),
+                ..QueueCounts::default()
+            });
+            if j.state == JobState::Running {
+                c.running += 1;
+                continue;
+            }
+            c.pending += 1;
+            c.due += u64::from(j.is_due(now));
+            c.held += u64::from(j.is_held());
+            c.waiting_on_parents += u64::from(j.is_waiting_on_parents());
+        }
+        by_queue.into_values().collect()
     }
 
     /// Settles the attempt held under `fence`, as `complete` or `fail`.
@@ -320,52 +374,50 @@ fn open(path: &Path, policy: Policy) -> Result<Arc<dyn Store>, StoreError> {
 
 #[async_trait]
 impl Store for RefStore {
-    // PLACEHOLDER (lanes base): the lane methods, until this store implements them.
     async fn note_attempt(
         &self,
-        _id: JobId,
-        _fence: &Fence,
-        _note: &slothqueue_core::AttemptNote,
-        _now: Timestamp,
+        id: JobId,
+        fence: &Fence,
+        note: &AttemptNote,
+        now: Timestamp,
     ) -> Result<Job, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER note_attempt".into()))
+        self.with(|st| {
+            let before = st.existing(id)?.clone();
+            let t = machine::note_attempt(&before, fence, note, now)?;
+            st.write(before, t, now)
+        })
     }
 
-    async fn hold(
-        &self,
-        _id: JobId,
-        _stamp: slothqueue_core::Stamp,
-        _now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER hold".into()))
+    async fn hold(&self, id: JobId, stamp: Stamp, now: Timestamp) -> Result<Job, StoreError> {
+        self.with(|st| {
+            let before = st.existing(id)?.clone();
+            let t = machine::hold(&before, stamp, now)?;
+            st.write(before, t, now)
+        })
     }
 
-    async fn release_hold(
-        &self,
-        _id: JobId,
-        _by: &str,
-        _now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER release_hold".into()))
+    async fn release_hold(&self, id: JobId, by: &str, now: Timestamp) -> Result<Job, StoreError> {
+        self.with(|st| {
+            let before = st.existing(id)?.clone();
+            let t = machine::release_hold(&before, by, now)?;
+            st.write(before, t, now)
+        })
     }
 
-    async fn lanes(&self) -> Result<slothqueue_core::Lanes, StoreError> {
-        Ok(slothqueue_core::Lanes::default()) // PLACEHOLDER
+    async fn lanes(&self) -> Result<Lanes, StoreError> {
+        self.with(|st| Ok(st.lanes.clone()))
     }
 
     async fn change_lane(
         &self,
-        _scope: &slothqueue_core::LaneScope,
-        _change: &slothqueue_core::LaneChange,
-    ) -> Result<slothqueue_core::Lanes, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER change_lane".into()))
+        scope: &LaneScope,
+        change: &LaneChange,
+    ) -> Result<Lanes, StoreError> {
+        self.with(|st| st.change_lane(scope, change))
     }
 
-    async fn queue_counts(
-        &self,
-        _now: Timestamp,
-    ) -> Result<Vec<slothqueue_core::QueueCounts>, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER queue_counts".into()))
+    async fn queue_counts(&self, now: Timestamp) -> Result<Vec<QueueCounts>, StoreError> {
+        self.with(|st| Ok(st.queue_counts(now)))
     }
 
     async fn push(&self, new: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
@@ -518,6 +570,7 @@ impl Store for RefStore {
         self.with(|st| {
             let mut s = Stats::default();
             for j in st.jobs.values() {
+                s.held += u64::from(j.is_held());
                 match j.state {
                     JobState::Pending if j.is_waiting_on_parents() => {
                         s.pending += 1;
@@ -531,7 +584,7 @@ impl Store for RefStore {
                 }
                 if j.is_due(now) {
                     s.due_now += 1;
-                } else if j.state == JobState::Pending && !j.is_waiting_on_parents() {
+                } else if j.is_claimable() {
                     s.next_due = Some(s.next_due.map_or(j.not_before, |n| n.min(j.not_before)));
                 }
             }
@@ -545,9 +598,9 @@ impl Store for RefStore {
                 .jobs
                 .values()
                 .filter_map(|j| match j.state {
-                    // A job waiting on parents wakes nobody: its parents'
-                    // ends make it due, not its time.
-                    JobState::Pending if j.is_waiting_on_parents() => None,
+                    // A job waiting on parents, or held, wakes nobody: its
+                    // parents' ends or its release make it due, not its time.
+                    JobState::Pending if !j.is_claimable() => None,
                     JobState::Pending => Some(j.not_before),
                     JobState::Running => j.lease.as_ref().map(|l| l.until),
                     _ => None,

@@ -11,6 +11,19 @@
 //! parent of theirs has ended, which then becomes their root. The real
 //! side writes every transition through `plan_with_dependents`, as a store
 //! does.
+//!
+//! Jobs go to one of two lanes (queues). The model of lanes and holds is
+//! written from their words too: a held job is pending but never taken,
+//! and a cancel (its own or a parent's failure) ends its hold; a lane's
+//! limit and pause are settings of their own (a pause keeps its first
+//! stamp, resuming every queue leaves a lane's own pause, a limit is one
+//! lane's); a claim starts no job of a paused lane (or while every queue
+//! is paused) nor of a lane with `limit` jobs running, takes an expired job
+//! back only when its lane would let it start besides itself, and retires
+//! abandoned jobs whatever their lane says. The real side keeps
+//! `Lanes` as a store does (through `Lanes::apply`) and claims as a store
+//! does (a `LaneCheck` from every running job, the best due job of an open
+//! lane).
 
 #![allow(clippy::expect_used, reason = "a broken expectation in a test is a failure")]
 
@@ -21,8 +34,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use slothqueue_core::machine::{self, ClaimRequest, Graph, TransitionError};
 use slothqueue_core::{
-    Completion, Event, Failure, Fence, Job, JobId, JobState, Lease, Liveness, LivenessJudge,
-    NewJob, Owner, Policy, Timestamp,
+    Completion, Event, EventKind, Failure, Fence, Job, JobId, JobState, LaneChange, LaneScope,
+    Lanes, Lease, Liveness, LivenessJudge, NewJob, Owner, Policy, Stamp, Timestamp,
 };
 
 /// The model's judge: the owners it declared dead are gone, the rest
@@ -59,37 +72,99 @@ impl Graph for Jobs<'_> {
 
 const OWNERS: usize = 3;
 const T0: i64 = 1_700_000_000_000;
+/// The lanes jobs go to, by index.
+const LANES: [&str; 2] = ["default", "disk"];
 
 #[derive(Clone, Debug)]
 enum Op {
-    Push { priority: i32, delay_s: u8, max_attempts: u8, parents: Vec<usize> },
-    Claim { owner: usize },
-    Heartbeat { owner: usize, job: usize, stale: bool },
-    Complete { owner: usize, job: usize, stale: bool },
-    Fail { owner: usize, job: usize, stale: bool },
-    Release { owner: usize, job: usize, stale: bool },
-    Cancel { job: usize },
-    Retry { job: usize },
-    Advance { secs: u16 },
-    Die { owner: usize },
+    Push {
+        priority: i32,
+        delay_s: u8,
+        max_attempts: u8,
+        parents: Vec<usize>,
+        lane: usize,
+    },
+    Claim {
+        owner: usize,
+    },
+    Heartbeat {
+        owner: usize,
+        job: usize,
+        stale: bool,
+    },
+    Complete {
+        owner: usize,
+        job: usize,
+        stale: bool,
+    },
+    Fail {
+        owner: usize,
+        job: usize,
+        stale: bool,
+    },
+    Release {
+        owner: usize,
+        job: usize,
+        stale: bool,
+    },
+    Cancel {
+        job: usize,
+    },
+    Retry {
+        job: usize,
+    },
+    Advance {
+        secs: u16,
+    },
+    Die {
+        owner: usize,
+    },
     ReclaimDead,
+    Hold {
+        job: usize,
+    },
+    ReleaseHold {
+        job: usize,
+    },
+    /// `lane: None` is every queue.
+    Pause {
+        lane: Option<usize>,
+    },
+    Resume {
+        lane: Option<usize>,
+    },
+    /// `lane: None` (every queue) must be refused.
+    Limit {
+        lane: Option<usize>,
+        limit: u32,
+    },
+}
+
+/// A lane, or (one time in four) every queue.
+fn lane() -> impl Strategy<Value = Option<usize>> {
+    prop_oneof![3 => (0..LANES.len()).prop_map(Some), 1 => Just(None)]
 }
 
 fn op() -> impl Strategy<Value = Op> {
     let owner = 0..OWNERS;
     let job = 0usize..8;
     prop_oneof![
-        4 => (-2i32..3, 0u8..20, 1u8..4, prop::collection::vec(0usize..8, 0..3)).prop_map(|(priority, delay_s, max_attempts, parents)| Op::Push { priority, delay_s, max_attempts, parents }),
+        4 => (-2i32..3, 0u8..20, 1u8..4, prop::collection::vec(0usize..8, 0..3), 0..LANES.len()).prop_map(|(priority, delay_s, max_attempts, parents, lane)| Op::Push { priority, delay_s, max_attempts, parents, lane }),
         3 => owner.clone().prop_map(|owner| Op::Claim { owner }),
         2 => (owner.clone(), job.clone(), prop::bool::weighted(0.2)).prop_map(|(owner, job, stale)| Op::Heartbeat { owner, job, stale }),
         2 => (owner.clone(), job.clone(), prop::bool::weighted(0.2)).prop_map(|(owner, job, stale)| Op::Complete { owner, job, stale }),
         2 => (owner.clone(), job.clone(), prop::bool::weighted(0.2)).prop_map(|(owner, job, stale)| Op::Fail { owner, job, stale }),
         1 => (owner.clone(), job.clone(), prop::bool::weighted(0.2)).prop_map(|(owner, job, stale)| Op::Release { owner, job, stale }),
         1 => job.clone().prop_map(|job| Op::Cancel { job }),
-        1 => job.prop_map(|job| Op::Retry { job }),
+        1 => job.clone().prop_map(|job| Op::Retry { job }),
         2 => (0u16..200).prop_map(|secs| Op::Advance { secs }),
         1 => owner.prop_map(|owner| Op::Die { owner }),
         1 => Just(Op::ReclaimDead),
+        1 => job.clone().prop_map(|job| Op::Hold { job }),
+        1 => job.prop_map(|job| Op::ReleaseHold { job }),
+        1 => lane().prop_map(|lane| Op::Pause { lane }),
+        1 => lane().prop_map(|lane| Op::Resume { lane }),
+        1 => (lane(), 0u32..3).prop_map(|(lane, limit)| Op::Limit { lane, limit }),
     ]
 }
 
@@ -108,11 +183,34 @@ struct Model {
     parents: Vec<usize>,
     /// The job (by index) whose failure cancelled it.
     cancelled_by: Option<usize>,
+    /// Its lane, by index into [`LANES`].
+    lane: usize,
+    /// Held by a user (only while pending).
+    held: bool,
 }
 
 impl Model {
     fn ended(&self) -> bool {
         matches!(self.state, JobState::Failed | JobState::Cancelled)
+    }
+}
+
+/// The model of the lanes' settings: each lane's limit and the time of its
+/// first pause, and the time of the first pause of every queue.
+#[derive(Clone, Debug, Default)]
+struct LaneModel {
+    limit: [u32; LANES.len()],
+    paused: [Option<i64>; LANES.len()],
+    all_paused: Option<i64>,
+}
+
+impl LaneModel {
+    /// Whether a job of `lane` may start with `besides` of its running
+    /// jobs not counted (1 for a job taken back: it is one of them).
+    fn lets_start(&self, lane: usize, running: u32, besides: u32) -> bool {
+        self.all_paused.is_none()
+            && self.paused[lane].is_none()
+            && (self.limit[lane] == 0 || running - besides < self.limit[lane])
     }
 }
 
@@ -124,6 +222,9 @@ struct World {
     owners: Vec<Owner>,
     generation: Vec<u32>,
     dead: BTreeSet<String>,
+    /// The lanes as a store keeps them.
+    lanes: Lanes,
+    lane_model: LaneModel,
 }
 
 impl World {
@@ -136,6 +237,8 @@ impl World {
             owners: Vec::new(),
             generation: vec![0; OWNERS],
             dead: BTreeSet::new(),
+            lanes: Lanes::default(),
+            lane_model: LaneModel::default(),
         };
         w.owners = (0..OWNERS).map(|i| Owner::named(format!("owner-{i}-0"))).collect();
         w
@@ -164,9 +267,10 @@ impl World {
     fn apply(&mut self, op: &Op) {
         let now = self.now();
         match *op {
-            Op::Push { priority, delay_s, max_attempts, ref parents } => {
+            Op::Push { priority, delay_s, max_attempts, ref parents, lane } => {
                 let id = self.jobs.len() as i64 + 1;
                 let mut new = NewJob::shell("true", "/")
+                    .queue(LANES[lane])
                     .priority(priority)
                     .max_attempts(u32::from(max_attempts))
                     .not_before(now.saturating_add(Duration::from_secs(u64::from(delay_s))));
@@ -201,6 +305,8 @@ impl World {
                     cancel_requested: false,
                     parents: named,
                     cancelled_by,
+                    lane,
+                    held: false,
                 });
                 if cancelled_by.is_some() {
                     self.models[id as usize - 1].state = JobState::Cancelled;
@@ -272,6 +378,7 @@ impl World {
                     JobState::Pending => {
                         assert!(r.is_ok());
                         m.state = JobState::Cancelled;
+                        m.held = false;
                         ended = true;
                     }
                     JobState::Running => {
@@ -315,6 +422,46 @@ impl World {
                 if let Ok(t) = r {
                     self.commit(job, t);
                     self.on_revived(root);
+                }
+            }
+            Op::Hold { job } if job < self.jobs.len() => {
+                let stamp = Stamp::new(format!("user@{}", self.now), now);
+                let r = machine::hold(&self.jobs[job].0, stamp, now);
+                self.hold_write(job, r, true);
+            }
+            Op::ReleaseHold { job } if job < self.jobs.len() => {
+                let r = machine::release_hold(&self.jobs[job].0, "user", now);
+                self.hold_write(job, r, false);
+            }
+            Op::Pause { lane } => {
+                let stamp = Stamp::new("user", now);
+                self.change_lane(lane, &LaneChange::Pause(stamp));
+                let m = &mut self.lane_model;
+                let paused = match lane {
+                    Some(l) => &mut m.paused[l],
+                    None => &mut m.all_paused,
+                };
+                paused.get_or_insert(self.now);
+            }
+            Op::Resume { lane } => {
+                self.change_lane(lane, &LaneChange::Resume);
+                match lane {
+                    Some(l) => self.lane_model.paused[l] = None,
+                    None => self.lane_model.all_paused = None,
+                }
+            }
+            Op::Limit { lane, limit } => {
+                let before = self.lanes.clone();
+                let r = self.lanes.apply(&scope(lane), &LaneChange::Limit(limit));
+                match lane {
+                    Some(l) => {
+                        assert!(r.is_ok(), "a lane's limit is set");
+                        self.lane_model.limit[l] = limit;
+                    }
+                    None => {
+                        assert!(r.is_err(), "a limit for every queue is refused");
+                        assert_eq!(self.lanes, before, "a refused change changes nothing");
+                    }
                 }
             }
             Op::Advance { secs } => self.now += i64::from(secs) * 1000,
@@ -372,24 +519,19 @@ impl World {
             .map(|(j, _)| j.clone())
             .filter(|j| j.state == JobState::Running)
             .collect();
+        let check = machine::LaneCheck::new(self.lanes.clone(), &running);
         let best_due = self
             .jobs
             .iter()
             .map(|(j, _)| j)
-            .filter(|j| j.is_due(now))
+            .filter(|_| !check.all_paused())
+            .filter(|j| j.is_due(now) && check.may_start(&j.queue))
             .min_by_key(|j| j.claim_order())
             .cloned();
         let me = self.owners[owner].clone();
         let request = ClaimRequest::new(me.clone(), Arc::new(DeadSet(self.dead.clone())));
-        let plan = machine::plan_claim(
-            &request,
-            &machine::LaneCheck::open(), /* PLACEHOLDER */
-            running,
-            best_due,
-            now,
-            &self.policy,
-        )
-        .expect("a plan from consistent candidates");
+        let plan = machine::plan_claim(&request, &check, running, best_due, now, &self.policy)
+            .expect("a plan from consistent candidates");
         // The model: every abandoned job (owner dead, or lease expired) that
         // is cancelled or out of attempts retires; of the rest and the due
         // pending jobs, the first by priority, not_before, id is taken.
@@ -405,13 +547,23 @@ impl World {
                 abandoned(m) && (m.cancel_requested || m.attempts >= m.max_attempts)
             })
             .collect();
+        // A lane lets a job start unless paused (itself or with every
+        // queue) or with `limit` of its jobs running, whoever runs them.
+        // (Counted as the claim read them: a job it retires still counts
+        // in this claim, as in the `LaneCheck` built before the plan.)
+        let running_in = self.running_per_lane();
+        let lanes = &self.lane_model;
         let winner = (0..self.models.len())
             .filter(|&i| {
                 let m = &self.models[i];
                 (m.state == JobState::Pending
+                    && !m.held
                     && m.not_before <= self.now
-                    && m.parents.iter().all(|&p| self.models[p].state == JobState::Done))
-                    || (abandoned(m) && !retiring.contains(&i))
+                    && m.parents.iter().all(|&p| self.models[p].state == JobState::Done)
+                    && lanes.lets_start(m.lane, running_in[m.lane], 0))
+                    || (abandoned(m)
+                        && !retiring.contains(&i)
+                        && lanes.lets_start(m.lane, running_in[m.lane], 1))
             })
             .min_by_key(|&i| {
                 let m = &self.models[i];
@@ -437,12 +589,66 @@ impl World {
         }
         if let Some(w) = plan.take {
             let i = index(w.before.id).expect("taken job exists");
+            let lane = self.models[i].lane;
+            let started = self.models[i].state == JobState::Pending;
+            let running_after = running_in[lane] + u32::from(started);
+            let limit = self.lane_model.limit[lane];
+            assert!(
+                limit == 0 || !started || running_after <= limit,
+                "a claim never takes a lane past its limit: {running_after} > {limit}"
+            );
+            assert!(self.lane_model.paused[lane].is_none() && self.lane_model.all_paused.is_none());
             let m = &mut self.models[i];
             m.state = JobState::Running;
             m.attempts += 1;
             m.holder = Some((me.id.clone(), m.attempts, self.now + 60_000));
             self.commit(i, w.after);
         }
+    }
+
+    /// How many jobs of each lane run now, whoever runs them.
+    fn running_per_lane(&self) -> [u32; LANES.len()] {
+        let mut n = [0; LANES.len()];
+        for m in self.models.iter().filter(|m| m.state == JobState::Running) {
+            n[m.lane] += 1;
+        }
+        n
+    }
+
+    /// A hold (`hold`) or its release (`!hold`) as the model reads them: a
+    /// pending job takes it, with one event when it changes the job and
+    /// none when it is already so; any other state refuses.
+    fn hold_write(
+        &mut self,
+        job: usize,
+        r: Result<machine::Transition, TransitionError>,
+        hold: bool,
+    ) {
+        let m = &mut self.models[job];
+        if m.state != JobState::Pending {
+            assert!(
+                matches!(r, Err(TransitionError::InvalidTransition { .. })),
+                "only a pending job is held or released: {r:?}"
+            );
+            return;
+        }
+        let t = r.expect("a pending job is held or released");
+        let kinds: Vec<EventKind> = t.events.iter().map(|e| e.kind).collect();
+        let expected = match (m.held, hold) {
+            (false, true) => vec![EventKind::Held],
+            (true, false) => vec![EventKind::HoldReleased],
+            _ => vec![],
+        };
+        assert_eq!(kinds, expected, "a hold or release writes an event only when it changes");
+        m.held = hold;
+        self.commit(job, t);
+    }
+
+    /// A pause or resume of `lane` (every queue for `None`), as a store
+    /// applies it: always accepted.
+    fn change_lane(&mut self, lane: Option<usize>, change: &LaneChange) {
+        let after = self.lanes.apply(&scope(lane), change).expect("a pause or resume is accepted");
+        assert_eq!(after, self.lanes.get(&scope(lane)), "apply returns the scope's settings");
     }
 
     fn owner_write(
@@ -507,6 +713,7 @@ impl World {
             if m.state == JobState::Pending && blocked {
                 m.state = JobState::Cancelled;
                 m.cancelled_by = Some(root);
+                m.held = false;
             }
         }
     }
@@ -537,8 +744,12 @@ impl World {
     }
 
     fn check(&self) {
+        self.check_lanes();
         for ((job, trail), m) in self.jobs.iter().zip(&self.models) {
             assert_eq!(job.id, m.id);
+            assert_eq!(job.queue, LANES[m.lane]);
+            assert_eq!(job.held.is_some(), m.held, "hold of #{}", job.id);
+            assert!(m.held <= (m.state == JobState::Pending), "only a pending job is held");
             assert_eq!(job.priority, m.priority);
             assert_eq!(job.state, m.state, "state of #{}", job.id);
             assert_eq!(job.attempts, m.attempts, "attempts of #{}", job.id);
@@ -571,6 +782,22 @@ impl World {
         }
     }
 
+    /// The lanes as stored agree with the model's, and keep no defaults.
+    fn check_lanes(&self) {
+        let m = &self.lane_model;
+        assert_eq!(self.lanes.all_paused.as_ref().map(|s| s.since.as_millis()), m.all_paused);
+        for (i, name) in LANES.iter().enumerate() {
+            let settings = self.lanes.of(name);
+            assert_eq!(settings.limit, m.limit[i], "limit of {name}");
+            assert_eq!(
+                settings.paused.map(|s| s.since.as_millis()),
+                m.paused[i],
+                "pause of {name}"
+            );
+        }
+        assert!(self.lanes.queues.values().all(|s| !s.is_default()), "defaults are not kept");
+    }
+
     /// The dependency rule's agreement and invariants for one job.
     fn check_dependencies(&self, job: &Job, m: &Model) {
         let id = job.id;
@@ -587,8 +814,8 @@ impl World {
             );
             assert_eq!(
                 job.is_due(self.now()),
-                not_done == 0 && m.not_before <= self.now,
-                "#{id} is due exactly when its time came and its parents are done"
+                not_done == 0 && m.not_before <= self.now && !m.held,
+                "#{id} is due exactly when its time came, its parents are done and it is not held"
             );
         }
         if job.state == JobState::Running {
@@ -606,6 +833,10 @@ impl World {
             assert_eq!(job.last_error.as_deref(), Some(why.as_str()), "why #{id} was cancelled");
         }
     }
+}
+
+fn scope(lane: Option<usize>) -> LaneScope {
+    lane.map_or(LaneScope::All, |l| LaneScope::Queue(LANES[l].to_owned()))
 }
 
 proptest! {

@@ -6,6 +6,7 @@ pub mod cancel;
 pub mod claim;
 pub mod concurrency;
 pub mod idempotency;
+pub mod lanes;
 pub mod lease;
 pub mod persistence;
 pub mod purge;
@@ -105,6 +106,27 @@ macro_rules! __with_scenarios {
             after::a_diamond_is_due_only_after_both_parents,
             after::a_job_cannot_wait_on_the_job_it_replaces,
             after::dependents_outlive_a_purged_parent,
+            lanes::a_limit_closes_its_lane_at_the_boundary,
+            lanes::a_limit_holds_across_claimers_and_handles,
+            lanes::a_limit_holds_under_a_claim_race_across_handles,
+            lanes::a_limit_of_zero_lifts_it,
+            lanes::an_expired_job_of_a_full_lane_is_taken_back_but_no_new_one_starts,
+            lanes::settle_and_claim_honours_a_limit,
+            lanes::a_paused_lane_starts_nothing_while_others_go_on,
+            lanes::a_pause_of_every_queue_starts_nothing,
+            lanes::resume_lets_a_paused_lane_start_again,
+            lanes::running_jobs_of_a_paused_lane_go_on,
+            lanes::lanes_and_holds_survive_a_reopen,
+            lanes::change_lane_refuses_a_limit_for_every_queue_and_a_bad_name,
+            lanes::a_held_job_is_not_claimed,
+            lanes::hold_and_release_of_a_job_not_pending_are_refused,
+            lanes::release_makes_a_held_job_claimable,
+            lanes::a_held_job_waiting_on_parents_stays_held_after_they_finish,
+            lanes::cancel_of_a_held_job_ends_it_and_clears_the_hold,
+            lanes::stats_and_next_due_leave_held_jobs_out,
+            lanes::queue_counts_count_each_queue,
+            lanes::note_attempt_writes_its_event_only_under_the_right_fence,
+            lanes::restore_keeps_held_jobs_held,
         ] }
     };
 }
