@@ -9,7 +9,7 @@
 //!   (a chain of 10,000), edges written, restored and purged with their
 //!   jobs, a batch naming its refused element;
 //! - `damaged_schema`: a damaged stored schema refused at open (S16);
-//! - `fixture`: the schema-v1 and v3 fixtures in `tests/data/` open and
+//! - `fixture`: the schema-v1, v3 and v4 fixtures in `tests/data/` open and
 //!   read back exactly, forever;
 //! - `locking`: contention on the write lock (busy timeout, `Busy`, reads
 //!   going on meanwhile);
