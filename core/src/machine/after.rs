@@ -282,6 +282,8 @@ fn parent_ended(
             next.cancelled_by = Some(root);
             next.last_error = Some(reason.clone());
             next.finished_at = Some(now);
+            // Only a pending job is held (`check_restore` refuses any other).
+            next.held = None;
             let event = Event::new(child.id, EventKind::Cancelled, now).saying(reason);
             Some(Transition { job: next, events: vec![event] })
         }
