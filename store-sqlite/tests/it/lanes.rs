@@ -419,3 +419,23 @@ async fn measure_claim_with_and_without_lanes() {
         eprintln!("sqlite: claim + release, {name}: {each:?}");
     }
 }
+
+/// A held job that its parent's failure cancels is no longer held, as a
+/// cancel leaves it: else its export would not import (`check_restore`
+/// refuses a hold on a job that is not pending). The core's fix in
+/// `machine::after::parent_ended` (ln-conf's commit, cherry-picked).
+#[tokio::test]
+async fn a_held_job_cancelled_by_its_parent_is_no_longer_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir.path().join("q.db"));
+    s.push(NewJob::shell("parent", "/").max_attempts(1), t(0)).await.unwrap();
+    let child = s.push(NewJob::shell("child", "/").after(1), t(0)).await.unwrap().job;
+    s.hold(child.id, ana(t(1)), t(1)).await.unwrap();
+    let c = s.claim(&request("r"), t(2)).await.unwrap().unwrap();
+    let failure = slothqueue_core::Failure { error: "exit code 1".into(), exit_code: Some(1) };
+    s.fail(c.job.id, &c.fence, failure, t(3)).await.unwrap();
+    let cancelled = s.get(child.id).await.unwrap();
+    assert_eq!((cancelled.state, cancelled.held.clone()), (JobState::Cancelled, None));
+    let to = open(&dir.path().join("to.db"));
+    to.restore(cancelled, s.events(child.id).await.unwrap()).await.unwrap();
+}
