@@ -1,9 +1,10 @@
 //! A job, an event or a runner record as rows of the `jobs`, `events` and
-//! `runners` tables, and back, a job's parents as rows of `edges`; the
-//! queries that read them, among them the claim's candidates (the running
-//! jobs, the best due pending job) and what the dependency rule reads
-//! ([`TxGraph`]); and the writes of a transition, conditional on the row
-//! it was computed from.
+//! `runners` tables, and back, a job's parents as rows of `edges`, the
+//! lanes' settings as rows of `lanes`; the queries that read them, among
+//! them the claim's candidates (the running jobs, the best due pending job
+//! of an open lane) and what the dependency rule reads ([`TxGraph`]); and
+//! the writes of a transition, conditional on the row it was computed
+//! from.
 
 use std::collections::BTreeSet;
 use std::sync::LazyLock;

@@ -259,7 +259,9 @@ fn v4(conn: &Connection) -> rusqlite::Result<()> {
 ///
 /// - **`held`, `held_at`, `held_by`** added in place (no row rewritten, as
 ///   in [`v3`]): 1 and the hold's stamp for a held job, 0 and NULLs for
-///   every other (every existing one); a CHECK keeps the three together.
+///   every other (every existing one); a CHECK keeps the three together
+///   (SQLite tests a new column's CHECK on every existing row: one read of
+///   the table, once, as v4's did).
 ///   A job's state is the core's business (`check_restore` refuses a hold
 ///   on a job that is not pending), so no CHECK ties the hold to it; the
 ///   indexes below name `state = 'pending'` besides.
