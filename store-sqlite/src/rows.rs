@@ -429,11 +429,11 @@ pub(crate) fn event_from_row(row: &Row<'_>) -> Result<Event, Error> {
 // The claim's candidates
 
 /// The highest priority below `?1` that has a pending job (in queue `?2`)
-/// waiting on no parent and not held. One index seek each, so a claim walks priority
-/// levels, not jobs. Every query through a claim or due index names its
-/// whole condition (`pending_parents = 0 AND held = 0` too):
-/// `INDEXED BY` a partial
-/// index is refused for a `WHERE` that does not imply it.
+/// waiting on no parent and not held. One index seek each, so a claim
+/// walks priority levels, not jobs. Every query through a claim or due
+/// index names its whole condition (`pending_parents = 0 AND held = 0`
+/// too): `INDEXED BY` a partial index is refused for a `WHERE` that does
+/// not imply it.
 pub(crate) fn top_priority_sql(by_queue: bool) -> &'static str {
     if by_queue {
         "SELECT priority FROM jobs INDEXED BY jobs_pending_queue

@@ -506,16 +506,19 @@ fn change_lane_tx(
     Ok(lanes)
 }
 
-/// The pending jobs waiting on no parent whose time has not come (`?1`).
+/// The pending jobs waiting on no parent and not held whose time has not
+/// come (`?1`).
 const NOT_DUE_SQL: &str = "SELECT COUNT(*) FROM jobs INDEXED BY jobs_pending_due
      WHERE state = 'pending' AND pending_parents = 0 AND held = 0 AND not_before > ?1";
 
-/// The earliest time after `?1` a job waiting on no parent becomes due.
+/// The earliest time after `?1` a job waiting on no parent and not held
+/// becomes due.
 const NEXT_NOT_DUE_SQL: &str = "SELECT not_before FROM jobs INDEXED BY jobs_pending_due
      WHERE state = 'pending' AND pending_parents = 0 AND held = 0 AND not_before > ?1
      ORDER BY not_before LIMIT 1";
 
-/// The earliest `not_before` of a job waiting on no parent, due or not.
+/// The earliest `not_before` of a job waiting on no parent and not held,
+/// due or not.
 const FIRST_DUE_SQL: &str = "SELECT not_before FROM jobs INDEXED BY jobs_pending_due
      WHERE state = 'pending' AND pending_parents = 0 AND held = 0 ORDER BY not_before LIMIT 1";
 
@@ -529,7 +532,7 @@ fn first_value(conn: &Connection, sql: &str, params: &[Value]) -> Result<Option<
 }
 
 fn next_due_tx(conn: &Connection) -> Result<Option<Timestamp>, Error> {
-    // A job waiting on parents is left out: no time makes it due.
+    // A job waiting on parents or held is left out: no time makes it due.
     let pending = first_value(conn, FIRST_DUE_SQL, &[])?;
     let lease = first_value(
         conn,
