@@ -1129,6 +1129,55 @@ mod tests {
         assert_eq!(steps, ["SCAN lanes"], "the table's own order");
     }
 
+    /// The VM steps of the queries one claim reads its candidates with
+    /// (from the statement cache after it; the claim is rolled back).
+    fn claim_steps(store: &SqliteStore, now: Timestamp) -> (i32, Option<JobId>) {
+        use rusqlite::StatementStatus::VmStep;
+        let sqls = [
+            top_priority_sql(false).to_owned(),
+            top_priority_sql(true).to_owned(),
+            due_at_priority_sql(false, 0),
+            due_at_priority_sql(true, 0),
+            crate::rows::NEXT_QUEUE_SQL.to_owned(),
+            "SELECT scope, settings FROM lanes ORDER BY scope".to_owned(),
+        ];
+        let conn = store.lock_for_test();
+        for sql in &sqls {
+            conn.prepare_cached(sql).unwrap().reset_status(VmStep);
+        }
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let request = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly));
+        let claimed = claim_tx(&conn, &request, now, &Policy::default()).unwrap();
+        conn.execute_batch("ROLLBACK").unwrap();
+        let steps = sqls.iter().map(|sql| conn.prepare_cached(sql).unwrap().get_status(VmStep));
+        (steps.sum(), claimed.map(|c| c.job.id))
+    }
+
+    /// A paused lane's backlog costs a claim nothing per job: the claim
+    /// skips the lane in the per-queue index, so it runs as many steps
+    /// with 5,000 jobs behind the pause as with 50. And a file with no
+    /// lane settings claims from the one all-queue index as before.
+    #[tokio::test]
+    async fn a_paused_backlog_costs_a_claim_nothing_per_job() {
+        use slothqueue_core::{LaneChange, LaneScope, Stamp};
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir, SqliteOptions::default());
+        let bulk = |n: usize| (0..n).map(|_| NewJob::shell("true", "/").queue("bulk").priority(5));
+        store.push_many(bulk(50).collect(), t(0)).await.unwrap();
+        let web = store.push(NewJob::shell("true", "/").queue("web"), t(0)).await.unwrap().job;
+        let (open_steps, taken) = claim_steps(&store, t(1));
+        assert_eq!(taken, Some(1));
+        let pause = LaneChange::Pause(Stamp::new("ana", t(0)));
+        store.change_lane(&LaneScope::Queue("bulk".into()), &pause).await.unwrap();
+        let (few, taken) = claim_steps(&store, t(1));
+        assert_eq!(taken, Some(web.id));
+        store.push_many(bulk(5_000).collect(), t(0)).await.unwrap();
+        let (many, taken) = claim_steps(&store, t(1));
+        assert_eq!(taken, Some(web.id));
+        assert!(few > 0 && open_steps > 0, "{few} {open_steps}");
+        assert_eq!(many, few, "steps with 5,000 paused jobs against 50");
+    }
+
     #[test]
     fn key_lookups_and_lists_by_state_seek_partial_indexes() {
         let dir = tempfile::tempdir().unwrap();
