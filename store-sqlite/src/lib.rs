@@ -26,6 +26,11 @@
 //!   nothing created or written, and where the folder cannot be written
 //!   (a read-only filesystem, a full disk) the file is read immutable,
 //!   which [`SqliteStore::read_only_note`] says.
+//! - **Lanes are in the file**, one row per lane with settings, read by
+//!   every claim inside its write transaction with the running jobs, so a
+//!   limit holds across every runner and process on the file; a file with
+//!   no settings costs a claim one read of an empty table. A held job, like
+//!   one waiting on parents, is in no claim or due index.
 //! - **Every transition is the core's.** The store reads rows, calls
 //!   `slothqueue_core::machine`, and writes the result with the old state,
 //!   owner and attempt in the `UPDATE`'s condition.

@@ -617,9 +617,9 @@ mod tests {
     /// A file of schema v3 (the layout before dependencies) is migrated on
     /// open: its pending jobs, due or scheduled, are in the rebuilt claim
     /// and due indexes (a claim takes them, `stats` counts them), none
-    /// waits on a parent, and the file has exactly v4's schema.
+    /// waits on a parent, and the file has exactly the current schema.
     #[tokio::test]
-    async fn a_v3_file_migrates_to_v4_and_its_jobs_stay_due() {
+    async fn a_v3_file_migrates_and_its_jobs_stay_due() {
         use slothqueue_core::{ClaimRequest, ClockOnly, Owner, Store, Timestamp};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q.db");
@@ -654,8 +654,8 @@ mod tests {
         drop(store);
         let conn = Connection::open(&path).unwrap();
         let version: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(version, 4);
-        assert_eq!(schema_entries(&conn).unwrap(), expected_schema(4).unwrap());
+        assert_eq!(version, SCHEMA_VERSION);
+        assert_eq!(schema_entries(&conn).unwrap(), expected_schema(SCHEMA_VERSION).unwrap());
     }
 
     #[test]

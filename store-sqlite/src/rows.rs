@@ -1,24 +1,27 @@
 //! A job, an event or a runner record as rows of the `jobs`, `events` and
-//! `runners` tables, and back, a job's parents as rows of `edges`; the
-//! queries that read them, among them the claim's candidates (the running
-//! jobs, the best due pending job) and what the dependency rule reads
-//! ([`TxGraph`]); and the writes of a transition, conditional on the row
-//! it was computed from.
+//! `runners` tables, and back, a job's parents as rows of `edges`, the
+//! lanes' settings as rows of `lanes`; the queries that read them, among
+//! them the claim's candidates (the running jobs, the best due pending job
+//! of an open lane) and what the dependency rule reads ([`TxGraph`]); and
+//! the writes of a transition, conditional on the row it was computed
+//! from.
 
+use std::collections::BTreeSet;
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, Row, params, params_from_iter};
-use slothqueue_core::machine::{Graph, Transition};
+use slothqueue_core::machine::{Graph, LaneCheck, Transition, is_plain_name};
 use slothqueue_core::{
-    ClaimFilter, Event, EventKind, Job, JobId, JobState, Lease, Owner, StoreError, Timestamp,
+    ClaimFilter, Event, EventKind, Job, JobId, JobState, LaneScope, LaneSettings, Lanes, Lease,
+    Owner, Stamp, StoreError, Timestamp,
 };
 
 use crate::error::Error;
 
 /// The job columns, in the order [`job_values`] and [`job_from_row`] use.
-const JOB_COLUMNS: [&str; 31] = [
+const JOB_COLUMNS: [&str; 34] = [
     "id",
     "queue",
     "kind",
@@ -50,6 +53,9 @@ const JOB_COLUMNS: [&str; 31] = [
     "parents",
     "pending_parents",
     "cancelled_by",
+    "held",
+    "held_at",
+    "held_by",
 ];
 
 pub(crate) static COLUMNS: LazyLock<String> = LazyLock::new(|| JOB_COLUMNS.join(", "));
@@ -127,6 +133,9 @@ fn job_values(job: &Job) -> Result<Vec<Value>, Error> {
         parents_value(&job.after)?,
         Value::Integer(i64::from(job.pending_parents)),
         opt(job.cancelled_by, Value::Integer),
+        Value::Integer(i64::from(job.held.is_some())),
+        opt(job.held.as_ref(), |h| millis(h.since)),
+        opt(job.held.as_ref(), |h| text(&h.by)),
     ])
 }
 
@@ -210,8 +219,26 @@ fn job_from_row(row: &Row<'_>) -> Result<Job, Error> {
         after: parents_from(id, row.get(28)?)?,
         pending_parents: row.get(29)?,
         cancelled_by: row.get(30)?,
-        held: None, // PLACEHOLDER (lanes base)
+        held: held_from(id, row.get(31)?, row.get(32)?, row.get(33)?)?,
     })
+}
+
+/// A hold as stored: the flag, and the stamp's two columns, all three or
+/// none (the table's CHECK says so too, but a file edited without it must
+/// not read as half a hold).
+fn held_from(
+    id: JobId,
+    flag: i64,
+    at: Option<i64>,
+    by: Option<String>,
+) -> Result<Option<Stamp>, Error> {
+    match (flag, at, by) {
+        (0, None, None) => Ok(None),
+        (1, Some(at), Some(by)) => Ok(Some(Stamp { since: ts(at), by })),
+        _ => {
+            Err(Error::Decode(format!("job #{id}: half a hold (held, held_at, held_by disagree)")))
+        }
+    }
 }
 
 /// The queue as the open transaction sees it, its earlier writes included
@@ -402,21 +429,30 @@ pub(crate) fn event_from_row(row: &Row<'_>) -> Result<Event, Error> {
 // The claim's candidates
 
 /// The highest priority below `?1` that has a pending job (in queue `?2`)
-/// waiting on no parent. One index seek each, so a claim walks priority
-/// levels, not jobs. Every query through a claim or due index names its
-/// whole condition (`pending_parents = 0` too): `INDEXED BY` a partial
-/// index is refused for a `WHERE` that does not imply it.
+/// waiting on no parent and not held. One index seek each, so a claim
+/// walks priority levels, not jobs. Every query through a claim or due
+/// index names its whole condition (`pending_parents = 0 AND held = 0`
+/// too): `INDEXED BY` a partial index is refused for a `WHERE` that does
+/// not imply it.
 pub(crate) fn top_priority_sql(by_queue: bool) -> &'static str {
     if by_queue {
         "SELECT priority FROM jobs INDEXED BY jobs_pending_queue
-         WHERE state = 'pending' AND pending_parents = 0 AND queue = ?2 AND priority < ?1
+         WHERE state = 'pending' AND pending_parents = 0 AND held = 0
+           AND queue = ?2 AND priority < ?1
          ORDER BY priority DESC LIMIT 1"
     } else {
         "SELECT priority FROM jobs INDEXED BY jobs_pending
-         WHERE state = 'pending' AND pending_parents = 0 AND priority < ?1
+         WHERE state = 'pending' AND pending_parents = 0 AND held = 0 AND priority < ?1
          ORDER BY priority DESC LIMIT 1"
     }
 }
+
+/// The first queue after `?1` (in name order) with a job a claim could
+/// take: one seek of `jobs_pending_queue`, so the queues are walked one
+/// per seek (a skip-scan), however many jobs each has.
+pub(crate) const NEXT_QUEUE_SQL: &str = "SELECT queue FROM jobs INDEXED BY jobs_pending_queue
+     WHERE state = 'pending' AND pending_parents = 0 AND held = 0 AND queue > ?1
+     ORDER BY queue LIMIT 1";
 
 /// The first due job at priority `?1` (`not_before <= ?2`), in queue `?3`,
 /// of one of `kinds` kinds (bound after the queue).
@@ -432,7 +468,7 @@ pub(crate) fn due_at_priority_sql(by_queue: bool, kinds: usize) -> String {
     };
     format!(
         "SELECT {} FROM jobs INDEXED BY {index}
-         WHERE state = 'pending' AND pending_parents = 0
+         WHERE state = 'pending' AND pending_parents = 0 AND held = 0
            AND priority = ?1 AND not_before <= ?2{queue}{kinds}
          ORDER BY not_before, id LIMIT 1",
         *COLUMNS
@@ -475,26 +511,55 @@ fn best_due_in(
     }
 }
 
-/// The best due pending job the filter admits.
+/// The best due pending job the filter admits whose lane lets it start
+/// (`lanes`, read in this transaction).
+///
+/// With every queue paused nothing is read. A closed lane (paused, or at
+/// its limit) is skipped in the per-queue index, never walked job by job:
+/// a filter naming queues drops the closed ones; a filter of every queue
+/// reads the one all-queue index while no lane is closed (the common case,
+/// the cost of a claim before lanes), and otherwise walks the queues that
+/// have claimable jobs ([`NEXT_QUEUE_SQL`], one seek per queue) and looks
+/// in each open one.
 pub(crate) fn best_due_pending(
     conn: &Connection,
     filter: &ClaimFilter,
+    lanes: &LaneCheck,
     now: Timestamp,
 ) -> Result<Option<Job>, Error> {
+    if lanes.all_paused() {
+        return Ok(None);
+    }
     let kinds: &[String] = match &filter.kinds {
         Some(ks) if ks.is_empty() => return Ok(None),
         Some(ks) => ks,
         None => &[],
     };
-    let mut queues: Vec<Option<&str>> = filter.queues.iter().map(|q| Some(q.as_str())).collect();
+    let closed: BTreeSet<&str> = lanes.closed_queues().collect();
+    let mut queues: Vec<&str> = filter.queues.iter().map(String::as_str).collect();
     queues.sort_unstable();
     queues.dedup();
     if queues.is_empty() {
-        queues.push(None);
+        if closed.is_empty() {
+            return best_due_in(conn, None, kinds, now);
+        }
+        let open = open_queues(conn, &closed)?;
+        return best_of(conn, open.iter().map(String::as_str), kinds, now);
     }
+    queues.retain(|q| !closed.contains(q));
+    best_of(conn, queues.into_iter(), kinds, now)
+}
+
+/// The best, in claim order, of each queue's best due job.
+fn best_of<'q>(
+    conn: &Connection,
+    queues: impl Iterator<Item = &'q str>,
+    kinds: &[String],
+    now: Timestamp,
+) -> Result<Option<Job>, Error> {
     let mut best: Option<Job> = None;
     for q in queues {
-        if let Some(job) = best_due_in(conn, q, kinds, now)? {
+        if let Some(job) = best_due_in(conn, Some(q), kinds, now)? {
             if best.as_ref().is_none_or(|b| job.claim_order() < b.claim_order()) {
                 best = Some(job);
             }
@@ -503,10 +568,84 @@ pub(crate) fn best_due_pending(
     Ok(best)
 }
 
+/// The queues with a job a claim could take, but those in `closed`, by
+/// name. (No queue is named `""`, the first bound: see `LaneScope::key`.)
+fn open_queues(conn: &Connection, closed: &BTreeSet<&str>) -> Result<Vec<String>, Error> {
+    let mut stmt = conn.prepare_cached(NEXT_QUEUE_SQL)?;
+    let mut out = Vec::new();
+    let mut after = String::new();
+    loop {
+        let next: Option<String> = {
+            let mut rows = stmt.query([&after])?;
+            match rows.next()? {
+                Some(row) => Some(row.get(0)?),
+                None => None,
+            }
+        };
+        let Some(queue) = next else { return Ok(out) };
+        if !closed.contains(queue.as_str()) {
+            out.push(queue.clone());
+        }
+        after = queue;
+    }
+}
+
 pub(crate) fn running_jobs(conn: &Connection) -> Result<Vec<Job>, Error> {
     let sql = format!(
         "SELECT {} FROM jobs INDEXED BY jobs_running WHERE state = 'running' ORDER BY lease_until",
         *COLUMNS
     );
     query_jobs(conn, &sql, &[])
+}
+
+// ---------------------------------------------------------------------------
+// Lanes
+
+/// Every lane's settings, as stored: one row per lane with settings (see
+/// `schema::v5`). A row that does not decode, names no valid queue, or
+/// gives every queue at once a limit (which `Lanes::apply` never writes)
+/// is damage.
+pub(crate) fn read_lanes(conn: &Connection) -> Result<Lanes, Error> {
+    let mut stmt = conn.prepare_cached("SELECT scope, settings FROM lanes ORDER BY scope")?;
+    let mut rows = stmt.query([])?;
+    let mut lanes = Lanes::default();
+    while let Some(row) = rows.next()? {
+        let key: String = row.get(0)?;
+        let json: String = row.get(1)?;
+        let scope = LaneScope::from_key(&key);
+        let settings: LaneSettings = serde_json::from_str(&json)
+            .map_err(|e| Error::Decode(format!("the lane of {scope}: {e}")))?;
+        match &scope {
+            LaneScope::All if settings.limit != 0 => {
+                return Err(Error::Decode("the lane of every queue has a limit".to_owned()));
+            }
+            LaneScope::Queue(q) if !is_plain_name(q) => {
+                return Err(Error::Decode(format!("a lane of no valid queue name: {q:?}")));
+            }
+            _ => {}
+        }
+        lanes.insert(scope, settings);
+    }
+    Ok(lanes)
+}
+
+/// Stores `scope`'s settings as [`Lanes::apply`] returned them: the
+/// defaults by deleting the row.
+pub(crate) fn write_lane(
+    conn: &Connection,
+    scope: &LaneScope,
+    settings: &LaneSettings,
+) -> Result<(), Error> {
+    if settings.is_default() {
+        conn.prepare_cached("DELETE FROM lanes WHERE scope = ?1")?.execute([scope.key()])?;
+        return Ok(());
+    }
+    let json = serde_json::to_string(settings)
+        .map_err(|e| StoreError::InvalidInput(format!("the lane cannot be stored: {e}")))?;
+    conn.prepare_cached(
+        "INSERT INTO lanes (scope, settings) VALUES (?1, ?2)
+         ON CONFLICT (scope) DO UPDATE SET settings = excluded.settings",
+    )?
+    .execute(params![scope.key(), json])?;
+    Ok(())
 }

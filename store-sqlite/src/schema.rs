@@ -11,7 +11,7 @@ use rusqlite::Connection;
 /// The newest layout this build reads and writes. Files record theirs in
 /// SQLite's `user_version`; older ones are migrated on open, newer ones
 /// refused.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// SQLite's `application_id` for slothqueue queues (`"SLTQ"`): how a file
 /// says it is a queue and not some other program's database.
@@ -24,16 +24,17 @@ pub(crate) type Migration = fn(&Connection) -> rusqlite::Result<()>;
 
 /// Every migration, in order; `MIGRATIONS[i]` upgrades version `i` to `i + 1`.
 /// A new version is a new function appended here and `SCHEMA_VERSION` bumped.
-pub(crate) const MIGRATIONS: &[Migration] = &[v1, v2, v3, v4];
+pub(crate) const MIGRATIONS: &[Migration] = &[v1, v2, v3, v4, v5];
 
 const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION as usize);
 
 /// The tables a queue of each version has (index: version - 1).
-pub(crate) const TABLES: [&[&str]; 4] = [
+pub(crate) const TABLES: [&[&str]; 5] = [
     &["jobs", "events", "runners"],
     &["jobs", "events", "runners", "meta"],
     &["jobs", "events", "runners", "meta"],
     &["jobs", "events", "runners", "meta", "edges"],
+    &["jobs", "events", "runners", "meta", "edges", "lanes"],
 ];
 
 /// The `meta` row holding the highest job id ever handed out and since
@@ -250,6 +251,71 @@ fn v4(conn: &Connection) -> rusqlite::Result<()> {
         CREATE INDEX jobs_pending_due ON jobs (not_before)
             WHERE state = 'pending' AND pending_parents = 0;
         CREATE INDEX jobs_waiting ON jobs (id) WHERE state = 'pending' AND pending_parents > 0;",
+    )
+}
+
+/// Version 5: lanes and holds (`Job::held`, `slothqueue_core::Lanes`; the
+/// rules are `slothqueue_core::machine::{hold, release_hold, LaneCheck}`).
+///
+/// - **`held`, `held_at`, `held_by`** added in place (no row rewritten, as
+///   in [`v3`]): 1 and the hold's stamp for a held job, 0 and NULLs for
+///   every other (every existing one); a CHECK keeps the three together
+///   (SQLite tests a new column's CHECK on every existing row: one read of
+///   the table, once, as v4's did).
+///   A job's state is the core's business (`check_restore` refuses a hold
+///   on a job that is not pending), so no CHECK ties the hold to it; the
+///   indexes below name `state = 'pending'` besides.
+/// - **The claim and due indexes are rebuilt** with `held = 0` in their
+///   condition, as v4 did with `pending_parents = 0`: a held job is in no
+///   index a claim, `stats` or `next_due` walks. Existing jobs are not
+///   held, so the rebuild reads each pending job once and keeps it.
+/// - **`jobs_waiting` is rebuilt on `(queue, pending_parents)`**, and
+///   **`jobs_held`** (every held pending job, waiting or not, on the same
+///   columns) is new: `queue_counts` groups each index by queue without
+///   reading the table, and `stats` counts them by size (a held job
+///   waiting on parents is in both, so `pending` subtracts the few held
+///   ones that wait).
+/// - **`lanes`**: one row per lane with settings, keyed on
+///   `LaneScope::key` (the queue's name, `""` for every queue), the JSON
+///   of its `LaneSettings`; a lane with the defaults has no row, so a claim
+///   on a file nobody configured reads one empty table.
+///
+/// Every index's plan must stay covering (`store::tests` check each), and
+/// SQLite (3.54) knows a column is covered by a partial index only where
+/// the index's condition pins it to a constant:
+///
+/// - hence a flag, `held = 0`, and not `held_at IS NULL`, which pins
+///   nothing (the due and count queries would read every row behind it);
+/// - hence `pending_parents` among the waiting index's columns, since
+///   `> 0` pins nothing either;
+/// - and hence conditions of three terms written `a AND (b AND c)`: SQLite
+///   finds the pinned columns of at most two terms at each level of the
+///   `AND`'s tree, so `(a AND b) AND c`, as `a AND b AND c` parses, would
+///   lose two of them.
+fn v5(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "ALTER TABLE jobs ADD COLUMN held INTEGER NOT NULL DEFAULT 0 CHECK (held IN (0, 1));
+        ALTER TABLE jobs ADD COLUMN held_at INTEGER;
+        ALTER TABLE jobs ADD COLUMN held_by TEXT
+            CHECK ((held_at IS NOT NULL) = (held = 1) AND (held_by IS NOT NULL) = (held = 1));
+        CREATE TABLE lanes (
+            scope    TEXT PRIMARY KEY,
+            settings TEXT NOT NULL
+        ) STRICT, WITHOUT ROWID;
+        DROP INDEX jobs_pending;
+        DROP INDEX jobs_pending_queue;
+        DROP INDEX jobs_pending_due;
+        DROP INDEX jobs_waiting;
+        CREATE INDEX jobs_pending ON jobs (priority DESC, not_before, id)
+            WHERE state = 'pending' AND (pending_parents = 0 AND held = 0);
+        CREATE INDEX jobs_pending_queue ON jobs (queue, priority DESC, not_before, id)
+            WHERE state = 'pending' AND (pending_parents = 0 AND held = 0);
+        CREATE INDEX jobs_pending_due ON jobs (not_before)
+            WHERE state = 'pending' AND (pending_parents = 0 AND held = 0);
+        CREATE INDEX jobs_waiting ON jobs (queue, pending_parents)
+            WHERE state = 'pending' AND pending_parents > 0;
+        CREATE INDEX jobs_held ON jobs (queue, pending_parents)
+            WHERE state = 'pending' AND held = 1;",
     )
 }
 

@@ -8,6 +8,7 @@
 //! the `UPDATE`'s condition, append the events, commit. Nothing here
 //! decides a rule; it only stores.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
@@ -15,18 +16,20 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use async_trait::async_trait;
 use rusqlite::types::Value;
 use rusqlite::{Connection, params, params_from_iter};
-use slothqueue_core::machine::{self, PushPlan, Transition};
+use slothqueue_core::machine::{self, AttemptNote, LaneCheck, PushPlan, Transition};
 use slothqueue_core::{
     ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job, JobId, JobState,
-    ListFilter, ListOrder, NewJob, Policy, PurgeFilter, Pushed, RunnerRecord, SettledAndClaimed,
-    Settlement, Stats, Store, StoreError, Timestamp,
+    LaneChange, LaneScope, Lanes, ListFilter, ListOrder, NewJob, Policy, PurgeFilter, Pushed,
+    QueueCounts, RunnerRecord, SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError,
+    Timestamp,
 };
 
 use crate::error::{Context, Error};
 use crate::open;
 use crate::rows::{
     COLUMNS, TxGraph, append_events, append_events_from, apply, best_due_pending, delete_job,
-    event_from_row, find, insert_job, key_holder, load, millis, query_jobs, running_jobs, text, ts,
+    event_from_row, find, insert_job, key_holder, load, millis, query_jobs, read_lanes,
+    running_jobs, text, ts, write_lane,
 };
 use crate::schema;
 use crate::txn::{Journal, SqliteOptions, Synchronous, read_tx, write_tx, write_tx_unsynced};
@@ -244,9 +247,12 @@ fn write(conn: &Connection, before: Job, t: Transition, now: Timestamp) -> Resul
 // ---------------------------------------------------------------------------
 // Claim
 
-/// One claim, as [`machine::plan_claim`] decides it from the running jobs
-/// and the best due pending job, judged inside this transaction. A retired
-/// job's end reaches the jobs waiting on it ([`write`]); the job
+/// One claim, as [`machine::plan_claim`] decides it from the running jobs,
+/// the lanes and the best due pending job whose lane is open, all read
+/// inside this transaction, so a limit holds across every claimer on the
+/// file (the write lock makes the claims one after the other). On a file
+/// nobody configured lanes on, the lanes cost one read of an empty table.
+/// A retired job's end reaches the jobs waiting on it ([`write`]); the job
 /// taken is due, so it waits on nobody whom a retirement could end.
 fn claim_tx(
     conn: &Connection,
@@ -255,16 +261,10 @@ fn claim_tx(
     policy: &Policy,
 ) -> Result<Option<Claimed>, Error> {
     let running = running_jobs(conn)?;
-    let best_due = best_due_pending(conn, &request.filter, now)?;
-    let plan = machine::plan_claim(
-        request,
-        &slothqueue_core::LaneCheck::open(), /* PLACEHOLDER */
-        running,
-        best_due,
-        now,
-        policy,
-    )
-    .map_err(|e| Error::Decode(format!("the pending indexes are out of step: {e}")))?;
+    let lanes = LaneCheck::new(read_lanes(conn)?, &running);
+    let best_due = best_due_pending(conn, &request.filter, &lanes, now)?;
+    let plan = machine::plan_claim(request, &lanes, running, best_due, now, policy)
+        .map_err(|e| Error::Decode(format!("the pending indexes are out of step: {e}")))?;
     let claimed = plan.claimed();
     for w in plan.retire.into_iter().chain(plan.take) {
         write(conn, w.before, w.after, now)?;
@@ -386,9 +386,12 @@ fn list_sql(filter: &ListFilter) -> Result<(String, Vec<Value>), Error> {
 /// walks the index's pages and sums their cells, so 100,000 pending jobs
 /// cost a few hundred page reads, where `COUNT(*)` steps through every
 /// entry (SQLite's own page-count shortcut skips partial indexes). Pending
-/// is the jobs in the due index (waiting on no parent) and those waiting
-/// on parents (`jobs_waiting`); due now is the former less the jobs not
-/// yet due, which are few unless many are scheduled ahead.
+/// is the jobs in the due index (waiting on no parent, not held), those
+/// waiting on parents (`jobs_waiting`, held or not) and those held
+/// (`jobs_held`, waiting or not), less the held ones that wait (counted
+/// twice; held jobs are few, so counting them is cheap); due now is the
+/// due index less the jobs not yet due, which are few unless many are
+/// scheduled ahead.
 fn stats_tx(conn: &Connection, now: Timestamp) -> Result<Stats, Error> {
     let count = |index: &str| -> Result<u64, Error> {
         let n: Option<i64> = conn
@@ -406,13 +409,16 @@ fn stats_tx(conn: &Connection, now: Timestamp) -> Result<Stats, Error> {
     };
     let ready = count("jobs_pending_due")?;
     let waiting = count("jobs_waiting")?;
+    let held = count("jobs_held")?;
+    let held_waiting: i64 = conn.prepare_cached(HELD_WAITING_SQL)?.query_row([], |r| r.get(0))?;
+    let held_waiting = u64::try_from(held_waiting).unwrap_or(0);
     let not_due: i64 =
         conn.prepare_cached(NOT_DUE_SQL)?.query_row([now.as_millis()], |r| r.get(0))?;
     let next_due = first_value(conn, NEXT_NOT_DUE_SQL, &[millis(now)])?.map(ts);
     Ok(Stats {
-        pending: ready + waiting,
+        pending: (ready + waiting + held).saturating_sub(held_waiting),
         waiting_on_parents: waiting,
-        held: 0, // PLACEHOLDER (lanes base)
+        held,
         running: count("jobs_running")?,
         done: count("jobs_done")?,
         failed: count("jobs_failed")?,
@@ -422,18 +428,99 @@ fn stats_tx(conn: &Connection, now: Timestamp) -> Result<Stats, Error> {
     })
 }
 
-/// The pending jobs waiting on no parent whose time has not come (`?1`).
-const NOT_DUE_SQL: &str = "SELECT COUNT(*) FROM jobs INDEXED BY jobs_pending_due
-     WHERE state = 'pending' AND pending_parents = 0 AND not_before > ?1";
+/// The held jobs also waiting on parents (in `jobs_waiting` too).
+const HELD_WAITING_SQL: &str = "SELECT COUNT(*) FROM jobs INDEXED BY jobs_held
+     WHERE state = 'pending' AND held = 1 AND pending_parents > 0";
 
-/// The earliest time after `?1` a job waiting on no parent becomes due.
+/// Per queue: the jobs a claim could take (waiting on no parent, not
+/// held), and of them those due at `?1`; from the covering per-queue
+/// claim index, in queue order, without reading the table.
+const QUEUE_READY_SQL: &str = "SELECT queue, COUNT(*), SUM(not_before <= ?1)
+     FROM jobs INDEXED BY jobs_pending_queue
+     WHERE state = 'pending' AND pending_parents = 0 AND held = 0
+     GROUP BY queue";
+
+/// Per queue: the jobs waiting on parents, held or not.
+const QUEUE_WAITING_SQL: &str = "SELECT queue, COUNT(*) FROM jobs INDEXED BY jobs_waiting
+     WHERE state = 'pending' AND pending_parents > 0 GROUP BY queue";
+
+/// Per queue: the held jobs, and of them those also waiting on parents.
+const QUEUE_HELD_SQL: &str = "SELECT queue, COUNT(*), SUM(pending_parents > 0)
+     FROM jobs INDEXED BY jobs_held
+     WHERE state = 'pending' AND held = 1 GROUP BY queue";
+
+/// Per queue: the running jobs (few; their index is by lease).
+const QUEUE_RUNNING_SQL: &str = "SELECT queue, COUNT(*) FROM jobs INDEXED BY jobs_running
+     WHERE state = 'running' GROUP BY queue";
+
+/// What every queue with a pending or running job holds, by name: four
+/// `GROUP BY`s, one per partial index, in one read transaction.
+fn queue_counts_tx(conn: &Connection, now: Timestamp) -> Result<Vec<QueueCounts>, Error> {
+    let mut by_queue: BTreeMap<String, QueueCounts> = BTreeMap::new();
+    let mut each = |sql: &str, params: &[Value], add: &dyn Fn(&mut QueueCounts, u64, u64)| {
+        let mut stmt = conn.prepare_cached(sql)?;
+        let mut rows = stmt.query(params_from_iter(params))?;
+        while let Some(row) = rows.next()? {
+            let queue: String = row.get(0)?;
+            let n = u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0);
+            let of_them = match row.as_ref().column_count() {
+                3 => u64::try_from(row.get::<_, Option<i64>>(2)?.unwrap_or(0)).unwrap_or(0),
+                _ => 0,
+            };
+            let counts = by_queue
+                .entry(queue)
+                .or_insert_with_key(|q| QueueCounts { queue: q.clone(), ..QueueCounts::default() });
+            add(counts, n, of_them);
+        }
+        Ok::<(), Error>(())
+    };
+    each(QUEUE_READY_SQL, &[millis(now)], &|c, n, due| {
+        c.pending += n;
+        c.due += due;
+    })?;
+    each(QUEUE_WAITING_SQL, &[], &|c, n, _| {
+        c.pending += n;
+        c.waiting_on_parents += n;
+    })?;
+    each(QUEUE_HELD_SQL, &[], &|c, n, waiting| {
+        // The held jobs that wait are in `jobs_waiting` too.
+        c.pending += n.saturating_sub(waiting);
+        c.held += n;
+    })?;
+    each(QUEUE_RUNNING_SQL, &[], &|c, n, _| c.running += n)?;
+    Ok(by_queue.into_values().collect())
+}
+
+/// Changes one lane in the write transaction: the stored lanes, the
+/// change applied by the core's one rule ([`Lanes::apply`]; a refusal
+/// writes nothing), the scope's row written or, back at the defaults,
+/// deleted.
+fn change_lane_tx(
+    conn: &Connection,
+    scope: &LaneScope,
+    change: &LaneChange,
+) -> Result<Lanes, Error> {
+    let mut lanes = read_lanes(conn)?;
+    let settings = lanes.apply(scope, change)?;
+    write_lane(conn, scope, &settings)?;
+    Ok(lanes)
+}
+
+/// The pending jobs waiting on no parent and not held whose time has not
+/// come (`?1`).
+const NOT_DUE_SQL: &str = "SELECT COUNT(*) FROM jobs INDEXED BY jobs_pending_due
+     WHERE state = 'pending' AND pending_parents = 0 AND held = 0 AND not_before > ?1";
+
+/// The earliest time after `?1` a job waiting on no parent and not held
+/// becomes due.
 const NEXT_NOT_DUE_SQL: &str = "SELECT not_before FROM jobs INDEXED BY jobs_pending_due
-     WHERE state = 'pending' AND pending_parents = 0 AND not_before > ?1
+     WHERE state = 'pending' AND pending_parents = 0 AND held = 0 AND not_before > ?1
      ORDER BY not_before LIMIT 1";
 
-/// The earliest `not_before` of a job waiting on no parent, due or not.
+/// The earliest `not_before` of a job waiting on no parent and not held,
+/// due or not.
 const FIRST_DUE_SQL: &str = "SELECT not_before FROM jobs INDEXED BY jobs_pending_due
-     WHERE state = 'pending' AND pending_parents = 0 ORDER BY not_before LIMIT 1";
+     WHERE state = 'pending' AND pending_parents = 0 AND held = 0 ORDER BY not_before LIMIT 1";
 
 fn first_value(conn: &Connection, sql: &str, params: &[Value]) -> Result<Option<i64>, Error> {
     let mut stmt = conn.prepare_cached(sql)?;
@@ -445,7 +532,7 @@ fn first_value(conn: &Connection, sql: &str, params: &[Value]) -> Result<Option<
 }
 
 fn next_due_tx(conn: &Connection) -> Result<Option<Timestamp>, Error> {
-    // A job waiting on parents is left out: no time makes it due.
+    // A job waiting on parents or held is left out: no time makes it due.
     let pending = first_value(conn, FIRST_DUE_SQL, &[])?;
     let lease = first_value(
         conn,
@@ -530,52 +617,44 @@ fn decode_runner(json: &str) -> Result<RunnerRecord, Error> {
 
 #[async_trait]
 impl Store for SqliteStore {
-    // PLACEHOLDER (lanes base): the lane methods, until this store implements them.
     async fn note_attempt(
         &self,
-        _id: JobId,
-        _fence: &Fence,
-        _note: &slothqueue_core::AttemptNote,
-        _now: Timestamp,
+        id: JobId,
+        fence: &Fence,
+        note: &AttemptNote,
+        now: Timestamp,
     ) -> Result<Job, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER note_attempt".into()))
+        let (fence, note) = (fence.clone(), note.clone());
+        self.transition(id, now, move |_, job, _| {
+            Ok(machine::note_attempt(job, &fence, &note, now)?)
+        })
+        .await
     }
 
-    async fn hold(
-        &self,
-        _id: JobId,
-        _stamp: slothqueue_core::Stamp,
-        _now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER hold".into()))
+    async fn hold(&self, id: JobId, stamp: Stamp, now: Timestamp) -> Result<Job, StoreError> {
+        self.transition(id, now, move |_, job, _| Ok(machine::hold(job, stamp, now)?)).await
     }
 
-    async fn release_hold(
-        &self,
-        _id: JobId,
-        _by: &str,
-        _now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER release_hold".into()))
+    async fn release_hold(&self, id: JobId, by: &str, now: Timestamp) -> Result<Job, StoreError> {
+        let by = by.to_owned();
+        self.transition(id, now, move |_, job, _| Ok(machine::release_hold(job, &by, now)?)).await
     }
 
-    async fn lanes(&self) -> Result<slothqueue_core::Lanes, StoreError> {
-        Ok(slothqueue_core::Lanes::default()) // PLACEHOLDER
+    async fn lanes(&self) -> Result<Lanes, StoreError> {
+        self.with(|conn, _| read_lanes(conn)).await
     }
 
     async fn change_lane(
         &self,
-        _scope: &slothqueue_core::LaneScope,
-        _change: &slothqueue_core::LaneChange,
-    ) -> Result<slothqueue_core::Lanes, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER change_lane".into()))
+        scope: &LaneScope,
+        change: &LaneChange,
+    ) -> Result<Lanes, StoreError> {
+        let (scope, change) = (scope.clone(), change.clone());
+        self.with(move |conn, _| write_tx(conn, |conn| change_lane_tx(conn, &scope, &change))).await
     }
 
-    async fn queue_counts(
-        &self,
-        _now: Timestamp,
-    ) -> Result<Vec<slothqueue_core::QueueCounts>, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER queue_counts".into()))
+    async fn queue_counts(&self, now: Timestamp) -> Result<Vec<QueueCounts>, StoreError> {
+        self.with(move |conn, _| read_tx(conn, |conn| queue_counts_tx(conn, now))).await
     }
 
     async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
@@ -1006,7 +1085,10 @@ mod tests {
             let sql: String = conn
                 .query_row("SELECT sql FROM sqlite_schema WHERE name = ?1", [index], |r| r.get(0))
                 .unwrap();
-            assert!(sql.ends_with("WHERE state = 'pending' AND pending_parents = 0"), "{sql}");
+            assert!(
+                sql.ends_with("WHERE state = 'pending' AND (pending_parents = 0 AND held = 0)"),
+                "{sql}"
+            );
         }
         for sql in [
             top_priority_sql(false).to_owned(),
@@ -1014,8 +1096,86 @@ mod tests {
             due_at_priority_sql(false, 0),
             due_at_priority_sql(true, 1),
         ] {
-            assert!(sql.contains("state = 'pending' AND pending_parents = 0"), "{sql}");
+            assert!(
+                sql.contains("state = 'pending' AND pending_parents = 0 AND held = 0"),
+                "{sql}"
+            );
         }
+    }
+
+    /// What lanes and holds added reads indexes only: the skip-scan of
+    /// queues a claim walks when a lane is closed seeks the per-queue
+    /// claim index; every per-queue count reads its partial index, never
+    /// the table (running jobs, few, aside).
+    #[test]
+    fn lane_queries_read_their_indexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir, SqliteOptions::default());
+        let conn = store.lock_for_test();
+        let steps = plan(&conn, crate::rows::NEXT_QUEUE_SQL, &[text("a")]);
+        assert_eq!(steps, ["SEARCH jobs USING COVERING INDEX jobs_pending_queue (queue>?)"]);
+        for (sql, params, index) in [
+            (QUEUE_READY_SQL, vec![millis(t(0))], "jobs_pending_queue"),
+            (QUEUE_WAITING_SQL, vec![], "jobs_waiting"),
+            (QUEUE_HELD_SQL, vec![], "jobs_held"),
+            (HELD_WAITING_SQL, vec![], "jobs_held"),
+        ] {
+            let steps = plan(&conn, sql, &params);
+            assert_eq!(steps, [format!("SCAN jobs USING COVERING INDEX {index}")], "{sql}");
+        }
+        let steps = plan(&conn, QUEUE_RUNNING_SQL, &[]);
+        assert!(steps.iter().any(|s| s.contains("INDEX jobs_running")), "{steps:?}");
+        let steps = plan(&conn, "SELECT scope, settings FROM lanes ORDER BY scope", &[]);
+        assert_eq!(steps, ["SCAN lanes"], "the table's own order");
+    }
+
+    /// The VM steps of the queries one claim reads its candidates with
+    /// (from the statement cache after it; the claim is rolled back).
+    fn claim_steps(store: &SqliteStore, now: Timestamp) -> (i32, Option<JobId>) {
+        use rusqlite::StatementStatus::VmStep;
+        let sqls = [
+            top_priority_sql(false).to_owned(),
+            top_priority_sql(true).to_owned(),
+            due_at_priority_sql(false, 0),
+            due_at_priority_sql(true, 0),
+            crate::rows::NEXT_QUEUE_SQL.to_owned(),
+            "SELECT scope, settings FROM lanes ORDER BY scope".to_owned(),
+        ];
+        let conn = store.lock_for_test();
+        for sql in &sqls {
+            conn.prepare_cached(sql).unwrap().reset_status(VmStep);
+        }
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let request = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly));
+        let claimed = claim_tx(&conn, &request, now, &Policy::default()).unwrap();
+        conn.execute_batch("ROLLBACK").unwrap();
+        let steps = sqls.iter().map(|sql| conn.prepare_cached(sql).unwrap().get_status(VmStep));
+        (steps.sum(), claimed.map(|c| c.job.id))
+    }
+
+    /// A paused lane's backlog costs a claim nothing per job: the claim
+    /// skips the lane in the per-queue index, so it runs as many steps
+    /// with 5,000 jobs behind the pause as with 50. And a file with no
+    /// lane settings claims from the one all-queue index as before.
+    #[tokio::test]
+    async fn a_paused_backlog_costs_a_claim_nothing_per_job() {
+        use slothqueue_core::{LaneChange, LaneScope, Stamp};
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir, SqliteOptions::default());
+        let bulk = |n: usize| (0..n).map(|_| NewJob::shell("true", "/").queue("bulk").priority(5));
+        store.push_many(bulk(50).collect(), t(0)).await.unwrap();
+        let web = store.push(NewJob::shell("true", "/").queue("web"), t(0)).await.unwrap().job;
+        let (open_steps, taken) = claim_steps(&store, t(1));
+        assert_eq!(taken, Some(1));
+        let pause = LaneChange::Pause(Stamp::new("ana", t(0)));
+        store.change_lane(&LaneScope::Queue("bulk".into()), &pause).await.unwrap();
+        let (few, taken) = claim_steps(&store, t(1));
+        assert_eq!(taken, Some(web.id));
+        store.push_many(bulk(5_000).collect(), t(0)).await.unwrap();
+        let (many, taken) = claim_steps(&store, t(1));
+        assert_eq!(taken, Some(web.id));
+        assert!(few > 0 && open_steps > 0, "{few} {open_steps}");
+        assert_eq!(many, few, "steps with 5,000 paused jobs against 50");
     }
 
     #[test]

@@ -68,7 +68,7 @@ async fn a_chain_of_10_000_jobs_is_due_one_at_a_time() {
         let n = entries(
             &path,
             &format!(
-                "SELECT COUNT(*) FROM jobs INDEXED BY {index} WHERE state = 'pending' AND pending_parents = 0"
+                "SELECT COUNT(*) FROM jobs INDEXED BY {index} WHERE state = 'pending' AND pending_parents = 0 AND held = 0"
             ),
         );
         assert_eq!(n, 1, "{index} holds only the head");

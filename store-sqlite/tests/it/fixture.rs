@@ -1,10 +1,13 @@
-//! The fixtures, `tests/data/v1.sqlite` and `tests/data/v3.sqlite`: the
-//! same small queue written by this crate at schema versions 1 and 3, with
-//! jobs in every state and their trails. Every later version must open a
-//! copy of each and read it back exactly, forever; that is what "an older
+//! The fixtures, `tests/data/v1.sqlite`, `v3.sqlite` and `v4.sqlite`: the
+//! same small queue written by this crate at schema versions 1, 3 and 4,
+//! with jobs in every state and their trails. Every later version must open
+//! a copy of each and read it back exactly, forever; that is what "an older
 //! file is migrated" means in practice. (v3 is the last layout before jobs
 //! could wait on others: its pending jobs must still be due after the
-//! claim indexes were rebuilt for dependencies.)
+//! claim indexes were rebuilt for dependencies. v4 is the last before
+//! lanes and holds, and adds a chapter of jobs waiting on parents: they
+//! must still wait, and the due one stay due, after the claim indexes were
+//! rebuilt to leave held jobs out.)
 //!
 //! `build` below is how the files were made. It is run again only with
 //! `SLOTHQUEUE_WRITE_FIXTURE=<version>`, and refuses unless the schema is
@@ -58,8 +61,13 @@ fn only(queue: &str) -> ClaimFilter {
     ClaimFilter { queues: vec![queue.into()], kinds: None }
 }
 
-/// Writes the fixture's story into a new queue at `path`.
-async fn build(path: &Path) {
+/// The first version whose fixture has the dependencies chapter
+/// ([`build_after`]).
+const AFTER: u32 = 4;
+
+/// Writes the fixture's story into a new queue at `path`, as a build of
+/// schema `version` tells it (the chapters that version could store).
+async fn build(path: &Path, version: u32) {
     let s = SqliteStore::open(path, SqliteOptions::default()).unwrap();
     let a = owner_a();
     let b = Owner::named("runner-b");
@@ -131,6 +139,9 @@ async fn build(path: &Path) {
         .unwrap();
     s.fail(c.job.id, &c.fence, failure("exit code 2", 2), t(82)).await.unwrap();
     s.retry(10, t(83)).await.unwrap();
+    if version >= AFTER {
+        build_after(&s).await;
+    }
     drop(s);
     // Compact, and in rollback-journal mode so that reading the committed
     // file read-only leaves no `-wal`/`-shm` beside it in the repository.
@@ -139,8 +150,30 @@ async fn build(path: &Path) {
     conn.query_row("PRAGMA journal_mode = DELETE", [], |_| Ok(())).unwrap();
 }
 
-/// What the fixture holds; true of the committed file forever.
-async fn check(s: &SqliteStore) {
+/// The dependencies chapter (v4 on): #11 waits on #1 (running), #12 is
+/// after #2 (done) and so due, #13 waits on #11 and #2.
+async fn build_after(s: &SqliteStore) {
+    s.push(NewJob::shell("after one", "/").after(1), t(90)).await.unwrap();
+    s.push(NewJob::shell("after two", "/").queue("slow").after(2), t(91)).await.unwrap();
+    s.push(NewJob::shell("after both", "/").after(11).after(2), t(92)).await.unwrap();
+}
+
+/// What the dependencies chapter holds.
+async fn check_after(s: &SqliteStore) {
+    let expected = [(11, vec![1], 1), (12, vec![2], 0), (13, vec![11, 2], 1)];
+    for (id, after, pending_parents) in expected {
+        let job = s.get(id).await.unwrap();
+        assert_eq!(job.state, JobState::Pending, "#{id}");
+        assert_eq!((job.after, job.pending_parents), (after, pending_parents), "#{id}");
+        assert_eq!(s.events(id).await.unwrap().len(), 1, "#{id}: pushed");
+    }
+    assert_eq!(s.dependents(1).await.unwrap(), vec![11]);
+    assert_eq!(s.dependents(2).await.unwrap(), vec![12, 13]);
+    assert_eq!(s.dependents(11).await.unwrap(), vec![13]);
+}
+
+/// What the fixture of `version` holds; true of the committed file forever.
+async fn check(s: &SqliteStore, version: u32) {
     use EventKind::{CancelRequested, Claimed, Completed, Pushed, Retried, Superseded};
     use JobState::{Done, Pending, Running};
     s.check_integrity().unwrap();
@@ -210,7 +243,7 @@ async fn check(s: &SqliteStore) {
 
     assert_eq!(s.runners().await.unwrap(), vec![runner_record()]);
     let stats = s.stats(t(100)).await.unwrap();
-    let want = Stats {
+    let mut want = Stats {
         pending: 4,
         waiting_on_parents: 0,
         held: 0,
@@ -221,8 +254,17 @@ async fn check(s: &SqliteStore) {
         due_now: 3,
         next_due: Some(t(3600)),
     };
+    if version >= AFTER {
+        check_after(s).await;
+        (want.pending, want.waiting_on_parents, want.due_now) = (7, 2, 4);
+    }
     assert_eq!(stats, want);
     assert_eq!(s.next_due().await.unwrap(), Some(t(34)));
+}
+
+/// The id the next job pushed onto the fixture of `version` gets.
+fn next_id(version: u32) -> i64 {
+    if version >= AFTER { 14 } else { 11 }
 }
 
 /// Rewrites the fixture of `version` when asked and this build is of it,
@@ -237,7 +279,7 @@ async fn reads_back(version: u32) {
         );
         let _ = fs::remove_file(fixture(version));
         fs::create_dir_all(fixture(version).parent().unwrap()).unwrap();
-        build(&fixture(version)).await;
+        build(&fixture(version), version).await;
     }
     let raw =
         Connection::open_with_flags(fixture(version), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY);
@@ -255,12 +297,13 @@ async fn reads_back(version: u32) {
     let copy = dir.path().join(format!("v{version}.sqlite"));
     fs::copy(fixture(version), &copy).unwrap();
     let s = SqliteStore::open(&copy, SqliteOptions::default()).unwrap();
-    check(&s).await;
+    check(&s, version).await;
     // And it stays a working queue: new ids go above the old ones.
-    assert_eq!(s.push(NewJob::shell("new", "/"), t(200)).await.unwrap().job.id, 11);
+    let id = next_id(version);
+    assert_eq!(s.push(NewJob::shell("new", "/"), t(200)).await.unwrap().job.id, id);
     drop(s);
     let s = SqliteStore::open(&copy, SqliteOptions::default()).unwrap();
-    assert_eq!(s.get(11).await.unwrap().created_at, t(200));
+    assert_eq!(s.get(id).await.unwrap().created_at, t(200));
 }
 
 #[tokio::test]
@@ -274,11 +317,16 @@ async fn the_v3_fixture_reads_back() {
 }
 
 #[tokio::test]
+async fn the_v4_fixture_reads_back() {
+    reads_back(4).await;
+}
+
+#[tokio::test]
 async fn the_builder_still_tells_the_same_story() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fresh.sqlite");
-    build(&path).await;
-    check(&SqliteStore::open(&path, SqliteOptions::default()).unwrap()).await;
+    build(&path, SCHEMA_VERSION).await;
+    check(&SqliteStore::open(&path, SqliteOptions::default()).unwrap(), SCHEMA_VERSION).await;
 }
 
 /// The v1 file's id sequence survives the rebuild: a v1 queue whose newest
@@ -303,21 +351,74 @@ async fn a_purged_v1_id_is_not_reused_after_the_migration() {
     s.check_integrity().unwrap();
 }
 
-/// A migrated file has exactly the schema of a queue created new.
+/// A migrated file has exactly the schema of a queue created new, from
+/// every fixture. (SQLite's own tables aside: `sqlite_sequence`, made by
+/// v1's `AUTOINCREMENT`, is in some files and not others.)
 #[tokio::test]
 async fn a_migrated_file_has_the_schema_of_a_new_one() {
     let dir = tempfile::tempdir().unwrap();
-    let copy = dir.path().join("v1.sqlite");
-    fs::copy(fixture(1), &copy).unwrap();
-    drop(SqliteStore::open(&copy, SqliteOptions::default()).unwrap());
     let fresh = dir.path().join("fresh.sqlite");
     drop(SqliteStore::open(&fresh, SqliteOptions::default()).unwrap());
     let schema = |p: &Path| -> Vec<(String, String)> {
         let c = Connection::open(p).unwrap();
         let mut stmt = c
-            .prepare("SELECT name, sql FROM sqlite_schema WHERE sql IS NOT NULL ORDER BY name")
+            .prepare(
+                "SELECT name, sql FROM sqlite_schema
+                 WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name",
+            )
             .unwrap();
         stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
     };
-    assert_eq!(schema(&copy), schema(&fresh));
+    for version in [1, 3, 4] {
+        let copy = dir.path().join(format!("v{version}.sqlite"));
+        fs::copy(fixture(version), &copy).unwrap();
+        drop(SqliteStore::open(&copy, SqliteOptions::default()).unwrap());
+        assert_eq!(schema(&copy), schema(&fresh), "from v{version}");
+    }
+}
+
+/// The v4 file (the last before lanes and holds), migrated: no lane has
+/// settings, every queue is counted from the rebuilt indexes, and its jobs
+/// take holds and pauses: a held job (due, or waiting on a parent) leaves
+/// what is due and what a claim takes, a paused lane's jobs (an expired
+/// lease among them) are passed by, and a release brings the job back.
+#[tokio::test]
+async fn the_v4_fixture_takes_lanes_and_holds_after_the_migration() {
+    use slothqueue_core::{LaneChange, LaneScope, QueueCounts, Stamp};
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("v4.sqlite");
+    fs::copy(fixture(4), &copy).unwrap();
+    let s = SqliteStore::open(&copy, SqliteOptions::default()).unwrap();
+    let now = t(100);
+    assert!(s.lanes().await.unwrap().is_default());
+    let counts = |queue: &str, pending, due, waiting_on_parents, running| QueueCounts {
+        queue: queue.into(),
+        pending,
+        due,
+        held: 0,
+        waiting_on_parents,
+        running,
+    };
+    assert_eq!(
+        s.queue_counts(now).await.unwrap(),
+        [counts("default", 4, 2, 2, 1), counts("mail", 1, 0, 0, 0), counts("slow", 2, 2, 0, 1)]
+    );
+    let ana = Stamp::new("ana@laptop", now);
+    for id in [12, 13] {
+        assert_eq!(s.hold(id, ana.clone(), now).await.unwrap().held, Some(ana.clone()));
+    }
+    let stats = s.stats(now).await.unwrap();
+    assert_eq!(
+        (stats.pending, stats.held, stats.waiting_on_parents, stats.due_now),
+        (7, 2, 2, 3),
+        "{stats:?}"
+    );
+    s.change_lane(&LaneScope::Queue("default".into()), &LaneChange::Pause(ana)).await.unwrap();
+    let any = || ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly));
+    let c = s.claim(&any(), now).await.unwrap().unwrap();
+    assert_eq!(c.job.id, 10, "default is paused (#1's expired lease too), #12 held");
+    assert!(s.claim(&any(), now).await.unwrap().is_none());
+    s.release_hold(12, "ana@laptop", now).await.unwrap();
+    assert_eq!(s.claim(&any(), now).await.unwrap().unwrap().job.id, 12);
+    s.check_integrity().unwrap();
 }

@@ -8,8 +8,12 @@
 //! - `dependencies`: jobs waiting on parents kept out of the claim indexes
 //!   (a chain of 10,000), edges written, restored and purged with their
 //!   jobs, a batch naming its refused element;
+//! - `lanes`: limits and pauses read by every claim in its transaction
+//!   (across handles, after a reopen, closed lanes skipped), held jobs out
+//!   of the claim and due indexes and counted once, per-queue counts
+//!   against the table, damaged lane rows refused;
 //! - `damaged_schema`: a damaged stored schema refused at open (S16);
-//! - `fixture`: the schema-v1 and v3 fixtures in `tests/data/` open and
+//! - `fixture`: the schema-v1, v3 and v4 fixtures in `tests/data/` open and
 //!   read back exactly, forever;
 //! - `locking`: contention on the write lock (busy timeout, `Busy`, reads
 //!   going on meanwhile);
@@ -28,5 +32,6 @@ mod disk_full;
 mod files;
 mod fixture;
 mod import;
+mod lanes;
 mod locking;
 mod read_only;
