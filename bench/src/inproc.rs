@@ -1,7 +1,7 @@
 //! The figures measured in this process through the `Store` trait and the
 //! `Runner`: raw_commit, push, cycle (interleaved, so the ratios compare
-//! like with like on a noisy machine), push_many, claim_scaling, drain and
-//! bytes_per_job; the dependency figures are in `deps.rs`.
+//! like with like on a noisy machine), push_many, claim_scaling, drain,
+//! slots and bytes_per_job; the dependency figures are in `deps.rs`.
 
 use std::future::Future;
 use std::path::Path;
@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use slothqueue_core::{
-    ClaimRequest, Clock, ClockOnly, Completion, NewJob, Owner, Store, SystemClock, Timestamp,
+    ClaimRequest, Clock, ClockOnly, Completion, JobState, ListFilter, NewJob, Owner, Store,
+    SystemClock, Timestamp,
 };
 use slothqueue_runner::{LoadGate, Mode, Runner, RunnerConfig, ShutdownSignal, log_dir_for};
 
@@ -100,7 +101,11 @@ pub async fn measure(setting: Setting, sizes: &Sizes, dir: &Path, args: &Args) -
     }
     if args.runs("drain") {
         step(setting, "drain");
-        f.extend(drain_in_child(setting, args.quick, dir)?);
+        f.extend(in_child(setting, "--child-drain", &DRAIN_FIGURES, args.quick, dir)?);
+    }
+    if args.runs("slots") {
+        step(setting, "slots (one slot, then two)");
+        f.extend(in_child(setting, "--child-slots", &SLOTS_FIGURES, args.quick, dir)?);
     }
     Ok(f)
 }
@@ -252,15 +257,22 @@ pub fn plain_loop(n: usize) -> Result<f64> {
 /// The figures [`drain`] gives.
 const DRAIN_FIGURES: [&str; 4] = ["drain", "drain_ms_per_job", "plain_ms_per_job", "drain_ratio"];
 
-/// Runs [`drain`] in a fresh copy of this program. Not in this process: the
-/// runner forks each job, and a fork copies the page tables of the whole
-/// heap, which the million-job backlogs leave large here (a drain measured
-/// after them took 30-40 ms a job instead of 5). A fresh process is what
-/// `slothqueue run` is.
-fn drain_in_child(setting: Setting, quick: bool, dir: &Path) -> Result<Figures> {
+/// Runs [`drain`] (`--child-drain`) or [`slots`] (`--child-slots`) in a
+/// fresh copy of this program and reads back its `figures`. Not in this
+/// process: the runner forks each job, and a fork copies the page tables of
+/// the whole heap, which the million-job backlogs leave large here (a drain
+/// measured after them took 30-40 ms a job instead of 5). A fresh process
+/// is what `slothqueue run` is.
+fn in_child(
+    setting: Setting,
+    flag: &str,
+    figures: &[&'static str],
+    quick: bool,
+    dir: &Path,
+) -> Result<Figures> {
     let exe = std::env::current_exe().context("cannot find this program to re-run it")?;
     let mut cmd = Command::new(exe);
-    cmd.args(["--child-drain", "--backend", setting.backend.as_str(), "--durability"])
+    cmd.args([flag, "--backend", setting.backend.as_str(), "--durability"])
         .arg(if setting.fast { "fast" } else { "default" })
         .arg("--out")
         .arg(dir);
@@ -269,12 +281,16 @@ fn drain_in_child(setting: Setting, quick: bool, dir: &Path) -> Result<Figures> 
     }
     let out = cmd.stdin(Stdio::null()).output().context("cannot start the drain")?;
     if !out.status.success() {
-        bail!("the drain failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "the drain ({flag}) failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     let json: serde_json::Value =
         serde_json::from_slice(&out.stdout).context("the drain printed no JSON")?;
     let mut f = Figures::new();
-    for key in DRAIN_FIGURES {
+    for &key in figures {
         let v = json[key].as_f64().with_context(|| format!("the drain gave no `{key}`"))?;
         f.insert(key, v);
     }
@@ -311,4 +327,108 @@ pub async fn drain(setting: Setting, sizes: &Sizes, dir: &Path) -> Result<Figure
     f.insert(DRAIN_FIGURES[2], plain / n as f64 * 1e3);
     f.insert(DRAIN_FIGURES[3], drained / plain);
     Ok(f)
+}
+
+/// The figures [`slots`] gives.
+const SLOTS_FIGURES: [&str; 6] = [
+    "slots_1_jobs_s",
+    "slots_2_jobs_s",
+    "slots_ratio",
+    "slots_1_peak",
+    "slots_2_peak",
+    "slots_jobs",
+];
+
+/// A drain of `slots_jobs` `true` jobs by a runner with one slot against
+/// one of as many jobs with two slots (what `run --slots 2` runs), each
+/// set up as the drain figure's runner is, each on a queue of its own.
+/// After an untimed warm-up drain of a few jobs with each (the process's
+/// first forks and blocking-pool threads must not fall on one side), both
+/// drain half their jobs, then the other half, in the order one slot, two,
+/// two, one: the machine's drift falls on both alike. Also the most jobs
+/// each had running at once, from the jobs' own start and finish times:
+/// 2 says the two slots really overlapped, whatever the rate says.
+pub async fn slots(setting: Setting, sizes: &Sizes, dir: &Path) -> Result<Figures> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let n = sizes.slots_jobs;
+    let mut queues = Vec::new();
+    for name in ["slots-1", "slots-2", "slots-warm-up"] {
+        let path = setting.backend.file(dir, name);
+        queues.push((setting.open(&path)?, path));
+    }
+    let warm_up = (n / 10).clamp(1, 20);
+    let order =
+        [(2, 1, 0), (2, 2, 0), (0, 1, n / 2), (1, 2, n / 2), (1, 2, n - n / 2), (0, 1, n - n / 2)];
+    let mut secs = [0.0f64; 2];
+    for (queue, slots, part) in order {
+        let part = if queue == 2 { warm_up } else { part };
+        let (store, path) = &queues[queue];
+        fill(store.as_ref(), part, dir).await?;
+        let mut config = RunnerConfig::new(log_dir_for(path));
+        config.mode = Mode::Drain;
+        config.slots = slots;
+        config.gates = vec![Box::new(LoadGate::system(Some(1e9)))];
+        let runner = Runner::new(store.clone(), config);
+        let start = Instant::now();
+        let summary = runner.run(|_event| {}, ShutdownSignal::never()).await?;
+        if let Some(s) = secs.get_mut(queue) {
+            *s += start.elapsed().as_secs_f64();
+        }
+        ensure!(
+            summary.done as usize == part,
+            "the runner with {slots} slots finished {} of {part} jobs ({summary:?})",
+            summary.done
+        );
+    }
+    let mut f = Figures::new();
+    f.insert(SLOTS_FIGURES[0], n as f64 / secs[0]);
+    f.insert(SLOTS_FIGURES[1], n as f64 / secs[1]);
+    f.insert(SLOTS_FIGURES[2], secs[0] / secs[1]);
+    f.insert(SLOTS_FIGURES[3], peak_running(queues[0].0.as_ref()).await? as f64);
+    f.insert(SLOTS_FIGURES[4], peak_running(queues[1].0.as_ref()).await? as f64);
+    f.insert(SLOTS_FIGURES[5], n as f64);
+    Ok(f)
+}
+
+/// The most done jobs of `store` that were running at one instant, from
+/// their `started_at` and `finished_at` (milliseconds; a job that ends in
+/// the millisecond the next one starts did not overlap it).
+async fn peak_running(store: &dyn Store) -> Result<usize> {
+    let filter = ListFilter { state: Some(JobState::Done), ..ListFilter::default() };
+    let jobs = store.list(&filter).await?;
+    Ok(peak_of(jobs.iter().filter_map(|j| Some((j.started_at?, j.finished_at?)))))
+}
+
+/// The most of these `[start, end)` intervals that hold one instant.
+fn peak_of(intervals: impl Iterator<Item = (Timestamp, Timestamp)>) -> usize {
+    // (time, +1 start / -1 end): ends sort before starts at the same time.
+    let mut edges: Vec<(Timestamp, i8)> = Vec::new();
+    for (start, end) in intervals {
+        edges.push((start, 1));
+        edges.push((end.max(start), -1));
+    }
+    edges.sort();
+    let (mut now, mut peak) = (0i64, 0i64);
+    for (_, step) in edges {
+        now += i64::from(step);
+        peak = peak.max(now);
+    }
+    usize::try_from(peak).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peaks_count_only_real_overlaps() {
+        let t = Timestamp::from_millis;
+        assert_eq!(peak_of(std::iter::empty()), 0);
+        let one_after_another = [(t(0), t(5)), (t(5), t(9)), (t(9), t(9)), (t(9), t(12))];
+        assert_eq!(peak_of(one_after_another.into_iter()), 1);
+        let two = [(t(0), t(5)), (t(3), t(8)), (t(8), t(10)), (t(9), t(11))];
+        assert_eq!(peak_of(two.into_iter()), 2);
+        let three = [(t(0), t(10)), (t(1), t(2)), (t(1), t(3))];
+        assert_eq!(peak_of(three.into_iter()), 3);
+    }
 }

@@ -11,7 +11,7 @@
 //!
 //! Per backend, the default and (SQLite only: redb has one) the fast
 //! durability setting are measured in this process (raw_commit, push, cycle, push_many, claim_scaling,
-//! chain, fan_out, drain, bytes_per_job); the figures only the binary can give (add_ratio,
+//! chain, fan_out, drain, slots, bytes_per_job); the figures only the binary can give (add_ratio,
 //! status_100k, idle, wait_idle, rss) are measured on it, under the default setting,
 //! the only one the CLI has. Results: a markdown table on stdout, and
 //! `results.json` and `results.md` in `--out` (default `target/bench`). A
@@ -58,6 +58,8 @@ pub struct Sizes {
     pub claim_samples: usize,
     /// `true` jobs drained by the in-process runner.
     pub drain_jobs: usize,
+    /// `true` jobs drained with one slot, and as many with two (`slots`).
+    pub slots_jobs: usize,
     /// How long the idle runner is watched.
     pub idle_window: Duration,
     /// Jobs in the queue `status` reads.
@@ -81,6 +83,7 @@ impl Sizes {
             backlogs: [1_000, 100_000, 1_000_000],
             claim_samples: 301,
             drain_jobs: 1_000,
+            slots_jobs: 1_000,
             idle_window: Duration::from_secs(10),
             status_jobs: 100_000,
             status_runs: 21,
@@ -99,6 +102,7 @@ impl Sizes {
             backlogs: [100, 2_000, 10_000],
             claim_samples: 21,
             drain_jobs: 40,
+            slots_jobs: 40,
             idle_window: Duration::from_secs(2),
             status_jobs: 5_000,
             status_runs: 5,
@@ -110,12 +114,13 @@ impl Sizes {
 
     fn describe(&self, quick: bool) -> String {
         format!(
-            "{} (slices {} × {:.2} s; backlogs {:?}; drain {} jobs; idle {:.0} s; status on {} jobs; chain and fan-out of {})",
+            "{} (slices {} × {:.2} s; backlogs {:?}; drain {} jobs; slots {} jobs per count; idle {:.0} s; status on {} jobs; chain and fan-out of {})",
             if quick { "--quick" } else { "full" },
             self.rounds,
             self.slice.as_secs_f64(),
             self.backlogs,
             self.drain_jobs,
+            self.slots_jobs,
             self.idle_window.as_secs_f64(),
             self.status_jobs,
             self.graph_jobs
@@ -136,11 +141,13 @@ struct Args {
     /// Internal: measure the drain of one setting in this fresh process
     /// (`--out` is its scratch folder) and print its figures as JSON.
     child_drain: bool,
+    /// Internal: the same for the slots drains.
+    child_slots: bool,
 }
 
 /// The steps `--only` can name.
-pub const STEPS: [&str; 9] =
-    ["rounds", "scaling", "graph", "drain", "add", "status", "idle", "wait_idle", "rss"];
+pub const STEPS: [&str; 10] =
+    ["rounds", "scaling", "graph", "drain", "slots", "add", "status", "idle", "wait_idle", "rss"];
 
 impl Args {
     /// Whether `step` is to run.
@@ -159,6 +166,7 @@ fn parse_args() -> Result<Args> {
         only: Vec::new(),
         durability: None,
         child_drain: false,
+        child_slots: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -166,6 +174,7 @@ fn parse_args() -> Result<Args> {
         match a.as_str() {
             "--quick" => args.quick = true,
             "--child-drain" => args.child_drain = true,
+            "--child-slots" => args.child_slots = true,
             "--backend" => {
                 args.backends = vec![value("--backend")?.parse().map_err(anyhow::Error::msg)?]
             }
@@ -227,16 +236,20 @@ impl Drop for Scratch {
 fn run() -> Result<bool> {
     let args = parse_args()?;
     let sizes = if args.quick { Sizes::quick() } else { Sizes::full() };
-    if args.child_drain {
+    if args.child_drain || args.child_slots {
         let (Some(fast), [backend]) = (args.durability, args.backends.as_slice()) else {
-            bail!("--child-drain needs one --backend and a --durability");
+            bail!("--child-drain and --child-slots need one --backend and a --durability");
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
             .context("cannot start the tokio runtime")?;
         let setting = Setting { backend: *backend, fast };
-        let figures = runtime.block_on(inproc::drain(setting, &sizes, &args.out))?;
+        let figures = if args.child_slots {
+            runtime.block_on(inproc::slots(setting, &sizes, &args.out))?
+        } else {
+            runtime.block_on(inproc::drain(setting, &sizes, &args.out))?
+        };
         println!("{}", serde_json::json!(figures));
         return Ok(true);
     }

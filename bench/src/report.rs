@@ -133,6 +133,21 @@ const ROWS: &[Row] = &[
         },
     },
     Row {
+        figure: "slots",
+        unit: "jobs/s draining `true` with 1 / 2 slots (2 ÷ 1); most running at once, 1 / 2 slots",
+        cell: |f| {
+            Some(format!(
+                "{} / {} (×{:.2}; at once {} / {}; {} jobs each)",
+                count(get(f, "slots_1_jobs_s")?),
+                count(get(f, "slots_2_jobs_s")?),
+                get(f, "slots_ratio")?,
+                count(get(f, "slots_1_peak")?),
+                count(get(f, "slots_2_peak")?),
+                count(get(f, "slots_jobs")?)
+            ))
+        },
+    },
+    Row {
         figure: "idle",
         unit: "ms CPU per 10 s; switches; wake bursts / polls",
         cell: |f| {

@@ -6,17 +6,18 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{MethodRouter, get, post};
+use axum::routing::{MethodRouter, get, post, put};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 use slothqueue_core::{
-    DEFAULT_MAX_RUNTIME, DEFAULT_QUEUE, Event, Job, JobId, JobState, ListFilter, ListOrder, NewJob,
-    Parent, Pushed, SHELL_KIND, Stats, StoreError, machine,
+    DEFAULT_MAX_RUNTIME, DEFAULT_QUEUE, Event, Job, JobId, JobState, LaneChange, LaneScope, Lanes,
+    ListFilter, ListOrder, NewJob, Parent, Pushed, QueuesReport, SHELL_KIND, Stamp, Stats,
+    StoreError, machine,
 };
 use slothqueue_runner::RunnerError;
 use slothqueue_runner::wait::{WaitTarget, wait};
 
-use crate::extract::{IdParam, JsonBody, QueryParams, parse_id};
+use crate::extract::{IdParam, JsonBody, QueryParams, QueueParam, Who, parse_id};
 use crate::{AppState, HttpError};
 
 /// Jobs per page of the outbox when the client does not say.
@@ -79,6 +80,49 @@ pub(crate) const ROUTES: &[RouteSpec] = &[
         path: "/api/tasks/outbox/{id}/cancel",
         handler: || post(cancel),
         operation: op_cancel,
+    },
+    RouteSpec {
+        method: "POST",
+        path: "/api/tasks/outbox/{id}/hold",
+        handler: || post(hold),
+        operation: op_hold,
+    },
+    RouteSpec {
+        method: "POST",
+        path: "/api/tasks/outbox/{id}/release",
+        handler: || post(release),
+        operation: op_release,
+    },
+    RouteSpec { method: "GET", path: "/api/queues", handler: || get(queues), operation: op_queues },
+    RouteSpec {
+        method: "PUT",
+        path: "/api/queues/{queue}/limit",
+        handler: || put(set_limit),
+        operation: op_set_limit,
+    },
+    RouteSpec {
+        method: "POST",
+        path: "/api/queues/{queue}/pause",
+        handler: || post(pause_queue),
+        operation: op_pause_queue,
+    },
+    RouteSpec {
+        method: "POST",
+        path: "/api/queues/{queue}/resume",
+        handler: || post(resume_queue),
+        operation: op_resume_queue,
+    },
+    RouteSpec {
+        method: "POST",
+        path: "/api/pause",
+        handler: || post(pause_all),
+        operation: op_pause_all,
+    },
+    RouteSpec {
+        method: "POST",
+        path: "/api/resume",
+        handler: || post(resume_all),
+        operation: op_resume_all,
     },
     RouteSpec {
         method: "GET",
@@ -147,6 +191,67 @@ struct ShowQuery {
 struct JobPage {
     jobs: Vec<Job>,
     next_cursor: Option<JobId>,
+}
+
+/// The limit in the body of `PUT /api/queues/{queue}/limit`: an object
+/// with one field, `limit`, a whole number from 0 (no limit) to `u32::MAX`.
+/// Read by hand rather than derived: serde would also take `[2]` for the
+/// object, and name `-1`'s fault in its own words.
+fn lane_limit(body: serde_json::Map<String, Value>) -> Result<u32, HttpError> {
+    if let Some(key) = body.keys().find(|k| *k != "limit") {
+        return Err(bad(format!("invalid json body: unknown field `{key}`, expected `limit`")));
+    }
+    let v = body.get("limit").ok_or_else(|| bad("invalid json body: missing field `limit`"))?;
+    v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+        bad(format!(
+            "invalid json body: limit: expected a whole number from 0 (no limit) to {}, got {v}",
+            u32::MAX
+        ))
+    })
+}
+
+/// One lane's settings as the lane routes answer them.
+#[derive(Debug, Serialize)]
+struct LaneView {
+    queue: String,
+    /// 0 is no limit.
+    limit: u32,
+    /// The lane's own pause.
+    paused: Option<Stamp>,
+}
+
+impl LaneView {
+    fn of(lanes: &Lanes, queue: &str) -> LaneView {
+        let settings = lanes.of(queue);
+        LaneView { queue: queue.to_owned(), limit: settings.limit, paused: settings.paused }
+    }
+}
+
+/// The answer of the per-queue lane routes: the lane after the change,
+/// and the pause of every queue (which stops this lane too, whatever its
+/// own settings say).
+#[derive(Debug, Serialize)]
+struct QueueLane {
+    #[serde(flatten)]
+    lane: LaneView,
+    all_paused: Option<Stamp>,
+}
+
+/// The answer of `POST /api/pause` and `/api/resume`: every lane with
+/// settings, after the change.
+#[derive(Debug, Serialize)]
+struct LanesView {
+    all_paused: Option<Stamp>,
+    queues: Vec<LaneView>,
+}
+
+impl From<&Lanes> for LanesView {
+    fn from(lanes: &Lanes) -> Self {
+        LanesView {
+            all_paused: lanes.all_paused.clone(),
+            queues: lanes.queues.keys().map(|q| LaneView::of(lanes, q)).collect(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -396,6 +501,95 @@ async fn cancel(State(app): State<AppState>, IdParam(id): IdParam) -> Result<Jso
     Ok(Json(job))
 }
 
+/// Holds a pending job: it stays pending, no runner starts it until it is
+/// released. Holding a held job changes nothing (200, the job as it is).
+async fn hold(
+    State(app): State<AppState>,
+    IdParam(id): IdParam,
+    Who(by): Who,
+) -> Result<Json<Job>, HttpError> {
+    let now = app.api.clock.now();
+    Ok(Json(app.store.hold(id, Stamp::new(by, now), now).await?))
+}
+
+/// Releases a held job; a pending job not held is left as it is.
+async fn release(
+    State(app): State<AppState>,
+    IdParam(id): IdParam,
+    Who(by): Who,
+) -> Result<Json<Job>, HttpError> {
+    let job = app.store.release_hold(id, &by, app.api.clock.now()).await?;
+    // It may be due now: the worker need not wait for its next poll.
+    app.api.wake_worker();
+    Ok(Json(job))
+}
+
+/// Every lane with its counts and settings.
+async fn queues(State(app): State<AppState>) -> Result<Json<QueuesReport>, HttpError> {
+    Ok(Json(app.store.queues(app.api.clock.now()).await?))
+}
+
+/// One write of one lane's settings, then the worker is woken: a raised
+/// limit or a resume lets it start jobs now, not at its next look.
+async fn change_lane(
+    app: &AppState,
+    scope: &LaneScope,
+    change: LaneChange,
+) -> Result<Lanes, HttpError> {
+    let lanes = app.store.change_lane(scope, &change).await.map_err(refusal)?;
+    app.api.wake_worker();
+    Ok(lanes)
+}
+
+fn queue_lane(lanes: &Lanes, queue: &str) -> Json<QueueLane> {
+    Json(QueueLane { lane: LaneView::of(lanes, queue), all_paused: lanes.all_paused.clone() })
+}
+
+async fn set_limit(
+    State(app): State<AppState>,
+    QueueParam(queue): QueueParam,
+    JsonBody(body): JsonBody<serde_json::Map<String, Value>>,
+) -> Result<Json<QueueLane>, HttpError> {
+    let limit = lane_limit(body)?;
+    let scope = LaneScope::Queue(queue);
+    let lanes = change_lane(&app, &scope, LaneChange::Limit(limit)).await?;
+    Ok(queue_lane(&lanes, scope.key()))
+}
+
+async fn pause_queue(
+    State(app): State<AppState>,
+    QueueParam(queue): QueueParam,
+    Who(by): Who,
+) -> Result<Json<QueueLane>, HttpError> {
+    let scope = LaneScope::Queue(queue);
+    let stamp = Stamp::new(by, app.api.clock.now());
+    let lanes = change_lane(&app, &scope, LaneChange::Pause(stamp)).await?;
+    Ok(queue_lane(&lanes, scope.key()))
+}
+
+async fn resume_queue(
+    State(app): State<AppState>,
+    QueueParam(queue): QueueParam,
+) -> Result<Json<QueueLane>, HttpError> {
+    let scope = LaneScope::Queue(queue);
+    let lanes = change_lane(&app, &scope, LaneChange::Resume).await?;
+    Ok(queue_lane(&lanes, scope.key()))
+}
+
+async fn pause_all(
+    State(app): State<AppState>,
+    Who(by): Who,
+) -> Result<Json<LanesView>, HttpError> {
+    let stamp = Stamp::new(by, app.api.clock.now());
+    let lanes = change_lane(&app, &LaneScope::All, LaneChange::Pause(stamp)).await?;
+    Ok(Json(LanesView::from(&lanes)))
+}
+
+async fn resume_all(State(app): State<AppState>) -> Result<Json<LanesView>, HttpError> {
+    let lanes = change_lane(&app, &LaneScope::All, LaneChange::Resume).await?;
+    Ok(Json(LanesView::from(&lanes)))
+}
+
 async fn stats(State(app): State<AppState>) -> Result<Json<Stats>, HttpError> {
     Ok(Json(app.store.stats(app.api.clock.now()).await?))
 }
@@ -591,6 +785,86 @@ fn op_cancel() -> Value {
     })
 }
 
+fn op_hold() -> Value {
+    json!({
+        "operationId": "holdJob",
+        "summary": "hold a pending job: it stays pending and no runner starts it until released; a held job is left as it is; the hold is stamped `http <client address>`",
+        "parameters": [id_param()],
+        "responses": responses(&[("200", ok_json("the job after the hold", "Job"))], &["400", "401", "403", "404", "405", "409", "413", "415", "503"])
+    })
+}
+
+fn op_release() -> Value {
+    json!({
+        "operationId": "releaseJob",
+        "summary": "release a held job: it is due again when its time and parents say; a pending job not held is left as it is",
+        "parameters": [id_param()],
+        "responses": responses(&[("200", ok_json("the job after the release", "Job"))], &["400", "401", "403", "404", "405", "409", "413", "415", "503"])
+    })
+}
+
+fn op_queues() -> Value {
+    json!({
+        "operationId": "queues",
+        "summary": "every queue with a pending or running job or with settings: its counts, its limit, its pause; and the pause of every queue",
+        "responses": responses(&[("200", ok_json("the lanes", "QueuesReport"))], AUTHED)
+    })
+}
+
+fn queue_param() -> Value {
+    json!({ "name": "queue", "in": "path", "required": true, "schema": plain_name("a queue") })
+}
+
+/// What a per-queue lane route can answer besides the lane.
+const LANE_ERRORS: &[&str] = &["400", "401", "403", "405", "413", "415", "503"];
+
+fn op_set_limit() -> Value {
+    json!({
+        "operationId": "setQueueLimit",
+        "summary": "at most `limit` jobs of the queue run at once, across every runner on the queue file; 0 lifts the limit",
+        "parameters": [queue_param()],
+        "requestBody": {
+            "required": true,
+            "content": { "application/json": { "schema": { "$ref": "#/components/schemas/LimitRequest" } } }
+        },
+        "responses": responses(&[("200", ok_json("the lane after the change", "QueueLane"))], &["400", "401", "403", "405", "408", "413", "415", "503"])
+    })
+}
+
+fn op_pause_queue() -> Value {
+    json!({
+        "operationId": "pauseQueue",
+        "summary": "no job of the queue starts until it is resumed; running jobs go on; a paused queue keeps its first pause's stamp",
+        "parameters": [queue_param()],
+        "responses": responses(&[("200", ok_json("the lane after the pause", "QueueLane"))], LANE_ERRORS)
+    })
+}
+
+fn op_resume_queue() -> Value {
+    json!({
+        "operationId": "resumeQueue",
+        "summary": "lifts the queue's own pause (a pause of every queue still holds it: see `all_paused`)",
+        "parameters": [queue_param()],
+        "responses": responses(&[("200", ok_json("the lane after the resume", "QueueLane"))], LANE_ERRORS)
+    })
+}
+
+fn op_pause_all() -> Value {
+    json!({
+        "operationId": "pauseAll",
+        "summary": "no job of any queue starts until `POST /api/resume`; running jobs go on",
+        "responses": responses(&[("200", ok_json("every lane's settings after the pause", "Lanes"))], AUTHED)
+    })
+}
+
+fn op_resume_all() -> Value {
+    json!({
+        "operationId": "resumeAll",
+        "summary": "lifts the pause of every queue (a queue paused on its own stays paused)",
+        "responses": responses(&[("200", ok_json("every lane's settings after the resume", "Lanes"))], AUTHED)
+    })
+}
+
 fn op_openapi() -> Value {
     json!({
         "operationId": "openapi",
@@ -625,7 +899,7 @@ fn schemas() -> Value {
     let ts = json!({ "type": "integer", "format": "int64", "description": "UTC milliseconds since the epoch" });
     let opt_ts = json!({ "type": ["integer", "null"], "format": "int64", "description": "UTC milliseconds since the epoch" });
     let opt_str = json!({ "type": ["string", "null"] });
-    json!({
+    let mut all = json!({
         "Error": {
             "type": "object",
             "properties": {
@@ -735,7 +1009,8 @@ fn schemas() -> Value {
                 "finished_at": opt_ts,
                 "after": { "type": "array", "items": { "type": "integer", "format": "int64" }, "description": "the parents' ids; absent when none" },
                 "pending_parents": { "type": "integer", "description": "parents not done yet; absent when 0" },
-                "cancelled_by": { "type": "integer", "format": "int64", "description": "the job whose failure or cancel cancelled this one; absent when none" }
+                "cancelled_by": { "type": "integer", "format": "int64", "description": "the job whose failure or cancel cancelled this one; absent when none" },
+                "held": { "$ref": "#/components/schemas/Stamp", "description": "who held this pending job and when; absent when not held" }
             },
             "required": ["id", "queue", "kind", "payload", "priority", "state", "attempts", "max_attempts", "not_before", "created_at"]
         },
@@ -770,6 +1045,8 @@ fn schemas() -> Value {
             "type": "object",
             "properties": {
                 "pending": { "type": "integer" },
+                "waiting_on_parents": { "type": "integer", "description": "of pending, the jobs waiting on parents not yet done" },
+                "held": { "type": "integer", "description": "of pending, the jobs held" },
                 "running": { "type": "integer" },
                 "done": { "type": "integer" },
                 "failed": { "type": "integer" },
@@ -778,6 +1055,87 @@ fn schemas() -> Value {
                 "next_due": opt_ts
             },
             "required": ["pending", "running", "done", "failed", "cancelled", "due_now", "next_due"]
+        }
+    });
+    if let (Value::Object(all), Value::Object(lanes)) = (&mut all, lane_schemas()) {
+        all.extend(lanes);
+    }
+    all
+}
+
+/// The schemas of the lane routes (apart: one `json!` of all of them
+/// passes the macro's recursion limit).
+fn lane_schemas() -> Value {
+    let ts = json!({ "type": "integer", "format": "int64", "description": "UTC milliseconds since the epoch" });
+    let stamp = json!({ "$ref": "#/components/schemas/Stamp" });
+    let lane_properties = json!({
+        "queue": { "type": "string" },
+        "limit": { "type": "integer", "format": "int64", "minimum": 0, "maximum": u32::MAX, "description": "at most this many of the queue's jobs run at once; 0 is no limit" },
+        "paused": { "oneOf": [stamp, { "type": "null" }], "description": "set while the queue itself is paused" }
+    });
+    let count =
+        |description: &str| json!({ "type": "integer", "minimum": 0, "description": description });
+    json!({
+        "Stamp": {
+            "type": "object",
+            "properties": {
+                "since": ts,
+                "by": { "type": "string", "description": "who: `http <client address>` over this API, `user@host` from the CLI" }
+            },
+            "required": ["since", "by"]
+        },
+        "LimitRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["limit"],
+            "properties": {
+                "limit": { "type": "integer", "format": "int64", "minimum": 0, "maximum": u32::MAX, "description": "0 lifts the limit" }
+            }
+        },
+        "Lane": {
+            "type": "object",
+            "properties": lane_properties,
+            "required": ["queue", "limit", "paused"]
+        },
+        "QueueLane": {
+            "allOf": [
+                { "$ref": "#/components/schemas/Lane" },
+                {
+                    "type": "object",
+                    "properties": { "all_paused": { "oneOf": [stamp, { "type": "null" }], "description": "set while every queue is paused: this one too, whatever its own settings" } },
+                    "required": ["all_paused"]
+                }
+            ]
+        },
+        "Lanes": {
+            "type": "object",
+            "properties": {
+                "all_paused": { "oneOf": [stamp, { "type": "null" }], "description": "set while every queue is paused" },
+                "queues": { "type": "array", "items": { "$ref": "#/components/schemas/Lane" }, "description": "the queues with a limit or a pause of their own, by name" }
+            },
+            "required": ["all_paused", "queues"]
+        },
+        "QueueInfo": {
+            "type": "object",
+            "properties": {
+                "queue": { "type": "string" },
+                "pending": count("pending jobs: due or not, held, or waiting on parents"),
+                "due": count("of pending, those a runner could start now if the lane let it"),
+                "held": count("of pending, those held"),
+                "waiting_on_parents": count("of pending, those waiting on parents not yet done"),
+                "running": count("running jobs"),
+                "limit": lane_properties["limit"],
+                "paused": { "$ref": "#/components/schemas/Stamp", "description": "set while the queue itself is paused; absent otherwise" }
+            },
+            "required": ["queue", "pending", "due", "held", "waiting_on_parents", "running", "limit"]
+        },
+        "QueuesReport": {
+            "type": "object",
+            "properties": {
+                "all_paused": { "$ref": "#/components/schemas/Stamp", "description": "set while every queue is paused; absent otherwise" },
+                "queues": { "type": "array", "items": { "$ref": "#/components/schemas/QueueInfo" }, "description": "by name" }
+            },
+            "required": ["queues"]
         }
     })
 }

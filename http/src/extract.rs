@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
-use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request};
 use axum::http::header;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
-use slothqueue_core::JobId;
+use slothqueue_core::{JobId, machine};
 
 use crate::guard::is_json_content_type;
 use crate::{AppState, HttpError};
@@ -110,6 +110,53 @@ fn bad_id() -> HttpError {
     HttpError::BadRequest("the job id must be a positive integer".to_owned())
 }
 
+/// The `{queue}` path segment (percent-decoded): a queue name as `add`
+/// accepts it ([`machine::is_plain_name`]). Anything else is a 400 before
+/// the store is asked, with nothing written.
+pub(crate) struct QueueParam(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueueParam {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let refused = |shown: &str| {
+            HttpError::BadRequest(format!(
+                "queue `{shown}` is not a valid name (1 to {} letters, digits, '-', '_' and '.', not starting with '.')",
+                machine::MAX_NAME_LEN
+            ))
+        };
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| refused("(not utf-8)"))?;
+        if !machine::is_plain_name(&raw) {
+            // Echo a bounded, printable form of what was sent.
+            let shown: String =
+                raw.chars().take(40).map(|c| if c.is_control() { '?' } else { c }).collect();
+            return Err(refused(&shown));
+        }
+        Ok(QueueParam(raw))
+    }
+}
+
+/// Who sent the request, as a stamp's `by` names it: `http <peer ip>`
+/// when the connection's address is known (the server records it per
+/// connection as axum's [`ConnectInfo`]), else `http` (routes served
+/// without a socket, as in tests). The port is left out: on loopback it is
+/// a random number that names nobody.
+pub(crate) struct Who(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Who {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let peer = parts.extensions.get::<ConnectInfo<std::net::SocketAddr>>();
+        Ok(Who(match peer {
+            Some(ConnectInfo(addr)) => format!("http {}", addr.ip().to_canonical()),
+            None => "http".to_owned(),
+        }))
+    }
+}
+
 /// A job id as written in a path or query: 1 to 19 ASCII digits, positive.
 pub(crate) fn parse_id(raw: &str) -> Option<JobId> {
     if raw.is_empty() || raw.len() > 19 || !raw.bytes().all(|b| b.is_ascii_digit()) {
@@ -120,7 +167,24 @@ pub(crate) fn parse_id(raw: &str) -> Option<JobId> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_id;
+    use super::*;
+
+    async fn who(peer: Option<&str>) -> String {
+        let (mut parts, ()) = axum::http::Request::new(()).into_parts();
+        if let Some(peer) = peer {
+            parts.extensions.insert(ConnectInfo(peer.parse::<std::net::SocketAddr>().unwrap()));
+        }
+        let Ok(Who(by)) = Who::from_request_parts(&mut parts, &()).await;
+        by
+    }
+
+    #[tokio::test]
+    async fn who_is_named_by_the_peer_address_without_its_port() {
+        assert_eq!(who(Some("127.0.0.1:54321")).await, "http 127.0.0.1");
+        assert_eq!(who(Some("[::1]:7878")).await, "http ::1");
+        assert_eq!(who(Some("[::ffff:127.0.0.2]:1")).await, "http 127.0.0.2");
+        assert_eq!(who(None).await, "http");
+    }
 
     #[test]
     fn ids() {

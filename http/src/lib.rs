@@ -10,7 +10,13 @@
 //! | `GET /api/tasks/outbox` | jobs, newest first, filtered by `state`, `kind`, `queue`, paged by `limit` and `cursor` |
 //! | `GET /api/tasks/outbox/{id}` | one job with its event trail; `?wait=SECONDS` (at most 120) answers once it is finished or the time is up |
 //! | `POST /api/tasks/outbox/{id}/cancel` | cancels a job |
+//! | `POST /api/tasks/outbox/{id}/hold` | holds a pending job: no runner starts it until released |
+//! | `POST /api/tasks/outbox/{id}/release` | releases a held job |
 //! | `GET /api/tasks/outbox/stats` | counts per state, `due_now`, `next_due` |
+//! | `GET /api/queues` | every queue's counts, limit and pause |
+//! | `PUT /api/queues/{queue}/limit` | `{"limit": N}`: at most N of the queue's jobs run at once (0 lifts it) |
+//! | `POST /api/queues/{queue}/pause`, `.../resume` | pauses (no job of it starts) or resumes one queue |
+//! | `POST /api/pause`, `POST /api/resume` | pauses or resumes every queue |
 //! | `GET /api/openapi.json` | the OpenAPI 3.1 document |
 //! | `GET /healthz` | `{"ok": true}`, without a token |
 //!

@@ -9,6 +9,7 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -191,11 +192,19 @@ impl Bound {
                     Err(e) => Err(HttpError::WorkerStopped(format!("crashed: {e}"))),
                 }),
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, _peer)) => {
+                    Ok((stream, peer)) => {
                         let mut builder = hyper::server::conn::http1::Builder::new();
                         builder.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
-                        let conn = builder
-                            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+                        let routes = TowerToHyperService::new(app.clone());
+                        // The peer's address, as axum's `ConnectInfo`, names
+                        // who paused a lane or held a job (`http 127.0.0.1`).
+                        let service = hyper::service::service_fn(
+                            move |mut req: hyper::Request<hyper::body::Incoming>| {
+                                req.extensions_mut().insert(ConnectInfo(peer));
+                                hyper::service::Service::call(&routes, req)
+                            },
+                        );
+                        let conn = builder.serve_connection(TokioIo::new(stream), service);
                         let conn = graceful.watch(conn);
                         tokio::spawn(async move {
                             // A client that hangs up mid-request is its own problem.

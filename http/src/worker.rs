@@ -55,8 +55,11 @@ pub fn log_dir_beside(queue: &Path) -> PathBuf {
 impl DrainWorker {
     /// The runner settings of a drain worker for the queue at `queue`: follow
     /// mode, logs in `<queue>.logs`, heartbeats every [`WORKER_HEARTBEAT`],
-    /// the runner's defaults otherwise. Adjust (gates, `on_finish`, queues)
-    /// and pass to [`DrainWorker::new`].
+    /// the runner's defaults otherwise (one slot). Adjust (`slots`, gates,
+    /// `suspend_when_gated`, `on_finish`, queues) and pass to
+    /// [`DrainWorker::new`]: the worker is a [`Runner`] with this config, so
+    /// it runs as many jobs at once as `slots` says and keeps every lane's
+    /// limit and pause as `run` does.
     pub fn config(queue: &Path) -> RunnerConfig {
         let mut config = RunnerConfig::new(log_dir_beside(queue));
         config.mode = Mode::Follow;

@@ -29,7 +29,17 @@ on_both_backends!(
     openapi_matches_routes,
     token_file_is_private,
     paging,
+    lane_routes_refuse_bad_requests,
+    #[ignore = "needs lanes stores/runner (integration)"]
+    hold_and_release,
+    #[ignore = "needs lanes stores/runner (integration)"]
+    limits_and_pauses,
 );
+
+/// The text of a refusal.
+fn error_of(body: &Value) -> &str {
+    body["error"].as_str().unwrap_or("")
+}
 
 fn shell(cmd: &str) -> Value {
     json!({ "kind": "shell", "payload": { "command": cmd } })
@@ -503,6 +513,14 @@ async fn openapi_matches_routes(backend: Backend) {
         ("GET", "/api/tasks/outbox/{id}"),
         ("POST", "/api/tasks/outbox/{id}/cancel"),
         ("GET", "/api/tasks/outbox/stats"),
+        ("POST", "/api/tasks/outbox/{id}/hold"),
+        ("POST", "/api/tasks/outbox/{id}/release"),
+        ("GET", "/api/queues"),
+        ("PUT", "/api/queues/{queue}/limit"),
+        ("POST", "/api/queues/{queue}/pause"),
+        ("POST", "/api/queues/{queue}/resume"),
+        ("POST", "/api/pause"),
+        ("POST", "/api/resume"),
         ("GET", "/api/openapi.json"),
         ("GET", "/healthz"),
     ]
@@ -513,7 +531,7 @@ async fn openapi_matches_routes(backend: Backend) {
     // Every documented route is really served (not the "no such route" fallback),
     // and its path with the method swapped is not.
     for (method, path) in &documented {
-        let path = path.replace("{id}", "1");
+        let path = path.replace("{id}", "1").replace("{queue}", "default");
         let method: Method = method.parse().unwrap();
         let mut req = s.req(method.clone(), &path);
         if method == Method::POST {
@@ -642,5 +660,208 @@ async fn silent_clients_are_cut_off() {
     // Other clients were served meanwhile, and still are.
     let (status, _) = s.get("/healthz").await;
     assert_eq!(status, StatusCode::OK);
+    s.stop().await.unwrap();
+}
+
+/// Every lane and hold route wants the token, a valid id or queue name and
+/// (for a limit) one whole number, and says so in one clear 400 before the
+/// store is asked.
+async fn lane_routes_refuse_bad_requests(backend: Backend) {
+    let s = start(backend).await;
+    let routes = [
+        (Method::GET, "/api/queues"),
+        (Method::PUT, "/api/queues/default/limit"),
+        (Method::POST, "/api/queues/default/pause"),
+        (Method::POST, "/api/queues/default/resume"),
+        (Method::POST, "/api/pause"),
+        (Method::POST, "/api/resume"),
+        (Method::POST, "/api/tasks/outbox/1/hold"),
+        (Method::POST, "/api/tasks/outbox/1/release"),
+    ];
+    for (method, path) in &routes {
+        let url = format!("{}{path}", s.url);
+        let (status, _) = s.send(s.client.request(method.clone(), &url)).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path} without a token");
+        let (status, _) =
+            s.send(s.client.request(method.clone(), &url).bearer_auth("not-the-token")).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path} with a wrong token");
+        let (status, _) = s.send(s.req(method.clone(), path).header("host", "evil.example")).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path} through a foreign host");
+        let (status, _) = s.send(s.req(method.clone(), path).form(&[("limit", "2")])).await;
+        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{method} {path} with a form");
+    }
+
+    let long = "q".repeat(129);
+    for queue in [".hidden", "a%20b", "..%2fetc", "a%2fb", long.as_str(), "%c3%a9", "%ff"] {
+        for (method, suffix) in
+            [(Method::POST, "pause"), (Method::POST, "resume"), (Method::PUT, "limit")]
+        {
+            let path = format!("/api/queues/{queue}/{suffix}");
+            let (status, err) =
+                s.send(s.req(method.clone(), &path).json(&json!({ "limit": 1 }))).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{method} {path}: {err}");
+            assert!(error_of(&err).contains("not a valid name"), "{path}: {err}");
+        }
+    }
+
+    for body in [
+        json!({}),
+        json!({ "limit": -1 }),
+        json!({ "limit": 2.5 }),
+        json!({ "limit": "2" }),
+        json!({ "limit": null }),
+        json!({ "limit": 4_294_967_296_u64 }),
+        json!({ "limit": 2, "queue": "x" }),
+        json!([2]),
+        json!(2),
+    ] {
+        let (status, err) = s.put("/api/queues/default/limit", &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {err}");
+        assert!(error_of(&err).starts_with("invalid json body"), "{body}: {err}");
+    }
+    let (status, err) = s.put("/api/queues/default/limit", &json!({ "limit": -1 })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        error_of(&err),
+        "invalid json body: limit: expected a whole number from 0 (no limit) to 4294967295, got -1"
+    );
+    let (status, err) = s
+        .send(
+            s.req(Method::PUT, "/api/queues/default/limit")
+                .header("content-type", "application/json")
+                .body("{\"limit\": 2"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    let (status, _) = s.send(s.req(Method::PUT, "/api/queues/default/limit")).await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "a limit needs a body");
+
+    for id in ["abc", "0", "-1", "99999999999999999999", "1.5"] {
+        for action in ["hold", "release"] {
+            let (status, err) = s.post_empty(&format!("/api/tasks/outbox/{id}/{action}")).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{action} {id}: {err}");
+        }
+    }
+    for (method, path) in [
+        (Method::GET, "/api/pause"),
+        (Method::GET, "/api/queues/default/limit"),
+        (Method::POST, "/api/queues/default/limit"),
+        (Method::DELETE, "/api/queues"),
+        (Method::GET, "/api/tasks/outbox/1/hold"),
+    ] {
+        let (status, err) = s.send(s.req(method.clone(), path)).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}: {err}");
+    }
+    let (status, _) = s.get("/api/queues/default").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(s.store.lanes().await.unwrap().is_default(), "nothing was written");
+    s.stop().await.unwrap();
+}
+
+/// A hold keeps a pending job from being claimed, stamped with who held it;
+/// a release lets it be claimed again; a wrong state is a 409, an unknown
+/// job a 404, as for a cancel.
+async fn hold_and_release(backend: Backend) {
+    let s = start(backend).await;
+    let id = s.enqueue(shell("true")).await["job"]["id"].as_i64().unwrap();
+    let (status, job) = s.post_empty(&format!("/api/tasks/outbox/{id}/hold")).await;
+    assert_eq!(status, StatusCode::OK, "{job}");
+    assert_eq!(job["state"], "pending");
+    assert_eq!(job["held"]["by"], "http 127.0.0.1", "{job}");
+    let since = job["held"]["since"].as_i64().unwrap();
+    assert!(since > 0);
+    // A second hold leaves the first stamp and writes no event.
+    let (status, again) = s.post_empty(&format!("/api/tasks/outbox/{id}/hold")).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["held"]["since"], since);
+    let (_, shown) = s.get(&format!("/api/tasks/outbox/{id}")).await;
+    let kinds: Vec<&str> =
+        shown["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["pushed", "held"], "{shown}");
+    let (_, stats) = s.get("/api/tasks/outbox/stats").await;
+    assert_eq!((stats["held"].as_u64(), stats["due_now"].as_u64()), (Some(1), Some(0)), "{stats}");
+    let owner = Owner::named("test");
+    let claim = ClaimRequest::new(owner.clone(), Arc::new(ClockOnly));
+    assert!(s.store.claim(&claim, SystemClock.now()).await.unwrap().is_none(), "held: not claimed");
+
+    let (status, job) = s.post_empty(&format!("/api/tasks/outbox/{id}/release")).await;
+    assert_eq!(status, StatusCode::OK, "{job}");
+    assert!(job.get("held").is_none(), "{job}");
+    let (status, again) = s.post_empty(&format!("/api/tasks/outbox/{id}/release")).await;
+    assert_eq!(status, StatusCode::OK, "releasing a job not held changes nothing: {again}");
+    let claimed = s.store.claim(&claim, SystemClock.now()).await.unwrap().unwrap();
+    assert_eq!(claimed.job.id, id);
+    for action in ["hold", "release"] {
+        let (status, err) = s.post_empty(&format!("/api/tasks/outbox/{id}/{action}")).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{action} of a running job: {err}");
+    }
+    let done = Completion { result: None, exit_code: Some(0) };
+    s.store.complete(id, &claimed.fence, done, SystemClock.now()).await.unwrap();
+    for action in ["hold", "release"] {
+        let (status, err) = s.post_empty(&format!("/api/tasks/outbox/{id}/{action}")).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{action} of a done job: {err}");
+        assert!(error_of(&err).contains("done"), "{err}");
+        let (status, err) = s.post_empty(&format!("/api/tasks/outbox/12345/{action}")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{action} of no job: {err}");
+    }
+    s.stop().await.unwrap();
+}
+
+/// A limit, a pause of one queue and a pause of all, as the routes answer
+/// them and as `GET /api/queues` reports them.
+async fn limits_and_pauses(backend: Backend) {
+    let s = start(backend).await;
+    let (status, lane) = s.put("/api/queues/disk/limit", &json!({ "limit": 2 })).await;
+    assert_eq!(status, StatusCode::OK, "{lane}");
+    assert_eq!(lane, json!({ "queue": "disk", "limit": 2, "paused": null, "all_paused": null }));
+
+    let (status, lane) = s.post_empty("/api/queues/disk/pause").await;
+    assert_eq!(status, StatusCode::OK, "{lane}");
+    assert_eq!(lane["limit"], 2);
+    assert_eq!(lane["paused"]["by"], "http 127.0.0.1", "{lane}");
+    let paused_since = lane["paused"]["since"].clone();
+    let (_, again) = s.post_empty("/api/queues/disk/pause").await;
+    assert_eq!(again["paused"]["since"], paused_since, "a second pause keeps the first stamp");
+
+    let mut job = shell("true");
+    job["queue"] = json!("disk");
+    s.enqueue(job).await;
+    s.enqueue(shell("true")).await;
+    let (status, report) = s.get("/api/queues").await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert!(report.get("all_paused").is_none(), "{report}");
+    let names: Vec<&str> =
+        report["queues"].as_array().unwrap().iter().map(|q| q["queue"].as_str().unwrap()).collect();
+    assert_eq!(names, ["default", "disk"], "{report}");
+    let disk = &report["queues"][1];
+    assert_eq!((disk["pending"].as_u64(), disk["due"].as_u64()), (Some(1), Some(1)), "{disk}");
+    assert_eq!(disk["limit"], 2);
+    assert_eq!(disk["paused"]["by"], "http 127.0.0.1");
+    assert_eq!(report["queues"][0]["limit"], 0);
+
+    let (status, lanes) = s.post_empty("/api/pause").await;
+    assert_eq!(status, StatusCode::OK, "{lanes}");
+    assert_eq!(lanes["all_paused"]["by"], "http 127.0.0.1", "{lanes}");
+    assert_eq!(lanes["queues"][0]["queue"], "disk");
+    let owner = Owner::named("test");
+    let claim = ClaimRequest::new(owner, Arc::new(ClockOnly));
+    assert!(
+        s.store.claim(&claim, SystemClock.now()).await.unwrap().is_none(),
+        "every queue is paused"
+    );
+    let (_, lane) = s.post_empty("/api/queues/disk/resume").await;
+    assert_eq!(lane["paused"], Value::Null);
+    assert_eq!(lane["all_paused"]["by"], "http 127.0.0.1", "the pause of all still holds: {lane}");
+    let (status, lanes) = s.post_empty("/api/resume").await;
+    assert_eq!(status, StatusCode::OK, "{lanes}");
+    assert_eq!(
+        lanes,
+        json!({ "all_paused": null, "queues": [{ "queue": "disk", "limit": 2, "paused": null }] })
+    );
+    let (_, lane) = s.put("/api/queues/disk/limit", &json!({ "limit": 0 })).await;
+    assert_eq!(lane["limit"], 0);
+    let (_, lanes) = s.post_empty("/api/resume").await;
+    assert_eq!(lanes["queues"], json!([]), "default settings are not kept");
+    assert!(s.store.lanes().await.unwrap().is_default());
     s.stop().await.unwrap();
 }

@@ -14,13 +14,27 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use slothqueue_http::DrainWorker;
 
-on_both_backends!(lifecycle, cancel_running, shutdown_releases_running_job);
+on_both_backends!(
+    lifecycle,
+    cancel_running,
+    shutdown_releases_running_job,
+    #[ignore = "needs lanes stores/runner (integration)"]
+    slots_and_limits,
+    #[ignore = "needs lanes stores/runner (integration)"]
+    pauses,
+);
 
 /// A server with a drain worker that would poll only once a minute: a job
 /// that starts sooner was started by the enqueue's wake-up.
 async fn start_draining(backend: Backend) -> Server {
-    start_with(backend, |store, queue| {
+    start_draining_with(backend, 1).await
+}
+
+/// As [`start_draining`], the worker running up to `slots` jobs at once.
+async fn start_draining_with(backend: Backend, slots: usize) -> Server {
+    start_with(backend, move |store, queue| {
         let mut config = DrainWorker::config(&queue);
+        config.slots = slots;
         config.poll_interval = Duration::from_secs(60);
         config.kill_grace = Duration::from_millis(500);
         Some(DrainWorker::new(store, config, |_event| {}))
@@ -143,4 +157,83 @@ async fn shutdown_releases_running_job(backend: Backend) {
     assert_eq!(job.state, slothqueue_core::JobState::Pending, "handed back: {job:?}");
     assert_eq!(job.attempts, 0, "a shutdown is not charged as an attempt");
     assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "no longer listening");
+}
+
+/// A shell job in `queue` with one attempt (a refusal inside it is final).
+fn in_queue(queue: &str, command: &str) -> Value {
+    json!({"kind": "shell", "queue": queue, "max_attempts": 1, "payload": {"command": command}})
+}
+
+/// serve's worker runs `slots` jobs at once (two jobs that each wait for
+/// the other both finish) and keeps a lane's limit (two jobs of a lane
+/// limited to 1, each taking a lock dir or failing, both finish).
+async fn slots_and_limits(backend: Backend) {
+    let s = start_draining_with(backend, 2).await;
+    let (status, lane) = s.put("/api/queues/one/limit", &json!({"limit": 1})).await;
+    assert_eq!(status, StatusCode::OK, "{lane}");
+
+    let meet = |me: &str, other: &str| {
+        format!(
+            "touch {me}; i=0; while [ ! -e {other} ]; do i=$((i+1)); [ $i -gt 200 ] && exit 9; sleep 0.05; done"
+        )
+    };
+    let a = s.enqueue(in_queue("two", &meet("a", "b"))).await["job"]["id"].as_i64().unwrap();
+    let b = s.enqueue(in_queue("two", &meet("b", "a"))).await["job"]["id"].as_i64().unwrap();
+    for id in [a, b] {
+        let job = s
+            .wait_for(id, Duration::from_secs(30), |j| {
+                j["state"] != "pending" && j["state"] != "running"
+            })
+            .await;
+        assert_eq!(job["state"], "done", "the two ran at once: {job}");
+    }
+
+    let locked = "mkdir slot || exit 9; sleep 0.5; rmdir slot";
+    let ids = [
+        s.enqueue(in_queue("one", locked)).await["job"]["id"].as_i64().unwrap(),
+        s.enqueue(in_queue("one", locked)).await["job"]["id"].as_i64().unwrap(),
+    ];
+    for id in ids {
+        let job = s
+            .wait_for(id, Duration::from_secs(30), |j| {
+                j["state"] != "pending" && j["state"] != "running"
+            })
+            .await;
+        assert_eq!(job["state"], "done", "never two of lane `one` at once: {job}");
+    }
+    s.stop().await.unwrap();
+}
+
+/// serve's worker starts no job of a paused lane, runs the others, and
+/// starts it once resumed (the resume wakes it).
+async fn pauses(backend: Backend) {
+    let s = start_draining_with(backend, 2).await;
+    let (status, lane) = s.post_empty("/api/queues/p/pause").await;
+    assert_eq!(status, StatusCode::OK, "{lane}");
+    let held_back = s.enqueue(in_queue("p", "true")).await["job"]["id"].as_i64().unwrap();
+    let other = s.enqueue(in_queue("default", "true")).await["job"]["id"].as_i64().unwrap();
+    s.wait_for(other, Duration::from_secs(20), |j| j["state"] == "done").await;
+    let (_, job) = s.get(&format!("/api/tasks/outbox/{held_back}")).await;
+    assert_eq!(job["state"], "pending", "the older job of the paused lane was passed over: {job}");
+
+    // Paused twice over: resuming the lane leaves the pause of all.
+    let (status, _) = s.post_empty("/api/pause").await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, lane) = s.post_empty("/api/queues/p/resume").await;
+    assert_eq!(lane["paused"], Value::Null);
+    let also = s.enqueue(in_queue("default", "true")).await["job"]["id"].as_i64().unwrap();
+    let resumed_at = slothqueue_core::Clock::now(&slothqueue_core::SystemClock).as_millis();
+    let (status, _) = s.post_empty("/api/resume").await;
+    assert_eq!(status, StatusCode::OK);
+    for id in [held_back, also] {
+        let job = s.wait_for(id, Duration::from_secs(20), |j| j["state"] == "done").await;
+        let claimed = job["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == "claimed")
+            .map(|e| e["at"].as_i64().unwrap());
+        assert!(claimed >= Some(resumed_at), "#{id} started only after the resume: {job}");
+    }
+    s.stop().await.unwrap();
 }

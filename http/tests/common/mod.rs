@@ -25,12 +25,14 @@ pub enum Backend {
     Redb,
 }
 
-/// Generates one test per backend for each scenario function `f(Backend)`.
+/// Generates one test per backend for each scenario function `f(Backend)`;
+/// attributes before a name (`#[ignore = "why"]`) go on both of its tests.
 #[macro_export]
 macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
+    ($($(#[$attr:meta])* $name:ident),* $(,)?) => {
         mod sqlite {
             $(
+                $(#[$attr])*
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name($crate::common::Backend::Sqlite).await
@@ -39,6 +41,7 @@ macro_rules! on_both_backends {
         }
         mod redb {
             $(
+                $(#[$attr])*
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name($crate::common::Backend::Redb).await
@@ -177,6 +180,15 @@ impl Server {
 
     pub async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
         self.send(self.req(reqwest::Method::POST, path).json(body)).await
+    }
+
+    /// A POST without a body (cancel, hold, pause, …).
+    pub async fn post_empty(&self, path: &str) -> (StatusCode, Value) {
+        self.send(self.req(reqwest::Method::POST, path)).await
+    }
+
+    pub async fn put(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        self.send(self.req(reqwest::Method::PUT, path).json(body)).await
     }
 
     /// Enqueues and returns the response, which must be 201.
