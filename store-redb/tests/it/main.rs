@@ -19,7 +19,9 @@
 //! - `claim_order`: the `ready` index against a model (proptest; its
 //!   regressions file sits beside it, `claim_order.proptest-regressions`);
 //! - `v1_fixture`: the schema-v1 fixture in `tests/data/` opens and reads
-//!   back exactly, forever.
+//!   back exactly, forever;
+//! - `v2_fixture`: the schema-v2 fixture (dependencies) migrates to v3 and
+//!   reads back exactly, forever.
 //!
 //! The shared `Store` contract is not here: it is `tests/conformance.rs`, its
 //! own binary, which `cargo xtask conformance` runs by name.
@@ -35,3 +37,4 @@ mod import;
 mod power_loss;
 mod read_only;
 mod v1_fixture;
+mod v2_fixture;
