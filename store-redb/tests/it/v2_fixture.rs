@@ -140,7 +140,9 @@ async fn v2_fixture_migrates_and_reads_back() {
     s.check_integrity().unwrap();
     use EventKind as E;
     use JobState as S;
-    let expected: [(i64, S, &str, &str, u32, u32, &[E]); 11] = [
+    /// Id, state, queue, command, attempts, parents waited on, trail.
+    type Row = (i64, S, &'static str, &'static str, u32, u32, &'static [E]);
+    let expected: [Row; 11] = [
         (1, S::Pending, "default", "echo later", 0, 0, &[E::Pushed]),
         (2, S::Running, "default", "echo running", 1, 0, &[E::Pushed, E::Claimed]),
         (3, S::Done, "default", "echo done", 1, 0, &[E::Pushed, E::Claimed, E::Completed]),
