@@ -386,3 +386,48 @@ proptest! {
         })?;
     }
 }
+
+/// How long a claim takes with 100,000 due jobs of a paused lane ahead of
+/// the one it takes, against the same claim with no lane settings and a
+/// filter that names the other queue (what skipping the lane at its first
+/// key should cost: the same); and how long `queue_counts` and `stats`
+/// read them. A measurement, not a check, so it does nothing unless asked:
+/// `SLOTHQUEUE_MEASURE_LANES=1 cargo test -p slothqueue-store-redb --test it lanes::measure -- --nocapture`.
+#[tokio::test(flavor = "multi_thread")]
+#[expect(clippy::disallowed_methods, reason = "timing a measurement")]
+#[expect(clippy::print_stderr, reason = "the measurement is the output")]
+async fn measure_a_claim_past_a_paused_lane_of_100_000() {
+    const N: u32 = 100_000;
+    const CLAIMS: u32 = 20;
+    if std::env::var_os("SLOTHQUEUE_MEASURE_LANES").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir.path().join("q.redb"));
+    let batch: Vec<NewJob> = (0..N).map(|n| job("a", n).priority(5)).collect();
+    s.push_many(batch, T).await.unwrap();
+    s.push_many((0..2 * CLAIMS).map(|n| job("b", n)).collect(), T).await.unwrap();
+    let only_b = request("w").filter(ClaimFilter { queues: vec!["b".into()], kinds: None });
+    let timed = |request: ClaimRequest| {
+        let s = &s;
+        async move {
+            let start = std::time::Instant::now();
+            for _ in 0..CLAIMS {
+                let c = s.claim(&request, at(1)).await.unwrap().unwrap();
+                assert_eq!(c.job.queue, "b");
+            }
+            start.elapsed() / CLAIMS
+        }
+    };
+    let baseline = timed(only_b).await;
+    s.change_lane(&q("a"), &LaneChange::Pause(ana())).await.unwrap();
+    let paused = timed(request("w")).await;
+    eprintln!("redb: a claim with no lane settings, filter b: {baseline:?}");
+    eprintln!("redb: a claim past a paused lane of {N} due jobs: {paused:?}");
+    let start = std::time::Instant::now();
+    let counts = s.queue_counts(at(1)).await.unwrap();
+    eprintln!("redb: queue_counts of {} queues: {:?}", counts.len(), start.elapsed());
+    let start = std::time::Instant::now();
+    s.stats(at(1)).await.unwrap();
+    eprintln!("redb: stats: {:?}", start.elapsed());
+}
