@@ -434,9 +434,12 @@ pub(crate) fn dependents_in(
     Ok(out)
 }
 
-/// Every lane's settings as `table` stores them; a row that does not
-/// decode, or is filed under a key that names no scope's settings (a
-/// limit for every queue, a name `add` would refuse), is damage.
+/// Every lane's settings as `table` stores them. A row that does not
+/// decode, or is filed under a key that names no scope (not `""` and not
+/// a name `add` accepts), is damage. What decodes is taken as
+/// [`Lanes::insert`] takes it: a row of defaults is no setting, and a
+/// limit filed for every queue is none (no change writes either; a field
+/// a later build adds is a serde default here, as in the job rows).
 pub(crate) fn lanes_in(
     table: &impl ReadableTable<&'static str, &'static [u8]>,
 ) -> Result<Lanes, Failure> {
@@ -446,15 +449,12 @@ pub(crate) fn lanes_in(
         let key = k.value();
         let settings: LaneSettings = serde_json::from_slice(v.value())
             .map_err(|e| Failure::Damaged(format!("lane `{key}` does not decode: {e}")))?;
-        let scope = LaneScope::from_key(key);
-        let fits = match &scope {
-            LaneScope::All => settings.limit == 0,
-            LaneScope::Queue(q) => machine::is_plain_name(q),
-        };
-        if !fits || settings.is_default() {
-            return Err(Failure::Damaged(format!("lane `{key}` holds settings no change writes")));
+        if !key.is_empty() && !machine::is_plain_name(key) {
+            return Err(Failure::Damaged(format!(
+                "a lane is filed under `{key}`, not a queue name"
+            )));
         }
-        lanes.insert(scope, settings);
+        lanes.insert(LaneScope::from_key(key), settings);
     }
     Ok(lanes)
 }
