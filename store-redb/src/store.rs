@@ -5,6 +5,7 @@
 //! (the change and what it causes to the jobs waiting on it) and
 //! [`Tx::put`], which keeps the indexes in step with the row.
 
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -492,46 +493,55 @@ fn stats_in(txn: &ReadTransaction, now: Timestamp) -> Result<Stats, Failure> {
 /// waiting on parents (their queue is in the row), `held` (which names
 /// each one's queue) and the few running jobs.
 fn queue_counts_in(txn: &ReadTransaction, now: Timestamp) -> Result<Vec<QueueCounts>, Failure> {
-    let mut by_queue: std::collections::BTreeMap<String, QueueCounts> = Default::default();
-    fn of<'m>(
-        by_queue: &'m mut std::collections::BTreeMap<String, QueueCounts>,
+    /// Counts one job of `queue` with `f` (the name is copied once per
+    /// queue, not once per job).
+    fn count(
+        by_queue: &mut BTreeMap<String, QueueCounts>,
         queue: &str,
-    ) -> &'m mut QueueCounts {
-        by_queue
-            .entry(queue.to_owned())
-            .or_insert_with(|| QueueCounts { queue: queue.to_owned(), ..QueueCounts::default() })
+        f: impl FnOnce(&mut QueueCounts),
+    ) {
+        match by_queue.get_mut(queue) {
+            Some(c) => f(c),
+            None => {
+                let mut c = QueueCounts { queue: queue.to_owned(), ..QueueCounts::default() };
+                f(&mut c);
+                by_queue.insert(queue.to_owned(), c);
+            }
+        }
     }
+    let mut by_queue = BTreeMap::new();
     let now_ms = now.as_millis();
     for entry in txn.open_table(PENDING)?.iter()? {
         let (k, v) = entry?;
-        let c = of(&mut by_queue, v.value().0);
-        c.pending += 1;
-        if k.value().0 <= now_ms {
-            c.due += 1;
-        }
+        let due = k.value().0 <= now_ms;
+        count(&mut by_queue, v.value().0, |c| {
+            c.pending += 1;
+            c.due += u64::from(due);
+        });
     }
     let jobs = txn.open_table(JOBS)?;
     let waiting = txn.open_table(WAITING)?;
     for entry in waiting.iter()? {
         let id = entry?.0.value();
         let job = load(&jobs, id)?.ok_or_else(|| out_of_step("waiting_on_parents", id))?;
-        let c = of(&mut by_queue, &job.queue);
-        c.pending += 1;
-        c.waiting_on_parents += 1;
+        count(&mut by_queue, &job.queue, |c| {
+            c.pending += 1;
+            c.waiting_on_parents += 1;
+        });
     }
     for entry in txn.open_table(HELD)?.iter()? {
         let (k, v) = entry?;
-        let c = of(&mut by_queue, v.value());
-        c.held += 1;
         // A job both held and waiting is counted pending once, above.
-        if waiting.get(k.value())?.is_none() {
-            c.pending += 1;
-        }
+        let also_waiting = waiting.get(k.value())?.is_some();
+        count(&mut by_queue, v.value(), |c| {
+            c.held += 1;
+            c.pending += u64::from(!also_waiting);
+        });
     }
     for entry in txn.open_table(RUNNING)?.iter()? {
         let id = entry?.0.value();
         let job = load(&jobs, id)?.ok_or_else(|| out_of_step("running", id))?;
-        of(&mut by_queue, &job.queue).running += 1;
+        count(&mut by_queue, &job.queue, |c| c.running += 1);
     }
     Ok(by_queue.into_values().collect())
 }
