@@ -242,3 +242,28 @@ fn processes_creating_one_queue_at_once_all_succeed() {
     }
     open(&path).unwrap().check_integrity().unwrap();
 }
+
+/// Each version's own tables are checked before anything is written: a
+/// current queue missing `held` or `lanes` (schema 3), or a v2 queue
+/// missing `waiting_on_parents` (it would be migrated from a layout it
+/// does not have), is refused untouched.
+#[test]
+fn a_queue_missing_a_table_of_its_version_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let healthy = healthy_queue(dir.path());
+    let v2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/v2.redb");
+    for (from, table) in [(&healthy, "held"), (&healthy, "lanes"), (&v2, "waiting_on_parents")] {
+        let path = dir.path().join(format!("without-{table}.redb"));
+        std::fs::copy(from, &path).unwrap();
+        {
+            let db = redb::Database::open(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            let def: redb::TableDefinition<'_, i64, ()> = redb::TableDefinition::new(table);
+            assert!(txn.delete_table(def).unwrap(), "{table} was there");
+            txn.commit().unwrap();
+        }
+        let err = assert_refused_untouched(&path, table);
+        assert_corrupt(&err, &path, table);
+        assert!(err.to_string().contains(&format!("`{table}` is missing")), "{err}");
+    }
+}
