@@ -19,8 +19,9 @@ use slothqueue_core::{
 
 use crate::error::Failure;
 use crate::schema::{
-    COUNTS, EDGES, EVENTS, HELD, JOBS, KEYS, LANES, META, META_NEXT_ID, META_WATERMARK, PENDING,
-    READY, RUNNERS, RUNNING, ReadyKey, WAITING, i64_from_meta, i64_to_meta, priority_key,
+    COUNTS, EDGES, EVENTS, HELD, JOBS, KEYS, LANES, META, META_NEXT_ID, META_SCHEMA_VERSION,
+    META_WATERMARK, PENDING, READY, RUNNERS, RUNNING, ReadyKey, WAITING, i64_from_meta,
+    i64_to_meta, priority_key,
 };
 
 /// The tables of one write transaction, and the index bookkeeping.
@@ -40,6 +41,8 @@ pub(crate) struct Tx<'t> {
     pub(crate) lanes: Table<'t, &'static str, &'static [u8]>,
     /// Pending jobs with `not_before` at or below this are in `ready`.
     pub(crate) watermark: i64,
+    /// The file's schema version as this transaction reads it.
+    pub(crate) version: u64,
 }
 
 impl<'t> Tx<'t> {
@@ -49,6 +52,10 @@ impl<'t> Tx<'t> {
             .get(META_WATERMARK)?
             .map(|v| i64_from_meta(v.value()))
             .ok_or_else(|| Failure::Damaged("the meta table has no ready watermark".to_owned()))?;
+        let version = meta
+            .get(META_SCHEMA_VERSION)?
+            .map(|v| v.value())
+            .ok_or_else(|| Failure::Damaged("the meta table has no schema version".to_owned()))?;
         Ok(Tx {
             meta,
             jobs: txn.open_table(JOBS)?,
@@ -64,6 +71,7 @@ impl<'t> Tx<'t> {
             held: txn.open_table(HELD)?,
             lanes: txn.open_table(LANES)?,
             watermark,
+            version,
         })
     }
 

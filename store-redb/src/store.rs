@@ -26,7 +26,9 @@ use crate::open;
 use crate::rows::{
     Tx, decode_event, decode_job, dependents_in, lanes_in, load, out_of_step, verify_indexes,
 };
-use crate::schema::{COUNTS, EDGES, EVENTS, HELD, JOBS, LANES, PENDING, RUNNERS, RUNNING, WAITING};
+use crate::schema::{
+    COUNTS, EDGES, EVENTS, HELD, JOBS, LANES, PENDING, RUNNERS, RUNNING, SCHEMA_VERSION, WAITING,
+};
 use crate::txn::{self, Db, Gate, Handle, RedbOptions, gate_for, read_only};
 
 /// A queue in one redb file. Cheap to share (`Arc`); several handles, in
@@ -192,6 +194,11 @@ impl Inner {
 
     /// Runs `f` in a write transaction and commits it, or aborts it if `f`
     /// fails (nothing is written then).
+    ///
+    /// A file a newer slothqueue migrated while this handle was open (a
+    /// runner left going across an upgrade) is refused as
+    /// [`StoreError::SchemaTooNew`] before `f` runs: this build would write
+    /// rows and indexes in its own layout, out of step with the new one.
     fn write<T>(&self, f: impl Fn(&mut Tx<'_>) -> Result<T, Failure>) -> Result<T, StoreError> {
         if self.read_only {
             return Err(read_only(&self.path));
@@ -200,7 +207,16 @@ impl Inner {
             let Handle::Writable(db) = h else {
                 return Err(Failure::Store(read_only(&self.path)));
             };
-            txn::write(db, &self.gate, self.options.lock_timeout, &f)
+            txn::write(db, &self.gate, self.options.lock_timeout, |t| {
+                if t.version > u64::from(SCHEMA_VERSION) {
+                    return Err(Failure::Store(StoreError::SchemaTooNew {
+                        path: self.path.clone(),
+                        found: u32::try_from(t.version).unwrap_or(u32::MAX),
+                        supported: SCHEMA_VERSION,
+                    }));
+                }
+                f(t)
+            })
         })
     }
 
