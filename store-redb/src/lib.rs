@@ -14,6 +14,8 @@
 //! | `ready` | (queue, kind, priority flipped, `not_before`, id) → () | pending jobs already due at the watermark, in claim order per (queue, kind) |
 //! | `pending_by_time` | (`not_before`, id) → (queue, kind, priority) | every pending job by due time: promotion into `ready`, `next_due`, `due_now` |
 //! | `waiting_on_parents` | id → () | pending jobs waiting on parents not yet done: kept out of `pending_by_time` and `ready`, so no claim sees them; its length is `Stats::waiting_on_parents` |
+//! | `held` | id → queue | pending jobs a user holds: kept out of `pending_by_time` and `ready` like waiting ones (in `waiting_on_parents` too if they also wait); its length is `Stats::held`, and the queue makes `queues` count them without reading rows |
+//! | `lanes` | scope key → JSON [`LaneSettings`](slothqueue_core::LaneSettings) | each lane's limit and pause (key: the queue, or `""` for every queue); only settings other than the defaults are stored |
 //! | `dependency_edges` | (parent id, child id) → () | who waits on a job, in one range scan: a parent's completion or failure reaches its children in its own transaction |
 //! | `running` | id → lease end | the few running jobs, for reclaim and `next_due` |
 //! | `idempotency_keys` | key → id | which job holds a key |
@@ -42,6 +44,15 @@
 //! watermark rule) before the commit; a failure cancels them the same way.
 //! The edges (schema 2; a v1 queue gains the empty tables on open) belong
 //! to the child: written with it, deleted with it.
+//!
+//! A held job (schema 3, like `lanes`; a v2 queue gains both tables empty)
+//! is out of the claim's indexes the same way, in `held`; releasing it
+//! puts it back by the same one write path (if its parents are done). A
+//! claim reads the lanes and every running job in its transaction
+//! ([`LaneCheck`](slothqueue_core::LaneCheck)): with no settings that is
+//! one look at an empty table; a closed (paused or full) queue is skipped
+//! at its first `ready` key, one seek, however many of its jobs are due,
+//! and while every queue is paused no pending job is read at all.
 //!
 //! # Transactions and the fence
 //!

@@ -12,12 +12,16 @@ use std::ops::Bound;
 
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
 use slothqueue_core::machine::{self, Graph};
-use slothqueue_core::{ClaimFilter, Event, Job, JobId, JobState, Lease, StoreError, Timestamp};
+use slothqueue_core::{
+    ClaimFilter, Event, Job, JobId, JobState, LaneCheck, LaneScope, LaneSettings, Lanes, Lease,
+    StoreError, Timestamp,
+};
 
 use crate::error::Failure;
 use crate::schema::{
-    COUNTS, EDGES, EVENTS, JOBS, KEYS, META, META_NEXT_ID, META_WATERMARK, PENDING, READY, RUNNERS,
-    RUNNING, ReadyKey, WAITING, i64_from_meta, i64_to_meta, priority_key,
+    COUNTS, EDGES, EVENTS, HELD, JOBS, KEYS, LANES, META, META_NEXT_ID, META_SCHEMA_VERSION,
+    META_WATERMARK, PENDING, READY, RUNNERS, RUNNING, ReadyKey, WAITING, i64_from_meta,
+    i64_to_meta, priority_key,
 };
 
 /// The tables of one write transaction, and the index bookkeeping.
@@ -33,8 +37,12 @@ pub(crate) struct Tx<'t> {
     pub(crate) runners: Table<'t, &'static str, &'static [u8]>,
     pub(crate) edges: Table<'t, (i64, i64), ()>,
     pub(crate) waiting: Table<'t, i64, ()>,
+    pub(crate) held: Table<'t, i64, &'static str>,
+    pub(crate) lanes: Table<'t, &'static str, &'static [u8]>,
     /// Pending jobs with `not_before` at or below this are in `ready`.
     pub(crate) watermark: i64,
+    /// The file's schema version as this transaction reads it.
+    pub(crate) version: u64,
 }
 
 impl<'t> Tx<'t> {
@@ -44,6 +52,10 @@ impl<'t> Tx<'t> {
             .get(META_WATERMARK)?
             .map(|v| i64_from_meta(v.value()))
             .ok_or_else(|| Failure::Damaged("the meta table has no ready watermark".to_owned()))?;
+        let version = meta
+            .get(META_SCHEMA_VERSION)?
+            .map(|v| v.value())
+            .ok_or_else(|| Failure::Damaged("the meta table has no schema version".to_owned()))?;
         Ok(Tx {
             meta,
             jobs: txn.open_table(JOBS)?,
@@ -56,7 +68,10 @@ impl<'t> Tx<'t> {
             runners: txn.open_table(RUNNERS)?,
             edges: txn.open_table(EDGES)?,
             waiting: txn.open_table(WAITING)?,
+            held: txn.open_table(HELD)?,
+            lanes: txn.open_table(LANES)?,
             watermark,
+            version,
         })
     }
 
@@ -138,8 +153,14 @@ impl<'t> Tx<'t> {
     fn index(&mut self, job: &Job) -> Result<(), Failure> {
         self.count(job.state, 1)?;
         match job.state {
-            JobState::Pending if job.is_waiting_on_parents() => {
-                self.waiting.insert(job.id, ())?;
+            // Held, waiting on parents, or both: in no index a claim reads.
+            JobState::Pending if !job.is_claimable() => {
+                if job.is_waiting_on_parents() {
+                    self.waiting.insert(job.id, ())?;
+                }
+                if job.is_held() {
+                    self.held.insert(job.id, job.queue.as_str())?;
+                }
             }
             JobState::Pending => {
                 let nb = job.not_before.as_millis();
@@ -166,8 +187,13 @@ impl<'t> Tx<'t> {
     fn unindex(&mut self, job: &Job) -> Result<(), Failure> {
         self.count(job.state, -1)?;
         match job.state {
-            JobState::Pending if job.is_waiting_on_parents() => {
-                self.waiting.remove(job.id)?;
+            JobState::Pending if !job.is_claimable() => {
+                if job.is_waiting_on_parents() {
+                    self.waiting.remove(job.id)?;
+                }
+                if job.is_held() {
+                    self.held.remove(job.id)?;
+                }
             }
             JobState::Pending => {
                 self.pending.remove((job.not_before.as_millis(), job.id))?;
@@ -233,14 +259,37 @@ impl<'t> Tx<'t> {
         Ok(running)
     }
 
-    /// The best due pending job `filter` admits (see [`Tx::best_ready`]),
-    /// once [`Tx::advance`] has moved what is due into `ready`.
+    /// Every lane's stored settings (see [`lanes_in`]).
+    pub(crate) fn lanes(&self) -> Result<Lanes, Failure> {
+        lanes_in(&self.lanes)
+    }
+
+    /// Writes one scope's settings as [`Lanes::apply`] returned them: the
+    /// defaults are deleted, not stored.
+    pub(crate) fn put_lane(
+        &mut self,
+        scope: &LaneScope,
+        settings: &LaneSettings,
+    ) -> Result<(), Failure> {
+        if settings.is_default() {
+            self.lanes.remove(scope.key())?;
+        } else {
+            let bytes = serde_json::to_vec(settings).map_err(encode_failed)?;
+            self.lanes.insert(scope.key(), bytes.as_slice())?;
+        }
+        Ok(())
+    }
+
+    /// The best due pending job `filter` admits whose lane `lanes` lets
+    /// start (see [`Tx::best_ready`]), once [`Tx::advance`] has moved what
+    /// is due into `ready`.
     pub(crate) fn best_due(
         &self,
         filter: &ClaimFilter,
+        lanes: &LaneCheck,
         now: Timestamp,
     ) -> Result<Option<Job>, Failure> {
-        match self.best_ready(filter, now)? {
+        match self.best_ready(filter, lanes, now)? {
             Some(id) => Ok(Some(self.job(id)?.ok_or_else(|| out_of_step("ready", id))?)),
             None => Ok(None),
         }
@@ -276,14 +325,30 @@ impl<'t> Tx<'t> {
     /// (queue, kind) in `ready`, the best of those by claim order. A head
     /// not due at `now` (the clock stepped back below the watermark) is
     /// skipped with its whole priority level, whose other jobs are due no
-    /// earlier.
-    fn best_ready(&self, filter: &ClaimFilter, now: Timestamp) -> Result<Option<JobId>, Failure> {
+    /// earlier. A queue whose lane is closed (paused or full) is skipped
+    /// whole at its first key, one seek, however many of its jobs wait;
+    /// with no lane settings nothing is checked.
+    fn best_ready(
+        &self,
+        filter: &ClaimFilter,
+        lanes: &LaneCheck,
+        now: Timestamp,
+    ) -> Result<Option<JobId>, Failure> {
         let now = now.as_millis();
         let mut best: Option<(u32, i64, i64)> = None;
+        if lanes.all_paused() {
+            return Ok(None);
+        }
+        let check = !lanes.is_open_everywhere();
         let queues: Vec<Option<&str>> = if filter.queues.is_empty() {
             vec![None]
         } else {
-            filter.queues.iter().map(|q| Some(q.as_str())).collect()
+            filter
+                .queues
+                .iter()
+                .filter(|q| !check || lanes.may_start(q))
+                .map(|q| Some(q.as_str()))
+                .collect()
         };
         for only in queues {
             let mut lower: Bound<(String, String, u32, i64, i64)> = Bound::Included((
@@ -316,6 +381,13 @@ impl<'t> Tx<'t> {
                 let Some((q, kind, p, nb, id)) = head else { break };
                 if only.is_some_and(|o| o != q) {
                     break;
+                }
+                if check && !lanes.may_start(&q) {
+                    // On to the next queue: the first key above every key
+                    // of `q` starts with the least string above `q`.
+                    lower =
+                        Bound::Included((format!("{q}\0"), String::new(), 0, i64::MIN, i64::MIN));
+                    continue;
                 }
                 let kind_ok = filter.kinds.as_ref().is_none_or(|ks| ks.contains(&kind));
                 if kind_ok && nb > now {
@@ -368,6 +440,31 @@ pub(crate) fn dependents_in(
         out.push(entry?.0.value().1);
     }
     Ok(out)
+}
+
+/// Every lane's settings as `table` stores them. A row that does not
+/// decode, or is filed under a key that names no scope (not `""` and not
+/// a name `add` accepts), is damage. What decodes is taken as
+/// [`Lanes::insert`] takes it: a row of defaults is no setting, and a
+/// limit filed for every queue is none (no change writes either; a field
+/// a later build adds is a serde default here, as in the job rows).
+pub(crate) fn lanes_in(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Lanes, Failure> {
+    let mut lanes = Lanes::default();
+    for entry in table.iter()? {
+        let (k, v) = entry?;
+        let key = k.value();
+        let settings: LaneSettings = serde_json::from_slice(v.value())
+            .map_err(|e| Failure::Damaged(format!("lane `{key}` does not decode: {e}")))?;
+        if !key.is_empty() && !machine::is_plain_name(key) {
+            return Err(Failure::Damaged(format!(
+                "a lane is filed under `{key}`, not a queue name"
+            )));
+        }
+        lanes.insert(LaneScope::from_key(key), settings);
+    }
+    Ok(lanes)
 }
 
 fn borrow_key(k: &(String, String, u32, i64, i64)) -> (&str, &str, u32, i64, i64) {
@@ -432,8 +529,10 @@ pub(crate) fn verify_indexes(txn: &ReadTransaction) -> Result<(), Failure> {
     let next_id = meta.get(META_NEXT_ID)?.map(|v| v.value()).unwrap_or(1);
     let mut counts: HashMap<JobState, u64> = HashMap::new();
     let (mut n_pending, mut n_ready, mut n_running, mut n_keys) = (0u64, 0u64, 0u64, 0u64);
-    let (mut n_waiting, mut n_edges) = (0u64, 0u64);
+    let (mut n_waiting, mut n_edges, mut n_held) = (0u64, 0u64, 0u64);
     let waiting = txn.open_table(WAITING)?;
+    let held = txn.open_table(HELD)?;
+    lanes_in(&txn.open_table(LANES)?)?;
     let edges = txn.open_table(EDGES)?;
     let pending = txn.open_table(PENDING)?;
     let ready = txn.open_table(READY)?;
@@ -459,13 +558,21 @@ pub(crate) fn verify_indexes(txn: &ReadTransaction) -> Result<(), Failure> {
             }
         }
         match job.state {
-            JobState::Pending if job.is_waiting_on_parents() => {
-                n_waiting += 1;
-                if waiting.get(job.id)?.is_none() {
-                    return bad(format!(
-                        "waiting job #{} is missing from waiting_on_parents",
-                        job.id
-                    ));
+            JobState::Pending if !job.is_claimable() => {
+                if job.is_waiting_on_parents() {
+                    n_waiting += 1;
+                    if waiting.get(job.id)?.is_none() {
+                        return bad(format!(
+                            "waiting job #{} is missing from waiting_on_parents",
+                            job.id
+                        ));
+                    }
+                }
+                if job.is_held() {
+                    n_held += 1;
+                    if held.get(job.id)?.map(|q| q.value() == job.queue) != Some(true) {
+                        return bad(format!("held job #{} is missing from held", job.id));
+                    }
                 }
             }
             JobState::Pending => {
@@ -514,6 +621,7 @@ pub(crate) fn verify_indexes(txn: &ReadTransaction) -> Result<(), Failure> {
         ("running", running.len()?, n_running),
         ("idempotency_keys", keys.len()?, n_keys),
         ("waiting_on_parents", waiting.len()?, n_waiting),
+        ("held", held.len()?, n_held),
         ("dependency_edges", edges.len()?, n_edges),
     ] {
         if indexed != actual {

@@ -19,7 +19,10 @@ use crate::error::Failure;
 /// - 2: job dependencies: the `dependency_edges` and `waiting_on_parents`
 ///   tables, and jobs waiting on parents kept out of `pending_by_time` and
 ///   `ready` (no v1 job has parents, so the migration only adds tables).
-pub const SCHEMA_VERSION: u32 = 2;
+/// - 3: lanes: the `lanes` table (limits and pauses) and the `held` table,
+///   with held jobs kept out of `pending_by_time` and `ready` (no v2 job is
+///   held, so the migration only adds tables).
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Name → value; the schema version, the next id and the ready watermark.
 /// Its name doubles as slothqueue's mark on the file.
@@ -55,6 +58,17 @@ pub(crate) const EDGES: TableDefinition<'static, (i64, i64), ()> =
 /// its length is `Stats::waiting_on_parents`. Since schema 2.
 pub(crate) const WAITING: TableDefinition<'static, i64, ()> =
     TableDefinition::new("waiting_on_parents");
+/// Job id → its queue: the held pending jobs (`Job::held`), which are in
+/// neither `pending_by_time` nor `ready` (no claim may see them), whether
+/// or not they also wait on parents (then they are in `waiting_on_parents`
+/// too); its length is `Stats::held`, and the queue counts them per lane
+/// without reading the rows. Since schema 3.
+pub(crate) const HELD: TableDefinition<'static, i64, &str> = TableDefinition::new("held");
+/// Lane scope key ([`slothqueue_core::LaneScope::key`]: a queue's name, or
+/// `""` for every queue) → its [`slothqueue_core::LaneSettings`] as JSON;
+/// only settings other than the defaults are stored, so a file nobody
+/// configured has it empty and a claim reads nothing more. Since schema 3.
+pub(crate) const LANES: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("lanes");
 /// State name → how many jobs are in it.
 pub(crate) const COUNTS: TableDefinition<'static, &str, u64> = TableDefinition::new("state_counts");
 /// Owner id → the [`slothqueue_core::RunnerRecord`] as JSON.
@@ -83,9 +97,8 @@ const TABLES_V1: [&str; 9] = [
     "runners",
 ];
 
-/// Every table slothqueue writes (schema [`SCHEMA_VERSION`]): a table
-/// outside this list is another program's.
-pub(crate) const TABLE_NAMES: [&str; 11] = [
+/// The tables of schema 2.
+const TABLES_V2: [&str; 11] = [
     "slothqueue_meta",
     "jobs",
     "ready",
@@ -99,12 +112,31 @@ pub(crate) const TABLE_NAMES: [&str; 11] = [
     "waiting_on_parents",
 ];
 
+/// Every table slothqueue writes (schema [`SCHEMA_VERSION`]): a table
+/// outside this list is another program's.
+pub(crate) const TABLE_NAMES: [&str; 13] = [
+    "slothqueue_meta",
+    "jobs",
+    "ready",
+    "pending_by_time",
+    "running",
+    "idempotency_keys",
+    "events",
+    "state_counts",
+    "runners",
+    "dependency_edges",
+    "waiting_on_parents",
+    "held",
+    "lanes",
+];
+
 /// The tables a file of schema `version` must have, for the open check;
 /// `None` for a version this build never wrote.
 pub(crate) fn tables_of(version: u64) -> Option<&'static [&'static str]> {
     match version {
         1 => Some(&TABLES_V1),
-        2 => Some(&TABLE_NAMES),
+        2 => Some(&TABLES_V2),
+        3 => Some(&TABLE_NAMES),
         _ => None,
     }
 }
@@ -183,6 +215,8 @@ pub(crate) fn initialise_in(txn: &WriteTransaction, path: &Path) -> Result<(), S
         txn.open_table(RUNNERS)?;
         txn.open_table(EDGES)?;
         txn.open_table(WAITING)?;
+        txn.open_table(HELD)?;
+        txn.open_table(LANES)?;
         Ok(())
     };
     step().map_err(|e| e.into_store(path))
@@ -192,7 +226,7 @@ pub(crate) fn initialise_in(txn: &WriteTransaction, path: &Path) -> Result<(), S
 /// transaction (all or nothing). Version 1 is the first, so index 0 is
 /// never used.
 type Migration = fn(&WriteTransaction) -> Result<(), Failure>;
-const MIGRATIONS: &[Migration] = &[no_migration, v1_to_v2];
+const MIGRATIONS: &[Migration] = &[no_migration, v1_to_v2, v2_to_v3];
 
 fn no_migration(_: &WriteTransaction) -> Result<(), Failure> {
     Err(Failure::Damaged("schema version 0 was never written".to_owned()))
@@ -205,6 +239,17 @@ fn no_migration(_: &WriteTransaction) -> Result<(), Failure> {
 fn v1_to_v2(txn: &WriteTransaction) -> Result<(), Failure> {
     txn.open_table(EDGES)?;
     txn.open_table(WAITING)?;
+    Ok(())
+}
+
+/// Schema 3 adds lanes and holds. A v2 build never wrote a held job (its
+/// `Job` has no `held`, and a v3 file is refused by it as too new), so no
+/// job moves out of `pending_by_time`/`ready`: the tables are made empty,
+/// no lane has a setting, and the integrity check would find a held row
+/// outside `held`.
+fn v2_to_v3(txn: &WriteTransaction) -> Result<(), Failure> {
+    txn.open_table(HELD)?;
+    txn.open_table(LANES)?;
     Ok(())
 }
 

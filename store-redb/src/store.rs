@@ -5,6 +5,7 @@
 //! (the change and what it causes to the jobs waiting on it) and
 //! [`Tx::put`], which keeps the indexes in step with the row.
 
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -14,15 +15,20 @@ use async_trait::async_trait;
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 use slothqueue_core::machine::{self, Graph, PushPlan, Transition};
 use slothqueue_core::{
-    ClaimRequest, Claimed, Completion, Event, Failure as JobFailure, Fence, HeartbeatAck, Job,
-    JobId, JobState, ListFilter, ListOrder, NewJob, Policy, PurgeFilter, Pushed, RunnerRecord,
-    SettledAndClaimed, Settlement, Stats, Store, StoreError, Timestamp,
+    AttemptNote, ClaimRequest, Claimed, Completion, Event, Failure as JobFailure, Fence,
+    HeartbeatAck, Job, JobId, JobState, LaneChange, LaneCheck, LaneScope, Lanes, ListFilter,
+    ListOrder, NewJob, Policy, PurgeFilter, Pushed, QueueCounts, RunnerRecord, SettledAndClaimed,
+    Settlement, Stamp, Stats, Store, StoreError, Timestamp,
 };
 
 use crate::error::{Failure, corrupt, guarded, panic_message};
 use crate::open;
-use crate::rows::{Tx, decode_event, decode_job, dependents_in, load, out_of_step, verify_indexes};
-use crate::schema::{COUNTS, EDGES, EVENTS, JOBS, PENDING, RUNNERS, RUNNING, WAITING};
+use crate::rows::{
+    Tx, decode_event, decode_job, dependents_in, lanes_in, load, out_of_step, verify_indexes,
+};
+use crate::schema::{
+    COUNTS, EDGES, EVENTS, HELD, JOBS, LANES, PENDING, RUNNERS, RUNNING, SCHEMA_VERSION, WAITING,
+};
 use crate::txn::{self, Db, Gate, Handle, RedbOptions, gate_for, read_only};
 
 /// A queue in one redb file. Cheap to share (`Arc`); several handles, in
@@ -188,6 +194,11 @@ impl Inner {
 
     /// Runs `f` in a write transaction and commits it, or aborts it if `f`
     /// fails (nothing is written then).
+    ///
+    /// A file a newer slothqueue migrated while this handle was open (a
+    /// runner left going across an upgrade) is refused as
+    /// [`StoreError::SchemaTooNew`] before `f` runs: this build would write
+    /// rows and indexes in its own layout, out of step with the new one.
     fn write<T>(&self, f: impl Fn(&mut Tx<'_>) -> Result<T, Failure>) -> Result<T, StoreError> {
         if self.read_only {
             return Err(read_only(&self.path));
@@ -196,7 +207,16 @@ impl Inner {
             let Handle::Writable(db) = h else {
                 return Err(Failure::Store(read_only(&self.path)));
             };
-            txn::write(db, &self.gate, self.options.lock_timeout, &f)
+            txn::write(db, &self.gate, self.options.lock_timeout, |t| {
+                if t.version > u64::from(SCHEMA_VERSION) {
+                    return Err(Failure::Store(StoreError::SchemaTooNew {
+                        path: self.path.clone(),
+                        found: u32::try_from(t.version).unwrap_or(u32::MAX),
+                        supported: SCHEMA_VERSION,
+                    }));
+                }
+                f(t)
+            })
         })
     }
 
@@ -224,8 +244,11 @@ impl Inner {
     }
 }
 
-/// One claim, as [`machine::plan_claim`] decides it from the running jobs
-/// and the best due pending job, judged inside this transaction.
+/// One claim, as [`machine::plan_claim`] decides it from the lanes, the
+/// running jobs and the best due pending job their lanes let start, all
+/// read and judged inside this transaction (so a limit holds across every
+/// claimer on the file). With no lane settings the lanes cost one look at
+/// an empty table.
 fn claim_in(
     t: &mut Tx<'_>,
     request: &ClaimRequest,
@@ -234,16 +257,10 @@ fn claim_in(
 ) -> Result<Option<Claimed>, Failure> {
     t.advance(now)?;
     let running = t.running_jobs()?;
-    let best_due = t.best_due(&request.filter, now)?;
-    let plan = machine::plan_claim(
-        request,
-        &slothqueue_core::LaneCheck::open(), /* PLACEHOLDER */
-        running,
-        best_due,
-        now,
-        policy,
-    )
-    .map_err(|e| Failure::Damaged(format!("the ready index is out of step: {e}")))?;
+    let lanes = LaneCheck::new(t.lanes()?, &running);
+    let best_due = t.best_due(&request.filter, &lanes, now)?;
+    let plan = machine::plan_claim(request, &lanes, running, best_due, now, policy)
+        .map_err(|e| Failure::Damaged(format!("the ready index is out of step: {e}")))?;
     let claimed = plan.claimed();
     // A retired job's dependents are waiting (not due), so the cascade
     // never touches the job taken.
@@ -457,12 +474,13 @@ fn stats_in(txn: &ReadTransaction, now: Timestamp) -> Result<Stats, Failure> {
     let counts = txn.open_table(COUNTS)?;
     let pending = txn.open_table(PENDING)?;
     let waiting = txn.open_table(WAITING)?;
+    let held = txn.open_table(HELD)?;
     let count = |s: JobState| -> Result<u64, Failure> {
         Ok(counts.get(s.as_str())?.map(|v| v.value()).unwrap_or(0))
     };
     let now_ms = now.as_millis();
-    // Jobs waiting on parents are in neither `pending_by_time` nor
-    // `ready`: not counted due, and their time is not `next_due`.
+    // Jobs waiting on parents or held are in neither `pending_by_time`
+    // nor `ready`: not counted due, and their time is not `next_due`.
     let mut due_now = 0u64;
     for entry in pending.range(..=(now_ms, i64::MAX))? {
         entry?;
@@ -474,7 +492,7 @@ fn stats_in(txn: &ReadTransaction, now: Timestamp) -> Result<Stats, Failure> {
             None => None,
         };
     Ok(Stats {
-        held: 0, // PLACEHOLDER (lanes base)
+        held: held.len()?,
         pending: count(JobState::Pending)?,
         waiting_on_parents: waiting.len()?,
         running: count(JobState::Running)?,
@@ -484,6 +502,64 @@ fn stats_in(txn: &ReadTransaction, now: Timestamp) -> Result<Stats, Failure> {
         due_now,
         next_due,
     })
+}
+
+/// What each queue with a pending or running job holds: one pass over
+/// `pending_by_time` (the claimable jobs, due or not), the rows of the jobs
+/// waiting on parents (their queue is in the row), `held` (which names
+/// each one's queue) and the few running jobs.
+fn queue_counts_in(txn: &ReadTransaction, now: Timestamp) -> Result<Vec<QueueCounts>, Failure> {
+    /// Counts one job of `queue` with `f` (the name is copied once per
+    /// queue, not once per job).
+    fn count(
+        by_queue: &mut BTreeMap<String, QueueCounts>,
+        queue: &str,
+        f: impl FnOnce(&mut QueueCounts),
+    ) {
+        match by_queue.get_mut(queue) {
+            Some(c) => f(c),
+            None => {
+                let mut c = QueueCounts { queue: queue.to_owned(), ..QueueCounts::default() };
+                f(&mut c);
+                by_queue.insert(queue.to_owned(), c);
+            }
+        }
+    }
+    let mut by_queue = BTreeMap::new();
+    let now_ms = now.as_millis();
+    for entry in txn.open_table(PENDING)?.iter()? {
+        let (k, v) = entry?;
+        let due = k.value().0 <= now_ms;
+        count(&mut by_queue, v.value().0, |c| {
+            c.pending += 1;
+            c.due += u64::from(due);
+        });
+    }
+    let jobs = txn.open_table(JOBS)?;
+    let waiting = txn.open_table(WAITING)?;
+    for entry in waiting.iter()? {
+        let id = entry?.0.value();
+        let job = load(&jobs, id)?.ok_or_else(|| out_of_step("waiting_on_parents", id))?;
+        count(&mut by_queue, &job.queue, |c| {
+            c.pending += 1;
+            c.waiting_on_parents += 1;
+        });
+    }
+    for entry in txn.open_table(HELD)?.iter()? {
+        let (k, v) = entry?;
+        // A job both held and waiting is counted pending once, above.
+        let also_waiting = waiting.get(k.value())?.is_some();
+        count(&mut by_queue, v.value(), |c| {
+            c.held += 1;
+            c.pending += u64::from(!also_waiting);
+        });
+    }
+    for entry in txn.open_table(RUNNING)?.iter()? {
+        let id = entry?.0.value();
+        let job = load(&jobs, id)?.ok_or_else(|| out_of_step("running", id))?;
+        count(&mut by_queue, &job.queue, |c| c.running += 1);
+    }
+    Ok(by_queue.into_values().collect())
 }
 
 fn next_due_in(txn: &ReadTransaction) -> Result<Option<Timestamp>, Failure> {
@@ -537,52 +613,52 @@ fn alone(e: StoreError) -> StoreError {
 
 #[async_trait]
 impl Store for RedbStore {
-    // PLACEHOLDER (lanes base): the lane methods, until this store implements them.
     async fn note_attempt(
         &self,
-        _id: JobId,
-        _fence: &Fence,
-        _note: &slothqueue_core::AttemptNote,
-        _now: Timestamp,
+        id: JobId,
+        fence: &Fence,
+        note: &AttemptNote,
+        now: Timestamp,
     ) -> Result<Job, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER note_attempt".into()))
+        let (fence, note) = (fence.clone(), note.clone());
+        self.transition(id, now, move |_, job, _| {
+            Ok(machine::note_attempt(job, &fence, &note, now)?)
+        })
+        .await
     }
 
-    async fn hold(
-        &self,
-        _id: JobId,
-        _stamp: slothqueue_core::Stamp,
-        _now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER hold".into()))
+    async fn hold(&self, id: JobId, stamp: Stamp, now: Timestamp) -> Result<Job, StoreError> {
+        self.transition(id, now, move |_, job, _| Ok(machine::hold(job, stamp.clone(), now)?)).await
     }
 
-    async fn release_hold(
-        &self,
-        _id: JobId,
-        _by: &str,
-        _now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER release_hold".into()))
+    async fn release_hold(&self, id: JobId, by: &str, now: Timestamp) -> Result<Job, StoreError> {
+        let by = by.to_owned();
+        self.transition(id, now, move |_, job, _| Ok(machine::release_hold(job, &by, now)?)).await
     }
 
-    async fn lanes(&self) -> Result<slothqueue_core::Lanes, StoreError> {
-        Ok(slothqueue_core::Lanes::default()) // PLACEHOLDER
+    async fn lanes(&self) -> Result<Lanes, StoreError> {
+        self.blocking(|i| i.read(|txn| lanes_in(&txn.open_table(LANES)?))).await
     }
 
     async fn change_lane(
         &self,
-        _scope: &slothqueue_core::LaneScope,
-        _change: &slothqueue_core::LaneChange,
-    ) -> Result<slothqueue_core::Lanes, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER change_lane".into()))
+        scope: &LaneScope,
+        change: &LaneChange,
+    ) -> Result<Lanes, StoreError> {
+        let (scope, change) = (scope.clone(), change.clone());
+        self.blocking(move |i| {
+            i.write(|t| {
+                let mut lanes = t.lanes()?;
+                let settings = lanes.apply(&scope, &change)?;
+                t.put_lane(&scope, &settings)?;
+                Ok(lanes)
+            })
+        })
+        .await
     }
 
-    async fn queue_counts(
-        &self,
-        _now: Timestamp,
-    ) -> Result<Vec<slothqueue_core::QueueCounts>, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER queue_counts".into()))
+    async fn queue_counts(&self, now: Timestamp) -> Result<Vec<QueueCounts>, StoreError> {
+        self.blocking(move |i| i.read(|txn| queue_counts_in(txn, now))).await
     }
 
     async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {

@@ -136,6 +136,37 @@ fn a_newer_schema_is_refused_untouched() {
     }
 }
 
+/// A newer slothqueue migrating the file while a handle of this build is
+/// open (a runner left going across an upgrade): the handle's next write
+/// is refused, not written in this build's layout; its reads go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handle_refuses_to_write_once_a_newer_build_migrated_its_file() {
+    use slothqueue_core::Store;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let s = open(&path).unwrap();
+    s.push(NewJob::shell("echo 1", "/tmp"), T).await.unwrap();
+    {
+        const META: redb::TableDefinition<'static, &str, u64> =
+            redb::TableDefinition::new("slothqueue_meta");
+        let mut b = redb::Builder::new();
+        b.set_concurrency_mode(redb::ConcurrencyMode::MultiWriter);
+        let db = b.open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(META)
+            .unwrap()
+            .insert("schema_version", u64::from(SCHEMA_VERSION) + 1)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let err = s.push(NewJob::shell("echo 2", "/tmp"), T).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::SchemaTooNew { found, .. } if found == SCHEMA_VERSION + 1),
+        "{err:?}"
+    );
+    assert_eq!(s.stats(T).await.unwrap().pending, 1, "nothing was written");
+}
+
 #[test]
 fn another_programs_redb_file_is_refused_untouched() {
     let dir = tempfile::tempdir().unwrap();
@@ -241,4 +272,29 @@ fn processes_creating_one_queue_at_once_all_succeed() {
         o.join().unwrap().unwrap();
     }
     open(&path).unwrap().check_integrity().unwrap();
+}
+
+/// Each version's own tables are checked before anything is written: a
+/// current queue missing `held` or `lanes` (schema 3), or a v2 queue
+/// missing `waiting_on_parents` (it would be migrated from a layout it
+/// does not have), is refused untouched.
+#[test]
+fn a_queue_missing_a_table_of_its_version_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let healthy = healthy_queue(dir.path());
+    let v2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/v2.redb");
+    for (from, table) in [(&healthy, "held"), (&healthy, "lanes"), (&v2, "waiting_on_parents")] {
+        let path = dir.path().join(format!("without-{table}.redb"));
+        std::fs::copy(from, &path).unwrap();
+        {
+            let db = redb::Database::open(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            let def: redb::TableDefinition<'_, i64, ()> = redb::TableDefinition::new(table);
+            assert!(txn.delete_table(def).unwrap(), "{table} was there");
+            txn.commit().unwrap();
+        }
+        let err = assert_refused_untouched(&path, table);
+        assert_corrupt(&err, &path, table);
+        assert!(err.to_string().contains(&format!("`{table}` is missing")), "{err}");
+    }
 }

@@ -19,7 +19,12 @@
 //! - `claim_order`: the `ready` index against a model (proptest; its
 //!   regressions file sits beside it, `claim_order.proptest-regressions`);
 //! - `v1_fixture`: the schema-v1 fixture in `tests/data/` opens and reads
-//!   back exactly, forever.
+//!   back exactly, forever;
+//! - `v2_fixture`: the schema-v2 fixture (dependencies) migrates to v3 and
+//!   reads back exactly, forever;
+//! - `lanes`: limits, pauses and holds in this backend's claim indexes
+//!   (a closed queue skipped at its first key, a limit across handles, a
+//!   held job out of every claim index), against a model too.
 //!
 //! The shared `Store` contract is not here: it is `tests/conformance.rs`, its
 //! own binary, which `cargo xtask conformance` runs by name.
@@ -32,6 +37,8 @@ mod damaged_close;
 mod dependencies;
 mod disk_full;
 mod import;
+mod lanes;
 mod power_loss;
 mod read_only;
 mod v1_fixture;
+mod v2_fixture;

@@ -4,7 +4,8 @@
 //! image must then open (redb repairs it), pass both integrity checks, and
 //! hold exactly the state after some operation at or after the last one
 //! acknowledged before the cut: nothing acknowledged is lost, nothing is
-//! half-written.
+//! half-written. The workload includes a hold and lane changes (schema 3),
+//! and the state compared includes the lanes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a test failure is a panic")]
 
@@ -15,8 +16,9 @@ use std::time::Duration;
 
 use redb::{BackendError, StorageBackend};
 use slothqueue_core::{
-    ClaimFilter, ClaimRequest, Completion, Failure, Lease, ListFilter, ListOrder, Liveness,
-    LivenessJudge, NewJob, Owner, PurgeFilter, RunnerActivity, RunnerRecord, Store, Timestamp,
+    ClaimFilter, ClaimRequest, Completion, Failure, LaneChange, LaneScope, Lease, ListFilter,
+    ListOrder, Liveness, LivenessJudge, NewJob, Owner, PurgeFilter, RunnerActivity, RunnerRecord,
+    Stamp, Store, Timestamp,
 };
 use slothqueue_store_redb::{RedbOptions, RedbStore};
 
@@ -138,6 +140,7 @@ async fn everything(s: &RedbStore) -> String {
         let events = s.events(j.id).await.unwrap();
         out.push_str(&format!("{j:?}\n{events:?}\n"));
     }
+    out.push_str(&format!("{:?}\n", s.lanes().await.unwrap()));
     out.push_str(&format!("{:?}", s.runners().await.unwrap()));
     out
 }
@@ -191,6 +194,15 @@ async fn workload(image: &Image) -> Vec<(u64, String)> {
     );
     assert_eq!(d.job.id, d2.job.id);
     step!(s.release(d2.job.id, &d2.fence, at(11)).await.unwrap());
+    let h = step!(s.push(sh("echo held"), at(11)).await.unwrap());
+    step!(s.hold(h.job.id, Stamp::new("ana", at(11)), at(11)).await.unwrap());
+    let default = LaneScope::Queue("default".into());
+    step!(s.change_lane(&default, &LaneChange::Limit(1)).await.unwrap());
+    step!(
+        s.change_lane(&LaneScope::All, &LaneChange::Pause(Stamp::new("ana", at(12))))
+            .await
+            .unwrap()
+    );
     step!(s.purge(&PurgeFilter::default()).await.unwrap());
     let record = RunnerRecord {
         owner: Owner::named("w2"),
