@@ -621,9 +621,13 @@ fn fixtures(backend: Backend) -> Vec<PathBuf> {
             vec![
                 root.join("../store-sqlite/tests/data/v1.sqlite"),
                 root.join("tests/data/v1.sqlite"),
+                root.join("../store-sqlite/tests/data/v3.sqlite"),
+                root.join("../store-sqlite/tests/data/v4.sqlite"),
             ]
         }
-        Backend::Redb => vec![root.join("tests/data/v1.redb")],
+        Backend::Redb => {
+            vec![root.join("tests/data/v1.redb"), root.join("../store-redb/tests/data/v2.redb")]
+        }
     };
     candidates.into_iter().filter(|p| p.exists()).collect()
 }
