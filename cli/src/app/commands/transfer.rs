@@ -96,9 +96,13 @@ fn parse_any(number: usize, text: &str) -> anyhow::Result<Parsed> {
             // copy: a bad queue name is refused before anything is written.
             let mut scratch = Lanes::default();
             for (scope, change) in lane_changes(&lanes) {
-                scratch
-                    .apply(&scope, &change)
-                    .map_err(|e| usage(format!("line {number}: bad `lanes`: {e}")))?;
+                scratch.apply(&scope, &change).map_err(|e| {
+                    let why = match e {
+                        machine::TransitionError::InvalidJob(m) => m,
+                        e => e.to_string(),
+                    };
+                    usage(format!("line {number}: bad `lanes`: {why}"))
+                })?;
             }
             Ok(Parsed::Lanes(lanes))
         }
