@@ -305,6 +305,10 @@ impl Tour {
         self.step(&["queues"]).await?;
         let code = self.step(&["run", "--load-file", "load", "--slots", "3"]).await?;
         expect_code(code, 0, "the run with three slots")?;
+        say(&[
+            "# (#9 and #10 ran side by side; #11 took the first place free in photos;",
+            "#  the backup waits on its queue's pause, the report on its hold)",
+        ])?;
         self.step(&["show", "12"]).await?;
         self.step(&["resume", "--queue", "backups"]).await?;
         self.step(&["release", "13"]).await?;
