@@ -136,6 +136,9 @@ const CASES: &[Case] = &[
     Case { args: &["add", "x"], db: Db::Corrupt, code: 6, fragment: "damaged" },
     Case { args: &["show", "1"], db: Db::Missing, code: 3, fragment: "no queue at" },
     Case { args: &["cancel", "1"], db: Db::Missing, code: 3, fragment: "no queue at" },
+    Case { args: &["resume"], db: Db::Missing, code: 3, fragment: "no queue at" },
+    Case { args: &["hold", "1"], db: Db::Missing, code: 3, fragment: "no queue at" },
+    Case { args: &["release", "1"], db: Db::Missing, code: 3, fragment: "no queue at" },
 ];
 
 /// The queue: job #1 done, job #2 pending an hour from now.

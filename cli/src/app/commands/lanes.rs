@@ -66,6 +66,7 @@ pub async fn parallel(ctx: &Ctx, queue: &str, limit: u32) -> Outcome {
 
 /// `pause [--queue Q]`: no new job of the lane starts; running ones go on.
 pub async fn pause(ctx: &Ctx, scope: LaneScope, by: String) -> Outcome {
+    // A pause may come before the first job, as a limit may.
     let store = ctx.open(true)?;
     let now = ctx.now();
     let mine = Stamp::new(by, now);
@@ -87,7 +88,8 @@ pub async fn pause(ctx: &Ctx, scope: LaneScope, by: String) -> Outcome {
 
 /// `resume [--queue Q]`: jobs of the lane may start again.
 pub async fn resume(ctx: &Ctx, scope: LaneScope) -> Outcome {
-    let store = ctx.open(true)?;
+    // Nothing is paused in a queue file that does not exist: no new file.
+    let store = ctx.open(false)?;
     let now = ctx.now();
     // Read only to say whether it was paused: the change itself is one
     // write whatever another process did meanwhile.
