@@ -66,7 +66,7 @@ pub enum Command {
     /// Queue a shell command (with --kind, a handler job; with --stdin, one job a line).
     #[command(allow_negative_numbers = true)]
     Add(AddArgs),
-    /// Run due jobs one at a time, politely, until none is due.
+    /// Run due jobs one at a time (or --slots N at once), politely, until none is due.
     Run(RunArgs),
     /// Counts per state, what is due, and the live runners.
     Status,
@@ -310,7 +310,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH")]
     pub load_file: Option<PathBuf>,
 
-    /// Pause after each job.
+    /// Pause after each job (with --slots, after the latest start or end).
     #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = duration::parse)]
     pub cooldown: Option<Duration>,
 
