@@ -66,7 +66,7 @@ pub enum Command {
     /// Queue a shell command (with --kind, a handler job; with --stdin, one job a line).
     #[command(allow_negative_numbers = true)]
     Add(AddArgs),
-    /// Run due jobs one at a time, politely, until none is due.
+    /// Run due jobs one at a time (or --slots N at once), politely, until none is due.
     Run(RunArgs),
     /// Counts per state, what is due, and the live runners.
     Status,
@@ -94,6 +94,80 @@ pub enum Command {
     Serve(ServeArgs),
     /// Block until jobs are finished; exit 1 if one did not end done.
     Wait(WaitArgs),
+    /// At most N jobs of a queue run at once, across every runner (0: no limit).
+    Parallel(ParallelArgs),
+    /// Start no new job of a queue (of every queue without --queue); running ones go on.
+    Pause(LaneArgs),
+    /// Undo `pause`: jobs of the queue (of every queue without --queue) may start again.
+    Resume(LaneArgs),
+    /// Keep pending jobs from starting until `release`.
+    Hold(IdsArg),
+    /// Let held jobs run again.
+    Release(IdsArg),
+    /// One row per queue: its jobs, its limit, whether it is paused.
+    Queues,
+}
+
+/// `parallel`.
+#[derive(Debug, Args)]
+pub struct ParallelArgs {
+    /// The most jobs of the queue that may run at once, across every
+    /// runner on the file; 0 lifts the limit.
+    #[arg(value_name = "N", allow_hyphen_values = true, value_parser = parse_parallel)]
+    pub limit: u32,
+
+    /// The queue (default: `default`).
+    #[arg(long, short = 'q', value_name = "Q")]
+    pub queue: Option<String>,
+}
+
+/// `pause`, `resume`.
+#[derive(Debug, Args)]
+pub struct LaneArgs {
+    /// Only this queue (default: every queue; a queue paused on its own
+    /// stays paused when every queue is resumed).
+    #[arg(long, short = 'q', value_name = "Q")]
+    pub queue: Option<String>,
+}
+
+/// `hold`, `release`.
+#[derive(Debug, Args)]
+pub struct IdsArg {
+    /// The jobs (`12` or `#12`), each in turn.
+    #[arg(value_name = "ID", required = true, value_parser = parse_id, allow_hyphen_values = true)]
+    pub ids: Vec<JobId>,
+}
+
+/// What runs at once and what it waits for: flags `run` and `serve` share.
+#[derive(Debug, Args)]
+pub struct SlotArgs {
+    /// Run up to N jobs at once (1 to 64; default 1), each with its own
+    /// lease, log and process group. The gates are read before every start.
+    #[arg(long, value_name = "N", value_parser = parse_slots)]
+    pub slots: Option<usize>,
+
+    /// Start a job only while CPU pressure (Linux PSI, `some avg10` of
+    /// /proc/pressure/cpu) is below this percentage.
+    #[arg(long, value_name = "PCT", allow_hyphen_values = true, value_parser = parse_pressure)]
+    pub max_cpu_pressure: Option<f64>,
+
+    /// Read CPU pressure from this PSI-format file instead of /proc/pressure/cpu.
+    #[arg(long, value_name = "PATH", requires = "max_cpu_pressure")]
+    pub pressure_file: Option<PathBuf>,
+
+    /// Start a job only while the machine runs on mains power, not on battery.
+    #[arg(long)]
+    pub require_ac_power: bool,
+
+    /// Read the power supplies from this directory instead of /sys/class/power_supply.
+    #[arg(long, value_name = "DIR", requires = "require_ac_power")]
+    pub power_supply_dir: Option<PathBuf>,
+
+    /// When a gate closes while jobs run, stop their processes (SIGSTOP)
+    /// until it opens again (SIGCONT); the stopped time does not count
+    /// against their max runtime.
+    #[arg(long)]
+    pub suspend_when_gated: bool,
 }
 
 /// `wait`.
@@ -139,6 +213,10 @@ pub struct ServeArgs {
     /// (default: the number of CPUs).
     #[arg(long, value_name = "F", allow_hyphen_values = true, value_parser = parse_ceiling)]
     pub load_ceiling: Option<f64>,
+
+    /// Slots and gates of the drain worker.
+    #[command(flatten)]
+    pub slots: SlotArgs,
 }
 
 /// `add`.
@@ -232,7 +310,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH")]
     pub load_file: Option<PathBuf>,
 
-    /// Pause after each job.
+    /// Pause after each job (with --slots, after the latest start or end).
     #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = duration::parse)]
     pub cooldown: Option<Duration>,
 
@@ -260,6 +338,10 @@ pub struct RunArgs {
     /// that may be suspended, shorter recovers such jobs sooner.
     #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = duration::parse)]
     pub lease: Option<Duration>,
+
+    /// Slots and gates.
+    #[command(flatten)]
+    pub slots: SlotArgs,
 }
 
 /// `list`.
@@ -435,6 +517,37 @@ fn state_parser() -> impl clap::builder::TypedValueParser<Value = JobState> {
         .map(JobState::as_str),
     )
     .try_map(|s| s.to_ascii_lowercase().parse::<JobState>())
+}
+
+/// The most `--slots` a runner takes: more would be a fork bomb by typo.
+pub const MAX_SLOTS: usize = 64;
+
+fn parse_slots(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX_SLOTS).contains(&n) => Ok(n),
+        _ => Err(format!("`{s}` is not a number of slots from 1 to {MAX_SLOTS}")),
+    }
+}
+
+/// The highest `parallel N`.
+pub const MAX_PARALLEL: u32 = 10_000;
+
+fn parse_parallel(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n) if n <= MAX_PARALLEL => Ok(n),
+        _ => Err(format!(
+            "`{s}` is not a limit: expected a number of jobs from 0 (no limit) to {MAX_PARALLEL}"
+        )),
+    }
+}
+
+fn parse_pressure(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 0.0 && f <= 100.0 => Ok(f),
+        _ => Err(format!(
+            "`{s}` is not a cpu pressure ceiling: expected a percentage above 0 and at most 100, like 30"
+        )),
+    }
 }
 
 fn parse_limit(s: &str) -> Result<usize, String> {

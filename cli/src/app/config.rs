@@ -12,6 +12,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use slothqueue::core::{DEFAULT_QUEUE, LaneScope};
 use slothqueue::{Backend, JobId, ListFilter, ListOrder, NewJob};
 
 use super::args::{self, Cli, Order};
@@ -95,6 +96,68 @@ pub enum Command {
         /// Give up after this long.
         timeout: Option<Duration>,
     },
+    /// Set a queue's limit.
+    Parallel {
+        /// The queue.
+        queue: String,
+        /// The most of its jobs running at once; 0 is none.
+        limit: u32,
+    },
+    /// Pause a lane.
+    Pause {
+        /// One queue or every queue.
+        scope: LaneScope,
+        /// Who pauses (`USER@host`).
+        by: String,
+    },
+    /// Resume a lane.
+    Resume(LaneScope),
+    /// Hold pending jobs.
+    Hold {
+        /// The jobs, in the order given.
+        ids: Vec<JobId>,
+        /// Who holds them (`USER@host`).
+        by: String,
+    },
+    /// Release held jobs.
+    Release {
+        /// The jobs, in the order given.
+        ids: Vec<JobId>,
+        /// Who releases them (`USER@host`).
+        by: String,
+    },
+    /// One row a lane.
+    Queues,
+}
+
+/// Slots and gates, as `run` and `serve` take them, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlotConfig {
+    /// Jobs run at once (1 to [`args::MAX_SLOTS`]).
+    pub slots: usize,
+    /// The CPU pressure ceiling in percent, if any.
+    pub max_cpu_pressure: Option<f64>,
+    /// A PSI-format file to read instead of the kernel's.
+    pub pressure_file: Option<PathBuf>,
+    /// Start jobs only on mains power.
+    pub require_ac_power: bool,
+    /// A directory to read instead of `/sys/class/power_supply`.
+    pub power_supply_dir: Option<PathBuf>,
+    /// Stop running jobs' processes while a gate is closed.
+    pub suspend_when_gated: bool,
+}
+
+impl Default for SlotConfig {
+    fn default() -> Self {
+        SlotConfig {
+            slots: 1,
+            max_cpu_pressure: None,
+            pressure_file: None,
+            require_ac_power: false,
+            power_supply_dir: None,
+            suspend_when_gated: false,
+        }
+    }
 }
 
 /// `serve`, validated.
@@ -108,6 +171,8 @@ pub struct ServeConfig {
     pub allow_remote: bool,
     /// The drain worker's load ceiling; `None` is the number of CPUs.
     pub load_ceiling: Option<f64>,
+    /// The drain worker's slots and other gates.
+    pub slots: SlotConfig,
 }
 
 /// `add --stdin`: the flags, checked, as the defaults of every line (the
@@ -161,6 +226,8 @@ pub struct RunConfig {
     pub on_finish: Option<String>,
     /// The lease length asked for (`--lease`); `None` is the default.
     pub lease: Option<Duration>,
+    /// Slots and the gates beyond the load.
+    pub slots: SlotConfig,
 }
 
 /// What the configuration reads from the process environment, gathered in
@@ -177,6 +244,10 @@ pub struct Env {
     pub stdout_is_terminal: bool,
     /// The current directory, recorded as a shell job's `cwd`.
     pub cwd: std::io::Result<PathBuf>,
+    /// `$USER`, else `$LOGNAME`, else `uid N`: who pauses and holds.
+    pub user: String,
+    /// This host's name, as runners record it.
+    pub host: String,
 }
 
 impl Env {
@@ -189,8 +260,31 @@ impl Env {
             no_color: std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
             stdout_is_terminal: std::io::stdout().is_terminal(),
             cwd: std::env::current_dir(),
+            user: user_name(
+                std::env::var("USER").ok(),
+                std::env::var("LOGNAME").ok(),
+                rustix::process::getuid().as_raw(),
+            ),
+            host: rustix::system::uname().nodename().to_string_lossy().into_owned(),
         }
     }
+
+    /// `USER@host`: how a pause or a hold names who did it.
+    pub fn who(&self) -> String {
+        format!("{}@{}", self.user, self.host)
+    }
+}
+
+/// The user's name from `$USER` or `$LOGNAME` (the first set to a plain
+/// name), else `uid N`. Control characters and `@` are left out so the
+/// stamp reads as one `name@host`.
+fn user_name(user: Option<String>, logname: Option<String>, uid: u32) -> String {
+    [user, logname]
+        .into_iter()
+        .flatten()
+        .map(|n| n.chars().filter(|c| !c.is_control() && *c != '@').collect::<String>())
+        .find(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| format!("uid {uid}"))
 }
 
 impl Config {
@@ -227,7 +321,18 @@ impl Config {
                 token_file: a.token_file,
                 allow_remote: a.allow_remote,
                 load_ceiling: a.load_ceiling,
+                slots: slot_config(a.slots)?,
             }),
+            args::Command::Parallel(p) => {
+                let queue = p.queue.unwrap_or_else(|| DEFAULT_QUEUE.to_owned());
+                plain_name("--queue", &queue)?;
+                Command::Parallel { queue, limit: p.limit }
+            }
+            args::Command::Pause(l) => Command::Pause { scope: lane_scope(l)?, by: env.who() },
+            args::Command::Resume(l) => Command::Resume(lane_scope(l)?),
+            args::Command::Hold(i) => Command::Hold { ids: i.ids, by: env.who() },
+            args::Command::Release(i) => Command::Release { ids: i.ids, by: env.who() },
+            args::Command::Queues => Command::Queues,
             args::Command::Wait(w) => {
                 let target = match (w.queue, w.all) {
                     (Some(q), _) => {
@@ -281,6 +386,52 @@ fn expand_home(path: PathBuf, env: &Env) -> anyhow::Result<PathBuf> {
         ))
     })?;
     Ok(if rest.as_os_str().is_empty() { home } else { home.join(rest) })
+}
+
+/// `--queue Q` as a lane: that queue, or every queue without the flag.
+fn lane_scope(l: args::LaneArgs) -> anyhow::Result<LaneScope> {
+    match l.queue {
+        Some(q) => {
+            plain_name("--queue", &q)?;
+            Ok(LaneScope::Queue(q))
+        }
+        None => Ok(LaneScope::All),
+    }
+}
+
+/// `--slots` and the gates beyond the load, checked: the files they name
+/// must be there now, so a typo is refused at start, not waited on forever.
+fn slot_config(a: args::SlotArgs) -> anyhow::Result<SlotConfig> {
+    if let Some(file) = &a.pressure_file {
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            usage(format!(
+                "--pressure-file {}: cannot read it ({e}); expected the PSI format of /proc/pressure/cpu",
+                file.display()
+            ))
+        })?;
+        if slothqueue::runner::gate::parse_psi_some_avg10(&text).is_none() {
+            return Err(usage(format!(
+                "--pressure-file {} is not in PSI format (expected a line like `some avg10=1.00 avg60=0.50 avg300=0.20 total=100`)",
+                file.display()
+            )));
+        }
+    }
+    if let Some(dir) = &a.power_supply_dir {
+        if !dir.is_dir() {
+            return Err(usage(format!(
+                "--power-supply-dir {} is not a directory (expected the layout of /sys/class/power_supply)",
+                dir.display()
+            )));
+        }
+    }
+    Ok(SlotConfig {
+        slots: a.slots.unwrap_or(1),
+        max_cpu_pressure: a.max_cpu_pressure,
+        pressure_file: a.pressure_file,
+        require_ac_power: a.require_ac_power,
+        power_supply_dir: a.power_supply_dir,
+        suspend_when_gated: a.suspend_when_gated,
+    })
 }
 
 fn plain_name(flag: &str, value: &str) -> anyhow::Result<()> {
@@ -380,6 +531,10 @@ fn run_config(r: args::RunArgs) -> anyhow::Result<RunConfig> {
             ));
         }
     }
+    let slots = slot_config(r.slots)?;
+    if r.once && slots.slots > 1 {
+        return Err(usage("--once runs one job: --slots cannot be more than 1 with it"));
+    }
     let mode = if r.once {
         RunMode::Once
     } else if r.follow {
@@ -397,6 +552,7 @@ fn run_config(r: args::RunArgs) -> anyhow::Result<RunConfig> {
         handlers: r.handlers,
         on_finish: r.on_finish,
         lease: r.lease,
+        slots,
     })
 }
 
@@ -444,6 +600,8 @@ mod tests {
             no_color: false,
             stdout_is_terminal: false,
             cwd: Ok(PathBuf::from("/work")),
+            user: "ana".into(),
+            host: "laptop".into(),
         }
     }
 
@@ -498,5 +656,103 @@ mod tests {
     #[test]
     fn logs_live_beside_the_queue_file() {
         assert_eq!(log_dir(Path::new("/a/q.db")), PathBuf::from("/a/q.db.logs"));
+    }
+
+    #[test]
+    fn slots_and_gates_fill_the_run_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let psi = dir.path().join("cpu");
+        std::fs::write(&psi, "some avg10=12.00 avg60=3.00 avg300=1.00 total=5\n").unwrap();
+        let psi = psi.to_str().unwrap();
+        let power = dir.path().to_str().unwrap();
+        let c = config(&[
+            "run",
+            "--slots",
+            "3",
+            "--max-cpu-pressure",
+            "30",
+            "--pressure-file",
+            psi,
+            "--require-ac-power",
+            "--power-supply-dir",
+            power,
+            "--suspend-when-gated",
+        ])
+        .unwrap();
+        let Command::Run(r) = c.command else { panic!("not run") };
+        assert_eq!(r.slots.slots, 3);
+        assert_eq!(r.slots.max_cpu_pressure, Some(30.0));
+        assert!(r.slots.require_ac_power && r.slots.suspend_when_gated);
+        let Command::Run(d) = config(&["run"]).unwrap().command else { panic!("not run") };
+        assert_eq!(d.slots, SlotConfig::default());
+        let Command::Serve(s) = config(&["serve", "--slots", "2"]).unwrap().command else {
+            panic!("not serve")
+        };
+        assert_eq!(s.slots.slots, 2);
+        let not_psi = dir.path().join("loadavg");
+        std::fs::write(&not_psi, "0.1 0.1 0.1 1/1 1\n").unwrap();
+        let not_psi = not_psi.to_str().unwrap();
+        for (argv, fragment) in [
+            (&["run", "--slots", "0"][..], "not a number of slots from 1 to 64"),
+            (&["run", "--slots", "65"][..], "not a number of slots from 1 to 64"),
+            (&["run", "--slots", "2", "--once"][..], "--once runs one job"),
+            (&["run", "--max-cpu-pressure", "0"][..], "not a cpu pressure ceiling"),
+            (&["run", "--max-cpu-pressure", "101"][..], "not a cpu pressure ceiling"),
+            (&["run", "--pressure-file", psi][..], "--max-cpu-pressure"),
+            (
+                &["run", "--max-cpu-pressure", "5", "--pressure-file", "/nonexistent/cpu"][..],
+                "cannot read it",
+            ),
+            (
+                &["run", "--max-cpu-pressure", "5", "--pressure-file", not_psi][..],
+                "not in PSI format",
+            ),
+            (&["run", "--power-supply-dir", power][..], "--require-ac-power"),
+            (&["run", "--require-ac-power", "--power-supply-dir", psi][..], "is not a directory"),
+            (&["serve", "--slots", "99"][..], "not a number of slots"),
+        ] {
+            let err = config(argv).expect_err(fragment);
+            assert!(format!("{err:#}").contains(fragment), "{argv:?}: {err:#}");
+        }
+    }
+
+    #[test]
+    fn lane_commands_name_their_queue_and_who() {
+        let Command::Parallel { queue, limit } = config(&["parallel", "2"]).unwrap().command else {
+            panic!("not parallel")
+        };
+        assert_eq!((queue.as_str(), limit), ("default", 2));
+        let Command::Pause { scope, by } = config(&["pause"]).unwrap().command else {
+            panic!("not pause")
+        };
+        assert_eq!((scope, by.as_str()), (LaneScope::All, "ana@laptop"));
+        let Command::Resume(scope) = config(&["resume", "-q", "disk"]).unwrap().command else {
+            panic!("not resume")
+        };
+        assert_eq!(scope, LaneScope::Queue("disk".into()));
+        let Command::Hold { ids, .. } = config(&["hold", "3", "#4"]).unwrap().command else {
+            panic!("not hold")
+        };
+        assert_eq!(ids, [3, 4]);
+        for (argv, fragment) in [
+            (&["parallel", "-1"][..], "not a limit"),
+            (&["parallel", "10001"][..], "not a limit"),
+            (&["parallel", "2", "--queue", "a/b"][..], "--queue `a/b`"),
+            (&["pause", "--queue", "a b"][..], "--queue `a b`"),
+            (&["hold"][..], "required"),
+            (&["release", "0"][..], "not a job id"),
+        ] {
+            let err = config(argv).expect_err(fragment);
+            assert!(format!("{err:#}").contains(fragment), "{argv:?}: {err:#}");
+        }
+    }
+
+    #[test]
+    fn who_is_the_user_at_the_host() {
+        assert_eq!(user_name(Some("ana".into()), Some("x".into()), 7), "ana");
+        assert_eq!(user_name(None, Some("bo".into()), 7), "bo");
+        assert_eq!(user_name(Some("".into()), None, 7), "uid 7");
+        assert_eq!(user_name(Some("a@b\n".into()), None, 7), "ab");
+        assert_eq!(env().who(), "ana@laptop");
     }
 }

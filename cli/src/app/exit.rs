@@ -136,6 +136,14 @@ pub fn report(err: &anyhow::Error) -> ExitCode {
     code.into()
 }
 
+/// Prints the error as one line, as [`report`] does, and returns its code:
+/// for a command that goes on after one refusal (`hold 3 4 5`).
+pub fn warn(err: &anyhow::Error) -> Code {
+    let code = code_for(err);
+    eprintln!("error: {}", one_line(err));
+    code
+}
+
 /// The error and its causes joined by `: `, each cause said once: an error
 /// type that both prints its source and returns it from `source()` (as
 /// some libraries' do) would otherwise repeat the whole message.

@@ -2,13 +2,13 @@
 //! not running yet, or who is running it.
 //!
 //! The answer is the first of these that holds, because each hides the
-//! ones after it: waiting on parents not done yet; not due yet; no runner
-//! alive; a runner held by its gate; jobs ahead of it; the runner busy with
-//! another job. A pure function of what `show` read from the store and what
+//! ones after it: held by a user; waiting on parents not done yet; not due
+//! yet; its lane paused or full; no runner alive; a runner held by its
+//! gate; jobs ahead of it; the runner busy with another job. A pure function of what `show` read from the store and what
 //! the liveness judge said. A job that a dependency's failure cancelled
 //! gets a line too: why, and which `retry` brings it back.
 
-use slothqueue::core::Liveness;
+use slothqueue::core::{LaneVerdict, Lanes, Liveness};
 use slothqueue::{Job, JobState, RunnerActivity, RunnerRecord, Timestamp};
 
 use super::duration::format_span;
@@ -99,6 +99,10 @@ pub struct Situation<'a> {
     pub this_host: &'a str,
     /// The job's parents as the store has them now (purged ones left out).
     pub parents: &'a [Job],
+    /// Every lane's settings.
+    pub lanes: &'a Lanes,
+    /// What the job's lane says of a new start now.
+    pub lane: LaneVerdict,
 }
 
 /// The line, or `None` for a finished job (but one a dependency cancelled).
@@ -144,6 +148,17 @@ fn running(s: &Situation<'_>) -> String {
 
 fn pending(s: &Situation<'_>) -> String {
     let job = s.job;
+    if let Some(h) = job.held.as_ref() {
+        let mut line = format!(
+            "held {} — `slothqueue release {}` lets it run",
+            render::stamp(h, s.now),
+            job.id
+        );
+        if job.is_waiting_on_parents() {
+            line.push_str(&format!(" (it also waits: {})", render::waiting_on(job, s.parents)));
+        }
+        return line;
+    }
     if job.is_waiting_on_parents() {
         return render::waiting_on(job, s.parents);
     }
@@ -154,6 +169,9 @@ fn pending(s: &Situation<'_>) -> String {
             local(job.not_before, s.now),
             format_span(job.not_before.duration_since(s.now))
         );
+    }
+    if let Some(line) = render::lane_reason(&job.queue, &s.lane, s.lanes, s.now) {
+        return line;
     }
     let serving: Vec<&SeenRunner<'_>> =
         s.runners.iter().filter(|r| r.is_live(s.now) && r.serves(&job.queue)).collect();
@@ -228,6 +246,8 @@ mod tests {
             lease_owner: Liveness::Unknown,
             this_host: "box",
             parents: &[],
+            lanes: &Lanes::default(),
+            lane: LaneVerdict::Open,
         })
         .unwrap()
     }
@@ -308,6 +328,8 @@ mod tests {
                 lease_owner,
                 this_host: "box",
                 parents: &[],
+                lanes: &Lanes::default(),
+                lane: LaneVerdict::Open,
             })
             .unwrap()
         };
@@ -353,6 +375,8 @@ mod tests {
                 lease_owner: Liveness::Unknown,
                 this_host: "box",
                 parents,
+                lanes: &Lanes::default(),
+                lane: LaneVerdict::Open,
             })
             .unwrap()
         };
@@ -384,12 +408,61 @@ mod tests {
             lease_owner: Liveness::Unknown,
             this_host: "box",
             parents: &[],
+            lanes: &Lanes::default(),
+            lane: LaneVerdict::Open,
         });
         assert_eq!(
             line.as_deref(),
             Some(
                 "cancelled because dependency #12 failed: `slothqueue retry 12` runs #12 again and brings this job back"
             )
+        );
+    }
+
+    #[test]
+    fn a_hold_comes_first_then_the_lane_before_the_runners() {
+        use slothqueue::core::{LaneChange, LaneScope, Stamp};
+        let due = job(NOW);
+        let mut held = due.clone();
+        held.held = Some(Stamp::new("ana@laptop", NOW));
+        let mut lanes = Lanes::default();
+        lanes
+            .apply(
+                &LaneScope::Queue("default".into()),
+                &LaneChange::Pause(Stamp::new("bo@box", NOW)),
+            )
+            .unwrap();
+        let line = |job: &Job, lanes: &Lanes, lane: LaneVerdict| {
+            why(&Situation {
+                job,
+                now: NOW,
+                ahead: 0,
+                runners: &[],
+                lease_owner: Liveness::Unknown,
+                this_host: "box",
+                parents: &[],
+                lanes,
+                lane,
+            })
+            .unwrap()
+        };
+        let paused = LaneVerdict::Paused(Stamp::new("bo@box", NOW));
+        assert_eq!(
+            line(&held, &lanes, paused.clone()),
+            "held since 22:13:20 by ana@laptop — `slothqueue release 1` lets it run"
+        );
+        assert_eq!(
+            line(&due, &lanes, paused.clone()),
+            "its queue default is paused since 22:13:20 by bo@box (`slothqueue resume --queue default` lets it run)"
+        );
+        assert_eq!(
+            line(&due, &Lanes::default(), paused),
+            "every queue is paused since 22:13:20 by bo@box (`slothqueue resume` lets it run)",
+            "no pause of its own: the pause of every queue"
+        );
+        assert_eq!(
+            line(&due, &Lanes::default(), LaneVerdict::Full { running: 2, limit: 2 }),
+            "lane full: 2 of 2 running in queue default (it starts when one ends; `slothqueue parallel N --queue default` changes the limit)"
         );
     }
 }

@@ -6,6 +6,7 @@
 
 use std::fmt::Write as _;
 
+use slothqueue::core::{LaneScope, LaneSettings, LaneVerdict, QueuesReport, Stamp};
 use slothqueue::{Event, EventKind, Job, JobState, Stats, Timestamp};
 
 use super::duration;
@@ -138,7 +139,10 @@ pub fn job_details(job: &Job, now: Timestamp, color: bool) -> String {
     if let Some(k) = &job.idempotency_key {
         let _ = writeln!(out, "key:          {}", one_line(k));
     }
-    if job.is_waiting_on_parents() {
+    if let Some(h) = job.held.as_ref().filter(|_| job.is_held()) {
+        let _ = writeln!(out, "held:         {}", stamp(h, now));
+        let _ = writeln!(out, "due:          once released (slothqueue release {})", job.id);
+    } else if job.is_waiting_on_parents() {
         let not_before = if job.not_before > now {
             format!(", and not before {}", due(job, now))
         } else {
@@ -160,10 +164,18 @@ pub fn job_details(job: &Job, now: Timestamp, color: bool) -> String {
     out
 }
 
-/// The word for a job's state in tables and parent lists: `waiting` for
-/// a pending job that waits on parents, else the state.
+/// The word for a job's state in tables and parent lists: `held` for a
+/// pending job a user holds (whatever else it waits on: the hold is what
+/// a user must undo), `waiting` for one that waits on parents, else the
+/// state. (`--json` keeps `"state": "pending"` and adds `held`.)
 pub fn state_word(job: &Job) -> &'static str {
-    if job.is_waiting_on_parents() { "waiting" } else { job.state.as_str() }
+    if job.is_held() {
+        "held"
+    } else if job.is_waiting_on_parents() {
+        "waiting"
+    } else {
+        job.state.as_str()
+    }
 }
 
 /// A job named as a parent or dependent: `#12 (running, attempt 2)`, or by
@@ -239,8 +251,15 @@ pub fn due(job: &Job, now: Timestamp) -> String {
 pub fn stats(s: &Stats, now: Timestamp) -> String {
     let mut out = String::new();
     let _ = write!(out, "pending: {}", s.pending);
+    let mut of_pending = Vec::new();
     if s.waiting_on_parents > 0 {
-        let _ = write!(out, " ({} waiting on parents)", s.waiting_on_parents);
+        of_pending.push(format!("{} waiting on parents", s.waiting_on_parents));
+    }
+    if s.held > 0 {
+        of_pending.push(format!("{} held", s.held));
+    }
+    if !of_pending.is_empty() {
+        let _ = write!(out, " ({})", of_pending.join(", "));
     }
     out.push('\n');
     for (name, n) in
@@ -259,6 +278,200 @@ pub fn stats(s: &Stats, now: Timestamp) -> String {
             );
         }
         None => out.push_str("next due: none\n"),
+    }
+    out
+}
+
+/// `since 10:02:03 by ana@laptop`: when and by whom a pause or a hold.
+pub fn stamp(s: &Stamp, now: Timestamp) -> String {
+    format!("since {} by {}", local(s.since, now), one_line(&s.by))
+}
+
+/// `3 due jobs`, `1 due job`.
+fn due_jobs(n: u64) -> String {
+    if n == 1 { "1 due job".to_owned() } else { format!("{n} due jobs") }
+}
+
+/// What `parallel` prints: `queue disk: at most 2 at once` or `queue
+/// disk: no limit`, and the pause when the lane is paused too.
+pub fn limit_line(queue: &str, settings: &LaneSettings, now: Timestamp) -> String {
+    let mut line = match settings.limit {
+        0 => format!("queue {queue}: no limit"),
+        n => format!("queue {queue}: at most {n} at once"),
+    };
+    if let Some(p) = &settings.paused {
+        let _ = write!(line, " (paused {})", stamp(p, now));
+    }
+    line
+}
+
+/// What `pause` prints: `queue backups paused (3 due jobs wait; running
+/// jobs go on)`, or, when it was paused before (the first pause's stamp
+/// is kept), `queue backups was already paused since … by …`.
+pub fn paused_line(
+    scope: &LaneScope,
+    paused: Option<&Stamp>,
+    mine: &Stamp,
+    due: u64,
+    now: Timestamp,
+) -> String {
+    let verb = if due == 1 { "waits" } else { "wait" };
+    let counts = format!("({} {verb}; running jobs go on)", due_jobs(due));
+    match paused {
+        Some(p) if p != mine => format!("{scope} was already paused {} {counts}", stamp(p, now)),
+        _ => format!("{scope} paused {counts}"),
+    }
+}
+
+/// What `resume` prints: `queue backups resumed (3 due jobs may start)`
+/// or `queue backups was not paused`, and what stays paused: the pause of
+/// every queue after a queue's resume, the queues paused on their own
+/// after the resume of every queue.
+pub fn resumed_line(
+    scope: &LaneScope,
+    was_paused: bool,
+    after: &slothqueue::core::Lanes,
+    due: u64,
+    now: Timestamp,
+) -> String {
+    let mut line = if was_paused {
+        format!("{scope} resumed ({} may start)", due_jobs(due))
+    } else {
+        format!("{scope} was not paused")
+    };
+    match scope {
+        LaneScope::Queue(_) => {
+            if let Some(all) = &after.all_paused {
+                let _ = write!(
+                    line,
+                    "; every queue is still paused {} (`slothqueue resume` lifts that)",
+                    stamp(all, now)
+                );
+            }
+        }
+        LaneScope::All => {
+            let own: Vec<&str> = after
+                .queues
+                .iter()
+                .filter(|(_, s)| s.paused.is_some())
+                .map(|(q, _)| q.as_str())
+                .collect();
+            if !own.is_empty() {
+                let _ = write!(
+                    line,
+                    "; still paused on their own: {} (`slothqueue resume --queue Q`)",
+                    own.join(", ")
+                );
+            }
+        }
+    }
+    line
+}
+
+/// Why a lane lets no job of it start, for `show` and `status`: `its
+/// queue backups is paused since … by …`, `queue disk is full: 2 of 2
+/// running`. `None` for an open lane.
+pub fn lane_reason(
+    queue: &str,
+    verdict: &LaneVerdict,
+    lanes: &slothqueue::core::Lanes,
+    now: Timestamp,
+) -> Option<String> {
+    match verdict {
+        LaneVerdict::Open => None,
+        LaneVerdict::Paused(p) if lanes.of(queue).paused.is_none() => Some(format!(
+            "every queue is paused {} (`slothqueue resume` lets it run)",
+            stamp(p, now)
+        )),
+        LaneVerdict::Paused(p) => Some(format!(
+            "its queue {queue} is paused {} (`slothqueue resume --queue {queue}` lets it run)",
+            stamp(p, now)
+        )),
+        LaneVerdict::Full { running, limit } => Some(format!(
+            "lane full: {running} of {limit} running in queue {queue} (it starts when one ends; `slothqueue parallel N --queue {queue}` changes the limit)"
+        )),
+    }
+}
+
+/// `status`'s lines about lanes with settings: the pause of every queue,
+/// then each lane paused or limited, with what waits on it.
+pub fn lanes_lines(report: &QueuesReport, now: Timestamp) -> String {
+    let mut out = String::from("lanes:\n");
+    if let Some(all) = &report.all_paused {
+        let _ = writeln!(out, "  every queue: paused {} (`slothqueue resume`)", stamp(all, now));
+    }
+    for q in report.queues.iter().filter(|q| q.limit > 0 || q.paused.is_some()) {
+        let c = &q.counts;
+        let mut parts = Vec::new();
+        if let Some(p) = &q.paused {
+            parts.push(format!("paused {}", stamp(p, now)));
+        }
+        if q.limit > 0 {
+            let full = if c.running >= u64::from(q.limit) { "full: " } else { "" };
+            parts.push(format!("{full}{} of {} running", c.running, q.limit));
+        }
+        let mut line = format!("  {}: {}", c.queue, parts.join(", "));
+        if c.due > 0 {
+            let verb = if c.due == 1 { "waits" } else { "wait" };
+            let _ = write!(line, "; {} {verb}", due_jobs(c.due));
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+/// The columns of `queues`.
+const QUEUE_HEADERS: [&str; 7] = ["QUEUE", "PENDING", "DUE", "HELD", "RUNNING", "LIMIT", "PAUSED"];
+
+/// `queues`' table: one row per lane, then a line when every queue is
+/// paused. Numbers right-aligned; `-` for no limit and not paused.
+pub fn queues_table(report: &QueuesReport, now: Timestamp) -> String {
+    let mut out = String::new();
+    if report.queues.is_empty() {
+        out.push_str("no queues: no pending or running job, no limit, no pause\n");
+    } else {
+        let rows: Vec<[String; 7]> = report
+            .queues
+            .iter()
+            .map(|q| {
+                let c = &q.counts;
+                [
+                    c.queue.clone(),
+                    c.pending.to_string(),
+                    c.due.to_string(),
+                    c.held.to_string(),
+                    c.running.to_string(),
+                    if q.limit == 0 { "-".to_owned() } else { q.limit.to_string() },
+                    q.paused.as_ref().map_or_else(|| "-".to_owned(), |p| stamp(p, now)),
+                ]
+            })
+            .collect();
+        let header = QUEUE_HEADERS.map(str::to_owned);
+        let mut widths = [0usize; 7];
+        for row in std::iter::once(&header).chain(&rows) {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        for row in std::iter::once(&header).chain(&rows) {
+            let mut line = String::new();
+            for (i, cell) in row.iter().enumerate() {
+                if i == 0 || i == 6 {
+                    let _ = write!(line, "{cell:<w$}  ", w = widths[i]);
+                } else {
+                    let _ = write!(line, "{cell:>w$}  ", w = widths[i]);
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+    }
+    if let Some(all) = &report.all_paused {
+        let _ = writeln!(
+            out,
+            "every queue is paused {} (`slothqueue resume` lifts it)",
+            stamp(all, now)
+        );
     }
     out
 }
@@ -336,6 +549,9 @@ pub fn table(jobs: &[Job], now: Timestamp, width: Option<usize>, color: bool) ->
 }
 
 fn when(job: &Job, now: Timestamp) -> String {
+    if let Some(h) = job.held.as_ref().filter(|_| job.is_held()) {
+        return format!("since {}", local(h.since, now));
+    }
     if job.is_waiting_on_parents() {
         return match job.after.as_slice() {
             [one] => format!("after #{one}"),
@@ -426,5 +642,147 @@ mod tests {
         assert_eq!(truncate("abcdefgh", Some(5)), "abcd…");
         assert_eq!(truncate("abc", Some(5)), "abc");
         assert_eq!(truncate("abcdefgh", None), "abcdefgh");
+    }
+
+    mod lanes {
+        use super::super::*;
+        use slothqueue::core::{LaneChange, Lanes, QueueCounts};
+
+        const NOW: Timestamp = Timestamp::from_millis(1_700_000_000_000);
+
+        fn stamp_of(by: &str) -> Stamp {
+            Stamp::new(by, NOW)
+        }
+
+        fn q(name: &str) -> LaneScope {
+            LaneScope::Queue(name.to_owned())
+        }
+
+        fn report() -> QueuesReport {
+            let mut lanes = Lanes::default();
+            lanes.apply(&q("disk"), &LaneChange::Limit(2)).unwrap();
+            lanes.apply(&q("backups"), &LaneChange::Pause(stamp_of("ana@laptop"))).unwrap();
+            let counts = vec![
+                QueueCounts {
+                    queue: "backups".into(),
+                    pending: 4,
+                    due: 3,
+                    held: 1,
+                    ..QueueCounts::default()
+                },
+                QueueCounts {
+                    queue: "default".into(),
+                    pending: 12,
+                    due: 10,
+                    ..QueueCounts::default()
+                },
+                QueueCounts {
+                    queue: "disk".into(),
+                    pending: 5,
+                    due: 5,
+                    running: 2,
+                    ..QueueCounts::default()
+                },
+            ];
+            QueuesReport::new(&lanes, counts)
+        }
+
+        #[test]
+        fn the_queues_table_has_a_row_per_lane() {
+            assert_eq!(
+                queues_table(&report(), NOW),
+                "\
+QUEUE    PENDING  DUE  HELD  RUNNING  LIMIT  PAUSED
+backups        4    3     1        0      -  since 22:13:20 by ana@laptop
+default       12   10     0        0      -  -
+disk           5    5     0        2      2  -
+"
+            );
+            let mut all = report();
+            all.all_paused = Some(stamp_of("bo@box"));
+            assert!(queues_table(&all, NOW).ends_with(
+                "every queue is paused since 22:13:20 by bo@box (`slothqueue resume` lifts it)\n"
+            ));
+            assert_eq!(
+                queues_table(&QueuesReport::default(), NOW),
+                "no queues: no pending or running job, no limit, no pause\n"
+            );
+        }
+
+        #[test]
+        fn status_names_paused_and_full_lanes() {
+            assert_eq!(
+                lanes_lines(&report(), NOW),
+                "\
+lanes:
+  backups: paused since 22:13:20 by ana@laptop; 3 due jobs wait
+  disk: full: 2 of 2 running; 5 due jobs wait
+"
+            );
+        }
+
+        #[test]
+        fn pause_resume_and_parallel_say_what_is_now_true() {
+            let mine = stamp_of("ana@laptop");
+            assert_eq!(
+                paused_line(&q("backups"), Some(&mine), &mine, 3, NOW),
+                "queue backups paused (3 due jobs wait; running jobs go on)"
+            );
+            assert_eq!(
+                paused_line(&LaneScope::All, Some(&mine), &mine, 1, NOW),
+                "every queue paused (1 due job waits; running jobs go on)"
+            );
+            let earlier = stamp_of("bo@box");
+            assert_eq!(
+                paused_line(&q("backups"), Some(&earlier), &mine, 0, NOW),
+                "queue backups was already paused since 22:13:20 by bo@box (0 due jobs wait; running jobs go on)"
+            );
+            let mut lanes = Lanes::default();
+            assert_eq!(
+                resumed_line(&q("backups"), true, &lanes, 3, NOW),
+                "queue backups resumed (3 due jobs may start)"
+            );
+            assert_eq!(
+                resumed_line(&q("backups"), false, &lanes, 3, NOW),
+                "queue backups was not paused"
+            );
+            lanes.apply(&LaneScope::All, &LaneChange::Pause(earlier.clone())).unwrap();
+            assert_eq!(
+                resumed_line(&q("backups"), true, &lanes, 3, NOW),
+                "queue backups resumed (3 due jobs may start); every queue is still paused since 22:13:20 by bo@box (`slothqueue resume` lifts that)"
+            );
+            let mut own = Lanes::default();
+            own.apply(&q("disk"), &LaneChange::Pause(earlier)).unwrap();
+            assert_eq!(
+                resumed_line(&LaneScope::All, true, &own, 7, NOW),
+                "every queue resumed (7 due jobs may start); still paused on their own: disk (`slothqueue resume --queue Q`)"
+            );
+            let limited = LaneSettings { limit: 2, paused: None };
+            assert_eq!(limit_line("disk", &limited, NOW), "queue disk: at most 2 at once");
+            assert_eq!(limit_line("disk", &LaneSettings::default(), NOW), "queue disk: no limit");
+            let both = LaneSettings { limit: 1, paused: Some(mine) };
+            assert_eq!(
+                limit_line("disk", &both, NOW),
+                "queue disk: at most 1 at once (paused since 22:13:20 by ana@laptop)"
+            );
+        }
+
+        #[test]
+        fn a_held_job_reads_held_in_lists_and_counts() {
+            let policy = slothqueue::Policy::default();
+            let new = slothqueue::NewJob::shell("true", "/");
+            let mut job = slothqueue::core::machine::create(12, &new, &[], NOW, &policy).job;
+            job.held = Some(stamp_of("ana@laptop"));
+            assert_eq!(state_word(&job), "held");
+            assert_eq!(job_ref(&job), "#12 (held)");
+            let table = table(std::slice::from_ref(&job), NOW, None, false);
+            assert!(table.contains("#12  held   "), "{table}");
+            assert!(table.contains("since 22:13:20"), "{table}");
+            let details = job_details(&job, NOW, false);
+            assert!(details.contains("held:         since 22:13:20 by ana@laptop\n"), "{details}");
+            assert!(details.contains("due:          once released (slothqueue release 12)\n"));
+            let s = Stats { pending: 3, held: 1, waiting_on_parents: 2, ..Stats::default() };
+            assert!(stats(&s, NOW).starts_with("pending: 3 (2 waiting on parents, 1 held)\n"));
+        }
     }
 }

@@ -14,6 +14,8 @@
 //! - `workflows`: jobs that run after others (`--after`, `--stdin`), what
 //!   the looks say of them, failure and retry down a chain, export/import.
 //! - `wait`: `wait`'s exit codes and a wait released by another process.
+//! - `lanes`: limits, pauses, holds and slots (issue #16); the scenarios
+//!   that need the stores' lane methods are `both_backends_with_lanes!`.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -24,6 +26,7 @@ mod bad_input;
 mod creation;
 mod e2e;
 mod import;
+mod lanes;
 mod namespaces;
 mod queue_files;
 mod read_only;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use slothqueue::core::{Liveness, LivenessJudge};
+use slothqueue::core::{LaneCheck, LaneVerdict, Lanes, Liveness, LivenessJudge, QueuesReport};
 use slothqueue::runner::ProcJudge;
 use slothqueue::{
     Job, JobId, JobState, ListFilter, ListOrder, Owner, RunnerRecord, Stats, Store, StoreError,
@@ -38,6 +38,7 @@ pub async fn status(ctx: &Ctx) -> Outcome {
         if ctx.json {
             let mut v = serde_json::to_value(Stats::default())?;
             v["exists"] = false.into();
+            v["lanes"] = serde_json::to_value(Lanes::default())?;
             v["runners"] = serde_json::json!([]);
             print_json(&mut out, &v)?;
         } else {
@@ -48,6 +49,7 @@ pub async fn status(ctx: &Ctx) -> Outcome {
         return Ok(Code::Success);
     };
     let stats = store.stats(now).await.context("cannot read the queue's counts")?;
+    let lanes = store.lanes().await.context("cannot read the lanes")?;
     let records = store.runners().await.context("cannot read the runners")?;
     let judge = ProcJudge::new();
     let host = this_host();
@@ -59,6 +61,7 @@ pub async fn status(ctx: &Ctx) -> Outcome {
     if ctx.json {
         let mut v = serde_json::to_value(&stats)?;
         v["exists"] = true.into();
+        v["lanes"] = serde_json::to_value(&lanes)?;
         v["runners"] = serde_json::to_value(live.iter().map(|r| r.record).collect::<Vec<_>>())?;
         print_json(&mut out, &v)?;
         return Ok(Code::Success);
@@ -66,6 +69,12 @@ pub async fn status(ctx: &Ctx) -> Outcome {
     let backend = slothqueue::detect(&ctx.db, ctx.backend).map_or("?", |b| b.as_str());
     writeln!(out, "queue: {} ({backend})", ctx.db.display())?;
     write!(out, "{}", render::stats(&stats, now))?;
+    if !lanes.is_default() {
+        // Counted only when some lane has a setting: a file without any
+        // pays nothing for lanes in `status`.
+        let counts = store.queue_counts(now).await.context("cannot count the queues' jobs")?;
+        write!(out, "{}", render::lanes_lines(&QueuesReport::new(&lanes, counts), now))?;
+    }
     if live.is_empty() {
         writeln!(out, "runners: none alive")?;
     } else {
@@ -166,6 +175,12 @@ pub async fn show(ctx: &Ctx, id: JobId) -> Outcome {
     let ahead =
         if job.is_due(now) { jobs_ahead(store.as_ref(), &job, &records, now).await? } else { 0 };
     let lease_owner = job.lease.as_ref().map_or(Liveness::Unknown, |l| judge.judge(l));
+    let lanes = if job.state == JobState::Pending {
+        store.lanes().await.context("cannot read the lanes")?
+    } else {
+        Lanes::default()
+    };
+    let lane = lane_verdict(store.as_ref(), &lanes, &job.queue).await?;
     let host = this_host();
     let situation = Situation {
         job: &job,
@@ -175,6 +190,8 @@ pub async fn show(ctx: &Ctx, id: JobId) -> Outcome {
         lease_owner,
         this_host: &host,
         parents: &parents,
+        lanes: &lanes,
+        lane,
     };
     if let Some(line) = explain::why(&situation) {
         let label = if job.state == JobState::Running { "now" } else { "why" };
@@ -188,6 +205,29 @@ pub async fn show(ctx: &Ctx, id: JobId) -> Outcome {
         writeln!(out, "{}", render::event_line(e, now))?;
     }
     Ok(Code::Success)
+}
+
+/// What `queue`'s lane says of a new start now: open when no lane has a
+/// setting (nothing more is read), else counted from its running jobs as a
+/// claim counts them.
+async fn lane_verdict(
+    store: &dyn Store,
+    lanes: &Lanes,
+    queue: &str,
+) -> anyhow::Result<LaneVerdict> {
+    if lanes.is_default() {
+        return Ok(LaneVerdict::Open);
+    }
+    let running = store
+        .list(&ListFilter {
+            state: Some(JobState::Running),
+            queue: Some(queue.to_owned()),
+            limit: Some(10_000),
+            ..ListFilter::default()
+        })
+        .await
+        .context("cannot list running jobs")?;
+    Ok(LaneCheck::new(lanes.clone(), &running).verdict(queue))
 }
 
 /// The jobs with these ids, in their order, leaving out those that are

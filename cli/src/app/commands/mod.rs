@@ -8,6 +8,7 @@ mod add;
 mod demo;
 mod edit;
 mod inspect;
+mod lanes;
 mod run;
 #[cfg(feature = "http")]
 mod serve;
@@ -145,6 +146,12 @@ pub async fn execute(config: Config) -> Outcome {
         }
         Command::Demo => demo::demo(&ctx).await,
         Command::Wait { target, timeout } => wait::wait(&ctx, target, timeout).await,
+        Command::Parallel { queue, limit } => lanes::parallel(&ctx, &queue, limit).await,
+        Command::Pause { scope, by } => lanes::pause(&ctx, scope, by).await,
+        Command::Resume(scope) => lanes::resume(&ctx, scope).await,
+        Command::Hold { ids, by } => lanes::hold(&ctx, &ids, &by).await,
+        Command::Release { ids, by } => lanes::release(&ctx, &ids, &by).await,
+        Command::Queues => lanes::queues(&ctx).await,
         #[cfg(feature = "http")]
         Command::Serve(sc) => serve::serve(&ctx, sc).await,
         #[cfg(not(feature = "http"))]

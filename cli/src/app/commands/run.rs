@@ -7,13 +7,13 @@
 use std::io::{self, Write};
 
 use slothqueue::runner::{
-    HandlerDirExecutor, LoadGate, Mode, RunSummary, Runner, RunnerConfig, RunnerEvent,
-    inherited_ignores, unix_signals_with,
+    AcPowerGate, Gate, HandlerDirExecutor, LoadGate, Mode, PressureGate, RunSummary, Runner,
+    RunnerConfig, RunnerEvent, inherited_ignores, unix_signals_with,
 };
 
 use super::Ctx;
 use crate::app::Outcome;
-use crate::app::config::{RunConfig, RunMode, log_dir};
+use crate::app::config::{RunConfig, RunMode, SlotConfig, log_dir};
 use crate::app::exit::{Code, usage};
 use crate::app::render::red;
 
@@ -25,6 +25,8 @@ pub async fn run(ctx: &Ctx, rc: RunConfig) -> Outcome {
             .map_err(|e| usage(format!("--load-file: {e}")))?,
         None => LoadGate::system(rc.load_ceiling),
     };
+    let mut gates: Vec<Box<dyn Gate>> = vec![Box::new(gate)];
+    gates.extend(more_gates(&rc.slots)?);
     let handlers = match &rc.handlers {
         Some(dir) => {
             Some(HandlerDirExecutor::open(dir).map_err(|e| usage(format!("--handlers: {e}")))?)
@@ -39,7 +41,9 @@ pub async fn run(ctx: &Ctx, rc: RunConfig) -> Outcome {
         RunMode::Follow => Mode::Follow,
     };
     config.queues = rc.queues;
-    config.gates = vec![Box::new(gate)];
+    config.gates = gates;
+    config.slots = rc.slots.slots;
+    config.suspend_when_gated = rc.slots.suspend_when_gated;
     if let Some(c) = rc.cooldown {
         config.cooldown = c;
     }
@@ -65,6 +69,29 @@ pub async fn run(ctx: &Ctx, rc: RunConfig) -> Outcome {
         130 => Code::Interrupted,
         _ => Code::Failure,
     })
+}
+
+/// The gates after the load gate, in the order they are read: CPU
+/// pressure, then AC power. Built before the queue is opened, so a kernel
+/// without PSI is refused (exit 2) before anything is written.
+pub(super) fn more_gates(sc: &SlotConfig) -> anyhow::Result<Vec<Box<dyn Gate>>> {
+    let mut gates: Vec<Box<dyn Gate>> = Vec::new();
+    if let Some(ceiling) = sc.max_cpu_pressure {
+        let gate = match &sc.pressure_file {
+            Some(path) => PressureGate::from_file(path, ceiling),
+            None => PressureGate::system(ceiling)
+                .map_err(|e| usage(format!("--max-cpu-pressure: {e}")))?,
+        };
+        gates.push(Box::new(gate));
+    }
+    if sc.require_ac_power {
+        let gate = match &sc.power_supply_dir {
+            Some(dir) => AcPowerGate::with_root(dir),
+            None => AcPowerGate::system(),
+        };
+        gates.push(Box::new(gate));
+    }
+    Ok(gates)
 }
 
 /// Prints one event. Write errors are ignored on purpose: a runner whose

@@ -8,7 +8,7 @@ use slothqueue::runner::{LoadGate, RunnerEvent, unix_signals};
 use slothqueue_http::{DrainWorker, ServeConfig as HttpConfig, Token};
 
 use super::Ctx;
-use super::run::print_event;
+use super::run::{more_gates, print_event};
 use crate::app::Outcome;
 use crate::app::config::ServeConfig;
 use crate::app::exit::{Code, usage};
@@ -21,6 +21,7 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
             sc.addr
         )));
     }
+    let gates = more_gates(&sc.slots)?;
     let store = ctx.open(true)?;
     let token = match sc.token_file {
         Some(f) => Token::File(f),
@@ -33,6 +34,9 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
     config.queue_file = Some(ctx.db.clone());
     let mut runner_config = DrainWorker::config(&ctx.db);
     runner_config.gates = vec![Box::new(LoadGate::system(sc.load_ceiling))];
+    runner_config.gates.extend(gates);
+    runner_config.slots = sc.slots.slots;
+    runner_config.suspend_when_gated = sc.slots.suspend_when_gated;
     let (json, color) = (ctx.json, ctx.color);
     let gate_lines = std::sync::Mutex::new(GateLines::default());
     let worker = DrainWorker::new(store.clone(), runner_config, move |event: RunnerEvent| {

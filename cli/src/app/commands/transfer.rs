@@ -10,6 +10,13 @@
 //! writer that takes an id or key between the check and the write, or a
 //! failing disk, can leave an import half done.
 //!
+//! The lanes' settings (limits, pauses) travel too: when any is set,
+//! `export` writes them first as one line `{"lanes": …}`, and `import`
+//! takes such a line (anywhere, at most one), checks it with the rest, and
+//! applies each setting once the jobs are in (`Store::change_lane`, one
+//! write each, after the jobs' one transaction). Holds travel inside each
+//! job (`held`).
+//!
 //! Import restores data, never live authority: a job exported while
 //! running comes back pending (no lease, no process group, no owner) with a
 //! `reclaimed` event saying so, its interrupted attempt charged as a
@@ -21,7 +28,7 @@ use std::io::{self, Read, Write};
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use slothqueue::core::machine;
+use slothqueue::core::{LaneChange, LaneScope, Lanes, machine};
 use slothqueue::{
     Event, EventKind, Job, JobState, ListFilter, ListOrder, NewJob, Store, StoreError, Timestamp,
 };
@@ -38,7 +45,11 @@ pub async fn export(ctx: &Ctx) -> Outcome {
     let Some(store) = ctx.look_existing()? else {
         return Ok(Code::Success);
     };
+    let lanes = store.lanes().await.context("cannot read the lanes")?;
     let mut out = io::BufWriter::new(io::stdout().lock());
+    if !lanes.is_default() {
+        print_json(&mut out, &serde_json::json!({ "lanes": lanes }))?;
+    }
     let mut cursor = None;
     loop {
         let filter = ListFilter {
@@ -68,9 +79,57 @@ struct Line {
     events: Vec<Event>,
 }
 
-fn parse_line(number: usize, text: &str) -> anyhow::Result<Line> {
-    let mut value: serde_json::Value =
+/// A line of an export: a job with its trail, or the lanes' settings.
+enum Parsed {
+    Job(Box<Line>),
+    Lanes(Lanes),
+}
+
+fn parse_any(number: usize, text: &str) -> anyhow::Result<Parsed> {
+    let value: serde_json::Value =
         serde_json::from_str(text).map_err(|e| usage(format!("line {number}: not JSON ({e})")))?;
+    match value.as_object() {
+        Some(o) if o.len() == 1 && o.contains_key("lanes") => {
+            let lanes: Lanes = serde_json::from_value(o["lanes"].clone())
+                .map_err(|e| usage(format!("line {number}: bad `lanes` ({e})")))?;
+            // Every setting as `change_lane` will take it, on a scratch
+            // copy: a bad queue name is refused before anything is written.
+            let mut scratch = Lanes::default();
+            for (scope, change) in lane_changes(&lanes) {
+                scratch.apply(&scope, &change).map_err(|e| {
+                    let why = match e {
+                        machine::TransitionError::InvalidJob(m) => m,
+                        e => e.to_string(),
+                    };
+                    usage(format!("line {number}: bad `lanes`: {why}"))
+                })?;
+            }
+            Ok(Parsed::Lanes(lanes))
+        }
+        _ => parse_line(number, value).map(|l| Parsed::Job(Box::new(l))),
+    }
+}
+
+/// The changes that make a file's lanes `lanes`: the pause of every queue,
+/// then each queue's limit and pause (their stamps kept).
+fn lane_changes(lanes: &Lanes) -> Vec<(LaneScope, LaneChange)> {
+    let mut changes = Vec::new();
+    if let Some(p) = &lanes.all_paused {
+        changes.push((LaneScope::All, LaneChange::Pause(p.clone())));
+    }
+    for (queue, settings) in &lanes.queues {
+        let scope = LaneScope::Queue(queue.clone());
+        if settings.limit > 0 {
+            changes.push((scope.clone(), LaneChange::Limit(settings.limit)));
+        }
+        if let Some(p) = &settings.paused {
+            changes.push((scope, LaneChange::Pause(p.clone())));
+        }
+    }
+    changes
+}
+
+fn parse_line(number: usize, mut value: serde_json::Value) -> anyhow::Result<Line> {
     let events = match value.as_object_mut().and_then(|o| o.remove("events")) {
         Some(ev) => serde_json::from_value(ev)
             .map_err(|e| usage(format!("line {number}: bad `events` ({e})")))?,
@@ -219,12 +278,21 @@ pub async fn import(ctx: &Ctx, file: Option<PathBuf>) -> Outcome {
                 .map_err(|e| usage(format!("cannot read stdin: {e}")))?;
         }
     }
-    let mut lines: Vec<Line> = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| parse_line(i + 1, l))
-        .collect::<anyhow::Result<_>>()?;
+    let mut lines: Vec<Line> = Vec::new();
+    let mut lanes: Option<(usize, Lanes)> = None;
+    for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        match parse_any(i + 1, l)? {
+            Parsed::Job(line) => lines.push(*line),
+            Parsed::Lanes(_) if lanes.is_some() => {
+                let first = lanes.as_ref().map_or(0, |(n, _)| *n);
+                return Err(usage(format!(
+                    "line {}: a second `lanes` line (the first is line {first}); nothing was written",
+                    i + 1
+                )));
+            }
+            Parsed::Lanes(l) => lanes = Some((i + 1, l)),
+        }
+    }
     check_duplicates(&lines)?;
     let store = ctx.open(true)?;
     check_taken(&lines, store.as_ref()).await?;
@@ -251,11 +319,27 @@ pub async fn import(ctx: &Ctx, file: Option<PathBuf>) -> Outcome {
         };
         anyhow::Error::new(e).context(format!("{at}cannot import (nothing was imported)"))
     })?;
+    // The lanes after the jobs: a pause restored first would not stop a
+    // runner from taking the jobs anyway (none are in yet), and a refusal
+    // here leaves the jobs in, which the error says.
+    let changes = lanes.as_ref().map(|(_, l)| lane_changes(l)).unwrap_or_default();
+    for (scope, change) in &changes {
+        store.change_lane(scope, change).await.with_context(|| {
+            format!(
+                "imported {imported} job(s), but cannot restore the settings of {scope} (set them with parallel/pause)"
+            )
+        })?;
+    }
     let mut out = io::stdout().lock();
     if ctx.json {
-        print_json(&mut out, &serde_json::json!({ "imported": imported }))?;
-    } else {
+        print_json(
+            &mut out,
+            &serde_json::json!({ "imported": imported, "lane_settings": changes.len() }),
+        )?;
+    } else if changes.is_empty() {
         writeln!(out, "imported {imported} job(s)")?;
+    } else {
+        writeln!(out, "imported {imported} job(s) and {} lane setting(s)", changes.len())?;
     }
     Ok(Code::Success)
 }
