@@ -73,7 +73,9 @@ pub use contain::{
     sweep_orphan_cgroups,
 };
 pub use error::RunnerError;
-pub use event::{Reporter, RetryPlan, RunSummary, RunnerEvent, SkipReason, SkippedJob};
+pub use event::{
+    LaneBlock, LaneHold, Reporter, RetryPlan, RunSummary, RunnerEvent, SkipReason, SkippedJob,
+};
 pub use exec::{ExecContext, ExecOutcome, Executor, HandlerDirExecutor, ShellExecutor, handler_fn};
 pub use fmt::{format_duration, format_timestamp};
 pub use gate::{AcPowerGate, Gate, GateReading, LoadGate, LoadProbe, PressureGate};

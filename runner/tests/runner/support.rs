@@ -147,6 +147,17 @@ impl Events {
     }
 }
 
+/// `lines` without the warning a store whose lane reads are still
+/// PLACEHOLDERs gives (issue #16: the stores' `queue_counts` is written in
+/// parallel). INTEGRATOR: once both stores implement it, drop this and its
+/// callers' use of it; the warning must then never show.
+pub fn without_placeholder_warnings(lines: Vec<String>) -> Vec<String> {
+    lines
+        .into_iter()
+        .filter(|l| !(l.starts_with("warning: ") && l.contains("PLACEHOLDER")))
+        .collect()
+}
+
 /// Polls `check` until it holds, failing the test after the deadline.
 pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let waited = tokio::time::timeout(DEADLINE, async {
