@@ -316,7 +316,8 @@ impl Run {
             poll_interval: cfg.poll_interval,
             sweep_due: self.w.sweep_due(),
             claim: self.claim,
-            suspend_when_gated: cfg.suspend_when_gated,
+            // Without gates there is nothing to watch.
+            suspend_when_gated: cfg.suspend_when_gated && !cfg.gates.is_empty(),
             suspended: self.suspended_at.is_some(),
         }
     }
