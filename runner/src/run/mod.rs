@@ -126,6 +126,8 @@ struct Records {
     /// The jobs the last `Running` record named (empty when the last
     /// record was another).
     recorded_running: Vec<JobId>,
+    /// The last record's reading, when it was `Gated`.
+    gated: Option<String>,
 }
 
 /// What the loop and every attempt task share, for the run's life.
@@ -204,6 +206,10 @@ pub(crate) struct Run {
     last_report: Option<QueuesReport>,
     /// The lanes report failed once (warned once per run).
     lanes_warned: bool,
+    /// When the lane wait was last recorded: an unchanged one is not
+    /// recorded again at every check (a write, on redb an fsync) until
+    /// [`IDLE_RECORD_REFRESH`] has passed.
+    lane_record: Option<Instant>,
     /// The running attempts are stopped because a gate closed, since.
     suspended_at: Option<Instant>,
     /// A step failed for good: the error the run ends with once its
@@ -253,6 +259,7 @@ impl Run {
             blocked: Vec::new(),
             last_report: None,
             lanes_warned: false,
+            lane_record: None,
             suspended_at: None,
             fatal: None,
         }
@@ -640,7 +647,13 @@ impl Run {
             let since = *self.waiting_since.get_or_insert_with(|| self.w.now());
             let reading = lanes::reading(&blocks);
             self.w.report(RunnerEvent::LanesWaiting { lanes: blocks });
-            self.w.record(RunnerActivity::Gated { reading, since }).await;
+            let unchanged = self.lane_record.is_some_and(|at| {
+                at.elapsed() < IDLE_RECORD_REFRESH && self.w.records_say_gated(&reading)
+            });
+            if !unchanged {
+                self.lane_record = Some(now);
+                self.w.record(RunnerActivity::Gated { reading, since }).await;
+            }
         }
     }
 
@@ -804,6 +817,11 @@ impl Worker {
         }
     }
 
+    /// Whether the last record written was a wait with this reading.
+    fn records_say_gated(&self, reading: &str) -> bool {
+        self.records.lock().is_ok_and(|r| r.gated.as_deref() == Some(reading))
+    }
+
     /// Records the attempts running now, for `status`: `Running` with the
     /// first started and the others.
     async fn record_running(&self) {
@@ -819,6 +837,10 @@ impl Worker {
             if !matches!(activity, RunnerActivity::Idle { .. }) {
                 r.idle = None;
             }
+            r.gated = match &activity {
+                RunnerActivity::Gated { reading, .. } => Some(reading.clone()),
+                _ => None,
+            };
             r.recorded_running = match &activity {
                 RunnerActivity::Running { job, also } => {
                     std::iter::once(*job).chain(also.iter().copied()).collect()

@@ -8,6 +8,7 @@
 //! INTEGRATOR: switch to the real store's `change_lane` then).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use slothqueue_core::{
     ClaimRequest, ClockOnly, Completion, JobState, LaneChange, LaneScope, RunnerActivity, Stamp,
@@ -35,13 +36,19 @@ async fn a_paused_lane_waits_and_says_so_and_a_resume_starts_it_within_a_check()
     let mut cfg = env.config();
     cfg.mode = Mode::Follow;
     let mut running = env.start(Runner::new(store.clone(), cfg));
-    for _ in 0..3 {
+    let mut records = 0;
+    for check in 0..4 {
         let e = running
             .events
             .wait_for("the lane wait", |e| matches!(e, RunnerEvent::LanesWaiting { .. }))
             .await;
         assert_eq!(e.to_string(), "queue backups paused — 2 due jobs waiting");
+        if check == 0 {
+            records = store.put_runners.load(Ordering::Relaxed);
+        }
     }
+    // Said at each check, recorded once: an unchanged wait costs no write.
+    assert_eq!(store.put_runners.load(Ordering::Relaxed), records);
     assert_eq!(env.job(a).await.state, JobState::Pending);
     let record = env.store.runners().await.unwrap().remove(0);
     assert!(
