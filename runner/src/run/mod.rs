@@ -2,7 +2,7 @@
 //! its steps share (store calls retried through busy spells, the runner
 //! record `status` reads).
 //!
-//! The loop decides nothing itself: [`decide`] turns what the run knows
+//! The loop decides nothing itself: [`decide()`] turns what the run knows
 //! ([`decide::View`]) into the next step, and [`Run::turn`] carries it out
 //! and writes back what it learned. Attempts run as tasks of their own (up
 //! to [`RunnerConfig::slots`] at once), each with its own lease,
@@ -299,7 +299,7 @@ impl Run {
         }
     }
 
-    /// What the run knows now, for [`decide`].
+    /// What the run knows now, for [`decide()`].
     fn view(&self) -> View {
         let cfg = &self.w.cfg;
         let cooldown_until = match self.last_start_or_end {
