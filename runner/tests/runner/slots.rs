@@ -155,3 +155,42 @@ async fn once_mode_runs_one_job_whatever_the_slots() {
     let (summary, lines) = env.drain(env.runner(cfg)).await;
     assert_eq!(summary.done, 1, "{lines:?}");
 }
+
+/// With slots the cooldown spaces starts: it counts from the later of the
+/// last start and the last end, so a second job starts a cooldown after
+/// the first started, while the first still runs. Tokio time: paused.
+#[tokio::test(start_paused = true)]
+async fn the_cooldown_spaces_starts_across_slots() {
+    use slothqueue_core::NewJob;
+    use slothqueue_runner::{ExecOutcome, handler_fn};
+    use std::time::Duration;
+    let env = env();
+    for _ in 0..2 {
+        env.store.push(NewJob::new("note", serde_json::json!({})), env.now()).await.unwrap();
+    }
+    let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = starts.clone();
+    let mut cfg = env.config();
+    cfg.slots = 2;
+    cfg.cooldown = Duration::from_secs(2);
+    cfg.heartbeat_interval = Some(Duration::from_secs(3600));
+    let mut runner = env.runner(cfg);
+    runner.register(
+        "note",
+        handler_fn(move |_, _| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(tokio::time::Instant::now());
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                ExecOutcome::success("noted")
+            }
+        }),
+    );
+    let (summary, lines) = env.drain(runner).await;
+    assert_eq!(summary.done, 2, "{lines:?}");
+    let starts = starts.lock().unwrap().clone();
+    assert_eq!(starts.len(), 2);
+    let gap = starts[1] - starts[0];
+    assert!(gap >= Duration::from_secs(2), "started {gap:?} apart");
+    assert!(gap < Duration::from_secs(5), "the second waited for the first's end: {gap:?}");
+}
