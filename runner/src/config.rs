@@ -47,7 +47,10 @@ pub struct RunnerConfig {
     pub gates: Vec<Box<dyn Gate>>,
     /// Wait between gate checks while a gate holds (default 1 s).
     pub check_interval: Duration,
-    /// Pause between one job's end and the next one's start (default 0).
+    /// Pause before a job starts, counted from the later of the last
+    /// start and the last end (default 0). With one slot that is the gap
+    /// between one job's end and the next one's start, as before slots;
+    /// with more it also spaces the starts.
     pub cooldown: Duration,
     /// In follow mode, look for work at least this often even when nothing
     /// is due: other processes add jobs without waking us (default 5 s).

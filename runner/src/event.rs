@@ -101,6 +101,30 @@ pub enum RunnerEvent {
         /// What happened, in one line.
         message: String,
     },
+    /// Due jobs wait because their lanes hold them: paused, or at their
+    /// limit (`parallel`). Reported at every check while it lasts, like a
+    /// gate: `queue backups paused — 3 due jobs waiting`.
+    LanesWaiting {
+        /// Each lane holding due jobs, by name (every queue first).
+        lanes: Vec<LaneBlock>,
+    },
+    /// A gate closed while jobs ran (`--suspend-when-gated`): their
+    /// processes were stopped (SIGSTOP); their leases are kept.
+    Suspended {
+        /// The jobs, oldest start first.
+        jobs: Vec<JobId>,
+        /// The reading that closed the gate.
+        reading: String,
+    },
+    /// The gates opened again: the suspended jobs' processes were
+    /// continued (SIGCONT). The stopped time does not count against their
+    /// max runtime.
+    Resumed {
+        /// The jobs, oldest start first.
+        jobs: Vec<JobId>,
+        /// How long they were stopped.
+        after: Duration,
+    },
     /// A drain is ending with due jobs this runner does not take.
     Skipped {
         /// The jobs, in claim order, with why each was passed over.
@@ -132,6 +156,58 @@ pub enum SkipReason {
         /// The queue.
         queue: String,
     },
+    /// The job's queue is paused (by itself or with every queue): a drain
+    /// does not wait for a `resume`.
+    Paused {
+        /// The queue.
+        queue: String,
+    },
+}
+
+/// One lane holding due jobs back, as [`RunnerEvent::LanesWaiting`] says it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaneBlock {
+    /// The queue; `None` for every queue at once (`pause` without
+    /// `--queue`).
+    pub queue: Option<String>,
+    /// Why it holds them.
+    pub hold: LaneHold,
+    /// How many due jobs it holds.
+    pub due: u64,
+}
+
+/// Why a lane holds its due jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaneHold {
+    /// It is paused; it opens on `resume`.
+    Paused,
+    /// It is at its limit; it opens when one of its jobs ends.
+    Full {
+        /// Its jobs running now (on every runner).
+        running: u64,
+        /// Its limit.
+        limit: u32,
+    },
+}
+
+impl fmt::Display for LaneBlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.queue {
+            None => f.write_str("every queue")?,
+            Some(q) => write!(f, "queue {q}")?,
+        }
+        match self.hold {
+            LaneHold::Paused => f.write_str(" paused")?,
+            LaneHold::Full { running, limit } => write!(f, " full: {running} of {limit} running")?,
+        }
+        let jobs = if self.due == 1 { "job" } else { "jobs" };
+        write!(f, " — {} due {jobs} waiting", self.due)
+    }
+}
+
+/// `#3, #4`.
+fn ids(jobs: &[JobId]) -> String {
+    jobs.iter().map(|id| format!("#{id}")).collect::<Vec<_>>().join(", ")
 }
 
 impl fmt::Display for SkipReason {
@@ -139,6 +215,7 @@ impl fmt::Display for SkipReason {
         match self {
             SkipReason::NoHandler { kind } => write!(f, "no handler for kind `{kind}`"),
             SkipReason::QueueNotServed { queue } => write!(f, "queue `{queue}` not served"),
+            SkipReason::Paused { queue } => write!(f, "queue `{queue}` paused"),
         }
     }
 }
@@ -171,6 +248,22 @@ impl fmt::Display for RunnerEvent {
                 write!(f, "{reading} — waiting {}", format_duration(*wait))
             }
             RunnerEvent::GateOpened { reading } => write!(f, "{reading} — starting"),
+            RunnerEvent::LanesWaiting { lanes } => {
+                let each: Vec<String> = lanes.iter().map(ToString::to_string).collect();
+                f.write_str(&each.join("; "))
+            }
+            RunnerEvent::Suspended { jobs, reading } => {
+                write!(f, "suspended {}: {reading}", ids(jobs))
+            }
+            RunnerEvent::Resumed { jobs, after } => {
+                // Whole seconds past one: `12s`, not `12.034s`.
+                let after = if *after < Duration::from_secs(1) {
+                    *after
+                } else {
+                    Duration::from_secs(after.as_secs_f64().round() as u64)
+                };
+                write!(f, "resumed {} after {}", ids(jobs), format_duration(after))
+            }
             RunnerEvent::Done { job, elapsed } => {
                 write!(f, "job #{job} done in {:.2}s", elapsed.as_secs_f64())
             }
@@ -296,6 +389,53 @@ mod tests {
                 "load 24.42 < ceiling 25.00 — starting",
             ),
             (RunnerEvent::Done { job: 2, elapsed: ms(50) }, "job #2 done in 0.05s"),
+            (
+                RunnerEvent::LanesWaiting {
+                    lanes: vec![LaneBlock {
+                        queue: Some("backups".into()),
+                        hold: LaneHold::Paused,
+                        due: 3,
+                    }],
+                },
+                "queue backups paused — 3 due jobs waiting",
+            ),
+            (
+                RunnerEvent::LanesWaiting {
+                    lanes: vec![
+                        LaneBlock { queue: Some("backups".into()), hold: LaneHold::Paused, due: 1 },
+                        LaneBlock {
+                            queue: Some("disk".into()),
+                            hold: LaneHold::Full { running: 2, limit: 2 },
+                            due: 5,
+                        },
+                    ],
+                },
+                "queue backups paused — 1 due job waiting; \
+                 queue disk full: 2 of 2 running — 5 due jobs waiting",
+            ),
+            (
+                RunnerEvent::LanesWaiting {
+                    lanes: vec![LaneBlock { queue: None, hold: LaneHold::Paused, due: 4 }],
+                },
+                "every queue paused — 4 due jobs waiting",
+            ),
+            (
+                RunnerEvent::Suspended {
+                    jobs: vec![3, 4],
+                    reading: "load 3.20 >= ceiling 1.50".into(),
+                },
+                "suspended #3, #4: load 3.20 >= ceiling 1.50",
+            ),
+            (RunnerEvent::Resumed { jobs: vec![3], after: ms(12_000) }, "resumed #3 after 12s"),
+            (
+                RunnerEvent::Skipped {
+                    jobs: vec![SkippedJob {
+                        job: 7,
+                        reason: SkipReason::Paused { queue: "backups".into() },
+                    }],
+                },
+                "skipped 1 due job(s) this runner cannot run: #7 (queue `backups` paused)",
+            ),
             (
                 RunnerEvent::Failed {
                     job: 3,

@@ -1,7 +1,12 @@
-//! Runs slothqueue jobs, politely and safely, one at a time.
+//! Runs slothqueue jobs, politely and safely: one at a time, or up to
+//! [`RunnerConfig::slots`] at once.
 //!
 //! The [`Runner`] loop is: pick (is anything due?) → gates (is the machine
-//! quiet enough?) → claim → execute with heartbeats → record → cooldown.
+//! quiet enough?) → claim → execute with heartbeats → record → cooldown,
+//! each attempt a task of its own beside the loop; what the loop does next
+//! is a pure decision from what it knows (`run/decide.rs`). A claim that
+//! takes nothing because a queue's lane is paused or full is explained
+//! from the queues report and waited on like a gate.
 //! Around it sit the pieces that make a job queue on one machine
 //! trustworthy:
 //!
@@ -14,7 +19,7 @@
 //!   reads `/proc` to tell a slow owner (alive, never robbed) from a dead
 //!   one (its job is reclaimed at once, its orphaned group killed first).
 //! - **Signals.** SIGTERM and SIGINT, also when inherited as ignored, stop the
-//!   running job's group and hand the job back without charging the attempt
+//!   running jobs' groups and hand the jobs back without charging the attempts
 //!   ([`unix_signals`]).
 //! - **Gates.** Load average, CPU pressure and AC power, each reading
 //!   reported while the runner waits ([`gate`]).
@@ -73,7 +78,9 @@ pub use contain::{
     sweep_orphan_cgroups,
 };
 pub use error::RunnerError;
-pub use event::{Reporter, RetryPlan, RunSummary, RunnerEvent, SkipReason, SkippedJob};
+pub use event::{
+    LaneBlock, LaneHold, Reporter, RetryPlan, RunSummary, RunnerEvent, SkipReason, SkippedJob,
+};
 pub use exec::{ExecContext, ExecOutcome, Executor, HandlerDirExecutor, ShellExecutor, handler_fn};
 pub use fmt::{format_duration, format_timestamp};
 pub use gate::{AcPowerGate, Gate, GateReading, LoadGate, LoadProbe, PressureGate};

@@ -16,7 +16,8 @@ use crate::run::Run;
 use crate::run::job_control::{self, Suspended};
 use crate::signal::{ShutdownSignal, Suspension};
 
-/// Runs jobs from a store, one at a time.
+/// Runs jobs from a store, one at a time or up to
+/// [`RunnerConfig::slots`] at once.
 pub struct Runner {
     store: Arc<dyn Store>,
     config: RunnerConfig,
@@ -52,8 +53,9 @@ impl Runner {
 
     /// Answers Ctrl-Z ([`JobControl`](crate::JobControl) from
     /// [`unix_signals_with`](crate::unix_signals_with)): `Suspend` stops the
-    /// running job's processes, all of them, then the runner; once the
-    /// runner is continued they are continued. Time spent stopped does not
+    /// running jobs' processes, all of them, then the runner; once the
+    /// runner is continued they are continued (but for jobs a closed gate
+    /// keeps stopped, with [`RunnerConfig::suspend_when_gated`]). Time spent stopped does not
     /// count against the job's max runtime. (A runner stopped longer than
     /// its lease may find the job taken by another runner when continued.)
     pub fn job_control(&mut self, suspension: Suspension) {

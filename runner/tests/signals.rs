@@ -28,6 +28,7 @@ use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
 const HELPER: &str = "SLOTHQUEUE_RUNNER_TEST_HELPER";
 const GRACE_MS: &str = "SLOTHQUEUE_RUNNER_TEST_GRACE_MS";
 const BACKOFF_MS: &str = "SLOTHQUEUE_RUNNER_TEST_BACKOFF_MS";
+const SLOTS: &str = "SLOTHQUEUE_RUNNER_TEST_SLOTS";
 const DEADLINE: Duration = Duration::from_secs(30);
 
 fn open(dir: &Path) -> SqliteStore {
@@ -48,6 +49,9 @@ async fn helper_runner_process() {
     if let Some(ms) = std::env::var(GRACE_MS).ok().and_then(|v| v.parse().ok()) {
         cfg.kill_grace = Duration::from_millis(ms);
     }
+    if let Some(n) = std::env::var(SLOTS).ok().and_then(|v| v.parse().ok()) {
+        cfg.slots = n;
+    }
     let events = Mutex::new(std::fs::File::create(dir.join("events")).unwrap());
     let reporter = move |e: RunnerEvent| {
         let mut f = events.lock().unwrap();
@@ -59,6 +63,12 @@ async fn helper_runner_process() {
 
 /// Starts the helper with TERM, INT and QUIT ignored.
 fn start_helper(dir: &Path, grace: Duration) -> tokio::process::Child {
+    start_helper_with(dir, grace, 1)
+}
+
+/// Starts the helper with TERM, INT and QUIT ignored, running `slots` jobs
+/// at once.
+fn start_helper_with(dir: &Path, grace: Duration, slots: usize) -> tokio::process::Child {
     tokio::process::Command::new("sh")
         .arg("-c")
         .arg("trap '' TERM INT QUIT; exec \"$0\" helper_runner_process --exact --nocapture")
@@ -66,6 +76,7 @@ fn start_helper(dir: &Path, grace: Duration) -> tokio::process::Child {
         .env(HELPER, dir)
         .env(GRACE_MS, grace.as_millis().to_string())
         .env(BACKOFF_MS, "50")
+        .env(SLOTS, slots.to_string())
         .env("SLOTHQUEUE_TOKEN", "secret-the-job-must-not-see")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -294,4 +305,94 @@ async fn an_inherited_ignored_quit_stays_ignored_whatever_starts_first() {
         .await
         .unwrap();
     assert_eq!(status.code(), Some(0), "QUIT counted as a shutdown signal after the run caught it");
+}
+
+/// Pushes three jobs that write their pid to `pid.<id>` and sleep, unless
+/// `second` exists (then they succeed at once: a second run).
+async fn three_sleepers(store: &SqliteStore, d: &Path) -> Vec<slothqueue_core::JobId> {
+    let command = format!(
+        "[ -e {d}/second ] && exit 0; \
+         echo $$ > {d}/pid.$SLOTHQUEUE_JOB_ID.tmp; mv {d}/pid.$SLOTHQUEUE_JOB_ID.tmp {d}/pid.$SLOTHQUEUE_JOB_ID; \
+         exec sleep 100",
+        d = d.display()
+    );
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let job = NewJob::shell(command.clone(), d.to_string_lossy());
+        ids.push(store.push(job, SystemClock.now()).await.unwrap().job.id);
+    }
+    ids
+}
+
+async fn pids_of(d: &Path, ids: &[slothqueue_core::JobId]) -> Vec<i32> {
+    eventually("every job to start", || ids.iter().all(|id| d.join(format!("pid.{id}")).exists()))
+        .await;
+    ids.iter()
+        .map(|id| {
+            std::fs::read_to_string(d.join(format!("pid.{id}"))).unwrap().trim().parse().unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn sigterm_with_three_jobs_running_releases_them_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let store = open(d);
+    let ids = three_sleepers(&store, d).await;
+    let helper = start_helper_with(d, Duration::from_millis(500), 3);
+    let helper_pid = rustix::process::Pid::from_raw(helper.id().unwrap() as i32).unwrap();
+    let pids = pids_of(d, &ids).await;
+    rustix::process::kill_process(helper_pid, rustix::process::Signal::TERM).unwrap();
+    assert_eq!(exit_code(helper).await, Some(130));
+    for (id, pid) in ids.iter().zip(&pids) {
+        let job = store.get(*id).await.unwrap();
+        assert_eq!((job.state, job.attempts), (JobState::Pending, 0), "job #{id} not released");
+        assert!(!alive(*pid), "job #{id} survived the runner's shutdown");
+    }
+    let events = std::fs::read_to_string(d.join("events")).unwrap();
+    let lines: Vec<&str> = events.lines().collect();
+    assert_eq!(lines.len(), 7, "{events}");
+    for id in &ids {
+        let stopping = format!("shutting down: stopping job #{id} ");
+        assert!(lines.iter().any(|l| l.starts_with(&stopping)), "{events}");
+        let released = format!("job #{id} interrupted after ");
+        assert!(lines.iter().any(|l| l.starts_with(&released)), "{events}");
+    }
+    assert_eq!(lines[6], "interrupted: 0 done, 0 failed");
+    assert!(store.runners().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_runner_killed_with_three_jobs_running_leaves_them_to_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let store = open(d);
+    let ids = three_sleepers(&store, d).await;
+    let mut helper = start_helper_with(d, Duration::from_millis(500), 3);
+    let pids = pids_of(d, &ids).await;
+    helper.kill().await.unwrap(); // SIGKILL: no handback, no record removed
+    for id in &ids {
+        assert_eq!(store.get(*id).await.unwrap().state, JobState::Running);
+    }
+    for pid in &pids {
+        assert!(alive(*pid), "the dead runner's job {pid} should still run");
+    }
+    std::fs::write(d.join("second"), "").unwrap();
+    let next = start_helper_with(d, Duration::from_millis(500), 3);
+    assert_eq!(exit_code(next).await, Some(0));
+    for pid in &pids {
+        assert!(!alive(*pid), "orphan {pid} of the dead runner survived the reclaim");
+    }
+    let events = std::fs::read_to_string(d.join("events")).unwrap();
+    // The killed orphans are init's to reap; an init that reaps slowly (as
+    // in some containers) leaves their zombies in the dead runner's attempt
+    // cgroups past the sweep's wait, which warns: not this test's concern.
+    let first = events.lines().find(|l| !l.starts_with("warning: cgroup ")).unwrap_or_default();
+    assert!(first.starts_with("reclaimed 3 stale job(s): "), "{events}");
+    assert!(events.lines().any(|l| l == "finished: 3 done, 0 failed"), "{events}");
+    for id in &ids {
+        let job = store.get(*id).await.unwrap();
+        assert_eq!((job.state, job.attempts), (JobState::Done, 2), "job #{id}");
+    }
 }

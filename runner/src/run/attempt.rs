@@ -11,14 +11,16 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::contain::Containment;
-use crate::contain::lease_marker;
 use crate::error::RunnerError;
 use crate::event::{RetryPlan, RunnerEvent};
-use crate::exec::ExecOutcome;
+use crate::exec::{ExecOutcome, Executor};
 use crate::fmt::format_duration;
+use crate::gate::{GateCheck, read_gates};
+use crate::run::decide::{ChainView, may_chain};
 use crate::run::drive::Watch;
 use crate::run::heartbeat::{Cadence, PGID_RECORD_DELAY, Processes, heartbeat_loop};
-use crate::run::{Retried, Run};
+use crate::run::job_control::PauseClock;
+use crate::run::{Retried, Worker};
 use crate::stop::StopReason;
 
 /// How an attempt's end goes into the store.
@@ -83,33 +85,24 @@ struct Settled {
     next: Option<Claimed>,
 }
 
-impl Run {
-    /// Executes a claimed job under heartbeats and its max runtime, and
-    /// records how it ended. Returns the next job when it was claimed in the
-    /// same transaction (see [`Run::may_chain`]).
+impl Worker {
+    /// Executes a claimed job under heartbeats and its max runtime (less
+    /// the time a closed gate kept it stopped, `pause`), and records how it
+    /// ended. Returns the next job when it was claimed in the same
+    /// transaction (see [`may_chain`]). The loop made its containment and
+    /// hears its end.
     pub(super) async fn run_job(
         &mut self,
         claimed: Claimed,
+        executor: Arc<dyn Executor>,
+        marker: String,
+        containment: Arc<Containment>,
+        pause: Arc<PauseClock>,
     ) -> Result<Option<Claimed>, RunnerError> {
         let Claimed { job, fence, .. } = claimed;
-        slothqueue_core::failpoint::hit("after_claim");
-        let Some(executor) = self.executors.get(&job.kind).cloned() else {
-            // The claim filter makes this unreachable; hand the job back.
-            self.warn(format!("no executor for kind `{}` of job #{}; released", job.kind, job.id));
-            self.release(job.id, &fence).await?;
-            return Ok(None);
-        };
         let started = Instant::now();
         let wall_start = self.now();
         let cadence = Cadence::new(&self.cfg, job.lease.as_ref(), wall_start);
-        let marker = lease_marker(job.id, &fence);
-        // Before the spawn: the attempt's cgroup (where one can be made)
-        // and the subreaper, so nothing the job starts escapes its stop.
-        let containment = Arc::new(if self.cfg.cgroups {
-            Containment::new(job.id, fence.attempt, &marker)
-        } else {
-            Containment::without_cgroup(&marker)
-        });
         let (ctx, stopper, pgid) =
             self.exec_context(fence.attempt, wall_start, Some(marker), Some(containment.clone()));
         let (news_tx, news) = mpsc::unbounded_channel();
@@ -129,10 +122,9 @@ impl Run {
             record_running_at: Some(started + PGID_RECORD_DELAY),
             news: Some(news),
             containment: Some(containment.clone()),
+            pause: Some(pause.clone()),
         };
-        self.suspended.set_current(Some(containment.clone()));
         let driven = self.drive(executor.execute(&job, ctx), stopper, watch).await;
-        self.suspended.set_current(None);
         beats.abort();
         if driven.abandoned {
             // Its executor was dropped mid-stop: finish the stop here, so
@@ -164,7 +156,7 @@ impl Run {
     ) -> Result<Option<Claimed>, RunnerError> {
         let chain = match ending {
             Ending::Release => false,
-            Ending::Settle(_) => self.may_chain().await,
+            Ending::Settle(_) => self.chain_now().await,
         };
         let settled = match self.write_ending(job.id, fence, &ending, chain).await {
             Err(e) if e.is_lease_lost() => {
@@ -180,7 +172,7 @@ impl Run {
             // cut the release's retries short (then the store still has the
             // job running under this runner's lease, until it is reclaimed).
             (Ending::Release, _) => {
-                self.summary.released += 1;
+                self.tally(|s| s.released += 1);
                 self.report(RunnerEvent::Released { job: job.id, elapsed });
                 return Ok(None);
             }
@@ -243,18 +235,18 @@ impl Run {
         let id = after.id;
         let failure = match settlement {
             Settlement::Complete(_) => {
-                self.summary.done += 1;
+                self.tally(|s| s.done += 1);
                 self.report(RunnerEvent::Done { job: id, elapsed });
                 return;
             }
             Settlement::Fail(failure) => failure,
         };
         if after.state == JobState::Cancelled {
-            self.summary.cancelled += 1;
+            self.tally(|s| s.cancelled += 1);
             self.report(RunnerEvent::Cancelled { job: id, elapsed });
             return;
         }
-        self.summary.failed += 1;
+        self.tally(|s| s.failed += 1);
         let reason = match failure.exit_code {
             Some(code) => format!("exit code {code}"),
             None => failure.error.clone(),
@@ -269,8 +261,28 @@ impl Run {
 
     /// The attempt's lease moved on: killed, not recorded.
     fn lost(&mut self, id: JobId, elapsed: Duration) {
-        self.summary.lost += 1;
+        self.tally(|s| s.lost += 1);
         self.report(RunnerEvent::LeaseLost { job: id, elapsed });
+    }
+}
+
+impl Worker {
+    /// Whether the attempt ending now may claim the next job in the same
+    /// transaction ([`may_chain`]). The gates are read here instead of
+    /// before the claim, so each job still costs one reading.
+    async fn chain_now(&self) -> bool {
+        let view = ChainView {
+            mode: self.cfg.mode,
+            cooldown_zero: self.cfg.cooldown.is_zero(),
+            on_finish: self.cfg.on_finish.is_some(),
+            shutdown: self.shutdown.is_requested(),
+            sweep_due: self.sweep_due(),
+            gates_open: true,
+        };
+        if !may_chain(&view) {
+            return false;
+        }
+        matches!(read_gates(&self.cfg.gates).await, GateCheck::Open(_))
     }
 }
 

@@ -6,16 +6,18 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
-use slothqueue_core::{JobId, RunnerActivity, Timestamp};
+use slothqueue_core::{JobId, Timestamp};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::contain::Containment;
 use crate::event::RunnerEvent;
 use crate::exec::{ExecContext, ExecOutcome};
-use crate::run::Run;
+use crate::run::Worker;
 use crate::run::heartbeat::HeartbeatNews;
+use crate::run::job_control::PauseClock;
 use crate::signal::ShutdownSignal;
 use crate::stop::{StopReason, Stopper};
 
@@ -38,6 +40,9 @@ pub(super) struct Watch {
     /// The attempt's processes: a shutdown signal one of them sent is the
     /// job's doing, and charged to it.
     pub containment: Option<Arc<Containment>>,
+    /// The time a closed gate kept the attempt stopped
+    /// (`--suspend-when-gated`): not counted against the deadline.
+    pub pause: Option<Arc<PauseClock>>,
 }
 
 /// How a driven process ended.
@@ -56,7 +61,7 @@ pub(super) struct Driven {
     pub self_stop: Option<String>,
 }
 
-impl Run {
+impl Worker {
     /// The context for one process the runner starts, the stopper that
     /// speaks to it, and the channel on which it reports its process group.
     pub(super) fn exec_context(
@@ -94,11 +99,19 @@ impl Run {
         mut stopper: Stopper,
         watch: Watch,
     ) -> Driven {
-        let Watch { mut deadline, signals_seen, job, mut record_running_at, mut news, containment } =
-            watch;
+        let Watch {
+            mut deadline,
+            signals_seen,
+            job,
+            mut record_running_at,
+            mut news,
+            containment,
+            pause,
+        } = watch;
         let mut self_stop = None;
-        // Time the runner spent stopped (Ctrl-Z) does not count against the
-        // deadline: the monotonic clock ran on meanwhile.
+        // Time the runner spent stopped (Ctrl-Z), and the time a closed gate
+        // kept the attempt stopped, do not count against the deadline: the
+        // monotonic clock ran on meanwhile.
         let paused_before = self.suspended.total();
         let base_deadline = deadline;
         tokio::pin!(process);
@@ -110,7 +123,8 @@ impl Run {
             tokio::select! {
                 out = &mut process => break out,
                 () = sleep_until_opt(deadline), if !stopper.is_stopping() => {
-                    let paused = self.suspended.total().saturating_sub(paused_before);
+                    let gated = pause.as_ref().map_or(Duration::ZERO, |p| p.total(Instant::now()));
+                    let paused = self.suspended.total().saturating_sub(paused_before) + gated;
                     let moved = base_deadline.map(|d| d + paused);
                     if moved.is_some_and(|d| d > Instant::now()) {
                         deadline = moved;
@@ -126,7 +140,7 @@ impl Run {
                             self_stop = sent_by_the_job(c, &shutdown, before);
                         }
                     }
-                    self.summary.interrupted = true;
+                    self.tally(|s| s.interrupted = true);
                     let again = signals.saturating_sub(signals_seen) >= 2;
                     if !stopper.is_stopping() {
                         if let Some(job) = job {
@@ -149,8 +163,8 @@ impl Run {
                 },
                 () = sleep_until_opt(record_running_at) => {
                     record_running_at = None;
-                    if let Some(job) = job {
-                        self.record(RunnerActivity::Running { job, also: Vec::new() }).await;
+                    if job.is_some() {
+                        self.record_running().await;
                     }
                 }
                 () = sleep_until_opt(stopper.abandon_at()) => {
@@ -185,7 +199,7 @@ fn sent_by_the_job(c: &Containment, shutdown: &ShutdownSignal, before: u32) -> O
     })
 }
 
-async fn sleep_until_opt(t: Option<Instant>) {
+pub(super) async fn sleep_until_opt(t: Option<Instant>) {
     match t {
         Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,

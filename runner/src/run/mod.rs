@@ -1,34 +1,47 @@
 //! One run of a [`Runner`](crate::Runner): the main loop, and the plumbing
 //! its steps share (store calls retried through busy spells, the runner
-//! record `status` reads, sleeps that a shutdown cuts short).
+//! record `status` reads).
 //!
-//! Each turn of the loop is a short list of named steps ([`Run::turn`]).
+//! The loop decides nothing itself: [`decide()`] turns what the run knows
+//! ([`decide::View`]) into the next step, and [`Run::turn`] carries it out
+//! and writes back what it learned. Attempts run as tasks of their own (up
+//! to [`RunnerConfig::slots`] at once), each with its own lease,
+//! heartbeat, log, max runtime and containment; the loop is the one place
+//! that claims (but for the job an attempt's settlement claims in the same
+//! transaction, see [`decide::may_chain`]) and hears each attempt's end.
+//!
 //! The bigger steps have files of their own: [`attempt`] runs one claimed
 //! job and records how it ended, [`drive`] is the one loop that stops a
 //! process when it must (for an attempt and for the on-finish command),
 //! [`heartbeat`] keeps an attempt's lease, [`sweep`] takes back dead
-//! owners' jobs, and [`on_finish`] runs the notification command.
+//! owners' jobs, [`lanes`] reads why the lanes hold due jobs, and
+//! [`on_finish`] runs the notification command.
 
 mod attempt;
+mod decide;
 mod drive;
 mod heartbeat;
 pub(crate) mod job_control;
+mod lanes;
 mod on_finish;
 mod sweep;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use slothqueue_core::{
-    ClaimFilter, ClaimRequest, Claimed, Fence, Job, JobId, JobState, ListFilter, ListOrder,
-    Reclaim, RunnerActivity, RunnerRecord, Store, StoreError, Timestamp,
+    AttemptNote, ClaimFilter, ClaimRequest, Claimed, Fence, Job, JobId, JobState, ListFilter,
+    ListOrder, QueuesReport, Reclaim, RunnerActivity, RunnerRecord, Store, StoreError, Timestamp,
 };
 use tokio::sync::Notify;
+use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
 
-use crate::config::{Mode, RunnerConfig};
+use crate::config::RunnerConfig;
+use crate::contain::{Containment, lease_marker};
 use crate::error::RunnerError;
 use crate::event::{Reporter, RunSummary, RunnerEvent, SkipReason, SkippedJob};
 use crate::exec::Executor;
@@ -36,9 +49,11 @@ use crate::fmt::format_duration;
 use crate::gate::{GateCheck, read_gates};
 use crate::idle::IdleTimer;
 use crate::signal::ShutdownSignal;
+use decide::{Blocked, ClaimState, Gates, Step, View, Wait, decide};
+use job_control::PauseClock;
 
 /// How often the loop looks for dead owners' jobs between claims. A claim
-/// never takes such a job (see [`Run::claim_request`]), so sweeping less
+/// never takes such a job (see [`Worker::claim_request`]), so sweeping less
 /// often only delays their return; sweeping before every claim cost a read
 /// of every running job per job. A drain that finds nothing to claim sweeps
 /// at once.
@@ -75,25 +90,10 @@ impl<T> Retried<T> {
 /// Whether the loop turns again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Turn {
-    /// Back to the loop's head (which notices a shutdown).
+    /// Back to the decision.
     Again,
     /// The run is over.
     End,
-}
-
-/// What a claim gave.
-#[expect(
-    clippy::large_enum_variant,
-    reason = "lives for one step and is moved once; a box would cost an allocation per job"
-)]
-enum Claim {
-    /// A job to run.
-    Job(Claimed),
-    /// Nothing: what is due is not for us (another queue or kind), or
-    /// another runner took it.
-    Nothing,
-    /// A shutdown came while a busy queue file held the claim up.
-    ShutDown,
 }
 
 /// The idle record last written: an unchanged one is not written again
@@ -116,30 +116,105 @@ impl IdleRecord {
     }
 }
 
-/// One run's state.
-pub(crate) struct Run {
+/// What the runner record says and should say.
+#[derive(Default)]
+struct Records {
+    /// The idle record last written; `None` once another record was.
+    idle: Option<IdleRecord>,
+    /// The attempts running now, oldest start first.
+    running: Vec<JobId>,
+    /// The jobs the last `Running` record named (empty when the last
+    /// record was another).
+    recorded_running: Vec<JobId>,
+    /// The last record's reading, when it was `Gated`.
+    gated: Option<String>,
+}
+
+/// What the loop and every attempt task share, for the run's life.
+pub(crate) struct Shared {
     store: Arc<dyn Store>,
     cfg: RunnerConfig,
     executors: BTreeMap<String, Arc<dyn Executor>>,
-    waker: Arc<Notify>,
     reporter: Arc<dyn Reporter>,
     shutdown: ShutdownSignal,
-    summary: RunSummary,
-    started_at: Timestamp,
-    /// Whether the current busy spell was warned about (once per spell).
-    busy_warned: bool,
-    idle_timer: IdleTimer,
-    /// The idle record last written; `None` once another record was.
-    idle_record: Option<IdleRecord>,
-    /// When dead owners' jobs were last looked for.
-    last_sweep: Instant,
-    /// When the last attempt ended (the cooldown counts from there).
-    last_end: Option<Instant>,
-    /// A job claimed in the same transaction that settled the previous one
-    /// (see [`Run::may_chain`]): it runs next, without another claim.
-    chained: Option<Claimed>,
     /// Shared with the job-control task (Ctrl-Z), if the run has one.
     suspended: Arc<job_control::Suspended>,
+    started_at: Timestamp,
+    summary: Mutex<RunSummary>,
+    records: Mutex<Records>,
+    /// When dead owners' jobs were last looked for.
+    last_sweep: Mutex<Instant>,
+}
+
+/// The store calls, records and reports of one task (the loop, or one
+/// attempt): the shared state, and whether the current busy spell was
+/// warned about (once per spell, per task).
+pub(crate) struct Worker {
+    sh: Arc<Shared>,
+    busy_warned: bool,
+}
+
+impl Deref for Worker {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.sh
+    }
+}
+
+/// A running attempt, as the loop knows it.
+struct Slot {
+    job: JobId,
+    fence: Fence,
+    task: tokio::task::Id,
+    containment: Arc<Containment>,
+    pause: Arc<PauseClock>,
+}
+
+/// How an attempt's task ended: the next job when its settlement claimed
+/// one in the same transaction.
+struct AttemptEnd {
+    next: Result<Option<Claimed>, RunnerError>,
+}
+
+/// One run's state: the loop's side.
+pub(crate) struct Run {
+    w: Worker,
+    waker: Arc<Notify>,
+    idle_timer: IdleTimer,
+    /// A job claimed in the same transaction that settled the previous one
+    /// (see [`decide::may_chain`]): it starts next, without another claim.
+    chained: Option<Claimed>,
+    tasks: JoinSet<AttemptEnd>,
+    slots: Vec<Slot>,
+    started: u32,
+    next_due: Option<Option<Timestamp>>,
+    /// The last start or end (the cooldown counts from the later).
+    last_start_or_end: Option<Instant>,
+    gates: Gates,
+    /// Which gates held at their last reported reading (a gate that held
+    /// and opens says so).
+    held_gates: Vec<bool>,
+    /// The last closed gate's reading.
+    gate_reading: String,
+    /// Since when a gate or the lanes hold the next start.
+    waiting_since: Option<Timestamp>,
+    claim: ClaimState,
+    /// The lanes the last report found holding due jobs, by name.
+    blocked: Vec<String>,
+    /// The last lanes report, for the skipped report at a drain's end.
+    last_report: Option<QueuesReport>,
+    /// The lanes report failed once (warned once per run).
+    lanes_warned: bool,
+    /// When the lane wait was last recorded: an unchanged one is not
+    /// recorded again at every check (a write, on redb an fsync) until
+    /// [`IDLE_RECORD_REFRESH`] has passed.
+    lane_record: Option<Instant>,
+    /// The running attempts are stopped because a gate closed, since.
+    suspended_at: Option<Instant>,
+    /// A step failed for good: the error the run ends with once its
+    /// attempts have.
+    fatal: Option<RunnerError>,
 }
 
 impl Run {
@@ -153,22 +228,40 @@ impl Run {
         suspended: Arc<job_control::Suspended>,
     ) -> Run {
         let started_at = cfg.clock.now();
-        Run {
+        let held_gates = vec![false; cfg.gates.len()];
+        let sh = Arc::new(Shared {
             store,
             cfg,
             executors,
-            waker,
             reporter,
             shutdown,
-            summary: RunSummary::default(),
-            started_at,
-            busy_warned: false,
-            idle_timer: IdleTimer::default(),
-            idle_record: None,
-            last_sweep: Instant::now(), // again after the first sweep
-            last_end: None,
-            chained: None,
             suspended,
+            started_at,
+            summary: Mutex::new(RunSummary::default()),
+            records: Mutex::new(Records::default()),
+            last_sweep: Mutex::new(Instant::now()), // again after the first sweep
+        });
+        Run {
+            w: Worker { sh, busy_warned: false },
+            waker,
+            idle_timer: IdleTimer::default(),
+            chained: None,
+            tasks: JoinSet::new(),
+            slots: Vec::new(),
+            started: 0,
+            next_due: None,
+            last_start_or_end: None,
+            gates: Gates::Unread,
+            held_gates,
+            gate_reading: String::new(),
+            waiting_since: None,
+            claim: ClaimState::Fresh,
+            blocked: Vec::new(),
+            last_report: None,
+            lanes_warned: false,
+            lane_record: None,
+            suspended_at: None,
+            fatal: None,
         }
     }
 
@@ -176,171 +269,479 @@ impl Run {
     /// it ended and reports the summary.
     pub(crate) async fn until_done(mut self) -> Result<RunSummary, RunnerError> {
         let result = self.main_loop().await;
-        if let Err(e) = self.store.remove_runner(&self.cfg.owner.id).await {
-            self.warn(format!("cannot remove this runner's record: {e}"));
+        if let Err(e) = self.w.store.remove_runner(&self.w.cfg.owner.id).await {
+            self.w.warn(format!("cannot remove this runner's record: {e}"));
         }
         result?;
-        self.report(RunnerEvent::Finished(self.summary));
-        Ok(self.summary)
+        let summary = self.w.summary();
+        self.w.report(RunnerEvent::Finished(summary));
+        Ok(summary)
     }
 
     async fn main_loop(&mut self) -> Result<(), RunnerError> {
         self.start().await?;
-        while self.turn().await? == Turn::Again {}
-        Ok(())
+        loop {
+            match self.turn().await {
+                Ok(Turn::Again) => {}
+                Ok(Turn::End) => break,
+                // The attempts still running end first (their leases and
+                // processes are theirs to settle), then the run, with the
+                // first such error.
+                Err(e) if !self.slots.is_empty() => {
+                    self.fatal.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        match self.fatal.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
-    /// One turn of the loop: hand back (on shutdown), run chained, read the
-    /// next due time, idle, cool down, gates, sweep, claim, run. A step that
-    /// has nothing more to do this turn ends it.
+    /// What the run knows now, for [`decide()`].
+    fn view(&self) -> View {
+        let cfg = &self.w.cfg;
+        let cooldown_until = match self.last_start_or_end {
+            Some(t) if !cfg.cooldown.is_zero() => Some(t + cfg.cooldown),
+            _ => None,
+        };
+        View {
+            mode: cfg.mode,
+            slots: cfg.slots.max(1),
+            running: self.slots.len(),
+            started: self.started,
+            shutdown: self.w.shutdown.is_requested(),
+            failed: self.fatal.is_some(),
+            chained: self.chained.is_some(),
+            now: Instant::now(),
+            wall_now: self.w.now(),
+            next_due: self.next_due,
+            cooldown_until,
+            gates: self.gates,
+            check_interval: cfg.check_interval,
+            poll_interval: cfg.poll_interval,
+            sweep_due: self.w.sweep_due(),
+            claim: self.claim,
+            // Without gates there is nothing to watch.
+            suspend_when_gated: cfg.suspend_when_gated && !cfg.gates.is_empty(),
+            suspended: self.suspended_at.is_some(),
+        }
+    }
+
+    /// One turn of the loop: decide the next step, carry it out.
     async fn turn(&mut self) -> Result<Turn, RunnerError> {
-        if self.shutdown.is_requested() {
-            return self.hand_back().await;
-        }
-        if let Some(claimed) = self.chained.take() {
-            self.run_attempt(claimed).await?;
-            return Ok(Turn::Again);
-        }
-        let Retried::Done(next_due) = self.read_next_due().await? else { return Ok(Turn::Again) };
-        if !self.is_due(next_due) {
-            return Ok(self.idle_or_end(next_due).await);
-        }
-        if !self.cool_down().await || !self.pass_gates().await {
-            return Ok(Turn::Again); // a shutdown: the next turn's head notices
-        }
-        self.sweep_if_due().await?;
-        match self.claim().await? {
-            Claim::Job(claimed) => {
-                self.run_attempt(claimed).await?;
-                Ok(self.once_done())
+        match decide(&self.view()) {
+            Step::HandBack => self.hand_back().await?,
+            Step::StartChained => {
+                if let Some(claimed) = self.chained.take() {
+                    self.begin(claimed).await?;
+                }
             }
-            Claim::Nothing => self.nothing_claimed().await,
-            Claim::ShutDown => Ok(Turn::Again),
+            Step::ReadNextDue => {
+                let store = self.w.store.clone();
+                if let Retried::Done(next_due) =
+                    self.w.retrying("read the queue", || store.next_due()).await?
+                {
+                    self.next_due = Some(next_due);
+                }
+            }
+            Step::ReadGates { report } => self.read_gates(report).await,
+            Step::Suspend => self.suspend().await,
+            Step::Resume => self.resume().await,
+            Step::Sweep => {
+                self.swept().await?;
+            }
+            Step::Claim => self.claim().await?,
+            Step::ReadLanes => self.read_lanes().await,
+            Step::SweepBeforeEnd => {
+                if !self.swept().await? {
+                    self.claim = ClaimState::Swept;
+                }
+            }
+            Step::Wait(wait) => self.wait(wait).await,
+            Step::Idle { next_due } => {
+                self.idle(next_due).await;
+                self.forget();
+            }
+            Step::End { skipped } => {
+                if skipped {
+                    self.report_skipped().await;
+                }
+                if self.w.shutdown.is_requested() {
+                    self.w.tally(|s| s.interrupted = true);
+                }
+                return Ok(Turn::End);
+            }
         }
+        Ok(Turn::Again)
+    }
+
+    /// Forgets what the next look must read again: the due time, and the
+    /// last claim's answer.
+    fn forget(&mut self) {
+        self.next_due = None;
+        self.claim = ClaimState::Fresh;
+        self.blocked.clear();
     }
 
     /// Start: says so in the runner record and takes back what dead owners
     /// left, before anything is claimed.
     async fn start(&mut self) -> Result<(), RunnerError> {
-        self.record(RunnerActivity::Starting).await;
-        self.sweep_cgroups().await;
-        self.sweep_dead().await?;
-        self.last_sweep = Instant::now();
+        self.w.record(RunnerActivity::Starting).await;
+        self.w.sweep_cgroups().await;
+        self.w.sweep_dead().await?;
+        self.w.swept_now();
         Ok(())
     }
 
-    /// Hand back: a shutdown ends the run. A job claimed together with the
-    /// last settlement will not run; it goes back to pending without its
-    /// attempt charged.
-    async fn hand_back(&mut self) -> Result<Turn, RunnerError> {
+    /// Hand back: a job claimed together with the last settlement will not
+    /// run; it goes back to pending without its attempt charged.
+    async fn hand_back(&mut self) -> Result<(), RunnerError> {
         if let Some(claimed) = self.chained.take() {
-            if let Err(e) = self.release(claimed.job.id, &claimed.fence).await {
+            if let Err(e) = self.w.release(claimed.job.id, &claimed.fence).await {
                 if !e.is_lease_lost() {
                     return Err(e);
                 }
             }
         }
-        self.summary.interrupted = true;
-        Ok(Turn::End)
-    }
-
-    /// Run: one attempt of `claimed`, from start to record. The job claimed
-    /// in the same transaction as the record, if any, runs next.
-    async fn run_attempt(&mut self, claimed: Claimed) -> Result<(), RunnerError> {
-        self.chained = self.run_job(claimed).await?;
-        self.last_end = Some(Instant::now());
         Ok(())
     }
 
-    /// Once mode ends after its one job (interrupted if a shutdown came
-    /// meanwhile); the other modes turn again.
-    fn once_done(&mut self) -> Turn {
-        if self.cfg.mode != Mode::Once {
-            return Turn::Again;
+    /// Sweep: looks for dead owners' jobs; `true` when it took some back
+    /// (then the due time and the claim are read again).
+    async fn swept(&mut self) -> Result<bool, RunnerError> {
+        let n = self.w.sweep_dead().await?;
+        self.w.swept_now();
+        if n > 0 {
+            self.forget();
         }
-        if self.shutdown.is_requested() {
-            self.summary.interrupted = true;
-        }
-        Turn::End
+        Ok(n > 0)
     }
 
-    /// Read next due: the earliest time a pending job becomes due, if any.
-    async fn read_next_due(&mut self) -> Result<Retried<Option<Timestamp>>, RunnerError> {
-        let store = self.store.clone();
-        self.retrying("read the queue", || store.next_due()).await
-    }
-
-    fn is_due(&self, next_due: Option<Timestamp>) -> bool {
-        next_due.is_some_and(|t| t <= self.now())
-    }
-
-    /// Nothing due: follow mode idles until it may be; the others are done.
-    async fn idle_or_end(&mut self, next_due: Option<Timestamp>) -> Turn {
-        match self.cfg.mode {
-            Mode::Follow => {
-                self.idle(next_due).await;
-                Turn::Again
-            }
-            Mode::Drain | Mode::Once => Turn::End,
-        }
-    }
-
-    /// Cool down: waits out the pause after the last job. `false` when a
-    /// shutdown cut it short.
-    async fn cool_down(&mut self) -> bool {
-        // Not even a zero sleep: a timer rounds up to tokio's next
-        // millisecond tick, about 1 ms per job with no cooldown.
-        match self.last_end.map(|end| end + self.cfg.cooldown) {
-            Some(until) if until > Instant::now() => self.sleep_until(until).await,
-            _ => true,
-        }
-    }
-
-    /// Gates: waits until every gate is open, reporting each check while one
-    /// holds. `false` when a shutdown came first.
-    async fn pass_gates(&mut self) -> bool {
-        let mut held = vec![false; self.cfg.gates.len()];
-        let mut since = None;
-        loop {
-            let (i, reading) = match read_gates(&self.cfg.gates).await {
-                GateCheck::Open(readings) => {
+    /// Gates: reads them. `report`: a start waits on them, so a closed one
+    /// is reported and recorded (each check, as it holds), and one that
+    /// held and opened says so.
+    async fn read_gates(&mut self, report: bool) {
+        let now = Instant::now();
+        match read_gates(&self.w.cfg.gates).await {
+            GateCheck::Open(readings) => {
+                self.gates = Gates::Open { at: now };
+                if report {
                     for (i, reading) in readings {
-                        if held[i] {
-                            self.report(RunnerEvent::GateOpened { reading: reading.text });
+                        if self.held_gates.get(i).copied().unwrap_or(false) {
+                            self.w.report(RunnerEvent::GateOpened { reading: reading.text });
                         }
                     }
-                    return true;
+                    self.held_gates.iter_mut().for_each(|h| *h = false);
+                    self.waiting_since = None;
                 }
-                GateCheck::Closed(i, reading) => (i, reading),
-            };
-            held[i] = true;
-            let since = *since.get_or_insert_with(|| self.now());
-            self.report(RunnerEvent::Gated {
-                reading: reading.text.clone(),
-                wait: self.cfg.check_interval,
-            });
-            self.record(RunnerActivity::Gated { reading: reading.text, since }).await;
-            if !self.sleep_until(Instant::now() + self.cfg.check_interval).await {
-                return false;
+            }
+            GateCheck::Closed(i, reading) => {
+                self.gates = Gates::Closed { at: now };
+                self.gate_reading = reading.text.clone();
+                if report {
+                    if let Some(h) = self.held_gates.get_mut(i) {
+                        *h = true;
+                    }
+                    let since = *self.waiting_since.get_or_insert_with(|| self.w.now());
+                    self.w.report(RunnerEvent::Gated {
+                        reading: reading.text.clone(),
+                        wait: self.w.cfg.check_interval,
+                    });
+                    self.w.record(RunnerActivity::Gated { reading: reading.text, since }).await;
+                }
             }
         }
     }
 
-    /// Sweep: looks for dead owners' jobs if it has not for a while.
-    async fn sweep_if_due(&mut self) -> Result<(), RunnerError> {
-        if self.last_sweep.elapsed() >= SWEEP_EVERY {
-            self.sweep_dead().await?;
-            self.last_sweep = Instant::now();
+    /// Claim: the best due job this runner may run, started at once.
+    async fn claim(&mut self) -> Result<(), RunnerError> {
+        let request = self.w.claim_request();
+        let store = self.w.store.clone();
+        let clock = self.w.cfg.clock.clone();
+        match self.w.retrying("claim a job", || store.claim(&request, clock.now())).await? {
+            Retried::Done(Some(claimed)) => self.begin(claimed).await?,
+            Retried::Done(None) => self.claim = ClaimState::Nothing,
+            Retried::ShutDown => {}
         }
         Ok(())
     }
 
+    /// Starts an attempt of `claimed` as a task of its own. The gates are
+    /// read again before the next start, and the next claim looks afresh.
+    async fn begin(&mut self, claimed: Claimed) -> Result<(), RunnerError> {
+        let id = claimed.job.id;
+        slothqueue_core::failpoint::hit("after_claim");
+        self.started += 1;
+        self.gates = Gates::Unread;
+        self.last_start_or_end = Some(Instant::now());
+        self.waiting_since = None;
+        self.forget();
+        let Some(executor) = self.w.executors.get(&claimed.job.kind).cloned() else {
+            // The claim filter makes this unreachable; hand the job back.
+            self.w.warn(format!(
+                "no executor for kind `{}` of job #{id}; released",
+                claimed.job.kind
+            ));
+            self.w.release(id, &claimed.fence).await?;
+            return Ok(());
+        };
+        // Before the spawn: the attempt's cgroup (where one can be made)
+        // and the subreaper, so nothing the job starts escapes its stop.
+        let marker = lease_marker(id, &claimed.fence);
+        let containment = Arc::new(if self.w.cfg.cgroups {
+            Containment::new(id, claimed.fence.attempt, &marker)
+        } else {
+            Containment::without_cgroup(&marker)
+        });
+        let pause = Arc::new(PauseClock::default());
+        self.w.suspended.add(containment.clone());
+        if let Ok(mut r) = self.w.records.lock() {
+            r.running.push(id);
+        }
+        let fence = claimed.fence.clone();
+        let worker = Worker { sh: self.w.sh.clone(), busy_warned: false };
+        let (c, p) = (containment.clone(), pause.clone());
+        let task = self
+            .tasks
+            .spawn(async move {
+                let mut worker = worker;
+                let next = worker.run_job(claimed, executor, marker, c, p).await;
+                AttemptEnd { next }
+            })
+            .id();
+        self.slots.push(Slot { job: id, fence, task, containment, pause });
+        Ok(())
+    }
+
+    /// An attempt's task ended: forget it, keep the job its settlement
+    /// claimed, and look afresh (a slot is free, a lane may be).
+    async fn ended(&mut self, end: Result<(tokio::task::Id, AttemptEnd), JoinError>) {
+        let (task, next) = match end {
+            Ok((task, AttemptEnd { next })) => (task, next),
+            Err(e) => (
+                e.id(),
+                Err(RunnerError::io(
+                    "an attempt's task failed",
+                    std::io::Error::other(e.to_string()),
+                )),
+            ),
+        };
+        let Some(at) = self.slots.iter().position(|s| s.task == task) else { return };
+        let slot = self.slots.remove(at);
+        self.w.suspended.remove(&slot.containment);
+        let rewrite = match self.w.records.lock() {
+            Ok(mut r) => {
+                r.running.retain(|j| *j != slot.job);
+                !r.running.is_empty() && r.recorded_running.contains(&slot.job)
+            }
+            Err(_) => false,
+        };
+        if rewrite {
+            // The record named the job that ended: it names the others now.
+            self.w.record_running().await;
+        }
+        self.last_start_or_end = Some(Instant::now());
+        self.forget();
+        match next {
+            Ok(Some(claimed)) => self.chained = Some(claimed),
+            Ok(None) => {}
+            Err(e) => {
+                self.fatal.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Wait: until the step's time, a wake-up, an attempt's end or a
+    /// shutdown request, whichever comes first.
+    async fn wait(&mut self, wait: Wait) {
+        let mut shutdown = self.w.shutdown.clone();
+        let asked = shutdown.is_requested();
+        let waker = self.waker.clone();
+        tokio::select! {
+            () = drive::sleep_until_opt(wait.until) => {}
+            Some(end) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
+                self.ended(end).await;
+            }
+            () = waker.notified(), if wait.wake => self.forget(),
+            () = shutdown.requested(), if !asked => {}
+        }
+        self.next_due = None;
+    }
+
+    /// Suspend: a gate closed while attempts run; stop their processes,
+    /// note it on each attempt, say so.
+    async fn suspend(&mut self) {
+        let now = Instant::now();
+        self.suspended_at = Some(now);
+        self.w.suspended.set_gated(true);
+        for slot in &self.slots {
+            slot.pause.stop(now);
+            slot.containment.suspend();
+        }
+        let reading = self.gate_reading.clone();
+        let jobs: Vec<JobId> = self.slots.iter().map(|s| s.job).collect();
+        self.w.report(RunnerEvent::Suspended { jobs, reading: reading.clone() });
+        let note = AttemptNote::Suspended { reading };
+        self.note(&note).await;
+    }
+
+    /// Resume: the gates opened (or no attempt is left); continue the
+    /// attempts' processes, note it on each, say so.
+    async fn resume(&mut self) {
+        let now = Instant::now();
+        let since = self.suspended_at.take().unwrap_or(now);
+        self.w.suspended.set_gated(false);
+        for slot in &self.slots {
+            slot.containment.resume();
+            slot.pause.go(now);
+        }
+        if self.slots.is_empty() {
+            return;
+        }
+        let after = now.saturating_duration_since(since);
+        let jobs: Vec<JobId> = self.slots.iter().map(|s| s.job).collect();
+        self.w.report(RunnerEvent::Resumed { jobs, after });
+        self.note(&AttemptNote::Resumed { after }).await;
+    }
+
+    /// Notes `note` on every running attempt's trail; a note that cannot
+    /// be written is a warning (the attempt goes on either way).
+    async fn note(&mut self, note: &AttemptNote) {
+        let notes: Vec<(JobId, Fence)> =
+            self.slots.iter().map(|s| (s.job, s.fence.clone())).collect();
+        for (job, fence) in notes {
+            if let Err(e) = self.w.store.note_attempt(job, &fence, note, self.w.now()).await {
+                self.w.warn(format!(
+                    "cannot note on job #{job} that it was suspended or resumed: {e}"
+                ));
+            }
+        }
+    }
+
+    /// Read lanes: why the last claim took nothing though something was
+    /// due, from the read-only queues report. Lanes holding due jobs are
+    /// reported (each check, as they hold) and recorded.
+    async fn read_lanes(&mut self) {
+        let now = Instant::now();
+        let report = match self.w.store.queues(self.w.now()).await {
+            Ok(report) => report,
+            Err(e) => {
+                if !self.lanes_warned {
+                    self.lanes_warned = true;
+                    self.w.warn(format!("cannot read the queues' lanes: {e}"));
+                }
+                self.last_report = None;
+                self.claim = ClaimState::Lanes { at: now, blocked: Blocked::None };
+                return;
+            }
+        };
+        let blocks = lanes::blocks(&report, &self.w.cfg.queues);
+        let names = lanes::names(&blocks);
+        let blocked = lanes::classify(&self.blocked, &blocks);
+        self.blocked = names;
+        self.last_report = Some(report);
+        self.claim = ClaimState::Lanes { at: now, blocked };
+        if !blocks.is_empty() {
+            let since = *self.waiting_since.get_or_insert_with(|| self.w.now());
+            let reading = lanes::reading(&blocks);
+            self.w.report(RunnerEvent::LanesWaiting { lanes: blocks });
+            let unchanged = self.lane_record.is_some_and(|at| {
+                at.elapsed() < IDLE_RECORD_REFRESH && self.w.records_say_gated(&reading)
+            });
+            if !unchanged {
+                self.lane_record = Some(now);
+                self.w.record(RunnerActivity::Gated { reading, since }).await;
+            }
+        }
+    }
+
+    /// Before a drain ends with due jobs left: says which ones this runner
+    /// passed over and why (a kind it has no handler for, a queue it does
+    /// not serve, a paused queue), so "finished: 0 done" is not the whole
+    /// story.
+    async fn report_skipped(&mut self) {
+        let filter = ListFilter {
+            state: Some(JobState::Pending),
+            order: ListOrder::DueFirst,
+            limit: Some(SKIPPED_LOOKED_AT),
+            ..ListFilter::default()
+        };
+        let Ok(pending) = self.w.store.list(&filter).await else { return };
+        let now = self.w.now();
+        let request = self.w.claim_request();
+        let cfg = &self.w.cfg;
+        let paused = |queue: &str| {
+            self.last_report.as_ref().is_some_and(|r| {
+                r.all_paused.is_some() || r.get(queue).is_some_and(|q| q.paused.is_some())
+            })
+        };
+        let jobs: Vec<SkippedJob> = pending
+            .iter()
+            .filter(|j| j.is_due(now))
+            .filter_map(|j| {
+                let reason = if !request.filter.admits(j) {
+                    if cfg.queues.is_empty() || cfg.queues.contains(&j.queue) {
+                        SkipReason::NoHandler { kind: j.kind.clone() }
+                    } else {
+                        SkipReason::QueueNotServed { queue: j.queue.clone() }
+                    }
+                } else if paused(&j.queue) {
+                    SkipReason::Paused { queue: j.queue.clone() }
+                } else {
+                    return None;
+                };
+                Some(SkippedJob { job: j.id, reason })
+            })
+            .collect();
+        if !jobs.is_empty() {
+            self.w.report(RunnerEvent::Skipped { jobs });
+        }
+    }
+
+    /// Idle, in follow mode with nothing to do: sleeps until the next due
+    /// time (or a poll interval, whichever is first), a wake-up or a
+    /// shutdown. The sleep is a kernel timer ([`IdleTimer`]): one wake-up
+    /// per poll.
+    async fn idle(&mut self, next_due: Option<Timestamp>) {
+        let now = self.w.now();
+        let poll_until = now.saturating_add(self.w.cfg.poll_interval);
+        let until = match next_due {
+            Some(t) if t > now => t.min(poll_until),
+            _ => poll_until,
+        };
+        // The record names a job's due time, not the next poll, so that
+        // it stays the same from poll to poll and need not be rewritten.
+        let activity = RunnerActivity::Idle { until: next_due.filter(|t| *t > now) };
+        let summary = self.w.summary();
+        let unchanged = self
+            .w
+            .records
+            .lock()
+            .is_ok_and(|r| r.idle.as_ref().is_some_and(|i| i.still_says(&activity, &summary)));
+        if !unchanged {
+            self.w.record(activity.clone()).await;
+            if let Ok(mut r) = self.w.records.lock() {
+                r.idle = Some(IdleRecord { activity, at: Instant::now(), summary });
+            }
+        }
+        let mut shutdown = self.w.shutdown.clone();
+        tokio::select! {
+            () = self.idle_timer.sleep(until.duration_since(now)) => {}
+            () = self.waker.notified() => {}
+            () = shutdown.requested() => {}
+        }
+    }
+}
+
+impl Worker {
     /// What this runner claims: jobs of its queues and of the kinds it can
     /// run, and of a running job only an expired lease, never a dead
     /// owner's job: a claim cannot first kill what is left of the dead
-    /// attempt, so that job is the sweep's ([`Run::sweep_dead`]), and a job
-    /// never runs twice at once, even when its owner dies between a sweep
-    /// and a claim.
+    /// attempt, so that job is the sweep's ([`Worker::sweep_dead`]), and a
+    /// job never runs twice at once, even when its owner dies between a
+    /// sweep and a claim.
     fn claim_request(&self) -> ClaimRequest {
         ClaimRequest::new(self.cfg.owner.clone(), self.cfg.judge.clone())
             .filter(ClaimFilter {
@@ -350,117 +751,28 @@ impl Run {
             .reclaim(Reclaim::ExpiredOnly)
     }
 
-    /// Claim: the best due job this runner may run.
-    async fn claim(&mut self) -> Result<Claim, RunnerError> {
-        let request = self.claim_request();
-        let store = self.store.clone();
-        let clock = self.cfg.clock.clone();
-        Ok(match self.retrying("claim a job", || store.claim(&request, clock.now())).await? {
-            Retried::Done(Some(claimed)) => Claim::Job(claimed),
-            Retried::Done(None) => Claim::Nothing,
-            Retried::ShutDown => Claim::ShutDown,
-        })
+    /// Whether dead owners' jobs are due to be looked for.
+    fn sweep_due(&self) -> bool {
+        self.last_sweep.lock().is_ok_and(|t| t.elapsed() >= SWEEP_EVERY)
     }
 
-    /// Nothing claimed though something was due: follow mode idles until
-    /// the next poll. Drain and once sweep first and end only if the sweep
-    /// took nothing back: a claim leaves a dead owner's job to the sweep, so
-    /// one whose owner died since the last sweep is taken back now rather
-    /// than left behind.
-    async fn nothing_claimed(&mut self) -> Result<Turn, RunnerError> {
-        match self.cfg.mode {
-            Mode::Follow => {
-                self.idle(None).await;
-                Ok(Turn::Again)
-            }
-            Mode::Drain | Mode::Once => {
-                self.last_sweep = Instant::now();
-                if self.sweep_dead().await? > 0 {
-                    return Ok(Turn::Again);
-                }
-                self.report_skipped().await;
-                Ok(Turn::End)
-            }
+    /// Notes that dead owners' jobs were just looked for.
+    fn swept_now(&self) {
+        if let Ok(mut t) = self.last_sweep.lock() {
+            *t = Instant::now();
         }
     }
 
-    /// Before a drain ends with due jobs left: says which ones this runner
-    /// passed over and why (a kind it has no handler for, a queue it does
-    /// not serve), so "finished: 0 done" is not the whole story.
-    async fn report_skipped(&mut self) {
-        let filter = ListFilter {
-            state: Some(JobState::Pending),
-            order: ListOrder::DueFirst,
-            limit: Some(SKIPPED_LOOKED_AT),
-            ..ListFilter::default()
-        };
-        let Ok(pending) = self.store.list(&filter).await else { return };
-        let now = self.now();
-        let request = self.claim_request();
-        let jobs: Vec<SkippedJob> = pending
-            .iter()
-            .filter(|j| j.is_due(now) && !request.filter.admits(j))
-            .map(|j| SkippedJob {
-                job: j.id,
-                reason: if self.cfg.queues.is_empty() || self.cfg.queues.contains(&j.queue) {
-                    SkipReason::NoHandler { kind: j.kind.clone() }
-                } else {
-                    SkipReason::QueueNotServed { queue: j.queue.clone() }
-                },
-            })
-            .collect();
-        if !jobs.is_empty() {
-            self.report(RunnerEvent::Skipped { jobs });
-        }
+    /// The run's counts so far.
+    fn summary(&self) -> RunSummary {
+        self.summary.lock().map(|s| *s).unwrap_or_default()
     }
 
-    /// Idle, in follow mode with nothing to do: sleeps until the next due
-    /// time (or a poll interval, whichever is first), a wake-up or a
-    /// shutdown. The sleep is a kernel timer ([`IdleTimer`]): one wake-up
-    /// per poll.
-    async fn idle(&mut self, next_due: Option<Timestamp>) {
-        let now = self.now();
-        let poll_until = now.saturating_add(self.cfg.poll_interval);
-        let until = match next_due {
-            Some(t) if t > now => t.min(poll_until),
-            _ => poll_until,
-        };
-        // The record names a job's due time, not the next poll, so that
-        // it stays the same from poll to poll and need not be rewritten.
-        let activity = RunnerActivity::Idle { until: next_due.filter(|t| *t > now) };
-        let unchanged =
-            self.idle_record.as_ref().is_some_and(|r| r.still_says(&activity, &self.summary));
-        if !unchanged {
-            self.record(activity.clone()).await;
-            self.idle_record =
-                Some(IdleRecord { activity, at: Instant::now(), summary: self.summary });
+    /// Changes the run's counts.
+    fn tally(&self, f: impl FnOnce(&mut RunSummary)) {
+        if let Ok(mut s) = self.summary.lock() {
+            f(&mut s);
         }
-        let mut shutdown = self.shutdown.clone();
-        tokio::select! {
-            () = self.idle_timer.sleep(until.duration_since(now)) => {}
-            () = self.waker.notified() => {}
-            () = shutdown.requested() => {}
-        }
-    }
-
-    /// Whether the attempt ending now may be settled together with the
-    /// next claim ([`Store::settle_and_claim`], one commit instead of two):
-    /// only when the main loop would claim right after with nothing in
-    /// between. Not in `once` mode, with a cooldown or an on-finish command
-    /// (each comes between the two), once a shutdown was asked for or the
-    /// sweep is due (it must come first), nor while a gate is closed (the
-    /// main loop then waits at the gates as usual). The gates are read here
-    /// instead of before the claim, so each job still costs one reading.
-    async fn may_chain(&self) -> bool {
-        if self.cfg.mode == Mode::Once
-            || !self.cfg.cooldown.is_zero()
-            || self.cfg.on_finish.is_some()
-            || self.shutdown.is_requested()
-            || self.last_sweep.elapsed() >= SWEEP_EVERY
-        {
-            return false;
-        }
-        matches!(read_gates(&self.cfg.gates).await, GateCheck::Open(_))
     }
 
     /// Hands job `id` back to pending without charging the attempt.
@@ -505,11 +817,36 @@ impl Run {
         }
     }
 
+    /// Whether the last record written was a wait with this reading.
+    fn records_say_gated(&self, reading: &str) -> bool {
+        self.records.lock().is_ok_and(|r| r.gated.as_deref() == Some(reading))
+    }
+
+    /// Records the attempts running now, for `status`: `Running` with the
+    /// first started and the others.
+    async fn record_running(&self) {
+        let running = self.records.lock().map(|r| r.running.clone()).unwrap_or_default();
+        let Some((&job, also)) = running.split_first() else { return };
+        self.record(RunnerActivity::Running { job, also: also.to_vec() }).await;
+    }
+
     /// Records what this runner does, for `status`. Failing to is not worth
     /// stopping for.
-    async fn record(&mut self, activity: RunnerActivity) {
-        if !matches!(activity, RunnerActivity::Idle { .. }) {
-            self.idle_record = None;
+    async fn record(&self, activity: RunnerActivity) {
+        if let Ok(mut r) = self.records.lock() {
+            if !matches!(activity, RunnerActivity::Idle { .. }) {
+                r.idle = None;
+            }
+            r.gated = match &activity {
+                RunnerActivity::Gated { reading, .. } => Some(reading.clone()),
+                _ => None,
+            };
+            r.recorded_running = match &activity {
+                RunnerActivity::Running { job, also } => {
+                    std::iter::once(*job).chain(also.iter().copied()).collect()
+                }
+                _ => Vec::new(),
+            };
         }
         let record = RunnerRecord {
             owner: self.cfg.owner.clone(),
@@ -523,15 +860,6 @@ impl Run {
             if !e.is_temporary() {
                 self.warn(format!("cannot record this runner's activity: {e}"));
             }
-        }
-    }
-
-    /// Sleeps until `t` unless a shutdown is requested; `false` then.
-    async fn sleep_until(&mut self, t: Instant) -> bool {
-        let mut shutdown = self.shutdown.clone();
-        tokio::select! {
-            () = tokio::time::sleep_until(t) => true,
-            () = shutdown.requested() => false,
         }
     }
 

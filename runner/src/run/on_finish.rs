@@ -8,10 +8,10 @@ use slothqueue_core::Job;
 use tokio::time::Instant;
 
 use crate::exec::{ExecOutcome, ProcessSpec, run_process};
-use crate::run::Run;
+use crate::run::Worker;
 use crate::run::drive::Watch;
 
-impl Run {
+impl Worker {
     /// Runs the `--on-finish` command for `job` (as recorded after the
     /// attempt), killing its group after the on-finish timeout. Its failure
     /// is a warning.
@@ -44,6 +44,7 @@ impl Run {
             record_running_at: None,
             news: None,
             containment: None,
+            pause: None,
         };
         let driven = self.drive(run_process(job, spec, ctx), stopper, watch).await;
         let problem = match driven.outcome {

@@ -18,7 +18,7 @@ use crate::error::RunnerError;
 use crate::event::RunnerEvent;
 use crate::process::group::{group_alive, may_signal_group, stop_group};
 use crate::process::procfs::{environ_has, pids, proc_stat, process_started_at};
-use crate::run::{Retried, Run};
+use crate::run::{Retried, Worker};
 
 /// How much earlier than its job's claim an orphaned group's leader may
 /// seem to have started and still be the job's: process start times derive
@@ -32,7 +32,7 @@ const ORPHAN_START_SLACK: Duration = Duration::from_secs(30);
 /// stranger.
 const LEADER_SPAWN_WINDOW: Duration = Duration::from_secs(600);
 
-impl Run {
+impl Worker {
     /// Reclaims jobs of dead owners on this host, killing each one's
     /// orphaned process group first so that a job never runs twice at once.
     /// Returns how many jobs it took back.
