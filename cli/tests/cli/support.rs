@@ -233,7 +233,6 @@ macro_rules! both_backends_with_lanes {
 
             #[cfg(feature = "sqlite")]
             #[test]
-            #[ignore = "needs lanes stores/runner (integration)"]
             fn sqlite() {
                 let $ctx = $crate::support::TestContext::new($crate::support::Backend::Sqlite);
                 $body
@@ -241,7 +240,6 @@ macro_rules! both_backends_with_lanes {
 
             #[cfg(feature = "redb")]
             #[test]
-            #[ignore = "needs lanes stores/runner (integration)"]
             fn redb() {
                 let $ctx = $crate::support::TestContext::new($crate::support::Backend::Redb);
                 $body

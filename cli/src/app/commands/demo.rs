@@ -88,6 +88,7 @@ impl Tour {
         self.retry_with_backoff().await?;
         self.kill_nine().await?;
         self.workflow().await?;
+        self.lanes_and_holds().await?;
         say(&["", "# That's the tour. `slothqueue --help` has the rest."])?;
         Ok(Code::Success)
     }
@@ -282,11 +283,6 @@ impl Tour {
     /// (side by side, as their times show) and the third after, leaves the
     /// paused backup and the held report alone and names them; a resume
     /// and a release, and the next run takes both.
-    #[allow(
-        dead_code,
-        reason = "needs the stores' lane methods and the runner's slots (issue #16): once they \
-                  are merged, `all` calls it after `workflow`"
-    )]
     async fn lanes_and_holds(&self) -> anyhow::Result<()> {
         say(&[
             "",

@@ -7,8 +7,8 @@
 use std::io::{self, Write};
 
 use slothqueue::runner::{
-    AcPowerGate, Gate, HandlerDirExecutor, LoadGate, Mode, PressureGate, RunSummary, Runner,
-    RunnerConfig, RunnerEvent, inherited_ignores, unix_signals_with,
+    AcPowerGate, Gate, HandlerDirExecutor, LaneHold, LoadGate, Mode, PressureGate, RunSummary,
+    Runner, RunnerConfig, RunnerEvent, inherited_ignores, unix_signals_with,
 };
 
 use super::Ctx;
@@ -156,6 +156,25 @@ fn event_json(event: &RunnerEvent) -> serde_json::Value {
                 .collect();
             json!({"event": "skipped", "jobs": jobs, "line": line})
         }
+        RunnerEvent::LanesWaiting { lanes } => {
+            let lanes: Vec<serde_json::Value> = lanes
+                .iter()
+                .map(|b| match b.hold {
+                    LaneHold::Paused => json!({"queue": b.queue, "hold": "paused", "due": b.due}),
+                    LaneHold::Full { running, limit } => json!({
+                        "queue": b.queue, "hold": "full", "running": running, "limit": limit,
+                        "due": b.due
+                    }),
+                })
+                .collect();
+            json!({"event": "lanes_waiting", "lanes": lanes, "line": line})
+        }
+        RunnerEvent::Suspended { jobs, reading } => {
+            json!({"event": "suspended", "jobs": jobs, "reading": reading, "line": line})
+        }
+        RunnerEvent::Resumed { jobs, after } => json!({
+            "event": "resumed", "jobs": jobs, "after_ms": after.as_millis() as u64, "line": line
+        }),
         RunnerEvent::Finished(s) => summary_json(s, &line),
         _ => json!({"event": "other", "line": line}),
     }

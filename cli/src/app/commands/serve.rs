@@ -73,7 +73,8 @@ const GATE_REMINDER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Which gate checks a server prints: unlike `run`, which prints every
 /// check, a server runs for days, so it prints a closed gate when it
-/// closes, then once a minute while it stays closed, and the opening.
+/// closes, then once a minute while it stays closed, and the opening. A
+/// wait on paused or full lanes is printed the same way.
 #[derive(Debug, Default)]
 struct GateLines {
     /// When a closed gate was last printed; `None` while it is open.
@@ -83,7 +84,7 @@ struct GateLines {
 impl GateLines {
     fn show(&mut self, event: &RunnerEvent, now: tokio::time::Instant) -> bool {
         match event {
-            RunnerEvent::Gated { .. } => {
+            RunnerEvent::Gated { .. } | RunnerEvent::LanesWaiting { .. } => {
                 let due = self.held_since_print.is_none_or(|at| now - at >= GATE_REMINDER);
                 if due {
                     self.held_since_print = Some(now);
