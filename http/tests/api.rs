@@ -30,9 +30,7 @@ on_both_backends!(
     token_file_is_private,
     paging,
     lane_routes_refuse_bad_requests,
-    #[ignore = "needs lanes stores/runner (integration)"]
     hold_and_release,
-    #[ignore = "needs lanes stores/runner (integration)"]
     limits_and_pauses,
 );
 

@@ -18,9 +18,7 @@ on_both_backends!(
     lifecycle,
     cancel_running,
     shutdown_releases_running_job,
-    #[ignore = "needs lanes stores/runner (integration)"]
     slots_and_limits,
-    #[ignore = "needs lanes stores/runner (integration)"]
     pauses,
 );
 

@@ -37,25 +37,57 @@ pub(super) fn blocks(report: &QueuesReport, served: &[String]) -> Vec<LaneBlock>
     .collect()
 }
 
-/// The blocked lanes' names (`""` for every queue), to compare with the
-/// next report.
-pub(super) fn names(blocks: &[LaneBlock]) -> Vec<String> {
-    blocks.iter().map(|b| b.queue.clone().unwrap_or_default()).collect()
+/// What one report said, to compare the next one with: the lanes it found
+/// holding due jobs (by name, `""` for every queue), and how many due jobs
+/// of the queues served sat in lanes that were open.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Sight {
+    blocked: Vec<String>,
+    open_due: u64,
 }
 
-/// What the lanes say now, given the lanes blocked at the last report
-/// (`before`, empty when there was none since the last change): a lane
-/// that held due jobs and no longer does has opened (claim again); else
-/// the lanes wait on a full lane, or only on paused ones, or hold nothing.
-pub(super) fn classify(before: &[String], now: &[LaneBlock]) -> Blocked {
-    let names = names(now);
-    if before.iter().any(|b| !names.contains(b)) {
+impl Sight {
+    /// What `report` says for a runner serving `served`, with `blocks` its
+    /// [`blocks`].
+    pub(super) fn of(report: &QueuesReport, served: &[String], blocks: &[LaneBlock]) -> Sight {
+        let blocked: Vec<String> =
+            blocks.iter().map(|b| b.queue.clone().unwrap_or_default()).collect();
+        let open_due = if report.all_paused.is_some() {
+            0
+        } else {
+            report
+                .queues
+                .iter()
+                .filter(|q| served.is_empty() || served.contains(&q.counts.queue))
+                .filter(|q| !blocked.contains(&q.counts.queue))
+                .map(|q| q.counts.due)
+                .sum()
+        };
+        Sight { blocked, open_due }
+    }
+}
+
+/// What the lanes say now (`now`, with `blocks` its lanes), given what the
+/// last report since the last change said (`before`): the lanes have
+/// opened (claim again) when a lane that held due jobs no longer does, or
+/// when more due jobs sit in open lanes than before (a job added to
+/// another queue while this runner waits on a paused one; with no report
+/// before, any at all: one more claim finds out whether they are ours, and
+/// the next report, seeing the same count, waits instead of claiming
+/// again); else the lanes wait on a full lane, or only on paused ones, or
+/// hold nothing.
+pub(super) fn classify(before: Option<&Sight>, now: &Sight, blocks: &[LaneBlock]) -> Blocked {
+    let opened = match before {
+        Some(b) => b.blocked.iter().any(|q| !now.blocked.contains(q)) || now.open_due > b.open_due,
+        None => now.open_due > 0,
+    };
+    if opened {
         return Blocked::Opened;
     }
-    if now.is_empty() {
+    if blocks.is_empty() {
         return Blocked::None;
     }
-    if now.iter().any(|b| matches!(b.hold, LaneHold::Full { .. })) {
+    if blocks.iter().any(|b| matches!(b.hold, LaneHold::Full { .. })) {
         Blocked::Full
     } else {
         Blocked::PausedOnly
@@ -93,6 +125,10 @@ mod tests {
         }
     }
 
+    fn names(blocks: &[LaneBlock]) -> Vec<String> {
+        blocks.iter().map(|b| b.queue.clone().unwrap_or_default()).collect()
+    }
+
     #[test]
     fn only_lanes_holding_due_jobs_we_serve_count() {
         let r = report(
@@ -126,19 +162,36 @@ mod tests {
 
     #[test]
     fn what_changed_since_the_last_report() {
-        let paused = LaneBlock { queue: Some("b".into()), hold: LaneHold::Paused, due: 1 };
-        let full = LaneBlock {
-            queue: Some("d".into()),
-            hold: LaneHold::Full { running: 1, limit: 1 },
-            due: 1,
+        let sight = |r: &QueuesReport| Sight::of(r, &[], &blocks(r, &[]));
+        let paused_b = report(vec![lane("b", 1, 0, 0, true)], false);
+        let both = report(vec![lane("b", 1, 0, 0, true), lane("d", 1, 1, 1, false)], false);
+        let full_d = report(vec![lane("b", 0, 0, 0, true), lane("d", 1, 1, 1, false)], false);
+        let nothing = report(vec![], false);
+        let class = |before: Option<&QueuesReport>, now: &QueuesReport| {
+            classify(before.map(sight).as_ref(), &sight(now), &blocks(now, &[]))
         };
-        let s = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-        assert_eq!(classify(&[], &[]), Blocked::None);
-        assert_eq!(classify(&[], std::slice::from_ref(&paused)), Blocked::PausedOnly);
-        assert_eq!(classify(&[], &[paused.clone(), full.clone()]), Blocked::Full);
-        assert_eq!(classify(&s(&["b"]), std::slice::from_ref(&paused)), Blocked::PausedOnly);
-        assert_eq!(classify(&s(&["b"]), &[]), Blocked::Opened);
-        assert_eq!(classify(&s(&["b", "d"]), std::slice::from_ref(&full)), Blocked::Opened);
-        assert_eq!(classify(&s(&["d"]), &[full, paused]), Blocked::Full);
+        assert_eq!(class(None, &nothing), Blocked::None);
+        assert_eq!(class(None, &paused_b), Blocked::PausedOnly);
+        assert_eq!(class(None, &both), Blocked::Full);
+        assert_eq!(class(Some(&paused_b), &paused_b), Blocked::PausedOnly);
+        assert_eq!(class(Some(&paused_b), &nothing), Blocked::Opened);
+        assert_eq!(class(Some(&both), &full_d), Blocked::Opened);
+        assert_eq!(class(Some(&full_d), &both), Blocked::Full);
+    }
+
+    #[test]
+    fn a_job_due_in_an_open_lane_opens_a_wait_on_a_paused_one() {
+        let sight = |r: &QueuesReport| Sight::of(r, &[], &blocks(r, &[]));
+        let waiting = report(vec![lane("b", 1, 0, 0, true), lane("web", 0, 0, 0, false)], false);
+        let added = report(vec![lane("b", 1, 0, 0, true), lane("web", 1, 0, 0, false)], false);
+        let now = sight(&added);
+        let blocks_now = blocks(&added, &[]);
+        assert_eq!(classify(Some(&sight(&waiting)), &now, &blocks_now), Blocked::Opened);
+        // The same count again (a job of a kind we cannot run): no second claim.
+        assert_eq!(classify(Some(&now), &now, &blocks_now), Blocked::PausedOnly);
+        // A queue we do not serve does not count.
+        let served = ["b".to_owned()];
+        let ours = Sight::of(&added, &served, &blocks(&added, &served));
+        assert_eq!(ours.open_due, 0);
     }
 }

@@ -200,8 +200,8 @@ pub(crate) struct Run {
     /// Since when a gate or the lanes hold the next start.
     waiting_since: Option<Timestamp>,
     claim: ClaimState,
-    /// The lanes the last report found holding due jobs, by name.
-    blocked: Vec<String>,
+    /// What the last lanes report since the last change said.
+    seen: Option<lanes::Sight>,
     /// The last lanes report, for the skipped report at a drain's end.
     last_report: Option<QueuesReport>,
     /// The lanes report failed once (warned once per run).
@@ -256,7 +256,7 @@ impl Run {
             gate_reading: String::new(),
             waiting_since: None,
             claim: ClaimState::Fresh,
-            blocked: Vec::new(),
+            seen: None,
             last_report: None,
             lanes_warned: false,
             lane_record: None,
@@ -382,7 +382,7 @@ impl Run {
     fn forget(&mut self) {
         self.next_due = None;
         self.claim = ClaimState::Fresh;
-        self.blocked.clear();
+        self.seen = None;
     }
 
     /// Start: says so in the runner record and takes back what dead owners
@@ -638,9 +638,9 @@ impl Run {
             }
         };
         let blocks = lanes::blocks(&report, &self.w.cfg.queues);
-        let names = lanes::names(&blocks);
-        let blocked = lanes::classify(&self.blocked, &blocks);
-        self.blocked = names;
+        let sight = lanes::Sight::of(&report, &self.w.cfg.queues, &blocks);
+        let blocked = lanes::classify(self.seen.as_ref(), &sight, &blocks);
+        self.seen = Some(sight);
         self.last_report = Some(report);
         self.claim = ClaimState::Lanes { at: now, blocked };
         if !blocks.is_empty() {

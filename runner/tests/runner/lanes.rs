@@ -2,10 +2,6 @@
 //! makes the runner read the queues report, say which lanes hold due jobs,
 //! and look again every check interval; a drain ends on paused lanes but
 //! waits on full ones.
-//!
-//! The lanes here are `support::Intercepted::with_lanes`, an in-memory
-//! stand-in, until the SQLite and redb stores implement them (issue #16;
-//! INTEGRATOR: switch to the real store's `change_lane` then).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -29,7 +25,7 @@ fn pause(env: &crate::support::Env) -> LaneChange {
 #[tokio::test]
 async fn a_paused_lane_waits_and_says_so_and_a_resume_starts_it_within_a_check() {
     let env = env();
-    let store = Arc::new(Intercepted::with_lanes(env.store.clone()));
+    let store = Arc::new(Intercepted::new(env.store.clone()));
     store.change_lane(&q("backups"), &pause(&env)).await.unwrap();
     let a = env.add("true", |j| j.queue("backups")).await;
     let b = env.add("true", |j| j.queue("backups")).await;
@@ -70,7 +66,7 @@ async fn a_paused_lane_waits_and_says_so_and_a_resume_starts_it_within_a_check()
 #[tokio::test]
 async fn a_drain_ends_when_only_paused_lanes_are_left_and_names_them() {
     let env = env();
-    let store = Arc::new(Intercepted::with_lanes(env.store.clone()));
+    let store = Arc::new(Intercepted::new(env.store.clone()));
     store.change_lane(&q("backups"), &pause(&env)).await.unwrap();
     let held_back = env.add("true", |j| j.queue("backups")).await;
     let ran = env.add("true", |j| j).await;
@@ -91,7 +87,7 @@ async fn a_drain_ends_when_only_paused_lanes_are_left_and_names_them() {
 #[tokio::test]
 async fn a_drain_ends_when_every_queue_is_paused() {
     let env = env();
-    let store = Arc::new(Intercepted::with_lanes(env.store.clone()));
+    let store = Arc::new(Intercepted::new(env.store.clone()));
     store.change_lane(&LaneScope::All, &pause(&env)).await.unwrap();
     let id = env.add("true", |j| j).await;
     let (summary, lines) = env.drain(Runner::new(store.clone(), env.config())).await;
@@ -106,7 +102,7 @@ async fn a_drain_ends_when_every_queue_is_paused() {
 #[tokio::test]
 async fn a_drain_waits_on_a_full_lane_until_its_job_ends_elsewhere() {
     let env = env();
-    let store = Arc::new(Intercepted::with_lanes(env.store.clone()));
+    let store = Arc::new(Intercepted::new(env.store.clone()));
     store.change_lane(&q("disk"), &LaneChange::Limit(1)).await.unwrap();
     let theirs = env.add("true", |j| j.queue("disk")).await;
     // Another runner (alive: this process) runs the lane's one job.
@@ -141,7 +137,7 @@ async fn a_drain_waits_on_a_full_lane_until_its_job_ends_elsewhere() {
 #[tokio::test]
 async fn a_limit_holds_across_this_runners_slots() {
     let env = env();
-    let store = Arc::new(Intercepted::with_lanes(env.store.clone()));
+    let store = Arc::new(Intercepted::new(env.store.clone()));
     store.change_lane(&q("disk"), &LaneChange::Limit(1)).await.unwrap();
     for _ in 0..3 {
         // Fails if two of them run at once.

@@ -147,17 +147,6 @@ impl Events {
     }
 }
 
-/// `lines` without the warning a store whose lane reads are still
-/// PLACEHOLDERs gives (issue #16: the stores' `queue_counts` is written in
-/// parallel). INTEGRATOR: once both stores implement it, drop this and its
-/// callers' use of it; the warning must then never show.
-pub fn without_placeholder_warnings(lines: Vec<String>) -> Vec<String> {
-    lines
-        .into_iter()
-        .filter(|l| !(l.starts_with("warning: ") && l.contains("PLACEHOLDER")))
-        .collect()
-}
-
 /// Polls `check` until it holds, failing the test after the deadline.
 pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let waited = tokio::time::timeout(DEADLINE, async {
@@ -225,19 +214,6 @@ pub struct Intercepted {
     /// How many looks at jobs (`get`, `list`) have returned: a test waits
     /// on it until a waiter has looked, instead of sleeping.
     pub looks: tokio::sync::watch::Sender<u64>,
-    /// A stand-in for the stores' lanes (issue #16), when set: `lanes`,
-    /// `change_lane`, `queue_counts` and `note_attempt` are answered here
-    /// from memory, and `claim` (also the claim of `settle_and_claim`)
-    /// takes nothing a paused or full lane holds. INTEGRATOR: the SQLite
-    /// and redb stores implement these for real; once they land, the lane
-    /// tests can drop `with_lanes` and use the real store (the notes are
-    /// then the job's `suspended`/`resumed` events).
-    pub lanes: Option<std::sync::Mutex<slothqueue_core::Lanes>>,
-    /// The notes `note_attempt` took, with `lanes` set.
-    pub notes: std::sync::Mutex<Vec<(JobId, slothqueue_core::AttemptNote)>>,
-    /// With `lanes` set, a claim's reads and write (and a settlement with
-    /// its claim) are one at a time, as a store's transaction makes them.
-    pub claim_lock: tokio::sync::Mutex<()>,
 }
 
 impl Intercepted {
@@ -253,19 +229,7 @@ impl Intercepted {
             next_dues: std::sync::atomic::AtomicU32::new(0),
             put_runners: std::sync::atomic::AtomicU32::new(0),
             looks: tokio::sync::watch::channel(0).0,
-            lanes: None,
-            notes: std::sync::Mutex::new(Vec::new()),
-            claim_lock: tokio::sync::Mutex::new(()),
         }
-    }
-
-    /// Lanes kept in memory (see [`Intercepted::lanes`]).
-    pub fn with_lanes(inner: Arc<dyn Store>) -> Self {
-        Intercepted { lanes: Some(std::sync::Mutex::new(Default::default())), ..Self::new(inner) }
-    }
-
-    fn lanes_now(&self) -> Option<slothqueue_core::Lanes> {
-        self.lanes.as_ref().map(|l| l.lock().unwrap().clone())
     }
 }
 
@@ -275,46 +239,11 @@ mod intercepted {
     use async_trait::async_trait;
     use slothqueue_core::machine::{Completion, Failure, HeartbeatAck};
     use slothqueue_core::{
-        ClaimRequest, Claimed, Event, Fence, Job, JobId, JobState, ListFilter, NewJob, PurgeFilter,
-        Pushed, RunnerRecord, SettledAndClaimed, Settlement, Stats, Store, StoreError, Timestamp,
+        ClaimRequest, Claimed, Event, Fence, Job, JobId, ListFilter, NewJob, PurgeFilter, Pushed,
+        RunnerRecord, SettledAndClaimed, Settlement, Stats, Store, StoreError, Timestamp,
     };
 
     use super::Intercepted;
-
-    impl Intercepted {
-        /// A claim that takes nothing a paused or full lane holds.
-        async fn claim_with_lanes(
-            &self,
-            request: &ClaimRequest,
-            now: Timestamp,
-        ) -> Result<Option<Claimed>, StoreError> {
-            let lanes = self.lanes_now().unwrap_or_default();
-            let running = ListFilter { state: Some(JobState::Running), ..ListFilter::default() };
-            let running = self.inner.list(&running).await?;
-            let check = slothqueue_core::LaneCheck::new(lanes, &running);
-            if check.all_paused() {
-                return Ok(None);
-            }
-            let pending = ListFilter { state: Some(JobState::Pending), ..ListFilter::default() };
-            let mut open: Vec<String> = self
-                .inner
-                .list(&pending)
-                .await?
-                .into_iter()
-                .map(|j| j.queue)
-                .filter(|q| request.filter.queues.is_empty() || request.filter.queues.contains(q))
-                .filter(|q| check.may_start(q))
-                .collect();
-            open.sort();
-            open.dedup();
-            if open.is_empty() {
-                return Ok(None);
-            }
-            let mut request = request.clone();
-            request.filter.queues = open;
-            self.inner.claim(&request, now).await
-        }
-    }
 
     #[async_trait]
     impl Store for Intercepted {
@@ -325,15 +254,7 @@ mod intercepted {
             note: &slothqueue_core::AttemptNote,
             now: Timestamp,
         ) -> Result<Job, StoreError> {
-            if self.lanes.is_none() {
-                return self.inner.note_attempt(id, fence, note, now).await;
-            }
-            let job = self.inner.get(id).await?;
-            if !job.lease.as_ref().is_some_and(|l| l.fence() == *fence) {
-                return Err(StoreError::LeaseLost { id });
-            }
-            self.notes.lock().unwrap().push((id, note.clone()));
-            Ok(job)
+            self.inner.note_attempt(id, fence, note, now).await
         }
         async fn hold(
             &self,
@@ -352,48 +273,20 @@ mod intercepted {
             self.inner.release_hold(id, by, now).await
         }
         async fn lanes(&self) -> Result<slothqueue_core::Lanes, StoreError> {
-            match self.lanes_now() {
-                Some(lanes) => Ok(lanes),
-                None => self.inner.lanes().await,
-            }
+            self.inner.lanes().await
         }
         async fn change_lane(
             &self,
             scope: &slothqueue_core::LaneScope,
             change: &slothqueue_core::LaneChange,
         ) -> Result<slothqueue_core::Lanes, StoreError> {
-            let Some(lanes) = &self.lanes else {
-                return self.inner.change_lane(scope, change).await;
-            };
-            let mut lanes = lanes.lock().unwrap();
-            lanes.apply(scope, change)?;
-            Ok(lanes.clone())
+            self.inner.change_lane(scope, change).await
         }
         async fn queue_counts(
             &self,
             now: Timestamp,
         ) -> Result<Vec<slothqueue_core::QueueCounts>, StoreError> {
-            if self.lanes.is_none() {
-                return self.inner.queue_counts(now).await;
-            }
-            let mut by: std::collections::BTreeMap<String, slothqueue_core::QueueCounts> =
-                Default::default();
-            for job in self.inner.list(&ListFilter::default()).await? {
-                let c = by.entry(job.queue.clone()).or_insert_with(|| {
-                    slothqueue_core::QueueCounts { queue: job.queue.clone(), ..Default::default() }
-                });
-                match job.state {
-                    JobState::Pending => {
-                        c.pending += 1;
-                        c.due += u64::from(job.is_due(now));
-                        c.held += u64::from(job.is_held());
-                        c.waiting_on_parents += u64::from(job.is_waiting_on_parents());
-                    }
-                    JobState::Running => c.running += 1,
-                    _ => {}
-                }
-            }
-            Ok(by.into_values().filter(|c| c.pending + c.running > 0).collect())
+            self.inner.queue_counts(now).await
         }
         async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
             self.inner.push(job, now).await
@@ -411,11 +304,7 @@ mod intercepted {
             now: Timestamp,
         ) -> Result<Option<Claimed>, StoreError> {
             (self.before_claim)()?;
-            if self.lanes_now().is_none_or(|l| l.is_default()) {
-                return self.inner.claim(request, now).await;
-            }
-            let _one_at_a_time = self.claim_lock.lock().await;
-            self.claim_with_lanes(request, now).await
+            self.inner.claim(request, now).await
         }
         async fn heartbeat(
             &self,
@@ -462,16 +351,7 @@ mod intercepted {
             (self.before_settle_and_claim)()?;
             (self.before_ending)()?;
             self.settle_and_claims.fetch_add(1, Ordering::SeqCst);
-            if self.lanes_now().is_none_or(|l| l.is_default()) {
-                return self.inner.settle_and_claim(id, fence, settlement, next, now).await;
-            }
-            let _one_at_a_time = self.claim_lock.lock().await;
-            let settled = match settlement {
-                Settlement::Complete(done) => self.inner.complete(id, fence, done, now).await?,
-                Settlement::Fail(failure) => self.inner.fail(id, fence, failure, now).await?,
-            };
-            let next = self.claim_with_lanes(next, now).await?;
-            Ok(SettledAndClaimed { settled, next })
+            self.inner.settle_and_claim(id, fence, settlement, next, now).await
         }
         async fn release(
             &self,

@@ -3,17 +3,15 @@
 //! stopped time is not counted against max runtime, and a stopped job
 //! can still be cancelled.
 //!
-//! The notes on the attempts go through `support::Intercepted::with_lanes`
-//! (the stores' `note_attempt` is being written in parallel; INTEGRATOR:
-//! with the real store, read the job's `suspended`/`resumed` events).
+//! The notes on the attempts are the job's `suspended`/`resumed` events,
+//! as the store wrote them.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use slothqueue_core::{AttemptNote, JobState};
+use slothqueue_core::{EventKind, JobState};
 use slothqueue_runner::{LoadGate, Runner, RunnerEvent};
 
-use crate::support::{Intercepted, alive, env, eventually, read_when_written};
+use crate::support::{alive, env, eventually, read_when_written};
 
 fn stopped(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -43,7 +41,7 @@ async fn a_closing_gate_stops_the_job_and_its_max_runtime_counts_only_running_ti
             |j| j.max_runtime(Some(Duration::from_secs(2))).max_attempts(1),
         )
         .await;
-    let store = Arc::new(Intercepted::with_lanes(env.store.clone()));
+    let store = env.store.clone();
     let mut cfg = env.config();
     cfg.suspend_when_gated = true;
     cfg.gates.push(Box::new(LoadGate::from_file(&load, Some(1.5)).unwrap()));
@@ -72,16 +70,26 @@ async fn a_closing_gate_stops_the_job_and_its_max_runtime_counts_only_running_ti
     let summary = running.finish().await.unwrap();
     let lines = running.events.lines();
     assert_eq!((summary.done, summary.failed), (1, 0), "{lines:?}");
-    let notes = store.notes.lock().unwrap().clone();
+    let notes: Vec<_> = env
+        .store
+        .events(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| matches!(e.kind, EventKind::Suspended | EventKind::Resumed))
+        .collect();
     assert_eq!(notes.len(), 2, "{notes:?}");
     assert_eq!(
-        notes[0],
-        (id, AttemptNote::Suspended { reading: "load 3.20 >= ceiling 1.50".into() })
+        (notes[0].kind, notes[0].message.as_deref()),
+        (EventKind::Suspended, Some("suspended: load 3.20 >= ceiling 1.50"))
     );
-    assert!(
-        matches!(notes[1], (j, AttemptNote::Resumed { after }) if j == id && after >= Duration::from_secs(2)),
-        "{notes:?}"
-    );
+    let resumed = notes[1].message.as_deref().unwrap_or_default();
+    let secs: u64 = resumed
+        .strip_prefix("resumed after ")
+        .and_then(|r| r.strip_suffix('s'))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(notes[1].kind == EventKind::Resumed && secs >= 2, "{notes:?}");
 }
 
 #[tokio::test]
@@ -90,7 +98,7 @@ async fn a_suspended_job_is_still_cancelled() {
     let load = env.path("loadavg");
     low(&load);
     let id = env.add("echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 100", |j| j).await;
-    let store = Arc::new(Intercepted::with_lanes(env.store.clone()));
+    let store = env.store.clone();
     let mut cfg = env.config();
     cfg.suspend_when_gated = true;
     cfg.gates.push(Box::new(LoadGate::from_file(&load, Some(1.5)).unwrap()));
@@ -114,7 +122,7 @@ async fn a_suspended_job_is_released_by_a_shutdown() {
     let load = env.path("loadavg");
     low(&load);
     let id = env.add("echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 100", |j| j).await;
-    let store = Arc::new(Intercepted::with_lanes(env.store.clone()));
+    let store = env.store.clone();
     let mut cfg = env.config();
     cfg.suspend_when_gated = true;
     cfg.gates.push(Box::new(LoadGate::from_file(&load, Some(1.5)).unwrap()));
