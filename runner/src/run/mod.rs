@@ -503,14 +503,15 @@ impl Run {
         let fence = claimed.fence.clone();
         let worker = Worker { sh: self.w.sh.clone(), busy_warned: false };
         let (c, p) = (containment.clone(), pause.clone());
-        let task = self
-            .tasks
-            .spawn(async move {
-                let mut worker = worker;
-                let next = worker.run_job(claimed, executor, marker, c, p).await;
-                AttemptEnd { next }
-            })
-            .id();
+        // Boxed: the attempt's future is several KiB, and unboxed the spawn
+        // and every stage change of the task copy it whole (a tenth of a
+        // drain's instructions went to those copies).
+        let attempt = Box::pin(async move {
+            let mut worker = worker;
+            let next = worker.run_job(claimed, executor, marker, c, p).await;
+            AttemptEnd { next }
+        });
+        let task = self.tasks.spawn(attempt).id();
         self.slots.push(Slot { job: id, fence, task, containment, pause });
         Ok(())
     }
