@@ -443,11 +443,9 @@ pub(crate) fn dependents_in(
 }
 
 /// Every lane's settings as `table` stores them. A row that does not
-/// decode, or is filed under a key that names no scope (not `""` and not
-/// a name `add` accepts), is damage. What decodes is taken as
-/// [`Lanes::insert`] takes it: a row of defaults is no setting, and a
-/// limit filed for every queue is none (no change writes either; a field
-/// a later build adds is a serde default here, as in the job rows).
+/// decode is damage, and so is what [`Lanes::insert_stored`] refuses (a key
+/// that names no scope, a limit filed for every queue); a row of defaults
+/// is no setting.
 pub(crate) fn lanes_in(
     table: &impl ReadableTable<&'static str, &'static [u8]>,
 ) -> Result<Lanes, Failure> {
@@ -457,12 +455,7 @@ pub(crate) fn lanes_in(
         let key = k.value();
         let settings: LaneSettings = serde_json::from_slice(v.value())
             .map_err(|e| Failure::Damaged(format!("lane `{key}` does not decode: {e}")))?;
-        if !key.is_empty() && !machine::is_plain_name(key) {
-            return Err(Failure::Damaged(format!(
-                "a lane is filed under `{key}`, not a queue name"
-            )));
-        }
-        lanes.insert(LaneScope::from_key(key), settings);
+        lanes.insert_stored(key, settings).map_err(Failure::Damaged)?;
     }
     Ok(lanes)
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, Row, params, params_from_iter};
-use slothqueue_core::machine::{Graph, LaneCheck, Transition, is_plain_name};
+use slothqueue_core::machine::{Graph, LaneCheck, Transition};
 use slothqueue_core::{
     ClaimFilter, Event, EventKind, Job, JobId, JobState, LaneScope, LaneSettings, Lanes, Lease,
     Owner, Stamp, StoreError, Timestamp,
@@ -612,19 +612,10 @@ pub(crate) fn read_lanes(conn: &Connection) -> Result<Lanes, Error> {
     while let Some(row) = rows.next()? {
         let key: String = row.get(0)?;
         let json: String = row.get(1)?;
-        let scope = LaneScope::from_key(&key);
-        let settings: LaneSettings = serde_json::from_str(&json)
-            .map_err(|e| Error::Decode(format!("the lane of {scope}: {e}")))?;
-        match &scope {
-            LaneScope::All if settings.limit != 0 => {
-                return Err(Error::Decode("the lane of every queue has a limit".to_owned()));
-            }
-            LaneScope::Queue(q) if !is_plain_name(q) => {
-                return Err(Error::Decode(format!("a lane of no valid queue name: {q:?}")));
-            }
-            _ => {}
-        }
-        lanes.insert(scope, settings);
+        let settings: LaneSettings = serde_json::from_str(&json).map_err(|e| {
+            Error::Decode(format!("the lane of {}: {e}", LaneScope::from_key(&key)))
+        })?;
+        lanes.insert_stored(&key, settings).map_err(Error::Decode)?;
     }
     Ok(lanes)
 }

@@ -179,6 +179,30 @@ impl Lanes {
     }
 }
 
+/// How a store reads its lanes back: the one rule for what a stored row
+/// may say, so that every backend refuses the same damage.
+impl Lanes {
+    /// Puts back the settings a store read under `key` ([`LaneScope::key`]).
+    /// A key that names no scope (not `""`, not a name `add` accepts), or a
+    /// limit filed for every queue (no change writes one), is damage: the
+    /// error says what, and the store reports the file as corrupt. A row of
+    /// defaults is no setting.
+    pub fn insert_stored(&mut self, key: &str, settings: LaneSettings) -> Result<(), String> {
+        let scope = LaneScope::from_key(key);
+        match &scope {
+            LaneScope::All if settings.limit != 0 => {
+                return Err("the lane of every queue has a limit".to_owned());
+            }
+            LaneScope::Queue(q) if !is_plain_name(q) => {
+                return Err(format!("a lane is filed under {q:?}, not a queue name"));
+            }
+            _ => {}
+        }
+        self.insert(scope, settings);
+        Ok(())
+    }
+}
+
 /// A user holds a pending job (`hold`): it stays pending but is not due
 /// until released. Holding a held job changes nothing (no event); any
 /// other state refuses.

@@ -226,14 +226,17 @@ async fn an_attempt_note_is_written_only_under_its_fence() {
     s.check_integrity().unwrap();
 }
 
-/// A lane row that does not decode, or is filed under a key that is no
-/// queue's name, is damage: every claim, lane read and change says so and
+/// A lane row that does not decode, is filed under a key that is no
+/// queue's name, or gives every queue a limit, is damage: every claim, lane read and change says so and
 /// nothing is claimed. A row of defaults is no setting.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lane_row_that_does_not_decode_is_damage() {
     const LANES: redb::TableDefinition<'static, &str, &[u8]> = redb::TableDefinition::new("lanes");
-    let rows: [(&str, &[u8]); 2] =
-        [("default", b"{\"limit\": \"two\"}"), ("../x", b"{\"limit\": 2}")];
+    let rows: [(&str, &[u8]); 3] = [
+        ("default", b"{\"limit\": \"two\"}"),
+        ("../x", b"{\"limit\": 2}"),
+        ("", b"{\"limit\": 2}"),
+    ];
     for (key, row) in rows {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q.redb");
