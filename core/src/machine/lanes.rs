@@ -102,14 +102,9 @@ impl LaneCheck {
         self.lanes.queues.keys().map(String::as_str).filter(|q| !self.may_start(q))
     }
 
-    /// The lanes as read.
-    pub fn lanes(&self) -> &Lanes {
-        &self.lanes
-    }
-
     /// How many of `queue`'s jobs run now (counted only when some lane has
     /// a setting).
-    pub fn running_in(&self, queue: &str) -> u32 {
+    fn running_in(&self, queue: &str) -> u32 {
         self.running.get(queue).copied().unwrap_or(0)
     }
 
