@@ -404,6 +404,28 @@ impl Store for RefStore {
         })
     }
 
+    async fn edit(
+        &self,
+        id: JobId,
+        edit: &slothqueue_core::JobEdit,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        self.with(|st| {
+            let before = st.existing(id)?.clone();
+            let t = machine::edit(&before, edit, now)?;
+            st.write(before, t, now)
+        })
+    }
+
+    async fn clone_job(
+        &self,
+        _id: JobId,
+        _edit: &slothqueue_core::JobEdit,
+        _now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER clone_job".to_owned()))
+    }
+
     async fn lanes(&self) -> Result<Lanes, StoreError> {
         self.with(|st| Ok(st.lanes.clone()))
     }

@@ -288,6 +288,12 @@ pub enum EventKind {
     Suspended,
     /// The runner continued them (SIGCONT); `message` says after how long.
     Resumed,
+    /// A user changed the pending job (`edit`); `message` names the fields.
+    Edited,
+    /// The job was added as a copy of another (`clone`); `message` names it.
+    ClonedFrom,
+    /// A copy of this job was added (`clone`); `message` names it.
+    ClonedAs,
 }
 
 impl EventKind {
@@ -309,11 +315,14 @@ impl EventKind {
             EventKind::HoldReleased => "hold_released",
             EventKind::Suspended => "suspended",
             EventKind::Resumed => "resumed",
+            EventKind::Edited => "edited",
+            EventKind::ClonedFrom => "cloned_from",
+            EventKind::ClonedAs => "cloned_as",
         }
     }
 
     /// Every kind, for parsing.
-    pub const ALL: [EventKind; 15] = [
+    pub const ALL: [EventKind; 18] = [
         EventKind::Pushed,
         EventKind::Claimed,
         EventKind::Reclaimed,
@@ -329,6 +338,9 @@ impl EventKind {
         EventKind::HoldReleased,
         EventKind::Suspended,
         EventKind::Resumed,
+        EventKind::Edited,
+        EventKind::ClonedFrom,
+        EventKind::ClonedAs,
     ];
 }
 

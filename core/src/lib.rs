@@ -13,6 +13,7 @@ pub mod lane;
 pub mod liveness;
 pub mod machine;
 pub mod policy;
+pub mod shell;
 pub mod store;
 pub mod time;
 
@@ -26,10 +27,11 @@ pub use lane::{
 pub use liveness::{ClockOnly, Liveness, LivenessJudge};
 pub use machine::{
     AttemptNote, ClaimFilter, ClaimOutcome, ClaimPlan, ClaimRequest, Claimed, Completion, Failure,
-    HeartbeatAck, LaneCheck, LaneVerdict, PlannedWrite, PushPlan, Reclaim, ReclaimReason,
+    HeartbeatAck, JobEdit, LaneCheck, LaneVerdict, PlannedWrite, PushPlan, Reclaim, ReclaimReason,
     Settlement, Transition, TransitionError,
 };
 pub use policy::{Policy, splitmix64};
+pub use shell::{EnvMode, IoClass, Limits};
 pub use store::{
     ListFilter, ListOrder, PurgeFilter, Pushed, RunnerActivity, RunnerRecord, SettledAndClaimed,
     Stats, Store, StoreError,

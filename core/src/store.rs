@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::job::{Event, Fence, Job, JobId, JobState, NewJob, Owner};
 use crate::lane::{LaneChange, LaneScope, Lanes, QueueCounts, QueuesReport, Stamp};
 use crate::machine::{
-    AttemptNote, ClaimRequest, Claimed, Completion, Failure, HeartbeatAck, Settlement,
+    AttemptNote, ClaimRequest, Claimed, Completion, Failure, HeartbeatAck, JobEdit, Settlement,
     TransitionError,
 };
 use crate::time::Timestamp;
@@ -390,6 +390,25 @@ pub trait Store: Send + Sync {
     /// job not held is left as it is. `InvalidTransition` for any other
     /// state.
     async fn release_hold(&self, id: JobId, by: &str, now: Timestamp) -> Result<Job, StoreError>;
+
+    /// Changes a pending (or held) job in one fenced write
+    /// ([`crate::machine::edit`]): the job is read inside the write
+    /// transaction, so one claimed since the caller looked is refused
+    /// (`InvalidTransition`) with nothing written. `InvalidInput` for an
+    /// edit the push checks refuse; `NotFound` for no job.
+    async fn edit(&self, id: JobId, edit: &JobEdit, now: Timestamp) -> Result<Job, StoreError>;
+
+    /// Adds a new pending job from any job ([`crate::machine::clone_of`]),
+    /// `edit` applied, in one transaction with a `cloned_as` event on the
+    /// original's trail and `cloned_from` on the new one's
+    /// ([`crate::machine::cloned_events`]). Returns the new job.
+    /// `NotFound` for no job; `InvalidInput` for an edit refused.
+    async fn clone_job(
+        &self,
+        id: JobId,
+        edit: &JobEdit,
+        now: Timestamp,
+    ) -> Result<Job, StoreError>;
 
     /// Every lane's settings (limits and pauses), as stored.
     async fn lanes(&self) -> Result<Lanes, StoreError>;

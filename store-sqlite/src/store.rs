@@ -18,7 +18,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, params, params_from_iter};
 use slothqueue_core::machine::{self, AttemptNote, LaneCheck, PushPlan, Transition};
 use slothqueue_core::{
-    ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job, JobId, JobState,
+    ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job, JobEdit, JobId, JobState,
     LaneChange, LaneScope, Lanes, ListFilter, ListOrder, NewJob, Policy, PurgeFilter, Pushed,
     QueueCounts, RunnerRecord, SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError,
     Timestamp,
@@ -638,6 +638,20 @@ impl Store for SqliteStore {
     async fn release_hold(&self, id: JobId, by: &str, now: Timestamp) -> Result<Job, StoreError> {
         let by = by.to_owned();
         self.transition(id, now, move |_, job, _| Ok(machine::release_hold(job, &by, now)?)).await
+    }
+
+    async fn edit(&self, id: JobId, edit: &JobEdit, now: Timestamp) -> Result<Job, StoreError> {
+        let edit = edit.clone();
+        self.transition(id, now, move |_, job, _| Ok(machine::edit(job, &edit, now)?)).await
+    }
+
+    async fn clone_job(
+        &self,
+        _id: JobId,
+        _edit: &JobEdit,
+        _now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER clone_job".to_owned()))
     }
 
     async fn lanes(&self) -> Result<Lanes, StoreError> {

@@ -170,6 +170,67 @@ pub struct SlotArgs {
     pub suspend_when_gated: bool,
 }
 
+/// How a job runs beside others: niceness, I/O class and the ceilings that
+/// need a cgroup. On `add`, `edit` and `clone` they are the job's own; on
+/// `run` and `serve`, the defaults for jobs that do not say (docs/limits.md).
+#[derive(Debug, Default, Args)]
+pub struct LimitArgs {
+    /// CPU niceness, -20 (first) to 19 (last); jobs that say nothing run at 10.
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_nice)]
+    pub nice: Option<i32>,
+
+    /// I/O class: `idle`, `best-effort` or `best-effort:0` to `:7`.
+    #[arg(long, value_name = "CLASS", value_parser = parse_ionice)]
+    pub ionice: Option<slothqueue::core::IoClass>,
+
+    /// Memory ceiling (`512M`, `2G`; powers of 1024): the job is killed
+    /// when it goes over. Needs a cgroup; said when none could be made.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    pub memory_max: Option<u64>,
+
+    /// CPU weight, 1 to 10000 (100 is an equal share). Needs a cgroup.
+    #[arg(long, value_name = "N", value_parser = parse_cpu_weight)]
+    pub cpu_weight: Option<u32>,
+}
+
+impl LimitArgs {
+    /// The limits these flags set (unset fields are `None`).
+    pub fn limits(&self) -> slothqueue::core::Limits {
+        slothqueue::core::Limits {
+            nice: self.nice,
+            ionice: self.ionice,
+            memory_max: self.memory_max,
+            cpu_weight: self.cpu_weight,
+        }
+    }
+}
+
+fn parse_nice(s: &str) -> Result<i32, String> {
+    match s.parse::<i32>() {
+        Ok(n) if slothqueue::core::shell::NICE_RANGE.contains(&n) => Ok(n),
+        _ => Err(format!("`{s}` is not a niceness: expected an integer from -20 to 19")),
+    }
+}
+
+fn parse_ionice(s: &str) -> Result<slothqueue::core::IoClass, String> {
+    s.parse()
+}
+
+fn parse_memory(s: &str) -> Result<u64, String> {
+    let bytes = slothqueue::core::shell::parse_size(s)?;
+    if bytes < slothqueue::core::shell::MIN_MEMORY_MAX {
+        return Err(format!("`{s}` is below the 1 MiB a process needs"));
+    }
+    Ok(bytes)
+}
+
+fn parse_cpu_weight(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n) if slothqueue::core::shell::CPU_WEIGHT_RANGE.contains(&n) => Ok(n),
+        _ => Err(format!("`{s}` is not a CPU weight: expected an integer from 1 to 10000")),
+    }
+}
+
 /// `wait`.
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["ids", "queue", "all"])))]

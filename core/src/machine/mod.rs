@@ -16,6 +16,7 @@ use crate::time::Timestamp;
 
 mod after;
 mod claim;
+mod edit;
 mod lanes;
 mod validate;
 
@@ -24,6 +25,7 @@ pub use after::{
     plan_with_dependents, resolve_parents,
 };
 pub use claim::{ClaimFilter, ClaimPlan, ClaimRequest, Claimed, PlannedWrite, Reclaim, plan_claim};
+pub use edit::{JobEdit, clone_of, cloned_events, edit};
 pub use lanes::{AttemptNote, LaneCheck, LaneVerdict, hold, note_attempt, release_hold};
 pub use validate::{
     MAX_ARG_LEN, MAX_ATTEMPTS, MAX_MAX_RUNTIME, MAX_NAME_LEN, MIN_MAX_RUNTIME, check_restore,
@@ -497,7 +499,10 @@ pub fn replay(events: &[Event]) -> Option<JobState> {
             | EventKind::Held
             | EventKind::HoldReleased
             | EventKind::Suspended
-            | EventKind::Resumed => state,
+            | EventKind::Resumed
+            | EventKind::Edited
+            | EventKind::ClonedFrom
+            | EventKind::ClonedAs => state,
         };
     }
     state

@@ -137,6 +137,8 @@ fn validate_shell(payload: &serde_json::Value) -> Result<(), String> {
         }
         Some(_) => return Err("the shell payload's `env` must be an object of strings".to_owned()),
     }
+    crate::shell::EnvMode::of(payload)?;
+    crate::shell::Limits::of(payload)?;
     Ok(())
 }
 

@@ -272,6 +272,22 @@ mod intercepted {
         ) -> Result<Job, StoreError> {
             self.inner.release_hold(id, by, now).await
         }
+        async fn edit(
+            &self,
+            id: JobId,
+            edit: &slothqueue_core::JobEdit,
+            now: Timestamp,
+        ) -> Result<Job, StoreError> {
+            self.inner.edit(id, edit, now).await
+        }
+        async fn clone_job(
+            &self,
+            id: JobId,
+            edit: &slothqueue_core::JobEdit,
+            now: Timestamp,
+        ) -> Result<Job, StoreError> {
+            self.inner.clone_job(id, edit, now).await
+        }
         async fn lanes(&self) -> Result<slothqueue_core::Lanes, StoreError> {
             self.inner.lanes().await
         }
