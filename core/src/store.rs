@@ -403,12 +403,8 @@ pub trait Store: Send + Sync {
     /// original's trail and `cloned_from` on the new one's
     /// ([`crate::machine::cloned_events`]). Returns the new job.
     /// `NotFound` for no job; `InvalidInput` for an edit refused.
-    async fn clone_job(
-        &self,
-        id: JobId,
-        edit: &JobEdit,
-        now: Timestamp,
-    ) -> Result<Job, StoreError>;
+    async fn clone_job(&self, id: JobId, edit: &JobEdit, now: Timestamp)
+    -> Result<Job, StoreError>;
 
     /// Every lane's settings (limits and pauses), as stored.
     async fn lanes(&self) -> Result<Lanes, StoreError>;

@@ -16,9 +16,9 @@ use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 use slothqueue_core::machine::{self, Graph, PushPlan, Transition};
 use slothqueue_core::{
     AttemptNote, ClaimRequest, Claimed, Completion, Event, Failure as JobFailure, Fence,
-    HeartbeatAck, Job, JobEdit, JobId, JobState, LaneChange, LaneCheck, LaneScope, Lanes, ListFilter,
-    ListOrder, NewJob, Policy, PurgeFilter, Pushed, QueueCounts, RunnerRecord, SettledAndClaimed,
-    Settlement, Stamp, Stats, Store, StoreError, Timestamp,
+    HeartbeatAck, Job, JobEdit, JobId, JobState, LaneChange, LaneCheck, LaneScope, Lanes,
+    ListFilter, ListOrder, NewJob, Policy, PurgeFilter, Pushed, QueueCounts, RunnerRecord,
+    SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError, Timestamp,
 };
 
 use crate::error::{Failure, corrupt, guarded, panic_message};

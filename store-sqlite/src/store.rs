@@ -18,10 +18,10 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, params, params_from_iter};
 use slothqueue_core::machine::{self, AttemptNote, LaneCheck, PushPlan, Transition};
 use slothqueue_core::{
-    ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job, JobEdit, JobId, JobState,
-    LaneChange, LaneScope, Lanes, ListFilter, ListOrder, NewJob, Policy, PurgeFilter, Pushed,
-    QueueCounts, RunnerRecord, SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError,
-    Timestamp,
+    ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job, JobEdit, JobId,
+    JobState, LaneChange, LaneScope, Lanes, ListFilter, ListOrder, NewJob, Policy, PurgeFilter,
+    Pushed, QueueCounts, RunnerRecord, SettledAndClaimed, Settlement, Stamp, Stats, Store,
+    StoreError, Timestamp,
 };
 
 use crate::error::{Context, Error};

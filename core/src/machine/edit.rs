@@ -103,9 +103,8 @@ fn edited_payload(job: &Job, edit: &JobEdit) -> Result<serde_json::Value, Transi
         map.insert("command".to_owned(), serde_json::Value::String(c.clone()));
     }
     if !edit.env.is_empty() {
-        let env = map
-            .entry("env")
-            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+        let env =
+            map.entry("env").or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
         let serde_json::Value::Object(env) = env else {
             return bad(format!("job #{}'s `env` is not an object", job.id));
         };
