@@ -419,11 +419,21 @@ impl Store for RefStore {
 
     async fn clone_job(
         &self,
-        _id: JobId,
-        _edit: &slothqueue_core::JobEdit,
-        _now: Timestamp,
+        id: JobId,
+        edit: &slothqueue_core::JobEdit,
+        now: Timestamp,
     ) -> Result<Job, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER clone_job".to_owned()))
+        self.with(|st| {
+            let original = st.existing(id)?.clone();
+            let new = machine::clone_of(&original, edit)?;
+            let pushed = st.push(&new, now, &self.policy)?;
+            let [on_original, on_clone] = machine::cloned_events(original.id, pushed.job.id, now);
+            // Each job written as it is, with the one event it gains.
+            let original = st.existing(original.id)?.clone();
+            st.record(Record::Job(Box::new(original), vec![on_original]));
+            st.record(Record::Job(Box::new(pushed.job.clone()), vec![on_clone]));
+            Ok(pushed.job)
+        })
     }
 
     async fn lanes(&self) -> Result<Lanes, StoreError> {

@@ -23,7 +23,8 @@
 //! abandoned jobs whatever their lane says. The real side keeps
 //! `Lanes` as a store does (through `Lanes::apply`) and claims as a store
 //! does (a `LaneCheck` from every running job, the best due job of an open
-//! lane).
+//! lane). An edit changes a pending (or held) job's priority, lane or due
+//! time, which the next claim must follow; any other state refuses it.
 
 #![allow(clippy::expect_used, reason = "a broken expectation in a test is a failure")]
 
@@ -34,8 +35,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use slothqueue_core::machine::{self, ClaimRequest, Graph, TransitionError};
 use slothqueue_core::{
-    Completion, Event, EventKind, Failure, Fence, Job, JobId, JobState, LaneChange, LaneScope,
-    Lanes, Lease, Liveness, LivenessJudge, NewJob, Owner, Policy, Stamp, Timestamp,
+    Completion, Event, EventKind, Failure, Fence, Job, JobEdit, JobId, JobState, LaneChange,
+    LaneScope, Lanes, Lease, Liveness, LivenessJudge, NewJob, Owner, Policy, Stamp, Timestamp,
 };
 
 /// The model's judge: the owners it declared dead are gone, the rest
@@ -126,6 +127,13 @@ enum Op {
     ReleaseHold {
         job: usize,
     },
+    /// Each field `None` is left as it is.
+    Edit {
+        job: usize,
+        priority: Option<i32>,
+        lane: Option<usize>,
+        delay_s: Option<u8>,
+    },
     /// `lane: None` is every queue.
     Pause {
         lane: Option<usize>,
@@ -161,7 +169,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => owner.prop_map(|owner| Op::Die { owner }),
         1 => Just(Op::ReclaimDead),
         1 => job.clone().prop_map(|job| Op::Hold { job }),
-        1 => job.prop_map(|job| Op::ReleaseHold { job }),
+        1 => job.clone().prop_map(|job| Op::ReleaseHold { job }),
+        1 => (job, prop::option::of(-2i32..3), prop::option::of(0..LANES.len()), prop::option::of(0u8..20))
+            .prop_map(|(job, priority, lane, delay_s)| Op::Edit { job, priority, lane, delay_s }),
         1 => lane().prop_map(|lane| Op::Pause { lane }),
         1 => lane().prop_map(|lane| Op::Resume { lane }),
         1 => (lane(), 0u32..3).prop_map(|(lane, limit)| Op::Limit { lane, limit }),
@@ -432,6 +442,34 @@ impl World {
             Op::ReleaseHold { job } if job < self.jobs.len() => {
                 let r = machine::release_hold(&self.jobs[job].0, "user", now);
                 self.hold_write(job, r, false);
+            }
+            Op::Edit { job, priority, lane, delay_s } if job < self.jobs.len() => {
+                let edit = JobEdit {
+                    priority,
+                    queue: lane.map(|l| LANES[l].to_owned()),
+                    not_before: delay_s
+                        .map(|d| now.saturating_add(Duration::from_secs(u64::from(d)))),
+                    ..JobEdit::default()
+                };
+                let r = machine::edit(&self.jobs[job].0, &edit, now);
+                let m = &mut self.models[job];
+                if m.state != JobState::Pending {
+                    assert!(
+                        matches!(r, Err(TransitionError::InvalidTransition { .. })),
+                        "only a pending job is edited: {r:?}"
+                    );
+                    return;
+                }
+                let t = r.expect("a pending job is edited");
+                let kinds: Vec<EventKind> = t.events.iter().map(|e| e.kind).collect();
+                let expected = if edit.is_empty() { vec![] } else { vec![EventKind::Edited] };
+                assert_eq!(kinds, expected, "an edit writes one event when it names a field");
+                m.priority = priority.unwrap_or(m.priority);
+                m.lane = lane.unwrap_or(m.lane);
+                if let Some(d) = delay_s {
+                    m.not_before = self.now + i64::from(d) * 1000;
+                }
+                self.commit(job, t);
             }
             Op::Pause { lane } => {
                 let stamp = Stamp::new("user", now);

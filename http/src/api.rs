@@ -1,23 +1,24 @@
 //! The routes: one table drives both the router and the OpenAPI document,
 //! so the document cannot drift from what is served.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{MethodRouter, get, post, put};
+use axum::routing::{MethodRouter, get, patch, post, put};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 use slothqueue_core::{
-    DEFAULT_MAX_RUNTIME, DEFAULT_QUEUE, Event, Job, JobId, JobState, LaneChange, LaneScope, Lanes,
-    ListFilter, ListOrder, NewJob, Parent, Pushed, QueuesReport, SHELL_KIND, Stamp, Stats,
-    StoreError, machine,
+    DEFAULT_MAX_RUNTIME, DEFAULT_QUEUE, Event, Job, JobEdit, JobId, JobState, LaneChange,
+    LaneScope, Lanes, ListFilter, ListOrder, NewJob, Parent, Pushed, QueuesReport, SHELL_KIND,
+    Stamp, Stats, StoreError, machine,
 };
 use slothqueue_runner::RunnerError;
 use slothqueue_runner::wait::{WaitTarget, wait};
 
-use crate::extract::{IdParam, JsonBody, QueryParams, QueueParam, Who, parse_id};
+use crate::extract::{IdParam, JsonBody, MaybeJsonBody, QueryParams, QueueParam, Who, parse_id};
 use crate::{AppState, HttpError};
 
 /// Jobs per page of the outbox when the client does not say.
@@ -74,6 +75,18 @@ pub(crate) const ROUTES: &[RouteSpec] = &[
         path: "/api/tasks/outbox/{id}",
         handler: || get(show),
         operation: op_show,
+    },
+    RouteSpec {
+        method: "PATCH",
+        path: "/api/tasks/outbox/{id}",
+        handler: || patch(edit),
+        operation: op_edit,
+    },
+    RouteSpec {
+        method: "POST",
+        path: "/api/tasks/outbox/{id}/clone",
+        handler: || post(clone),
+        operation: op_clone,
     },
     RouteSpec {
         method: "POST",
@@ -160,6 +173,80 @@ struct EnqueueRequest {
     /// Parents: numbers are job ids, strings idempotency keys.
     #[serde(default)]
     after: Option<Vec<Value>>,
+}
+
+/// The body of `PATCH /api/tasks/outbox/{id}` and of `POST
+/// /api/tasks/outbox/{id}/clone`: what to change, every field optional.
+/// Times and durations in milliseconds, as the job JSON has them.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EditRequest {
+    #[serde(default)]
+    command: Option<String>,
+    #[serde(default)]
+    payload: Option<Value>,
+    #[serde(default)]
+    priority: Option<i32>,
+    /// Absent: unchanged; `null`: no limit; a number: milliseconds.
+    #[serde(default, deserialize_with = "present")]
+    max_runtime: Option<Option<u64>>,
+    #[serde(default)]
+    max_attempts: Option<u32>,
+    /// UTC milliseconds since the epoch.
+    #[serde(default)]
+    not_before: Option<i64>,
+    /// Milliseconds from now (not with `not_before`).
+    #[serde(default)]
+    delay: Option<u64>,
+    #[serde(default)]
+    queue: Option<String>,
+    #[serde(default)]
+    env: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    limits: Option<slothqueue_core::Limits>,
+}
+
+impl EditRequest {
+    /// The edit this body asks for, at `now`. A whole `payload` for a
+    /// shell job is completed as an enqueue's is (`cwd`, `env`).
+    fn into_edit(
+        self,
+        app: &AppState,
+        kind: Option<&str>,
+        now: slothqueue_core::Timestamp,
+    ) -> Result<JobEdit, HttpError> {
+        let not_before = match (self.not_before, self.delay) {
+            (Some(_), Some(_)) => return Err(bad("give `not_before` or `delay`, not both")),
+            (Some(ms), None) => Some(slothqueue_core::Timestamp::from_millis(ms)),
+            (None, Some(ms)) => Some(now.saturating_add(Duration::from_millis(ms))),
+            (None, None) => None,
+        };
+        let max_runtime = match self.max_runtime {
+            None => None,
+            Some(None) => Some(None),
+            Some(Some(0)) => {
+                return Err(bad("max_runtime must be a positive number of milliseconds or null"));
+            }
+            Some(Some(ms)) => Some(Some(Duration::from_millis(ms))),
+        };
+        let limits = self.limits.unwrap_or_default();
+        limits.check().map_err(|e| bad(format!("limits: {e}")))?;
+        let payload = match (self.payload, kind) {
+            (Some(p), Some(SHELL_KIND)) => Some(shell_payload(p, app)?),
+            (p, _) => p,
+        };
+        Ok(JobEdit {
+            command: self.command,
+            payload,
+            priority: self.priority,
+            max_runtime,
+            max_attempts: self.max_attempts,
+            not_before,
+            queue: self.queue,
+            env: self.env.unwrap_or_default(),
+            limits,
+        })
+    }
 }
 
 /// Tells an explicit `null` (`Some(None)`) from an absent field (`None`).
@@ -501,6 +588,49 @@ async fn cancel(State(app): State<AppState>, IdParam(id): IdParam) -> Result<Jso
     Ok(Json(job))
 }
 
+/// The edit a body asks of job `id`. A whole payload needs the job's kind
+/// (a shell payload is completed as an enqueue's); the kind never
+/// changes, so reading it before the write is safe.
+async fn edit_of(
+    app: &AppState,
+    id: JobId,
+    req: EditRequest,
+) -> Result<(JobEdit, slothqueue_core::Timestamp), HttpError> {
+    let now = app.api.clock.now();
+    let kind = match &req.payload {
+        Some(_) => Some(app.store.get(id).await?.kind),
+        None => None,
+    };
+    Ok((req.into_edit(app, kind.as_deref(), now)?, now))
+}
+
+/// Changes a pending (or held) job in one fenced write: a job a runner
+/// took since the client looked is refused (409) with nothing changed.
+async fn edit(
+    State(app): State<AppState>,
+    IdParam(id): IdParam,
+    JsonBody(req): JsonBody<EditRequest>,
+) -> Result<Json<Job>, HttpError> {
+    let (edit, now) = edit_of(&app, id, req).await?;
+    let job = app.store.edit(id, &edit, now).await.map_err(refusal)?;
+    // It may be due sooner now: the worker need not wait for its next poll.
+    app.api.wake_worker();
+    Ok(Json(job))
+}
+
+/// Adds a new pending job from job `id` (in any state), the body's
+/// changes applied (an empty body: none); no key, no parents.
+async fn clone(
+    State(app): State<AppState>,
+    IdParam(id): IdParam,
+    MaybeJsonBody(req): MaybeJsonBody<EditRequest>,
+) -> Result<(StatusCode, Json<Job>), HttpError> {
+    let (edit, now) = edit_of(&app, id, req).await?;
+    let job = app.store.clone_job(id, &edit, now).await.map_err(refusal)?;
+    app.api.wake_worker();
+    Ok((StatusCode::CREATED, Json(job)))
+}
+
 /// Holds a pending job: it stays pending, no runner starts it until it is
 /// released. Holding a held job changes nothing (200, the job as it is).
 async fn hold(
@@ -785,6 +915,32 @@ fn op_cancel() -> Value {
     })
 }
 
+fn op_edit() -> Value {
+    json!({
+        "operationId": "editJob",
+        "summary": "change a pending (or held) job: only the fields given; one fenced write, so a job a runner took since you looked is refused (409) and nothing is changed; the trail gains an `edited` event naming the fields",
+        "parameters": [id_param()],
+        "requestBody": {
+            "required": true,
+            "content": { "application/json": { "schema": { "$ref": "#/components/schemas/EditRequest" } } }
+        },
+        "responses": responses(&[("200", ok_json("the job after the edit", "Job"))], &["400", "401", "403", "404", "405", "408", "409", "413", "415", "503"])
+    })
+}
+
+fn op_clone() -> Value {
+    json!({
+        "operationId": "cloneJob",
+        "summary": "add a new pending job from any job (a failed one, say), with the body's changes (the body may be absent: none); without the idempotency key and the parents; the trails gain `cloned_as` and `cloned_from`",
+        "parameters": [id_param()],
+        "requestBody": {
+            "required": false,
+            "content": { "application/json": { "schema": { "$ref": "#/components/schemas/EditRequest" } } }
+        },
+        "responses": responses(&[("201", ok_json("the new job", "Job"))], &["400", "401", "403", "404", "405", "408", "413", "415", "503"])
+    })
+}
+
 fn op_hold() -> Value {
     json!({
         "operationId": "holdJob",
@@ -1057,10 +1213,50 @@ fn schemas() -> Value {
             "required": ["pending", "running", "done", "failed", "cancelled", "due_now", "next_due"]
         }
     });
-    if let (Value::Object(all), Value::Object(lanes)) = (&mut all, lane_schemas()) {
-        all.extend(lanes);
+    for more in [lane_schemas(), edit_schemas()] {
+        if let (Value::Object(all), Value::Object(more)) = (&mut all, more) {
+            all.extend(more);
+        }
     }
     all
+}
+
+/// The schemas of `PATCH /api/tasks/outbox/{id}` and of the clone route.
+fn edit_schemas() -> Value {
+    json!({
+        "EditRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "description": "what to change; a field left out stays as the job has it",
+            "properties": {
+                "command": { "type": "string", "description": "a new shell command (shell jobs only)" },
+                "payload": { "description": "a new payload, whole (not with command, env or limits); for a shell job a ShellPayload" },
+                "priority": { "type": "integer", "format": "int32" },
+                "max_runtime": { "type": ["integer", "null"], "minimum": 1, "description": "milliseconds; null for no limit" },
+                "max_attempts": { "type": "integer", "minimum": 1, "maximum": machine::MAX_ATTEMPTS, "description": "above the attempts already made" },
+                "not_before": { "type": "integer", "format": "int64", "description": "due at: UTC milliseconds since the epoch (not with delay)" },
+                "delay": { "type": "integer", "minimum": 0, "description": "due this many milliseconds from now (not with not_before)" },
+                "queue": plain_name("move the job to this queue"),
+                "env": {
+                    "type": "object",
+                    "propertyNames": { "minLength": 1, "pattern": "^[^=\\u0000]+$" },
+                    "additionalProperties": { "type": "string" },
+                    "description": "variables to set or replace in a shell job's env (the others stay)"
+                },
+                "limits": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "description": "the job's own limits to set (the others stay)",
+                    "properties": {
+                        "nice": { "type": "integer", "minimum": -20, "maximum": 19 },
+                        "ionice": { "type": "string", "description": "`idle`, `best-effort` or `best-effort:0` to `:7`" },
+                        "memory_max": { "type": "integer", "minimum": slothqueue_core::shell::MIN_MEMORY_MAX, "description": "bytes" },
+                        "cpu_weight": { "type": "integer", "minimum": 1, "maximum": 10000 }
+                    }
+                }
+            }
+        }
+    })
 }
 
 /// The schemas of the lane routes (apart: one `json!` of all of them

@@ -66,6 +66,26 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     }
 }
 
+/// A JSON body that may be left out: a request that declares no body (no
+/// `Content-Type`, no `Content-Length` above 0, no `Transfer-Encoding`)
+/// reads as `T::default()`; any other is a [`JsonBody`], with its rules.
+pub(crate) struct MaybeJsonBody<T>(pub T);
+
+impl<T: DeserializeOwned + Default> FromRequest<AppState> for MaybeJsonBody<T> {
+    type Rejection = HttpError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let headers = req.headers();
+        let declared = headers.contains_key(header::CONTENT_TYPE)
+            || headers.contains_key(header::TRANSFER_ENCODING)
+            || headers.get(header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0");
+        if !declared {
+            return Ok(MaybeJsonBody(T::default()));
+        }
+        JsonBody::from_request(req, state).await.map(|JsonBody(v)| MaybeJsonBody(v))
+    }
+}
+
 /// Names the field at fault (`priority: invalid type …`) when there is one.
 fn json_error(e: serde_path_to_error::Error<serde_json::Error>) -> HttpError {
     let path = e.path().to_string();

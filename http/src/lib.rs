@@ -12,6 +12,8 @@
 //! | `POST /api/tasks/outbox/{id}/cancel` | cancels a job |
 //! | `POST /api/tasks/outbox/{id}/hold` | holds a pending job: no runner starts it until released |
 //! | `POST /api/tasks/outbox/{id}/release` | releases a held job |
+//! | `PATCH /api/tasks/outbox/{id}` | changes a pending or held job (only the fields given; 409 once a runner took it) |
+//! | `POST /api/tasks/outbox/{id}/clone` | adds a new pending job from any job, with changes (201) |
 //! | `GET /api/tasks/outbox/stats` | counts per state, `due_now`, `next_due` |
 //! | `GET /api/queues` | every queue's counts, limit and pause |
 //! | `PUT /api/queues/{queue}/limit` | `{"limit": N}`: at most N of the queue's jobs run at once (0 lifts it) |

@@ -32,6 +32,8 @@ on_both_backends!(
     lane_routes_refuse_bad_requests,
     hold_and_release,
     limits_and_pauses,
+    edit_and_clone,
+    edit_and_clone_refuse_bad_bodies,
 );
 
 /// The text of a refusal.
@@ -513,6 +515,8 @@ async fn openapi_matches_routes(backend: Backend) {
         ("GET", "/api/tasks/outbox/stats"),
         ("POST", "/api/tasks/outbox/{id}/hold"),
         ("POST", "/api/tasks/outbox/{id}/release"),
+        ("PATCH", "/api/tasks/outbox/{id}"),
+        ("POST", "/api/tasks/outbox/{id}/clone"),
         ("GET", "/api/queues"),
         ("PUT", "/api/queues/{queue}/limit"),
         ("POST", "/api/queues/{queue}/pause"),
@@ -861,5 +865,133 @@ async fn limits_and_pauses(backend: Backend) {
     let (_, lanes) = s.post_empty("/api/resume").await;
     assert_eq!(lanes["queues"], json!([]), "default settings are not kept");
     assert!(s.store.lanes().await.unwrap().is_default());
+    s.stop().await.unwrap();
+}
+
+fn kinds_of(shown: &Value) -> Vec<String> {
+    shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// `PATCH` changes a pending job (only the fields given; the trail says
+/// which) and is refused with 409, nothing changed, once a runner took it;
+/// `POST …/clone` adds a new pending job (201), with or without a body,
+/// the trails naming each other.
+async fn edit_and_clone(backend: Backend) {
+    let s = start(backend).await;
+    let id = s.enqueue(shell("ehco hi")).await["job"]["id"].as_i64().unwrap();
+    let path = format!("/api/tasks/outbox/{id}");
+    let body = json!({
+        "command": "echo hi",
+        "priority": 4,
+        "max_runtime": 1500,
+        "queue": "slow",
+        "env": { "CI": "1" },
+        "limits": { "nice": 5, "ionice": "idle" },
+        "delay": 3_600_000
+    });
+    let (status, job) = s.send(s.req(Method::PATCH, &path).json(&body)).await;
+    assert_eq!(status, StatusCode::OK, "{job}");
+    assert_eq!(job["payload"]["command"], "echo hi");
+    assert_eq!(job["payload"]["env"]["CI"], "1");
+    assert_eq!(job["payload"]["limits"], json!({ "nice": 5, "ionice": "idle" }));
+    assert_eq!((job["priority"].as_i64(), job["max_runtime"].as_i64()), (Some(4), Some(1500)));
+    assert_eq!(job["queue"], "slow");
+    assert!(job["not_before"].as_i64().unwrap() > SystemClock.now().as_millis() + 3_000_000);
+    let (_, shown) = s.get(&path).await;
+    assert_eq!(kinds_of(&shown), ["pushed", "edited"], "{shown}");
+    let message = shown["events"][1]["message"].as_str().unwrap();
+    assert_eq!(
+        message,
+        "changed command, priority, max-runtime, due time, queue, nice, ionice, env CI"
+    );
+
+    // Due now again, with no limit on its runtime.
+    let body = json!({ "not_before": 0, "max_runtime": null });
+    let (status, job) = s.send(s.req(Method::PATCH, &path).json(&body)).await;
+    assert_eq!(status, StatusCode::OK, "{job}");
+    assert_eq!((job["not_before"].as_i64(), &job["max_runtime"]), (Some(0), &Value::Null));
+
+    let claim = ClaimRequest::new(Owner::named("test"), Arc::new(ClockOnly));
+    let claimed = s.store.claim(&claim, SystemClock.now()).await.unwrap().unwrap();
+    assert_eq!(claimed.job.id, id);
+    let (_, before) = s.get(&path).await;
+    let (status, err) = s.send(s.req(Method::PATCH, &path).json(&json!({ "priority": 9 }))).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    assert!(error_of(&err).contains("running"), "{err}");
+    assert_eq!(s.get(&path).await.1, before, "nothing was changed");
+
+    // A clone of the running job, with an empty body: the same work again.
+    let (status, twin) = s.post_empty(&format!("{path}/clone")).await;
+    assert_eq!(status, StatusCode::CREATED, "{twin}");
+    let twin_id = twin["id"].as_i64().unwrap();
+    assert_ne!(twin_id, id);
+    assert_eq!((&twin["state"], &twin["payload"]), (&json!("pending"), &before["payload"]));
+    // And with changes.
+    let body = json!({ "command": "echo fixed", "queue": "fast" });
+    let (status, fixed) = s.post(&format!("{path}/clone"), &body).await;
+    assert_eq!(status, StatusCode::CREATED, "{fixed}");
+    assert_eq!(
+        (&fixed["payload"]["command"], &fixed["queue"]),
+        (&json!("echo fixed"), &json!("fast"))
+    );
+    let fixed_id = fixed["id"].as_i64().unwrap();
+    let (_, original) = s.get(&path).await;
+    let last: Vec<&str> = original["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .take(2)
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(last, [format!("cloned as #{fixed_id}"), format!("cloned as #{twin_id}")]);
+    let (_, shown) = s.get(&format!("/api/tasks/outbox/{fixed_id}")).await;
+    assert_eq!(kinds_of(&shown), ["pushed", "cloned_from"], "{shown}");
+    assert_eq!(shown["events"][1]["message"], format!("cloned from #{id}"));
+
+    let (status, err) = s.post_empty("/api/tasks/outbox/424242/clone").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{err}");
+    let (status, err) = s
+        .send(s.req(Method::PATCH, "/api/tasks/outbox/424242").json(&json!({ "priority": 1 })))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{err}");
+    s.stop().await.unwrap();
+}
+
+/// Unknown fields, wrong types, a bad queue, an empty command, both due
+/// times, a limit out of range: 400, and nothing changed or added.
+async fn edit_and_clone_refuse_bad_bodies(backend: Backend) {
+    let s = start(backend).await;
+    let id = s.enqueue(shell("true")).await["job"]["id"].as_i64().unwrap();
+    let path = format!("/api/tasks/outbox/{id}");
+    let (_, before) = s.get(&path).await;
+    let bad = [
+        json!({ "colour": "red" }),
+        json!({ "priority": "high" }),
+        json!({ "queue": "../etc" }),
+        json!({ "command": "" }),
+        json!({ "not_before": 0, "delay": 5 }),
+        json!({ "max_runtime": 0 }),
+        json!({ "limits": { "nice": 40 } }),
+        json!({ "limits": { "swap": 1 } }),
+        json!({ "command": "x", "payload": { "command": "y" } }),
+        json!([1]),
+    ];
+    for body in &bad {
+        let (status, err) = s.send(s.req(Method::PATCH, &path).json(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "PATCH {body}: {err}");
+        let (status, err) = s.post(&format!("{path}/clone"), body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "clone {body}: {err}");
+    }
+    let (status, err) = s.send(s.req(Method::PATCH, &path).body("{}")).await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "a body that is not JSON: {err}");
+    assert_eq!(s.get(&path).await.1, before, "nothing was changed");
+    let (_, page) = s.get("/api/tasks/outbox").await;
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 1, "nothing was added: {page}");
     s.stop().await.unwrap();
 }

@@ -329,6 +329,26 @@ fn push_one(
     }
 }
 
+/// A clone in one write transaction: the original read (`NotFound` if
+/// gone), the new job built by [`machine::clone_of`] and pushed through
+/// [`push_one`], the path every push takes (id, indexes, its `pushed`
+/// event), then the two events tying the trails together. It has no key
+/// and no parents, so the push always creates.
+fn clone_tx(
+    conn: &Connection,
+    id: JobId,
+    edit: &JobEdit,
+    now: Timestamp,
+    policy: &Policy,
+) -> Result<Job, Error> {
+    let original = load(conn, id)?;
+    let new = machine::clone_of(&original, edit)?;
+    let mut next = next_id(conn)?;
+    let pushed = push_one(conn, &new, now, policy, &mut next)?;
+    append_events(conn, &machine::cloned_events(original.id, pushed.job.id, now))?;
+    Ok(pushed.job)
+}
+
 // ---------------------------------------------------------------------------
 // Looking, purging, restoring
 
@@ -647,11 +667,13 @@ impl Store for SqliteStore {
 
     async fn clone_job(
         &self,
-        _id: JobId,
-        _edit: &JobEdit,
-        _now: Timestamp,
+        id: JobId,
+        edit: &JobEdit,
+        now: Timestamp,
     ) -> Result<Job, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER clone_job".to_owned()))
+        let edit = edit.clone();
+        self.with(move |conn, policy| write_tx(conn, |conn| clone_tx(conn, id, &edit, now, policy)))
+            .await
     }
 
     async fn lanes(&self) -> Result<Lanes, StoreError> {

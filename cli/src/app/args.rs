@@ -106,6 +106,66 @@ pub enum Command {
     Release(IdsArg),
     /// One row per queue: its jobs, its limit, whether it is paused.
     Queues,
+    /// Change a pending or held job (a typo in its command, its priority, …).
+    #[command(allow_negative_numbers = true)]
+    Edit(ReviseArgs),
+    /// Add a new job from any job (a failed one, say), with changes.
+    #[command(allow_negative_numbers = true)]
+    Clone(ReviseArgs),
+}
+
+/// `edit ID` and `clone ID`: what to change; anything not given stays as
+/// the job has it (docs/edit.md).
+#[derive(Debug, Args)]
+pub struct ReviseArgs {
+    /// The job (`12` or `#12`).
+    #[arg(value_name = "ID", value_parser = parse_id)]
+    pub id: JobId,
+
+    /// A new shell command, as one argument (shell jobs only).
+    #[arg(long, value_name = "CMD")]
+    pub command: Option<String>,
+
+    /// A new JSON payload, whole (handler jobs; not with --command, -e or limits).
+    #[arg(long, value_name = "JSON")]
+    pub payload: Option<String>,
+
+    /// A new priority (higher runs first).
+    #[arg(long, short = 'p', value_name = "N", value_parser = parse_priority)]
+    pub priority: Option<i32>,
+
+    /// A new max runtime; `none` removes the limit.
+    #[arg(long, value_name = "DUR|none", allow_hyphen_values = true, value_parser = parse_max_runtime)]
+    pub max_runtime: Option<MaxRuntime>,
+
+    /// A new attempt limit (above the attempts already made).
+    #[arg(long, value_name = "N", value_parser = parse_attempts)]
+    pub max_attempts: Option<u32>,
+
+    /// Due this long from now.
+    #[arg(long, value_name = "DUR", conflicts_with = "at", allow_hyphen_values = true,
+          value_parser = duration::parse)]
+    pub delay: Option<Duration>,
+
+    /// Due at this time: RFC 3339 or local `YYYY-MM-DD HH:MM`.
+    #[arg(long, value_name = "TIME", value_parser = super::time::parse_at)]
+    pub at: Option<jiff::Timestamp>,
+
+    /// Move it to this queue.
+    #[arg(long, short = 'q', value_name = "Q")]
+    pub queue: Option<String>,
+
+    /// Set (or replace) an environment variable of the command (repeatable).
+    #[arg(long, short = 'e', value_name = "K=V")]
+    pub env: Vec<String>,
+
+    /// Set NAME to its value in this shell, now (repeatable; an error if unset).
+    #[arg(long, value_name = "NAME")]
+    pub env_pass: Vec<String>,
+
+    /// The job's own limits.
+    #[command(flatten)]
+    pub limits: LimitArgs,
 }
 
 /// `parallel`.

@@ -131,6 +131,11 @@ pub enum Command {
     },
     /// One row a lane.
     Queues,
+    /// Change a job (checked and built by the command: `--delay` counts
+    /// from when it writes).
+    Edit(args::ReviseArgs),
+    /// Add a job from another.
+    Clone(args::ReviseArgs),
 }
 
 /// Slots and gates, as `run` and `serve` take them, validated.
@@ -336,6 +341,8 @@ impl Config {
             args::Command::Hold(i) => Command::Hold { ids: i.ids, by: env.who() },
             args::Command::Release(i) => Command::Release { ids: i.ids, by: env.who() },
             args::Command::Queues => Command::Queues,
+            args::Command::Edit(a) => Command::Edit(a),
+            args::Command::Clone(a) => Command::Clone(a),
             args::Command::Wait(w) => {
                 let target = match (w.queue, w.all) {
                     (Some(q), _) => {

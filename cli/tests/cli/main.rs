@@ -16,6 +16,8 @@
 //! - `wait`: `wait`'s exit codes and a wait released by another process.
 //! - `lanes`: limits, pauses, holds and slots (issue #16); the scenarios
 //!   that need the stores' lane methods are `both_backends_with_lanes!`.
+//! - `revise`: `edit` and `clone` (issue #17): a fixed typo runs, a failed
+//!   job cloned with a fixed command, an edit refused for a running job.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -31,6 +33,7 @@ mod namespaces;
 mod queue_files;
 mod read_only;
 mod read_only_disk;
+mod revise;
 mod signals;
 mod snapshots;
 pub mod support;

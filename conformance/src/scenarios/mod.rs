@@ -5,6 +5,7 @@ pub mod after;
 pub mod cancel;
 pub mod claim;
 pub mod concurrency;
+pub mod edit;
 pub mod idempotency;
 pub mod lanes;
 pub mod lease;
@@ -127,6 +128,17 @@ macro_rules! __with_scenarios {
             lanes::queue_counts_count_each_queue,
             lanes::note_attempt_writes_its_event_only_under_the_right_fence,
             lanes::restore_keeps_held_jobs_held,
+            edit::edit_changes_a_pending_job_and_says_what,
+            edit::edit_of_a_held_job_keeps_it_held,
+            edit::edit_of_a_job_not_pending_is_refused_and_changes_nothing,
+            edit::an_invalid_edit_changes_nothing,
+            edit::edit_of_the_queue_moves_the_job_to_the_other_lane,
+            edit::edit_of_the_priority_reorders_claims,
+            edit::edit_of_the_due_time_makes_a_job_due_or_not,
+            edit::edit_keeps_the_key_and_the_hash_follows_the_payload,
+            edit::clone_of_a_failed_job_is_a_new_pending_job_tied_both_ways,
+            edit::clone_of_a_done_or_pending_job_adds_the_same_work_again,
+            edit::clone_of_a_missing_job_or_with_a_bad_edit_writes_nothing,
         ] }
     };
 }
