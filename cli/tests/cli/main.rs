@@ -16,6 +16,8 @@
 //! - `wait`: `wait`'s exit codes and a wait released by another process.
 //! - `lanes`: limits, pauses, holds and slots (issue #16); the scenarios
 //!   that need the stores' lane methods are `both_backends_with_lanes!`.
+//! - `env`: the environment `add` records, secrets masked, kept by export
+//!   (issue #17).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -25,6 +27,7 @@
 mod bad_input;
 mod creation;
 mod e2e;
+mod env;
 mod import;
 mod lanes;
 mod namespaces;
