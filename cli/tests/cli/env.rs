@@ -166,19 +166,22 @@ both_backends! {
     }
 }
 
-/// The runner's own environment stays out of a job `add` recorded: it
+/// The runner's own environment stays out of a job `add` recorded. This
 /// needs the runner to honour `"env_mode": "exact"` (helper LIMITS's
-/// `runner/src/exec.rs`); before that lands a job still inherits the
-/// runner's variables under its own.
+/// `runner/src/exec.rs`, branch f17-limits): on a branch without it the
+/// job still inherits the runner's variables under its own, and this test
+/// fails with `LEAK=1` in the log.
 #[cfg(feature = "sqlite")]
 #[test]
-#[ignore = "needs the exact-environment runner (branch f17-limits); un-ignore at the merge"]
-fn the_runners_own_variables_do_not_reach_a_recorded_job() {
+fn a_recorded_job_sees_none_of_the_runners_own_variables() {
     let ctx = TestContext::new(crate::support::Backend::Sqlite);
     let venv = fake_venv(&ctx);
     let path = format!("{venv}/bin:/usr/bin:/bin");
     ok_with_env(&ctx, &[("VIRTUAL_ENV", &venv), ("PATH", &path)], &["add", "python"]);
     clean_run(&ctx);
     let log = ctx.ok(&["logs", "1"]);
-    assert!(log.contains("LEAK=unset"), "{log}");
+    assert!(
+        log.contains("LEAK=unset"),
+        "the runner's LEAK reached an exact job (is the exact-environment runner merged?): {log}"
+    );
 }
