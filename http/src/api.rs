@@ -19,6 +19,7 @@ use slothqueue_runner::RunnerError;
 use slothqueue_runner::wait::{WaitTarget, wait};
 
 use crate::extract::{IdParam, JsonBody, MaybeJsonBody, QueryParams, QueueParam, Who, parse_id};
+use crate::mask::{self, Secrets};
 use crate::{AppState, HttpError};
 
 /// Jobs per page of the outbox when the client does not say.
@@ -265,6 +266,7 @@ struct ListQuery {
     queue: Option<String>,
     limit: Option<String>,
     cursor: Option<String>,
+    show_secrets: Option<String>,
 }
 
 /// The query of `GET /api/tasks/outbox/{id}`.
@@ -272,6 +274,7 @@ struct ListQuery {
 #[serde(deny_unknown_fields)]
 struct ShowQuery {
     wait: Option<String>,
+    show_secrets: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -444,9 +447,16 @@ fn shell_payload(payload: Value, app: &AppState) -> Result<Value, HttpError> {
     let Value::Object(mut map) = payload else {
         return Err(bad("a shell job needs a payload object with a string `command`"));
     };
-    if let Some(key) = map.keys().find(|k| !matches!(k.as_str(), "command" | "cwd" | "env")) {
+    // `env_mode` and `limits` are checked by `machine::validate` with the
+    // rest of the job. Without `"env_mode": "exact"` the job runs with the
+    // runner's environment under `env`: the API records nothing of the
+    // server's own.
+    if let Some(key) = map
+        .keys()
+        .find(|k| !matches!(k.as_str(), "command" | "cwd" | "env" | "env_mode" | "limits"))
+    {
         return Err(bad(format!(
-            "unknown field `{key}` in the shell payload, expected `command`, `cwd` or `env`"
+            "unknown field `{key}` in the shell payload, expected `command`, `cwd`, `env`, `env_mode` or `limits`"
         )));
     }
     match map.get("cwd") {
@@ -484,7 +494,7 @@ async fn enqueue(
         app.api.wake_worker();
     }
     let status = if pushed.created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(pushed)))
+    Ok((status, Json(mask::pushed(pushed))))
 }
 
 /// Many jobs in one transaction (`push_many`): all or none. A later job
@@ -512,7 +522,7 @@ async fn enqueue_batch(
         app.api.wake_worker();
     }
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(pushed)))
+    Ok((status, Json(pushed.into_iter().map(mask::pushed).collect())))
 }
 
 async fn list(
@@ -531,6 +541,7 @@ async fn list(
     };
     let cursor =
         q.cursor.map(|c| parse_id(&c).ok_or_else(|| bad("cursor must be a job id"))).transpose()?;
+    let secrets = Secrets::from_query(q.show_secrets.as_deref())?;
     let filter = ListFilter {
         state,
         queue: q.queue,
@@ -547,6 +558,7 @@ async fn list(
     } else {
         None
     };
+    let jobs = jobs.into_iter().map(|j| mask::job(j, secrets)).collect();
     Ok(Json(JobPage { jobs, next_cursor }))
 }
 
@@ -561,6 +573,7 @@ async fn show(
     QueryParams(q): QueryParams<ShowQuery>,
 ) -> Result<Json<JobWithEvents>, HttpError> {
     let wait_for = q.wait.as_deref().map(parse_wait).transpose()?;
+    let secrets = Secrets::from_query(q.show_secrets.as_deref())?;
     if let Some(d) = wait_for.filter(|d| !d.is_zero()) {
         let deadline = tokio::time::Instant::now() + d;
         let mut closing = app.api.closing.subscribe();
@@ -578,14 +591,14 @@ async fn show(
     }
     let job = app.store.get(id).await?;
     let events = app.store.events(id).await?;
-    Ok(Json(JobWithEvents { job, events }))
+    Ok(Json(JobWithEvents { job: mask::job(job, secrets), events }))
 }
 
 async fn cancel(State(app): State<AppState>, IdParam(id): IdParam) -> Result<Json<Job>, HttpError> {
     let job = app.store.cancel(id, app.api.clock.now()).await?;
     // A running job is only flagged; waking the worker lets it notice now.
     app.api.wake_worker();
-    Ok(Json(job))
+    Ok(Json(mask::job(job, Secrets::Masked)))
 }
 
 /// The edit a body asks of job `id`. A whole payload needs the job's kind
@@ -615,7 +628,7 @@ async fn edit(
     let job = app.store.edit(id, &edit, now).await.map_err(refusal)?;
     // It may be due sooner now: the worker need not wait for its next poll.
     app.api.wake_worker();
-    Ok(Json(job))
+    Ok(Json(mask::job(job, Secrets::Masked)))
 }
 
 /// Adds a new pending job from job `id` (in any state), the body's
@@ -628,7 +641,7 @@ async fn clone(
     let (edit, now) = edit_of(&app, id, req).await?;
     let job = app.store.clone_job(id, &edit, now).await.map_err(refusal)?;
     app.api.wake_worker();
-    Ok((StatusCode::CREATED, Json(job)))
+    Ok((StatusCode::CREATED, Json(mask::job(job, Secrets::Masked))))
 }
 
 /// Holds a pending job: it stays pending, no runner starts it until it is
@@ -639,7 +652,7 @@ async fn hold(
     Who(by): Who,
 ) -> Result<Json<Job>, HttpError> {
     let now = app.api.clock.now();
-    Ok(Json(app.store.hold(id, Stamp::new(by, now), now).await?))
+    Ok(Json(mask::job(app.store.hold(id, Stamp::new(by, now), now).await?, Secrets::Masked)))
 }
 
 /// Releases a held job; a pending job not held is left as it is.
@@ -651,7 +664,7 @@ async fn release(
     let job = app.store.release_hold(id, &by, app.api.clock.now()).await?;
     // It may be due now: the worker need not wait for its next poll.
     app.api.wake_worker();
-    Ok(Json(job))
+    Ok(Json(mask::job(job, Secrets::Masked)))
 }
 
 /// Every lane with its counts and settings.
@@ -877,6 +890,7 @@ fn op_list() -> Value {
             q("queue", plain_name("a queue"), "only jobs in this queue"),
             q("limit", json!({ "type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT }), "page size"),
             q("cursor", json!({ "type": "integer", "format": "int64", "minimum": 1, "maximum": i64::MAX }), "the next_cursor of the previous page"),
+            q("show_secrets", json!({ "type": "boolean", "default": false }), "a shell job's secret-looking env values as stored, not `<secret>`"),
         ],
         "responses": responses(&[("200", ok_json("a page of jobs", "JobPage"))], AUTHED)
     })
@@ -900,6 +914,11 @@ fn op_show() -> Value {
                 "name": "wait", "in": "query", "required": false,
                 "schema": { "type": "number", "minimum": 0, "maximum": MAX_WAIT_SECS },
                 "description": "seconds to wait for the job to finish, at most 120 (a decimal such as 0.5 is allowed); the wait sees runners in other processes"
+            },
+            {
+                "name": "show_secrets", "in": "query", "required": false,
+                "schema": { "type": "boolean", "default": false },
+                "description": "a shell job's secret-looking env values as stored, not `<secret>`"
             }
         ],
         "responses": responses(&[("200", ok_json("the job", "JobWithEvents"))], &["400", "401", "403", "404", "405", "413", "415", "503"])
@@ -1118,7 +1137,22 @@ fn schemas() -> Value {
                     "type": "object",
                     "propertyNames": { "minLength": 1, "pattern": "^[^=\\u0000]+$" },
                     "additionalProperties": { "type": "string", "pattern": "^[^\\u0000]*$" },
-                    "description": "variables for the command; names non-empty without `=` or NUL"
+                    "description": "variables for the command, laid over the runner's environment, or with `env_mode` exact the whole environment (plus the job's SLOTHQUEUE_*); names non-empty without `=` or NUL; secret-looking ones are masked in answers unless `show_secrets=true`"
+                },
+                "env_mode": {
+                    "type": "string", "enum": ["inherit", "exact"], "default": "inherit",
+                    "description": "`exact`: the job gets exactly `env` (what `slothqueue add` records); `inherit`: the runner's environment with `env` over it"
+                },
+                "limits": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "properties": {
+                        "nice": { "type": "integer", "minimum": -20, "maximum": 19 },
+                        "ionice": { "type": "string", "pattern": "^(idle|best-effort(:[0-7])?)$" },
+                        "memory_max": { "type": "integer", "minimum": 1048576, "description": "bytes" },
+                        "cpu_weight": { "type": "integer", "minimum": 1, "maximum": 10000 }
+                    },
+                    "description": "the job's own niceness, I/O class and ceilings; what it leaves out, the runner's defaults (docs/limits.md)"
                 }
             }
         },

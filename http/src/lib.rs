@@ -7,8 +7,8 @@
 //! |---|---|
 //! | `POST /api/tasks/enqueue` | adds a job (201), or finds the identical one with the same idempotency key (200); `after` names the jobs it runs after |
 //! | `POST /api/tasks/enqueue/batch` | adds an array of such jobs in one transaction, all or none (a refused one is named by `index`) |
-//! | `GET /api/tasks/outbox` | jobs, newest first, filtered by `state`, `kind`, `queue`, paged by `limit` and `cursor` |
-//! | `GET /api/tasks/outbox/{id}` | one job with its event trail; `?wait=SECONDS` (at most 120) answers once it is finished or the time is up |
+//! | `GET /api/tasks/outbox` | jobs, newest first, filtered by `state`, `kind`, `queue`, paged by `limit` and `cursor`; secret-looking env values masked unless `?show_secrets=true` |
+//! | `GET /api/tasks/outbox/{id}` | one job with its event trail; `?wait=SECONDS` (at most 120) answers once it is finished or the time is up; `?show_secrets=true` as for the list |
 //! | `POST /api/tasks/outbox/{id}/cancel` | cancels a job |
 //! | `POST /api/tasks/outbox/{id}/hold` | holds a pending job: no runner starts it until released |
 //! | `POST /api/tasks/outbox/{id}/release` | releases a held job |
@@ -47,6 +47,7 @@ mod api;
 mod error;
 mod extract;
 mod guard;
+mod mask;
 mod server;
 mod token;
 mod worker;

@@ -73,7 +73,7 @@ pub enum Command {
     /// One row per job.
     List(ListArgs),
     /// One job, its event trail, and why it is not running (if it is not).
-    Show(IdArg),
+    Show(ShowArgs),
     /// The captured output of a job.
     Logs(LogsArgs),
     /// Cancel a pending job, or ask the runner to stop a running one.
@@ -389,10 +389,26 @@ pub struct AddArgs {
     #[arg(long, value_name = "JSON", requires = "kind")]
     pub payload: Option<String>,
 
-    /// An environment variable for the command (repeatable). Nothing else
-    /// from your environment is recorded.
+    /// An environment variable for the command (repeatable), laid over
+    /// what is recorded from your environment: PATH, HOME, the locale, an
+    /// active virtualenv, conda, nvm and the like (docs/environment.md).
+    /// The job runs with exactly that environment, not the runner's.
     #[arg(long, short = 'e', value_name = "K=V")]
     pub env: Vec<String>,
+
+    /// Record this variable of your environment too (repeatable), also
+    /// one whose name looks secret (its value is masked when shown).
+    #[arg(long, value_name = "NAME")]
+    pub env_pass: Vec<String>,
+
+    /// Record every variable of your environment except those whose name
+    /// looks secret (they are named on stderr; --env-pass takes one).
+    #[arg(long)]
+    pub env_all: bool,
+
+    /// The job's niceness, I/O class and ceilings (shell jobs only).
+    #[command(flatten)]
+    pub limits: LimitArgs,
 
     /// Run only once this job is done (repeatable, or comma-separated):
     /// `12` or `#12` is a job id, anything else the idempotency key of a
@@ -487,6 +503,22 @@ pub struct ListArgs {
     /// newest: most recent first; due: in the order runners will take them.
     #[arg(long, value_enum, default_value_t = Order::Newest)]
     pub order: Order,
+
+    /// With --json: the values of secret-looking variables, not `<secret>`.
+    #[arg(long)]
+    pub show_secrets: bool,
+}
+
+/// `show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The job's id (`12` or `#12`).
+    #[arg(value_name = "ID", value_parser = parse_id, allow_hyphen_values = true)]
+    pub id: JobId,
+
+    /// Print the values of secret-looking variables instead of `<secret>`.
+    #[arg(long)]
+    pub show_secrets: bool,
 }
 
 /// The orders `list` offers.

@@ -15,7 +15,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use slothqueue::NewJob;
-use slothqueue::core::Parent;
+use slothqueue::core::shell::parse_size;
+use slothqueue::core::{IoClass, Limits, Parent};
 
 use super::duration;
 use super::spec::{self, JobSpec, Source, When};
@@ -50,6 +51,46 @@ struct JsonLine {
     max_runtime: Option<serde_json::Value>,
     env: Option<BTreeMap<String, String>>,
     cwd: Option<String>,
+    limits: Option<LineLimits>,
+}
+
+/// A line's `limits`: the flags' values, `memory_max` as `--memory-max`
+/// takes it (`"512M"`) or a number of bytes (a size has no unit to guess:
+/// the payload stores bytes).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LineLimits {
+    nice: Option<i32>,
+    ionice: Option<String>,
+    memory_max: Option<serde_json::Value>,
+    cpu_weight: Option<u32>,
+}
+
+impl LineLimits {
+    /// The limits, each value checked as its flag checks it.
+    fn limits(self) -> Result<Limits, String> {
+        let ionice = self
+            .ionice
+            .map(|c| c.parse::<IoClass>().map_err(|e| format!("`limits`: {e}")))
+            .transpose()?;
+        let memory_max = match self.memory_max {
+            None => None,
+            Some(serde_json::Value::String(s)) => {
+                Some(parse_size(&s).map_err(|e| format!("`limits`: `memory_max`: {e}"))?)
+            }
+            Some(serde_json::Value::Number(n)) => Some(n.as_u64().ok_or_else(|| {
+                format!("`limits`: `memory_max` {n} is not a whole number of bytes")
+            })?),
+            Some(other) => {
+                return Err(format!(
+                    "`limits`: `memory_max` is a size like \"512M\" or a number of bytes, not {other}"
+                ));
+            }
+        };
+        let limits = Limits { nice: self.nice, ionice, memory_max, cpu_weight: self.cpu_weight };
+        limits.check().map_err(|e| format!("`limits`: {e}"))?;
+        Ok(limits)
+    }
 }
 
 /// `after`: one parent or a list; a number is a job id, a string a key.
@@ -94,12 +135,20 @@ pub fn parse(
 }
 
 /// A JSON line laid over the defaults: each field it gives replaces the
-/// flag's (`after` and `env` included: they replace, not add to).
+/// flag's (`after`, `env` and `limits` included: they replace, not add
+/// to). What was recorded of the environment stays under every shell
+/// line's `env`: one capture for the batch.
 fn over(defaults: &JobSpec, line: JsonLine) -> Result<JobSpec, String> {
     let mut spec = defaults.clone();
     if line.kind.is_some() {
-        // The flags' --env is for the shell lines; a handler line has none.
+        // The flags' --env, the recorded environment and the limits are
+        // for the shell lines; a handler line has none.
         spec.env.clear();
+        spec.recorded = None;
+        spec.limits = None;
+    }
+    if let Some(limits) = line.limits {
+        spec.limits = Some(limits.limits()?);
     }
     spec.command = line.command;
     spec.kind = line.kind;
@@ -254,6 +303,68 @@ mod tests {
         assert_eq!(jobs[1].when, When::After(std::time::Duration::from_secs(300)));
         assert_eq!(jobs[1].job.max_runtime, None);
         assert_eq!(jobs[2].job.payload, serde_json::json!({}), "--env is not a handler's");
+    }
+
+    #[test]
+    fn one_capture_under_every_shell_line_and_limits_per_line() {
+        let defaults = JobSpec {
+            recorded: Some([("PATH".to_owned(), "/venv/bin".to_owned())].into()),
+            env: [("A".to_owned(), "1".to_owned())].into(),
+            limits: Some(Limits { nice: Some(3), ..Limits::default() }),
+            ..JobSpec::default()
+        };
+        let jobs = parse(
+            "plain\n{\"command\": \"own\", \"env\": {\"B\": \"2\"}, \"limits\": {\"memory_max\": \"50M\", \"ionice\": \"best-effort:7\"}}\n{\"kind\": \"k\"}",
+            &defaults,
+            &here(),
+        )
+        .unwrap();
+        let p = &jobs[0].job.payload;
+        assert_eq!(p["env"], serde_json::json!({"A": "1", "PATH": "/venv/bin"}));
+        assert_eq!(
+            (&p["env_mode"], &p["limits"]),
+            (&"exact".into(), &serde_json::json!({"nice": 3}))
+        );
+        let p = &jobs[1].job.payload;
+        assert_eq!(
+            p["env"],
+            serde_json::json!({"B": "2", "PATH": "/venv/bin"}),
+            "a line's env replaces -e only"
+        );
+        assert_eq!(
+            p["limits"],
+            serde_json::json!({"ionice": "best-effort:7", "memory_max": 50 << 20})
+        );
+        assert_eq!(
+            jobs[2].job.payload,
+            serde_json::json!({}),
+            "nothing of the shell in a handler's"
+        );
+        for (text, expected) in [
+            (
+                "{\"command\": \"x\", \"limits\": {\"nice\": 40}}",
+                "line 1: `limits`: nice 40 is outside",
+            ),
+            (
+                "{\"command\": \"x\", \"limits\": {\"memory_max\": \"lots\"}}",
+                "line 1: `limits`: `memory_max`: size `lots`",
+            ),
+            (
+                "{\"command\": \"x\", \"limits\": {\"ionice\": \"rt\"}}",
+                "line 1: `limits`: I/O class `rt`",
+            ),
+            (
+                "{\"command\": \"x\", \"limits\": {\"cpu\": 1}}",
+                "line 1: not a job (unknown field `cpu`",
+            ),
+            (
+                "{\"kind\": \"k\", \"limits\": {\"nice\": 1}}",
+                "line 1: `limits` is for shell commands",
+            ),
+        ] {
+            let err = read(text).expect_err(expected);
+            assert!(err.starts_with(expected), "{text:?}: {err}");
+        }
     }
 
     #[test]

@@ -54,9 +54,19 @@ pub enum Command {
     /// Counts and runners.
     Status,
     /// One row a job.
-    List(ListFilter),
+    List {
+        /// Which jobs.
+        filter: ListFilter,
+        /// `--json` shows secret-looking values.
+        show_secrets: bool,
+    },
     /// One job's story.
-    Show(JobId),
+    Show {
+        /// The job.
+        id: JobId,
+        /// Secret-looking values shown, not masked.
+        show_secrets: bool,
+    },
     /// A job's output.
     Logs {
         /// The job.
@@ -191,6 +201,9 @@ pub struct StdinConfig {
     pub defaults: JobSpec,
     /// The current directory, a plain line's `cwd`.
     pub current_dir: std::io::Result<PathBuf>,
+    /// What to say on stderr before adding (secret-looking names that
+    /// `--env-all` left out).
+    pub notes: Vec<String>,
 }
 
 /// `add`, validated.
@@ -200,6 +213,9 @@ pub struct AddConfig {
     pub job: NewJob,
     /// When it becomes due.
     pub when: When,
+    /// What to say on stderr before adding (secret-looking names that
+    /// `--env-all` left out).
+    pub notes: Vec<String>,
 }
 
 /// How long a `run` goes on.
@@ -256,6 +272,9 @@ pub struct Env {
     pub user: String,
     /// This host's name, as runners record it.
     pub host: String,
+    /// Every variable of the environment whose name and value are UTF-8:
+    /// what `add` records a shell job's environment from.
+    pub vars: Vec<(String, String)>,
 }
 
 impl Env {
@@ -274,6 +293,11 @@ impl Env {
                 rustix::process::getuid().as_raw(),
             ),
             host: rustix::system::uname().nodename().to_string_lossy().into_owned(),
+            // A variable that is not UTF-8 cannot go into the JSON payload:
+            // skipped (`--env-pass` of one says it is not set).
+            vars: std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect(),
         }
     }
 
@@ -312,8 +336,11 @@ impl Config {
             args::Command::Add(a) => add_command(a, env)?,
             args::Command::Run(r) => Command::Run(run_config(r)?),
             args::Command::Status => Command::Status,
-            args::Command::List(l) => Command::List(list_filter(l)?),
-            args::Command::Show(i) => Command::Show(i.id),
+            args::Command::List(l) => {
+                let show_secrets = l.show_secrets;
+                Command::List { filter: list_filter(l)?, show_secrets }
+            }
+            args::Command::Show(s) => Command::Show { id: s.id, show_secrets: s.show_secrets },
             args::Command::Logs(l) => Command::Logs { id: l.id, follow: l.follow },
             args::Command::Cancel(i) => Command::Cancel(i.id),
             args::Command::Retry(i) => Command::Retry(i.id),
@@ -449,8 +476,9 @@ fn plain_name(flag: &str, value: &str) -> anyhow::Result<()> {
 }
 
 /// The flags of `add` as one [`JobSpec`]: the job itself, or (with
-/// `--stdin`) the defaults every line starts from.
-fn add_spec(a: args::AddArgs) -> anyhow::Result<JobSpec> {
+/// `--stdin`) the defaults every line starts from; and the notes for
+/// stderr.
+fn add_spec(a: args::AddArgs, process: &Env) -> anyhow::Result<(JobSpec, Vec<String>)> {
     let payload = match a.payload {
         Some(text) => Some(
             serde_json::from_str(&text)
@@ -468,7 +496,33 @@ fn add_spec(a: args::AddArgs) -> anyhow::Result<JobSpec> {
         (None, Some(t)) => When::At(time::to_stamp(t)),
         (None, None) => When::Now,
     };
-    Ok(JobSpec {
+    let limits = a.limits.limits();
+    let mut notes = Vec::new();
+    let recorded = if a.kind.is_some() {
+        // A handler's payload is its own: nothing of the shell goes in.
+        if let Some(flag) = env_flag(&a.env_pass, a.env_all, &limits) {
+            return Err(usage(format!(
+                "{flag} is for shell commands; put a handler's settings in --payload"
+            )));
+        }
+        None
+    } else {
+        let captured =
+            slothqueue::core::shell::capture(process.vars.clone(), &a.env_pass, a.env_all);
+        if let Some(name) = captured.missing.first() {
+            return Err(usage(format!(
+                "--env-pass {name}: {name} is not set in this environment (or its value is not UTF-8); set it, or give it with -e {name}=VALUE"
+            )));
+        }
+        if !captured.secrets_left_out.is_empty() {
+            notes.push(format!(
+                "--env-all left out {} (names that look secret; --env-pass NAME records one)",
+                captured.secrets_left_out.join(", ")
+            ));
+        }
+        Some(captured.env)
+    };
+    let spec = JobSpec {
         command: a.command,
         kind: a.kind,
         payload,
@@ -479,14 +533,36 @@ fn add_spec(a: args::AddArgs) -> anyhow::Result<JobSpec> {
         key: a.key,
         queue: a.queue,
         env,
+        recorded,
+        limits: Some(limits).filter(|l| !l.is_empty()),
         cwd: None,
         after: a.after,
-    })
+    };
+    Ok((spec, notes))
+}
+
+/// The first flag given that only a shell job takes, by its name.
+fn env_flag(pass: &[String], all: bool, limits: &slothqueue::core::Limits) -> Option<&'static str> {
+    if !pass.is_empty() {
+        Some("--env-pass")
+    } else if all {
+        Some("--env-all")
+    } else if limits.nice.is_some() {
+        Some("--nice")
+    } else if limits.ionice.is_some() {
+        Some("--ionice")
+    } else if limits.memory_max.is_some() {
+        Some("--memory-max")
+    } else if limits.cpu_weight.is_some() {
+        Some("--cpu-weight")
+    } else {
+        None
+    }
 }
 
 fn add_command(a: args::AddArgs, env: &Env) -> anyhow::Result<Command> {
     let stdin = a.stdin;
-    let spec = add_spec(a)?;
+    let (spec, notes) = add_spec(a, env)?;
     if stdin {
         // The defaults must be sound on their own (a bad --queue is the
         // flag's fault, not line 1's): check them as a shell job would be.
@@ -496,10 +572,10 @@ fn add_command(a: args::AddArgs, env: &Env) -> anyhow::Result<Command> {
             Ok(p) => Ok(p.clone()),
             Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
         };
-        return Ok(Command::AddStdin(StdinConfig { defaults: spec, current_dir }));
+        return Ok(Command::AddStdin(StdinConfig { defaults: spec, current_dir, notes }));
     }
     let (job, when) = spec::build(spec, Source::Flags, &env.cwd).map_err(usage)?;
-    Ok(Command::Add(AddConfig { job, when }))
+    Ok(Command::Add(AddConfig { job, when, notes }))
 }
 
 fn parse_env_pair(pair: &str) -> anyhow::Result<(String, String)> {
@@ -612,6 +688,16 @@ mod tests {
             cwd: Ok(PathBuf::from("/work")),
             user: "ana".into(),
             host: "laptop".into(),
+            vars: [
+                ("PATH", "/venv/bin:/usr/bin"),
+                ("VIRTUAL_ENV", "/venv"),
+                ("EDITOR", "vi"),
+                ("GITHUB_TOKEN", "ghp_x"),
+                ("SLOTHQUEUE_DB", "/q.db"),
+            ]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
         }
     }
 
@@ -641,6 +727,70 @@ mod tests {
         assert_eq!(add.job.payload["env"]["A"], "1");
         assert_eq!(add.job.max_runtime, Some(DEFAULT_MAX_RUNTIME));
         assert_eq!(add.when, When::Now);
+    }
+
+    #[test]
+    fn add_records_the_allowlist_and_what_is_named_and_runs_exactly_with_it() {
+        let Command::Add(add) = config(&["add", "make", "-e", "PATH=/mine"]).unwrap().command
+        else {
+            panic!("not add")
+        };
+        let p = &add.job.payload;
+        assert_eq!(p["env_mode"], "exact");
+        assert_eq!(
+            p["env"],
+            serde_json::json!({"PATH": "/mine", "VIRTUAL_ENV": "/venv"}),
+            "-e wins; EDITOR, the token and SLOTHQUEUE_* stay out"
+        );
+        assert!(add.notes.is_empty());
+        let c = config(&["add", "make", "--env-pass", "GITHUB_TOKEN", "--env-all"]).unwrap();
+        let Command::Add(add) = c.command else { panic!("not add") };
+        assert_eq!(add.job.payload["env"]["GITHUB_TOKEN"], "ghp_x");
+        assert_eq!(add.job.payload["env"]["EDITOR"], "vi");
+        assert!(add.job.payload["env"].get("SLOTHQUEUE_DB").is_none());
+        assert!(add.notes.is_empty(), "the one secret was named: {:?}", add.notes);
+        let Command::Add(add) = config(&["add", "make", "--env-all"]).unwrap().command else {
+            panic!("not add")
+        };
+        assert!(add.job.payload["env"].get("GITHUB_TOKEN").is_none());
+        assert_eq!(
+            add.notes,
+            [
+                "--env-all left out GITHUB_TOKEN (names that look secret; --env-pass NAME records one)"
+            ]
+        );
+    }
+
+    #[test]
+    fn add_writes_the_limits_asked_into_the_payload() {
+        let c = config(&["add", "make", "--nice", "-5", "--ionice", "idle", "--memory-max", "50M"])
+            .unwrap();
+        let Command::Add(add) = c.command else { panic!("not add") };
+        assert_eq!(
+            add.job.payload["limits"],
+            serde_json::json!({"nice": -5, "ionice": "idle", "memory_max": 50 << 20})
+        );
+        let Command::Add(plain) = config(&["add", "make"]).unwrap().command else {
+            panic!("not add")
+        };
+        assert!(plain.job.payload.get("limits").is_none(), "no limits asked, none written");
+        let Command::Add(handler) =
+            config(&["add", "--kind", "k", "--payload", "{}"]).unwrap().command
+        else {
+            panic!("not add")
+        };
+        assert_eq!(handler.job.payload, serde_json::json!({}), "nothing of the shell in it");
+        for (argv, fragment) in [
+            (&["add", "x", "--env-pass", "NOPE"][..], "--env-pass NOPE: NOPE is not set"),
+            (&["add", "--kind", "k", "--payload", "{}", "--nice", "3"][..], "--nice is for shell"),
+            (&["add", "--kind", "k", "--payload", "{}", "--env-all"][..], "--env-all is for shell"),
+            (&["add", "x", "--nice", "20"][..], "not a niceness"),
+            (&["add", "x", "--memory-max", "1K"][..], "below the 1 MiB"),
+            (&["add", "x", "--ionice", "rt"][..], "I/O class `rt`"),
+        ] {
+            let err = config(argv).expect_err(fragment);
+            assert!(format!("{err:#}").contains(fragment), "{argv:?}: {err:#}");
+        }
     }
 
     #[test]

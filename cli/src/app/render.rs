@@ -104,8 +104,9 @@ pub fn what(job: &Job) -> String {
     }
 }
 
-/// The header of `show`: what the job is and where it stands.
-pub fn job_details(job: &Job, now: Timestamp, color: bool) -> String {
+/// The header of `show`: what the job is and where it stands; a shell
+/// job's environment masked unless `show_secrets`.
+pub fn job_details(job: &Job, now: Timestamp, color: bool, show_secrets: bool) -> String {
     let mut out = String::new();
     let state = if job.state == JobState::Failed {
         red(job.state.as_str(), color)
@@ -118,12 +119,8 @@ pub fn job_details(job: &Job, now: Timestamp, color: bool) -> String {
         if let Some(cwd) = job.payload.get("cwd").and_then(|c| c.as_str()) {
             let _ = writeln!(out, "cwd:          {}", one_line(cwd));
         }
-        if let Some(env) = job.payload.get("env").and_then(|e| e.as_object()) {
-            if !env.is_empty() {
-                let names: Vec<&str> = env.keys().map(String::as_str).collect();
-                let _ = writeln!(out, "env:          {}", names.join(", "));
-            }
-        }
+        out.push_str(&environment(&job.payload, show_secrets));
+        out.push_str(&limits_asked(&job.payload));
     } else {
         let _ = writeln!(out, "kind:         {}", job.kind);
         let _ = writeln!(out, "payload:      {}", one_line(&job.payload.to_string()));
@@ -162,6 +159,51 @@ pub fn job_details(job: &Job, now: Timestamp, color: bool) -> String {
         let _ = writeln!(out, "last error:   {}", one_line(e));
     }
     out
+}
+
+/// A shell job's environment as it will run with it: for an exact one
+/// (what `add` records) every variable, for an inheriting one (recorded
+/// before `add` captured environments, or enqueued over HTTP without
+/// `"env_mode": "exact"`) the runner's, with the payload's own laid over
+/// it. One `  NAME=value` line a variable, secret-looking values masked
+/// unless `show_secrets`.
+pub fn environment(payload: &serde_json::Value, show_secrets: bool) -> String {
+    let shown =
+        if show_secrets { payload.clone() } else { slothqueue::core::shell::masked(payload) };
+    let vars: Vec<(&String, &serde_json::Value)> = shown
+        .get("env")
+        .and_then(|e| e.as_object())
+        .map(|e| e.iter().collect())
+        .unwrap_or_default();
+    let mut out = match slothqueue::core::EnvMode::of(payload) {
+        Ok(slothqueue::core::EnvMode::Exact) if vars.is_empty() => {
+            "env:          only SLOTHQUEUE_* (nothing else was recorded)\n".to_owned()
+        }
+        Ok(slothqueue::core::EnvMode::Exact) => "env (exactly, plus SLOTHQUEUE_*):\n".to_owned(),
+        Ok(slothqueue::core::EnvMode::Inherit) => {
+            let (with, end) =
+                if vars.is_empty() { ("", "") } else { (", with these over it", ":") };
+            format!(
+                "env:          the runner's{with} (added before slothqueue recorded environments, or over HTTP without \"env_mode\": \"exact\"){end}\n"
+            )
+        }
+        Err(e) => format!("env:          unreadable ({})\n", one_line(&e)),
+    };
+    for (name, value) in vars {
+        let value = value.as_str().map_or_else(|| value.to_string(), str::to_owned);
+        let _ = writeln!(out, "  {}={}", one_line(name), one_line(&value));
+    }
+    out
+}
+
+/// The `limits:` line of a shell job: what it asks for itself, or that its
+/// runner's defaults apply (what is in force is the runner's to say).
+pub fn limits_asked(payload: &serde_json::Value) -> String {
+    match slothqueue::core::Limits::of(payload) {
+        Ok(l) if l.is_empty() => "limits:       the runner's defaults\n".to_owned(),
+        Ok(l) => format!("limits:       asked: {l}\n"),
+        Err(e) => format!("limits:       unreadable ({})\n", one_line(&e)),
+    }
 }
 
 /// The word for a job's state in tables and parent lists: `held` for a
@@ -638,6 +680,25 @@ mod tests {
     }
 
     #[test]
+    fn show_says_the_environment_as_the_job_gets_it_and_masks_secrets() {
+        let exact = serde_json::json!({"command": "x", "env": {"API_TOKEN": "abc", "PATH": "/bin"},
+            "env_mode": "exact", "limits": {"nice": 5, "memory_max": 52428800}});
+        assert_eq!(
+            environment(&exact, false),
+            "env (exactly, plus SLOTHQUEUE_*):\n  API_TOKEN=<secret>\n  PATH=/bin\n"
+        );
+        assert!(environment(&exact, true).contains("  API_TOKEN=abc\n"));
+        assert_eq!(limits_asked(&exact), "limits:       asked: nice 5, memory-max 50 MiB\n");
+        let old = serde_json::json!({"command": "x", "env": {}});
+        assert!(environment(&old, false).starts_with("env:          the runner's (added before"));
+        assert_eq!(limits_asked(&old), "limits:       the runner's defaults\n");
+        let over = serde_json::json!({"command": "x", "env": {"A": "1\n2"}});
+        let text = environment(&over, false);
+        assert!(text.starts_with("env:          the runner's, with these over it ("), "{text}");
+        assert!(text.ends_with("):\n  A=1 2\n"), "{text}");
+    }
+
+    #[test]
     fn long_commands_are_truncated_to_the_width() {
         assert_eq!(truncate("abcdefgh", Some(5)), "abcd…");
         assert_eq!(truncate("abc", Some(5)), "abc");
@@ -778,7 +839,7 @@ lanes:
             let table = table(std::slice::from_ref(&job), NOW, None, false);
             assert!(table.contains("#12  held   "), "{table}");
             assert!(table.contains("since 22:13:20"), "{table}");
-            let details = job_details(&job, NOW, false);
+            let details = job_details(&job, NOW, false, false);
             assert!(details.contains("held:         since 22:13:20 by ana@laptop\n"), "{details}");
             assert!(details.contains("due:          once released (slothqueue release 12)\n"));
             let s = Stats { pending: 3, held: 1, waiting_on_parents: 2, ..Stats::default() };

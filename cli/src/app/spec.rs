@@ -78,8 +78,17 @@ pub struct JobSpec {
     pub key: Option<String>,
     /// Queue (the default queue when absent).
     pub queue: Option<String>,
-    /// A shell job's environment.
+    /// A shell job's environment as given (`-e`, a line's `env`), laid
+    /// over `recorded`.
     pub env: BTreeMap<String, String>,
+    /// What `add` recorded from the adding shell's environment
+    /// (`core::shell::capture`); `Some` makes the job run with exactly its
+    /// `env` (`env_mode` exact), `None` (no capture made) leaves the
+    /// runner's environment under `env`.
+    pub recorded: Option<BTreeMap<String, String>>,
+    /// A shell job's own niceness, I/O class and ceilings; `None`: the
+    /// runner's defaults.
+    pub limits: Option<slothqueue::core::Limits>,
     /// A shell job's directory; the current one when absent.
     pub cwd: Option<String>,
     /// The jobs it runs after.
@@ -124,6 +133,16 @@ pub fn build(
             if spec.cwd.is_some() {
                 return Err(format!("{} is for shell commands", n("cwd")));
             }
+            if spec.limits.is_some() {
+                return Err(format!(
+                    "{} is for shell commands; a handler job runs with its runner's",
+                    match source {
+                        Source::Flags =>
+                            "--nice, --ionice, --memory-max or --cpu-weight".to_owned(),
+                        Source::Line => n("limits"),
+                    }
+                ));
+            }
             NewJob::new(kind, spec.payload.unwrap_or_else(|| serde_json::json!({})))
         }
         (Some(command), None) => {
@@ -162,9 +181,19 @@ pub fn build(
                 }
             };
             let mut job = NewJob::shell(command, cwd);
+            let exact = spec.recorded.is_some();
+            let mut env = spec.recorded.unwrap_or_default();
+            env.extend(spec.env);
             job.payload["env"] = serde_json::Value::Object(
-                spec.env.into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect(),
+                env.into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect(),
             );
+            if exact {
+                job.payload["env_mode"] = slothqueue::core::EnvMode::Exact.as_str().into();
+            }
+            if let Some(limits) = spec.limits {
+                limits.check().map_err(|e| format!("{}: {e}", n("limits")))?;
+                limits.write_into(&mut job.payload);
+            }
             job
         }
         (None, None) => {

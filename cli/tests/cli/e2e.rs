@@ -50,7 +50,13 @@ both_backends! {
         assert_eq!(ids, [2, 1]);
         let job = ctx.job(1);
         assert_eq!(job.payload["cwd"], ctx.dir.path().to_str().unwrap());
-        assert_eq!(job.payload["env"], serde_json::json!({}));
+        // What `add` records of its (cleared) environment: the allowlist's.
+        let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into());
+        assert_eq!(
+            job.payload["env"],
+            serde_json::json!({"HOME": ctx.dir.path().to_str().unwrap(), "PATH": path, "TZ": "UTC"})
+        );
+        assert_eq!(job.payload["env_mode"], "exact");
     }
 
     fn the_seed_transcript(ctx) {

@@ -18,6 +18,8 @@
 //!   that need the stores' lane methods are `both_backends_with_lanes!`.
 //! - `revise`: `edit` and `clone` (issue #17): a fixed typo runs, a failed
 //!   job cloned with a fixed command, an edit refused for a running job.
+//! - `env`: the environment `add` records, secrets masked, kept by export
+//!   (issue #17).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -27,6 +29,7 @@
 mod bad_input;
 mod creation;
 mod e2e;
+mod env;
 mod import;
 mod lanes;
 mod namespaces;

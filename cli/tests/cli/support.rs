@@ -109,6 +109,9 @@ impl TestContext {
         let host = rustix::system::uname().nodename().to_string_lossy().into_owned();
         let temp = regex_escape(&self.dir.path().display().to_string());
         vec![
+            // `add` records the PATH of the test's own environment.
+            (r#"("PATH":\s*)"[^"]*""#.into(), r#"$1"[PATH]""#.into()),
+            (r"(?m)^  PATH=.*$".into(), "  PATH=[PATH]".into()),
             (temp, "[TEMP]".into()),
             (r"\[TEMP\]/queue\.(db|redb)".into(), "[TEMP]/queue.[EXT]".into()),
             (r"\((sqlite|redb)\)".into(), "([BACKEND])".into()),

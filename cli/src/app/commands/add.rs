@@ -17,7 +17,8 @@ use crate::app::render;
 /// Pushes the job; with an idempotency key that already holds the same
 /// job, adds nothing and says so.
 pub async fn add(ctx: &Ctx, add: AddConfig) -> Outcome {
-    let AddConfig { mut job, when } = add;
+    let AddConfig { mut job, when, notes } = add;
+    say_notes(&notes)?;
     let store = ctx.open(true)?;
     let now = ctx.now();
     job.not_before = when.resolve(now);
@@ -48,6 +49,16 @@ pub async fn add(ctx: &Ctx, add: AddConfig) -> Outcome {
     Ok(Code::Success)
 }
 
+/// Says on stderr what the user should know of what is recorded (the
+/// secret-looking names `--env-all` left out): stdout stays the result.
+fn say_notes(notes: &[String]) -> anyhow::Result<()> {
+    let mut err = io::stderr().lock();
+    for note in notes {
+        writeln!(err, "{note}")?;
+    }
+    Ok(())
+}
+
 /// What a new job with parents waits on, or that it was cancelled at once
 /// because one had already failed; `None` without parents.
 fn after_line(job: &Job, parents: &[Job]) -> Option<String> {
@@ -68,6 +79,7 @@ pub async fn add_stdin(ctx: &Ctx, config: StdinConfig) -> Outcome {
     let mut text = String::new();
     io::stdin().read_to_string(&mut text).map_err(|e| usage(format!("cannot read stdin: {e}")))?;
     let lines = batch::parse(&text, &config.defaults, &config.current_dir).map_err(usage)?;
+    say_notes(&config.notes)?;
     let mut out = io::stdout().lock();
     if lines.is_empty() {
         if ctx.json {

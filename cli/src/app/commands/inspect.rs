@@ -13,7 +13,7 @@ use slothqueue::{
     Timestamp,
 };
 
-use super::{Ctx, job_json, print_json};
+use super::{Ctx, Secrets, job_json_with, print_json};
 use crate::app::Outcome;
 use crate::app::config::log_dir;
 use crate::app::exit::{Code, NotFound};
@@ -86,8 +86,9 @@ pub async fn status(ctx: &Ctx) -> Outcome {
     Ok(Code::Success)
 }
 
-/// One row a job.
-pub async fn list(ctx: &Ctx, filter: ListFilter) -> Outcome {
+/// One row a job; with `--json`, secret-looking values masked unless
+/// `show_secrets`.
+pub async fn list(ctx: &Ctx, filter: ListFilter, show_secrets: bool) -> Outcome {
     let mut out = io::stdout().lock();
     let Some(store) = ctx.look_existing()? else {
         if ctx.json {
@@ -99,8 +100,9 @@ pub async fn list(ctx: &Ctx, filter: ListFilter) -> Outcome {
     };
     let jobs = store.list(&filter).await.context("cannot list jobs")?;
     if ctx.json {
+        let secrets = if show_secrets { Secrets::Shown } else { Secrets::Masked };
         let all: Vec<serde_json::Value> =
-            jobs.iter().map(|j| job_json(j, None)).collect::<anyhow::Result<_>>()?;
+            jobs.iter().map(|j| job_json_with(j, None, secrets)).collect::<anyhow::Result<_>>()?;
         print_json(&mut out, &serde_json::Value::Array(all))?;
         return Ok(Code::Success);
     }
@@ -135,21 +137,23 @@ const DEPENDENTS_LISTED: usize = 10;
 /// Parents `show` names before it only counts the rest.
 const PARENTS_LISTED: usize = 20;
 
-/// The job, why it is not running, and its story.
-pub async fn show(ctx: &Ctx, id: JobId) -> Outcome {
+/// The job, why it is not running, and its story; secret-looking values
+/// masked unless `show_secrets`.
+pub async fn show(ctx: &Ctx, id: JobId, show_secrets: bool) -> Outcome {
     let store = ctx.open_read_only()?;
     let job = store.get(id).await?;
     let events = store.events(id).await?;
     let dependents = store.dependents(id).await.context("cannot read the job's dependents")?;
     let mut out = io::stdout().lock();
     if ctx.json {
-        let mut v = job_json(&job, Some(&events))?;
+        let secrets = if show_secrets { Secrets::Shown } else { Secrets::Masked };
+        let mut v = job_json_with(&job, Some(&events), secrets)?;
         v["dependents"] = serde_json::to_value(&dependents)?;
         print_json(&mut out, &v)?;
         return Ok(Code::Success);
     }
     let now = ctx.now();
-    write!(out, "{}", render::job_details(&job, now, ctx.color))?;
+    write!(out, "{}", render::job_details(&job, now, ctx.color, show_secrets))?;
     let parents = jobs_by_id(store.as_ref(), &job.after).await?;
     if !job.after.is_empty() {
         writeln!(

@@ -129,8 +129,8 @@ pub async fn execute(config: Config) -> Outcome {
         Command::AddStdin(batch) => add::add_stdin(&ctx, batch).await,
         Command::Run(run) => run::run(&ctx, run).await,
         Command::Status => inspect::status(&ctx).await,
-        Command::List(filter) => inspect::list(&ctx, filter).await,
-        Command::Show(id) => inspect::show(&ctx, id).await,
+        Command::List { filter, show_secrets } => inspect::list(&ctx, filter, show_secrets).await,
+        Command::Show { id, show_secrets } => inspect::show(&ctx, id, show_secrets).await,
         Command::Logs { id, follow } => inspect::logs(&ctx, id, follow).await,
         Command::Cancel(id) => edit::cancel(&ctx, id).await,
         Command::Retry(id) => edit::retry(&ctx, id).await,
@@ -164,11 +164,53 @@ pub async fn execute(config: Config) -> Outcome {
     }
 }
 
-/// A job as JSON, with its trail when given: the job table's field names.
+/// How a job's secret-looking environment values (`core::shell::
+/// looks_secret`) appear in what a command prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Secrets {
+    /// As [`slothqueue::core::shell::MASK`]: what every look prints unless
+    /// asked, so a terminal, a log or a screen share shows no token.
+    Masked,
+    /// As stored (`--show-secrets`).
+    Shown,
+    /// As stored, and named in a `secrets` list beside the job: `export`,
+    /// whose lines must restore the job as it is and say what they hold.
+    Marked,
+}
+
+/// A job as JSON, with its trail when given: the job table's field names,
+/// secret-looking values masked. Every presenter of a job goes through
+/// here or [`job_json_with`].
 pub fn job_json(job: &Job, events: Option<&[Event]>) -> anyhow::Result<serde_json::Value> {
+    job_json_with(job, events, Secrets::Masked)
+}
+
+/// [`job_json`] with the secrets as asked. Only a shell job's payload is
+/// read for them: a handler's payload is its own, and its `env`, if it
+/// has one, means what the handler says.
+pub fn job_json_with(
+    job: &Job,
+    events: Option<&[Event]>,
+    secrets: Secrets,
+) -> anyhow::Result<serde_json::Value> {
     let mut v = serde_json::to_value(job)?;
-    if let (Some(events), Some(obj)) = (events, v.as_object_mut()) {
-        obj.insert("events".to_owned(), serde_json::to_value(events)?);
+    let shell = job.kind == slothqueue::core::SHELL_KIND;
+    if let Some(obj) = v.as_object_mut() {
+        match secrets {
+            Secrets::Masked if shell => {
+                obj.insert("payload".to_owned(), slothqueue::core::shell::masked(&job.payload));
+            }
+            Secrets::Marked if shell => {
+                let names = slothqueue::core::shell::secret_names(&job.payload);
+                if !names.is_empty() {
+                    obj.insert("secrets".to_owned(), names.into());
+                }
+            }
+            _ => {}
+        }
+        if let Some(events) = events {
+            obj.insert("events".to_owned(), serde_json::to_value(events)?);
+        }
     }
     Ok(v)
 }

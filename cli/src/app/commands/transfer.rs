@@ -33,14 +33,17 @@ use slothqueue::{
     Event, EventKind, Job, JobState, ListFilter, ListOrder, NewJob, Store, StoreError, Timestamp,
 };
 
-use super::{Ctx, job_json, print_json};
+use super::{Ctx, Secrets, job_json_with, print_json};
 use crate::app::Outcome;
 use crate::app::exit::{Code, usage};
 
 /// Jobs read per page while exporting.
 const PAGE: usize = 500;
 
-/// Writes every job, oldest first, one JSON object per line with its `events`.
+/// Writes every job, oldest first, one JSON object per line with its
+/// `events`. Values are as stored, secrets too (an export restores the
+/// queue), and a shell job holding secret-looking variables names them in
+/// `secrets`, so whoever keeps the file knows what it holds.
 pub async fn export(ctx: &Ctx) -> Outcome {
     let Some(store) = ctx.look_existing()? else {
         return Ok(Code::Success);
@@ -61,7 +64,7 @@ pub async fn export(ctx: &Ctx) -> Outcome {
         let page = store.list(&filter).await.context("cannot list jobs")?;
         for job in &page {
             let events = store.events(job.id).await?;
-            print_json(&mut out, &job_json(job, Some(&events))?)?;
+            print_json(&mut out, &job_json_with(job, Some(&events), Secrets::Marked)?)?;
         }
         match page.last() {
             Some(last) if page.len() == PAGE => cursor = Some(last.id),
@@ -130,6 +133,11 @@ fn lane_changes(lanes: &Lanes) -> Vec<(LaneScope, LaneChange)> {
 }
 
 fn parse_line(number: usize, mut value: serde_json::Value) -> anyhow::Result<Line> {
+    // What `export` says of the job (`secrets`: which of its variables
+    // look secret) is not part of it; the payload holds the values.
+    if let Some(obj) = value.as_object_mut() {
+        obj.remove("secrets");
+    }
     let events = match value.as_object_mut().and_then(|o| o.remove("events")) {
         Some(ev) => serde_json::from_value(ev)
             .map_err(|e| usage(format!("line {number}: bad `events` ({e})")))?,

@@ -1,0 +1,51 @@
+//! Secrets in the jobs the API answers with: a shell job's secret-looking
+//! environment values (`slothqueue_core::shell::looks_secret`) read as
+//! [`slothqueue_core::shell::MASK`] unless the client asks for them
+//! (`?show_secrets=true` on the routes that look). Every route that answers
+//! with a job passes it through [`job`], so no route can forget.
+//!
+//! Why mask at all when the client holds the token: answers end up in
+//! logs, dashboards and terminals; a token in a job's environment should
+//! appear only where someone asked for it.
+
+use slothqueue_core::{Job, Pushed, SHELL_KIND};
+
+use crate::HttpError;
+
+/// Whether secret-looking values are shown as stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Secrets {
+    /// As the mask: the default of every route.
+    #[default]
+    Masked,
+    /// As stored: `?show_secrets=true`.
+    Shown,
+}
+
+impl Secrets {
+    /// The `show_secrets` query parameter: absent or `false` masks, `true`
+    /// shows; anything else is a 400.
+    pub(crate) fn from_query(raw: Option<&str>) -> Result<Secrets, HttpError> {
+        match raw {
+            None | Some("false") => Ok(Secrets::Masked),
+            Some("true") => Ok(Secrets::Shown),
+            Some(_) => Err(HttpError::BadRequest("show_secrets must be true or false".to_owned())),
+        }
+    }
+}
+
+/// The job as the API shows it. Only a shell job's payload is read: a
+/// handler's payload is its own, and an `env` in it means what the handler
+/// says.
+pub(crate) fn job(mut job: Job, secrets: Secrets) -> Job {
+    if secrets == Secrets::Masked && job.kind == SHELL_KIND {
+        job.payload = slothqueue_core::shell::masked(&job.payload);
+    }
+    job
+}
+
+/// A push's answer with its job masked.
+pub(crate) fn pushed(mut pushed: Pushed) -> Pushed {
+    pushed.job = job(pushed.job, Secrets::Masked);
+    pushed
+}
