@@ -62,6 +62,7 @@ pub mod exec;
 mod fmt;
 pub mod gate;
 mod idle;
+mod limits;
 mod logfile;
 mod owner;
 mod process;

@@ -96,10 +96,23 @@ pub struct SweepReport {
 /// runner lives in another PID namespace (its pid means nothing in this
 /// `/proc`: a runner under `unshare -p` is pid 1 there). Call it once when a
 /// run starts, beside the reclaim of dead owners' jobs.
+///
+/// The attempts' cgroup v1 children (made for memory and CPU ceilings, see
+/// `ceiling.rs`) under the runner's own v1 cgroups are swept the same way.
 pub async fn sweep_orphan_cgroups() -> SweepReport {
     let mut report = SweepReport::default();
-    let Ok((parent, _)) = own_cgroup() else { return report };
-    let Ok(entries) = std::fs::read_dir(parent) else { return report };
+    if let Ok((parent, _)) = own_cgroup() {
+        sweep_under(parent, &mut report).await;
+    }
+    for parent in super::ceiling::own_v1_dirs() {
+        sweep_under(parent, &mut report).await;
+    }
+    report
+}
+
+/// Sweeps the dead runners' attempt cgroups directly under `parent`.
+async fn sweep_under(parent: &Path, report: &mut SweepReport) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
     for entry in entries.filter_map(Result::ok) {
         let Some((pid, start, ns)) = entry.file_name().to_str().and_then(cgroup_owner) else {
             continue;
@@ -126,18 +139,22 @@ pub async fn sweep_orphan_cgroups() -> SweepReport {
             tokio::time::sleep(POLL).await;
         }
     }
-    report
 }
 
-/// Creates the attempt's cgroup under the runner's own.
-pub(super) fn create_cgroup(job: JobId, attempt: u32) -> Result<Cgroup, String> {
+/// A new name for an attempt's cgroups (v2, and v1 children for
+/// ceilings): `slothqueue-<job>-<attempt>-<pid>-<start>-<pidns>-<n>`, which
+/// [`cgroup_owner`] reads back.
+pub(super) fn cgroup_name(job: JobId, attempt: u32) -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let (parent, parent_rel) = own_cgroup()?;
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
     let ns = crate::owner::pid_namespace().unwrap_or(0);
-    let name =
-        format!("slothqueue-{job}-{attempt}-{}-{}-{ns}-{seq}", std::process::id(), own_start());
-    let dir = parent.join(&name);
+    format!("slothqueue-{job}-{attempt}-{}-{}-{ns}-{seq}", std::process::id(), own_start())
+}
+
+/// Creates the attempt's cgroup, named `name`, under the runner's own.
+pub(super) fn create_cgroup(name: &str) -> Result<Cgroup, String> {
+    let (parent, parent_rel) = own_cgroup()?;
+    let dir = parent.join(name);
     std::fs::create_dir(&dir)
         .map_err(|e| format!("cannot create cgroup {}: {e}", dir.display()))?;
     let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"));

@@ -76,10 +76,13 @@ use tokio::time::Instant;
 
 use crate::process::group::may_signal_group;
 
+mod ceiling;
 mod cgroup;
 mod procs;
 mod report;
 
+pub use ceiling::{CeilingReport, memory_exceeded};
+use ceiling::{Ceilings, V1Child, oom_kills};
 use cgroup::*;
 pub use cgroup::{SweepReport, sweep_orphan_cgroups};
 use procs::*;
@@ -144,6 +147,13 @@ pub struct Containment {
     /// Why there is no (working) cgroup.
     why_not: Mutex<Option<String>>,
     state: Mutex<State>,
+    /// The name of the attempt's cgroups; `None` where cgroups are not
+    /// used at all.
+    name: Option<String>,
+    /// The memory and CPU ceilings, once set (before the spawn).
+    ceilings: std::sync::OnceLock<Ceilings>,
+    /// OOM kills counted before the attempt's cgroups were removed.
+    oom_seen: std::sync::atomic::AtomicU64,
 }
 
 /// What a stop already sent TERM to: the group (once), and by pid.
@@ -170,7 +180,10 @@ impl Containment {
     /// be set up shows in [`mechanism`](Containment::mechanism).
     pub fn new(job: JobId, attempt: u32, marker: &str) -> Containment {
         let mut this = Containment::without_cgroup(marker);
-        match create_cgroup(job, attempt) {
+        let name = cgroup_name(job, attempt);
+        let created = create_cgroup(&name);
+        this.name = Some(name);
+        match created {
             Ok(cg) => {
                 this.cgroup = Some(cg);
                 this.set_why_not(None);
@@ -190,6 +203,9 @@ impl Containment {
             cgroup: None,
             why_not: Mutex::new(Some("no cgroup used".to_owned())),
             state: Mutex::new(State::default()),
+            name: None,
+            ceilings: std::sync::OnceLock::new(),
+            oom_seen: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -222,30 +238,86 @@ impl Containment {
         self.cgroup.as_ref().map(|c| c.dir.as_path())
     }
 
-    /// Makes the spawned child join the attempt's cgroup between fork and
+    /// Puts the attempt's memory maximum and CPU weight in force (see
+    /// `ceiling.rs`: its cgroup v2 child where the controller can be had,
+    /// else a child in a writable cgroup v1 hierarchy), for the job to join
+    /// with [`join_before_exec`](Containment::join_before_exec). Call it
+    /// once, before that. Says for each asked ceiling whether it is in
+    /// force, or why not; a containment without cgroups enforces none.
+    pub fn set_ceilings(&self, memory_max: Option<u64>, cpu_weight: Option<u32>) -> CeilingReport {
+        let why = match (&self.name, self.ceilings.get()) {
+            (None, _) => "this runner uses no cgroups",
+            (Some(_), Some(_)) => "ceilings were already set for this attempt",
+            (Some(name), None) => {
+                let v2 = self.cgroup.as_ref().filter(|c| !c.broken.load(Ordering::Relaxed));
+                let (made, report) = ceiling::set_ceilings(v2, name, memory_max, cpu_weight);
+                if let Err(unused) = self.ceilings.set(made) {
+                    remove_v1(&unused.v1);
+                }
+                return report;
+            }
+        };
+        CeilingReport {
+            memory: memory_max.map(|_| Err(why.to_owned())),
+            cpu: cpu_weight.map(|_| Err(why.to_owned())),
+        }
+    }
+
+    /// The attempt's memory maximum, if its cgroup killed a process for
+    /// going over it (read before the cgroup was removed, or now).
+    pub fn memory_exceeded(&self) -> Option<u64> {
+        let watch = self.ceilings.get()?.memory.as_ref()?;
+        let kills = self.oom_seen.load(Ordering::Relaxed).max(oom_kills(&watch.events));
+        (kills > 0).then_some(watch.limit)
+    }
+
+    /// Counts the OOM kills before the cgroup that counts them goes.
+    fn remember_oom(&self) {
+        if let Some(watch) = self.ceilings.get().and_then(|c| c.memory.as_ref()) {
+            self.oom_seen.fetch_max(oom_kills(&watch.events), Ordering::Relaxed);
+        }
+    }
+
+    fn v1_children(&self) -> &[V1Child] {
+        self.ceilings.get().map_or(&[], |c| c.v1.as_slice())
+    }
+
+    /// Makes the spawned child join the attempt's cgroups between fork and
     /// exec, before it can start anything (no-op without a cgroup). It
     /// adds a `pre_exec` hook, so std forks the runner instead of using
     /// `posix_spawn` (about 1 ms per job); [`spawned`](Containment::spawned)
     /// alone also places the child, from the parent, with a race: whatever
     /// the child forks before it is moved stays outside the cgroup (the
     /// other paths still find it unless it also cleared its environment).
-    pub fn join_before_exec(&self, cmd: &mut tokio::process::Command) {
-        let Some(cg) = &self.cgroup else { return };
-        let procs = Arc::clone(&cg.procs);
+    /// Returns whether it added the hook. Call
+    /// [`set_ceilings`](Containment::set_ceilings) first: the v1 children
+    /// a ceiling needs are joined by the same hook.
+    pub fn join_before_exec(&self, cmd: &mut tokio::process::Command) -> bool {
+        let mut fds: Vec<Arc<std::os::fd::OwnedFd>> =
+            self.v1_children().iter().map(|c| Arc::clone(&c.procs)).collect();
+        if let Some(cg) = &self.cgroup {
+            fds.push(Arc::clone(&cg.procs));
+        }
+        if fds.is_empty() {
+            return false;
+        }
         #[expect(
             unsafe_code,
             reason = "pre_exec runs between fork and exec; the closure makes one \
-                      write(2) of a static buffer to a descriptor opened before the \
+                      write(2) of a static buffer to each descriptor opened before the \
                       fork, allocates nothing and cannot panic"
         )]
         // SAFETY: see the reason above; `write` is async-signal-safe, and a
         // failure is left to `spawned`, which checks and moves the pid.
         unsafe {
             cmd.pre_exec(move || {
-                let _ = rustix::io::write(&*procs, b"0");
+                for procs in &fds {
+                    let _ = rustix::io::write(&**procs, b"0");
+                }
                 Ok(())
             });
         }
+        true
     }
 
     /// Records the job's leader right after the spawn (its pid is also its
@@ -258,6 +330,10 @@ impl Containment {
         if let (Ok(mut st), Some(start)) = (self.state.lock(), start) {
             st.leader = Some((pid, start));
             st.seen.insert(pid, start);
+        }
+        for child in self.v1_children() {
+            // Idempotent: a pid already there stays; a zombie cannot move.
+            let _ = std::fs::write(child.dir.join("cgroup.procs"), pid.to_string());
         }
         let Some(cg) = &self.cgroup else { return };
         if proc_cgroup(pid).is_some_and(|p| cgroup_matches(&p, &cg.rel)) {
@@ -564,6 +640,10 @@ impl Containment {
             tokio::time::sleep(POLL).await;
         }
         let cgroup_removed = survivors.is_empty() && self.remove_cgroup();
+        if survivors.is_empty() {
+            self.remember_oom();
+            remove_v1(self.v1_children());
+        }
         let count = |how: Found| counted.values().filter(|h| **h == how).count();
         StopReport {
             mechanism: self.mechanism(),
@@ -639,6 +719,7 @@ impl Containment {
         if cg.removed.load(Ordering::Relaxed) {
             return true;
         }
+        self.remember_oom();
         let gone = match std::fs::remove_dir(&cg.dir) {
             Ok(()) => true,
             Err(e) => e.kind() == std::io::ErrorKind::NotFound,
@@ -652,6 +733,12 @@ impl Drop for Containment {
     /// Best effort, never blocking: KILLs whatever is left in the cgroup and
     /// removes it if it is already empty.
     fn drop(&mut self) {
+        for child in self.v1_children() {
+            if !cgroup_procs(&child.dir).is_empty() {
+                cgroup_kill(&child.dir);
+            }
+        }
+        remove_v1(self.v1_children());
         if let Some(cg) = &self.cgroup {
             if !cg.removed.load(Ordering::Relaxed) {
                 if !cgroup_procs(&cg.dir).is_empty() {
@@ -660,6 +747,14 @@ impl Drop for Containment {
                 let _ = std::fs::remove_dir(&cg.dir);
             }
         }
+    }
+}
+
+/// Removes the attempt's v1 children that are empty (a busy one is left
+/// to the start-up sweep of a later runner).
+fn remove_v1(children: &[V1Child]) {
+    for child in children {
+        let _ = std::fs::remove_dir(&child.dir);
     }
 }
 
