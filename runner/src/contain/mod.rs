@@ -842,23 +842,39 @@ mod tests {
         assert_eq!(cgroup_owner("other-12-3-4567-890-0"), None);
     }
 
+    /// The v2 sweep, and the v1 one where a v1 memory hierarchy is writable
+    /// (one test: two sweeps at once would take each other's orphans).
     #[tokio::test]
     async fn the_sweep_kills_and_removes_dead_runners_cgroups_only() {
-        let Ok((parent, _)) = own_cgroup() else { return }; // no cgroup here: nothing to sweep
+        let v2 = own_cgroup().ok().map(|(parent, _)| parent.clone());
+        let v1 = ceiling::own_v1(ceiling::Controller::Memory).ok().cloned();
         let me = std::process::id();
-        let dead = parent.join(format!("slothqueue-1-1-{me}-{}-0", own_start() + 1));
-        let live = parent.join(format!("slothqueue-1-1-{me}-{}-999999", own_start()));
-        std::fs::create_dir(&dead).unwrap();
-        std::fs::create_dir(&live).unwrap();
-        let mut orphan = std::process::Command::new("sleep").arg("300").spawn().unwrap();
-        std::fs::write(dead.join("cgroup.procs"), orphan.id().to_string()).unwrap();
+        let mut orphans = Vec::new();
+        let mut live = Vec::new();
+        for parent in v2.iter().chain(v1.iter()) {
+            let dead = parent.join(format!("slothqueue-1-1-{me}-{}-0", own_start() + 1));
+            let alive = parent.join(format!("slothqueue-1-1-{me}-{}-999999", own_start()));
+            std::fs::create_dir(&dead).unwrap();
+            std::fs::create_dir(&alive).unwrap();
+            let orphan = std::process::Command::new("sleep").arg("300").spawn().unwrap();
+            std::fs::write(dead.join("cgroup.procs"), orphan.id().to_string()).unwrap();
+            orphans.push((orphan, dead));
+            live.push(alive);
+        }
+        if orphans.is_empty() {
+            return; // no cgroup here: nothing to sweep
+        }
         let report = sweep_orphan_cgroups().await;
-        let status = orphan.wait().unwrap();
-        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
-        assert!(!dead.exists(), "{report:?}");
-        assert!(report.killed >= 1 && report.removed >= 1, "{report:?}");
-        assert!(live.exists(), "a live runner's cgroup was swept");
-        std::fs::remove_dir(&live).unwrap();
+        for (mut orphan, dead) in orphans {
+            let status = orphan.wait().unwrap();
+            assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+            assert!(!dead.exists(), "{} left: {report:?}", dead.display());
+        }
+        assert!(report.killed >= 1 && report.removed >= live.len(), "{report:?}");
+        for alive in live {
+            assert!(alive.exists(), "a live runner's cgroup was swept");
+            std::fs::remove_dir(&alive).unwrap();
+        }
     }
 
     /// The job's first instruction already runs in the attempt's cgroup

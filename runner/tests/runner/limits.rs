@@ -268,3 +268,33 @@ async fn a_cpu_weight_is_written_into_the_jobs_cgroup() {
     let values: Vec<&str> = log.lines().skip(1).collect();
     assert!(values.contains(&"512") || values.contains(&"50"), "{log}");
 }
+
+/// The runner's limits fill what a shell job leaves unset; a handler job
+/// gets the runner's only, whatever its payload says (it is its handler's).
+#[tokio::test]
+async fn runner_limits_are_defaults_and_a_handlers_payload_is_not_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = env();
+    let dir = env.path("handlers");
+    std::fs::create_dir(&dir).unwrap();
+    let handler = dir.join("work");
+    std::fs::write(&handler, "#!/bin/sh\ncat > /dev/null\n").unwrap();
+    std::fs::set_permissions(&handler, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let own = push(&env, job(&env, "true", serde_json::json!({"limits": {"nice": 12}}))).await;
+    let unset = push(&env, job(&env, "true", serde_json::Value::Null)).await;
+    let payload = serde_json::json!({"limits": {"nice": 3, "ionice": "idle"}});
+    let handled = push(&env, NewJob::new("work", payload)).await;
+    let mut cfg = env.config();
+    cfg.limits = slothqueue_core::Limits {
+        nice: Some(7),
+        ionice: Some(slothqueue_core::IoClass::BestEffort(Some(5))),
+        ..Default::default()
+    };
+    let mut runner = env.runner(cfg);
+    runner.register_handlers(slothqueue_runner::HandlerDirExecutor::open(&dir).unwrap());
+    let (summary, lines) = env.drain(runner).await;
+    assert_eq!(summary.done, 3, "{lines:?}");
+    assert_eq!(limits_said(&env, own), "nice 12, ionice best-effort:5");
+    assert_eq!(limits_said(&env, unset), "nice 7, ionice best-effort:5");
+    assert_eq!(limits_said(&env, handled), "nice 7, ionice best-effort:5");
+}
