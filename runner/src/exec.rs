@@ -206,7 +206,7 @@ where
 /// the payload's `env`, stdin from `/dev/null`, output to the job's log.
 ///
 /// The environment follows the payload's `env_mode`
-/// ([`EnvMode`](slothqueue_core::shell::EnvMode)): `exact` is the payload's
+/// ([`EnvMode`]): `exact` is the payload's
 /// `env` and the job's `SLOTHQUEUE_*` variables, nothing of the runner's;
 /// `inherit` (a payload that names no mode) is the runner's environment
 /// minus its `SLOTHQUEUE_*`, with `env` laid over it. The shell is named

@@ -16,6 +16,8 @@
 //! - `wait`: `wait`'s exit codes and a wait released by another process.
 //! - `lanes`: limits, pauses, holds and slots (issue #16); the scenarios
 //!   that need the stores' lane methods are `both_backends_with_lanes!`.
+//! - `limits`: `run`'s niceness, I/O class and ceilings, and what `show`
+//!   says is in force (issue #17).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -27,6 +29,7 @@ mod creation;
 mod e2e;
 mod import;
 mod lanes;
+mod limits;
 mod namespaces;
 mod queue_files;
 mod read_only;

@@ -254,7 +254,7 @@ pub(super) fn oom_kills(events: &Path) -> u64 {
 }
 
 /// The error of an attempt its memory ceiling killed.
-pub fn memory_exceeded(limit: u64) -> String {
+pub(crate) fn memory_exceeded(limit: u64) -> String {
     format!("killed: memory limit {} exceeded", format_size(limit))
 }
 

@@ -77,7 +77,7 @@ pub(super) fn cgroup_owner(name: &str) -> Option<(i32, u64, Option<u64>)> {
     Some((pid.parse().ok()?, start.parse().ok()?, ns))
 }
 
-/// What [`sweep_orphan_cgroups`] did.
+/// What [`sweep_orphan_cgroups`](super::sweep_orphan_cgroups) did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SweepReport {
     /// Attempt cgroups of dead runners removed.
@@ -88,30 +88,8 @@ pub struct SweepReport {
     pub left: Vec<PathBuf>,
 }
 
-/// Kills what is left in the attempt cgroups of runners that died (`kill
-/// -9`, a crash) under this runner's own cgroup, and removes them: the
-/// start-up counterpart of the lease-marker sweep, which also catches
-/// processes that cleared their environment. A cgroup whose runner (pid and
-/// start time, from its name) is alive is left alone, and so is one whose
-/// runner lives in another PID namespace (its pid means nothing in this
-/// `/proc`: a runner under `unshare -p` is pid 1 there). Call it once when a
-/// run starts, beside the reclaim of dead owners' jobs.
-///
-/// The attempts' cgroup v1 children (made for memory and CPU ceilings, see
-/// `ceiling.rs`) under the runner's own v1 cgroups are swept the same way.
-pub async fn sweep_orphan_cgroups() -> SweepReport {
-    let mut report = SweepReport::default();
-    if let Ok((parent, _)) = own_cgroup() {
-        sweep_under(parent, &mut report).await;
-    }
-    for parent in super::ceiling::own_v1_dirs() {
-        sweep_under(parent, &mut report).await;
-    }
-    report
-}
-
 /// Sweeps the dead runners' attempt cgroups directly under `parent`.
-async fn sweep_under(parent: &Path, report: &mut SweepReport) {
+pub(super) async fn sweep_under(parent: &Path, report: &mut SweepReport) {
     let Ok(entries) = std::fs::read_dir(parent) else { return };
     for entry in entries.filter_map(Result::ok) {
         let Some((pid, start, ns)) = entry.file_name().to_str().and_then(cgroup_owner) else {

@@ -81,10 +81,11 @@ mod cgroup;
 mod procs;
 mod report;
 
-pub use ceiling::{CeilingReport, memory_exceeded};
+pub use ceiling::CeilingReport;
+pub(crate) use ceiling::memory_exceeded;
 use ceiling::{Ceilings, V1Child, oom_kills};
+pub use cgroup::SweepReport;
 use cgroup::*;
-pub use cgroup::{SweepReport, sweep_orphan_cgroups};
 use procs::*;
 use report::Found;
 pub use report::{Mechanism, StopReport};
@@ -121,6 +122,28 @@ impl SignalSender {
     pub fn read(pid: i32, uid: u32) -> SignalSender {
         SignalSender { pid, uid, lease_marker: lease_marker_of(pid), cgroup: proc_cgroup(pid) }
     }
+}
+
+/// Kills what is left in the attempt cgroups of runners that died (`kill
+/// -9`, a crash) under this runner's own cgroup, and removes them: the
+/// start-up counterpart of the lease-marker sweep, which also catches
+/// processes that cleared their environment. A cgroup whose runner (pid and
+/// start time, from its name) is alive is left alone, and so is one whose
+/// runner lives in another PID namespace (its pid means nothing in this
+/// `/proc`: a runner under `unshare -p` is pid 1 there). Call it once when a
+/// run starts, beside the reclaim of dead owners' jobs.
+///
+/// The attempts' cgroup v1 children (made for memory and CPU ceilings, see
+/// `ceiling.rs`) under the runner's own v1 cgroups are swept the same way.
+pub async fn sweep_orphan_cgroups() -> SweepReport {
+    let mut report = SweepReport::default();
+    if let Ok((parent, _)) = own_cgroup() {
+        sweep_under(parent, &mut report).await;
+    }
+    for parent in ceiling::own_v1_dirs() {
+        sweep_under(parent, &mut report).await;
+    }
+    report
 }
 
 /// How often a dying attempt is looked at.
