@@ -214,6 +214,12 @@ pub fn secret_names(payload: &serde_json::Value) -> Vec<String> {
 /// (`--nice`): background work yields the CPU to what a person is doing.
 pub const DEFAULT_NICE: i32 = 10;
 
+/// The I/O class a job runs in when neither it nor its runner says
+/// (`--ionice`): best-effort at its last level, 7. Polite (the disk goes
+/// to what a person is doing first) and harmless: unlike `idle`, a job is
+/// never starved while something else keeps the disk busy.
+pub const DEFAULT_IO_CLASS: IoClass = IoClass::BestEffort(Some(7));
+
 /// A job's I/O scheduling class (`ioprio_set`), as `ionice` names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum IoClass {

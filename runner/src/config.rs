@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use slothqueue_core::{Clock, LivenessJudge, Owner, SystemClock};
+use slothqueue_core::{Clock, Limits, LivenessJudge, Owner, SystemClock};
 
 use crate::exec::{DEFAULT_KILL_GRACE, DEFAULT_LOG_CAP};
 use crate::gate::Gate;
@@ -84,6 +84,12 @@ pub struct RunnerConfig {
     /// written (default `true`); without, its processes are found by group,
     /// lease marker and parent chain (see [`Containment`](crate::Containment)).
     pub cgroups: bool,
+    /// The limits of jobs that do not set their own (`run --nice`,
+    /// `--ionice`, `--memory-max`, `--cpu-weight`; default none). A shell
+    /// job's own limits win field by field; a handler job gets these only
+    /// (its payload is its handler's). A niceness and I/O class nobody set
+    /// are `DEFAULT_NICE` and `DEFAULT_IO_CLASS` (see docs/limits.md).
+    pub limits: Limits,
 }
 
 impl RunnerConfig {
@@ -110,6 +116,7 @@ impl RunnerConfig {
             judge: Arc::new(ProcJudge::new()),
             owner: this_process_owner(),
             cgroups: true,
+            limits: Limits::default(),
         }
     }
 }

@@ -125,6 +125,16 @@ pub enum RunnerEvent {
         /// How long they were stopped.
         after: Duration,
     },
+    /// A job started with a limit it asked for (or its runner's default)
+    /// not in force: it runs anyway, without it.
+    LimitNotEnforced {
+        /// The job.
+        job: JobId,
+        /// The limit, e.g. `memory-max 50 MiB`.
+        limit: String,
+        /// Why, e.g. `no delegated cgroup`.
+        why: String,
+    },
     /// A drain is ending with due jobs this runner does not take.
     Skipped {
         /// The jobs, in claim order, with why each was passed over.
@@ -297,6 +307,9 @@ impl fmt::Display for RunnerEvent {
                 format_duration(*grace)
             ),
             RunnerEvent::Warning { message } => write!(f, "warning: {message}"),
+            RunnerEvent::LimitNotEnforced { job, limit, why } => {
+                write!(f, "#{job}: {limit} not enforced: {why}")
+            }
             RunnerEvent::Finished(s) => {
                 let word = if s.interrupted { "interrupted" } else { "finished" };
                 write!(f, "{word}: {} done, {} failed", s.done, s.failed)?;
@@ -464,6 +477,14 @@ mod tests {
                 "job #1 FAILED in 2.04s (timeout: exceeded max runtime of 2s (process group killed))",
             ),
             (RunnerEvent::Cancelled { job: 5, elapsed: ms(1200) }, "job #5 cancelled in 1.20s"),
+            (
+                RunnerEvent::LimitNotEnforced {
+                    job: 3,
+                    limit: "memory-max 50 MiB".into(),
+                    why: "no delegated cgroup".into(),
+                },
+                "#3: memory-max 50 MiB not enforced: no delegated cgroup",
+            ),
             (
                 RunnerEvent::LeaseLost { job: 6, elapsed: ms(3100) },
                 "job #6 lost its lease after 3.1s — killed, not completed",

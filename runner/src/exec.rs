@@ -18,17 +18,25 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use slothqueue_core::machine::is_plain_name;
-use slothqueue_core::{Job, Timestamp};
+use slothqueue_core::shell::EnvMode;
+use slothqueue_core::{Job, Limits, Timestamp};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use crate::contain::Containment;
 use crate::error::RunnerError;
+use crate::event::{Reporter, RunnerEvent};
 use crate::fmt::format_timestamp;
+use crate::limits::{InForce, Plan};
 use crate::logfile::{Capture, LogTarget};
 use crate::process::group::{group_alive, signal_group, stop_group};
-use crate::process::spawn::prepare_child;
+use crate::process::manners;
+use crate::process::spawn::{manners_before_exec, prepare_child};
 use crate::stop::StopListener;
+
+/// The shell that runs shell jobs, by absolute path: an `exact` job's
+/// `PATH` is its own, and the runner's must not be needed to find it.
+pub(crate) const SHELL: &str = "/bin/sh";
 
 /// How long to wait for the last output after a job's group is gone.
 const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
@@ -38,7 +46,6 @@ pub(crate) const DEFAULT_LOG_CAP: u64 = 1 << 20;
 pub(crate) const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
 
 /// What an executor gets besides the job.
-#[derive(Debug)]
 pub struct ExecContext {
     pub(crate) attempt: u32,
     pub(crate) stop: StopListener,
@@ -54,6 +61,23 @@ pub struct ExecContext {
     /// [`Containment`]); `None` outside a runner's claim, where only the
     /// process group is stopped.
     pub(crate) containment: Option<Arc<Containment>>,
+    /// The runner's limits for jobs that set none (see
+    /// [`RunnerConfig::limits`](crate::RunnerConfig::limits)).
+    pub(crate) limits: Limits,
+    /// Where a limit not in force is said; `None` outside a runner.
+    pub(crate) reporter: Option<Arc<dyn Reporter>>,
+}
+
+impl std::fmt::Debug for ExecContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecContext")
+            .field("attempt", &self.attempt)
+            .field("log_dir", &self.log_dir)
+            .field("started_at", &self.started_at)
+            .field("lease_marker", &self.lease_marker)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ExecContext {
@@ -71,6 +95,8 @@ impl ExecContext {
             started_at: now,
             lease_marker: None,
             containment: None,
+            limits: Limits::default(),
+            reporter: None,
         }
     }
 
@@ -176,8 +202,15 @@ where
     }
 }
 
-/// Runs `shell` jobs: `sh -c <command>` in the recorded `cwd`, with the
-/// payload's `env`, stdin from `/dev/null`, output to the job's log.
+/// Runs `shell` jobs: `/bin/sh -c <command>` in the recorded `cwd`, with
+/// the payload's `env`, stdin from `/dev/null`, output to the job's log.
+///
+/// The environment follows the payload's `env_mode`
+/// ([`EnvMode`]): `exact` is the payload's
+/// `env` and the job's `SLOTHQUEUE_*` variables, nothing of the runner's;
+/// `inherit` (a payload that names no mode) is the runner's environment
+/// minus its `SLOTHQUEUE_*`, with `env` laid over it. The shell is named
+/// by absolute path, so it is found whatever `PATH` the job has.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ShellExecutor;
 
@@ -226,11 +259,21 @@ impl Executor for ShellExecutor {
             }
             Some(_) => return ExecOutcome::failure("`env` in the payload must be an object"),
         }
+        let env_mode = match EnvMode::of(&job.payload) {
+            Ok(mode) => mode,
+            Err(e) => return ExecOutcome::failure(e),
+        };
+        let limits = match Limits::of(&job.payload) {
+            Ok(own) => own.over(&ctx.limits),
+            Err(e) => return ExecOutcome::failure(e),
+        };
         let spec = ProcessSpec {
-            program: PathBuf::from("sh"),
+            program: PathBuf::from(SHELL),
             args: vec!["-c".into(), command.into()],
             cwd,
             env,
+            env_mode,
+            limits: Some(limits),
             stdin: None,
             what: format!("sh -c {command}"),
         };
@@ -340,6 +383,9 @@ impl Executor for HandlerDirExecutor {
             args: Vec::new(),
             cwd: None,
             env: Vec::new(),
+            env_mode: EnvMode::Inherit,
+            // A handler's payload is its own business: the runner's limits.
+            limits: Some(ctx.limits),
             stdin: Some(stdin),
         };
         run_process(job, spec, ctx).await
@@ -352,6 +398,13 @@ pub(crate) struct ProcessSpec {
     pub args: Vec<OsString>,
     pub cwd: Option<PathBuf>,
     pub env: Vec<(String, String)>,
+    /// Whether `env` is the whole environment (`Exact`) or laid over the
+    /// runner's (`Inherit`); the `SLOTHQUEUE_*` variables are added either way.
+    pub env_mode: EnvMode,
+    /// The limits to run under (every default but the niceness and I/O
+    /// class filled in); `None` for a process that is not a job (the
+    /// on-finish command), which runs as the runner does.
+    pub limits: Option<Limits>,
     pub stdin: Option<Vec<u8>>,
     /// How the log header names it.
     pub what: String,
@@ -360,20 +413,16 @@ pub(crate) struct ProcessSpec {
 /// Runs `spec` as the leader of a new process group, output to the job's
 /// log, until it exits or the runner asks it to stop.
 pub(crate) async fn run_process(job: &Job, spec: ProcessSpec, mut ctx: ExecContext) -> ExecOutcome {
-    // The mechanism holding the attempt's processes is said in its log
-    // header: `show` reads it back (see `contained_by`).
-    let contained = match &ctx.containment {
-        Some(c) => format!(", contained by {}", c.mechanism()),
-        None => String::new(),
+    let header = Header {
+        start: format!(
+            "--- job #{} attempt {}/{} started {}",
+            job.id,
+            ctx.attempt,
+            job.max_attempts,
+            format_timestamp(ctx.started_at)
+        ),
+        what: spec.what,
     };
-    let header = format!(
-        "--- job #{} attempt {}/{} started {}{contained}: {} ---",
-        job.id,
-        ctx.attempt,
-        job.max_attempts,
-        format_timestamp(ctx.started_at),
-        spec.what
-    );
     let mut env = spec.env;
     env.push(("SLOTHQUEUE_JOB_ID".into(), job.id.to_string()));
     env.push(("SLOTHQUEUE_ATTEMPT".into(), ctx.attempt.to_string()));
@@ -382,10 +431,16 @@ pub(crate) async fn run_process(job: &Job, spec: ProcessSpec, mut ctx: ExecConte
     if let Some(marker) = &ctx.lease_marker {
         env.push((crate::contain::LEASE_VAR.into(), marker.clone()));
     }
-    let log = LogTarget { dir: ctx.log_dir.clone(), id: job.id, cap: ctx.log_cap, header };
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args);
-    let (outcome, log_error) = spawn_and_wait(cmd, spec.cwd, env, spec.stdin, log, &mut ctx).await;
+    match spec.env_mode {
+        EnvMode::Exact => {
+            cmd.env_clear();
+        }
+        EnvMode::Inherit => scrub_env(&mut cmd),
+    }
+    let how = How { cwd: spec.cwd, env, stdin: spec.stdin, limits: spec.limits };
+    let (outcome, log_error) = spawn_and_wait(job, cmd, how, header, &mut ctx).await;
     match (outcome, log_error) {
         (ExecOutcome::Failure { error, exit_code }, Some(w)) => {
             ExecOutcome::Failure { error: format!("{error} ({w})"), exit_code }
@@ -414,16 +469,35 @@ fn scrub_env(cmd: &mut tokio::process::Command) {
     }
 }
 
-async fn spawn_and_wait(
-    mut cmd: tokio::process::Command,
+/// The log header of an attempt, said once the job runs:
+/// `--- job #3 attempt 1/3 started 2026-01-02 10:00:00, contained by
+/// cgroup, limits: nice 10, ionice best-effort:7: sh -c make ---`. `show`
+/// reads the mechanism and the limits back (`contained_by`), so the limits
+/// part never holds `": "` ([`InForce`]).
+struct Header {
+    /// Up to the start time.
+    start: String,
+    /// What runs.
+    what: String,
+}
+
+/// How the process runs besides its command.
+struct How {
     cwd: Option<PathBuf>,
     env: Vec<(String, String)>,
     stdin: Option<Vec<u8>>,
-    log: LogTarget,
+    limits: Option<Limits>,
+}
+
+async fn spawn_and_wait(
+    job: &Job,
+    mut cmd: tokio::process::Command,
+    how: How,
+    header: Header,
     ctx: &mut ExecContext,
 ) -> (ExecOutcome, Option<String>) {
+    let How { cwd, env, stdin, limits } = how;
     let failure = |m: String| (ExecOutcome::failure(m), None);
-    scrub_env(&mut cmd);
     cmd.envs(env);
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
@@ -440,10 +514,24 @@ async fn spawn_and_wait(
     cmd.stdout(Stdio::from(writer)).stderr(Stdio::from(writer2));
     cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
     cmd.kill_on_drop(false);
-    prepare_child(&mut cmd);
+    let hooked = prepare_child(&mut cmd);
     let containment = ctx.containment.clone();
-    if let Some(c) = &containment {
-        c.join_before_exec(&mut cmd);
+    let plan = limits.as_ref().map(Plan::new);
+    // The ceilings first: the cgroups they need are joined before exec.
+    let ceilings = match (&plan, &containment) {
+        (Some(p), Some(c)) if p.memory_max.is_some() || p.cpu_weight.is_some() => {
+            c.set_ceilings(p.memory_max, p.cpu_weight)
+        }
+        (Some(p), _) => crate::contain::CeilingReport {
+            memory: p.memory_max.map(|_| Err("run outside a runner".to_owned())),
+            cpu: p.cpu_weight.map(|_| Err("run outside a runner".to_owned())),
+        },
+        (None, _) => Default::default(),
+    };
+    let joins = containment.as_ref().is_some_and(|c| c.join_before_exec(&mut cmd));
+    if let (Some(p), true) = (&plan, hooked || joins) {
+        // The spawn forks anyway: no instruction of the job runs impolitely.
+        manners_before_exec(&mut cmd, p.manners);
     }
     let spawned = cmd.spawn();
     let program = cmd.as_std().get_program().to_string_lossy().into_owned();
@@ -460,6 +548,39 @@ async fn spawn_and_wait(
     if let Some(c) = &containment {
         c.spawned(pgid as u32);
     }
+    // The whole group, at once: on the `posix_spawn` path this is where the
+    // manners are set; after a hook, where a failure is seen.
+    let in_force = plan.as_ref().map(|p| {
+        let set = manners::set_group(pgid, &p.manners);
+        let live = crate::process::procfs::proc_stat(pgid).is_some_and(|s| s.is_live());
+        let seen = if live { manners::read_back(pgid) } else { (None, None) };
+        InForce::of(p, set, seen, &ceilings)
+    });
+    if let (Some(f), Some(r)) = (&in_force, &ctx.reporter) {
+        for (limit, why) in f.not_enforced() {
+            r.report(RunnerEvent::LimitNotEnforced {
+                job: job.id,
+                limit: limit.to_owned(),
+                why: why.to_owned(),
+            });
+        }
+    }
+    // The mechanism holding the attempt's processes and the limits in force
+    // are said in its log header: `show` reads them back.
+    let contained = match &containment {
+        Some(c) => format!(", contained by {}", c.mechanism()),
+        None => String::new(),
+    };
+    let limits_said = match &in_force {
+        Some(f) => format!(", limits: {f}"),
+        None => String::new(),
+    };
+    let log = LogTarget {
+        dir: ctx.log_dir.clone(),
+        id: job.id,
+        cap: ctx.log_cap,
+        header: format!("{}{contained}{limits_said}: {} ---", header.start, header.what),
+    };
     slothqueue_core::failpoint::hit("after_spawn"); // the child runs; its group is not recorded yet
     let mut guard = GroupGuard { pgid, armed: true };
     ctx.report_pgid(pgid);
@@ -536,6 +657,14 @@ async fn spawn_and_wait(
                 (None, None) => ExecOutcome::failure(format!("ended with {status}")),
             }
         }
+    };
+    // A failure the memory ceiling caused says so, not `exit code 137`:
+    // the kernel killed a process of the attempt for going over it.
+    let outcome = match (outcome, containment.as_ref().and_then(|c| c.memory_exceeded())) {
+        (ExecOutcome::Failure { .. }, Some(limit)) => {
+            ExecOutcome::Failure { error: crate::contain::memory_exceeded(limit), exit_code: None }
+        }
+        (o, _) => o,
     };
     (outcome, captured.log_error)
 }

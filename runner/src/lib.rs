@@ -62,6 +62,7 @@ pub mod exec;
 mod fmt;
 pub mod gate;
 mod idle;
+mod limits;
 mod logfile;
 mod owner;
 mod process;
@@ -74,8 +75,8 @@ pub mod watch;
 
 pub use config::{Mode, RunnerConfig};
 pub use contain::{
-    Containment, LEASE_VAR, Mechanism, SignalSender, StopReport, SweepReport, lease_marker,
-    sweep_orphan_cgroups,
+    CeilingReport, Containment, LEASE_VAR, Mechanism, SignalSender, StopReport, SweepReport,
+    lease_marker, sweep_orphan_cgroups,
 };
 pub use error::RunnerError;
 pub use event::{

@@ -338,6 +338,10 @@ pub struct ServeArgs {
     /// Slots and gates of the drain worker.
     #[command(flatten)]
     pub slots: SlotArgs,
+
+    /// The drain worker's limits for jobs that set none.
+    #[command(flatten)]
+    pub limits: LimitArgs,
 }
 
 /// `add`.
@@ -479,6 +483,10 @@ pub struct RunArgs {
     /// Slots and gates.
     #[command(flatten)]
     pub slots: SlotArgs,
+
+    /// Limits for jobs that set none.
+    #[command(flatten)]
+    pub limits: LimitArgs,
 }
 
 /// `list`.

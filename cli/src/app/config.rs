@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use slothqueue::core::{DEFAULT_QUEUE, LaneScope};
+use slothqueue::core::{DEFAULT_QUEUE, LaneScope, Limits};
 use slothqueue::{Backend, JobId, ListFilter, ListOrder, NewJob};
 
 use super::args::{self, Cli, Order};
@@ -191,6 +191,8 @@ pub struct ServeConfig {
     pub load_ceiling: Option<f64>,
     /// The drain worker's slots and other gates.
     pub slots: SlotConfig,
+    /// The drain worker's limits for jobs that set none (`--nice`, …).
+    pub limits: Limits,
 }
 
 /// `add --stdin`: the flags, checked, as the defaults of every line (the
@@ -252,6 +254,9 @@ pub struct RunConfig {
     pub lease: Option<Duration>,
     /// Slots and the gates beyond the load.
     pub slots: SlotConfig,
+    /// Limits for jobs that set none (`--nice`, `--ionice`, `--memory-max`,
+    /// `--cpu-weight`).
+    pub limits: Limits,
 }
 
 /// What the configuration reads from the process environment, gathered in
@@ -357,6 +362,7 @@ impl Config {
                 allow_remote: a.allow_remote,
                 load_ceiling: a.load_ceiling,
                 slots: slot_config(a.slots)?,
+                limits: a.limits.limits(),
             }),
             args::Command::Parallel(p) => {
                 let queue = p.queue.unwrap_or_else(|| DEFAULT_QUEUE.to_owned());
@@ -639,6 +645,7 @@ fn run_config(r: args::RunArgs) -> anyhow::Result<RunConfig> {
         on_finish: r.on_finish,
         lease: r.lease,
         slots,
+        limits: r.limits.limits(),
     })
 }
 

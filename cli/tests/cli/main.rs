@@ -20,6 +20,8 @@
 //!   job cloned with a fixed command, an edit refused for a running job.
 //! - `env`: the environment `add` records, secrets masked, kept by export
 //!   (issue #17).
+//! - `limits`: `run`'s niceness, I/O class and ceilings, and what `show`
+//!   says is in force (issue #17).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -32,6 +34,7 @@ mod e2e;
 mod env;
 mod import;
 mod lanes;
+mod limits;
 mod namespaces;
 mod queue_files;
 mod read_only;

@@ -77,7 +77,7 @@ pub(super) fn cgroup_owner(name: &str) -> Option<(i32, u64, Option<u64>)> {
     Some((pid.parse().ok()?, start.parse().ok()?, ns))
 }
 
-/// What [`sweep_orphan_cgroups`] did.
+/// What [`sweep_orphan_cgroups`](super::sweep_orphan_cgroups) did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SweepReport {
     /// Attempt cgroups of dead runners removed.
@@ -88,18 +88,9 @@ pub struct SweepReport {
     pub left: Vec<PathBuf>,
 }
 
-/// Kills what is left in the attempt cgroups of runners that died (`kill
-/// -9`, a crash) under this runner's own cgroup, and removes them: the
-/// start-up counterpart of the lease-marker sweep, which also catches
-/// processes that cleared their environment. A cgroup whose runner (pid and
-/// start time, from its name) is alive is left alone, and so is one whose
-/// runner lives in another PID namespace (its pid means nothing in this
-/// `/proc`: a runner under `unshare -p` is pid 1 there). Call it once when a
-/// run starts, beside the reclaim of dead owners' jobs.
-pub async fn sweep_orphan_cgroups() -> SweepReport {
-    let mut report = SweepReport::default();
-    let Ok((parent, _)) = own_cgroup() else { return report };
-    let Ok(entries) = std::fs::read_dir(parent) else { return report };
+/// Sweeps the dead runners' attempt cgroups directly under `parent`.
+pub(super) async fn sweep_under(parent: &Path, report: &mut SweepReport) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
     for entry in entries.filter_map(Result::ok) {
         let Some((pid, start, ns)) = entry.file_name().to_str().and_then(cgroup_owner) else {
             continue;
@@ -126,18 +117,22 @@ pub async fn sweep_orphan_cgroups() -> SweepReport {
             tokio::time::sleep(POLL).await;
         }
     }
-    report
 }
 
-/// Creates the attempt's cgroup under the runner's own.
-pub(super) fn create_cgroup(job: JobId, attempt: u32) -> Result<Cgroup, String> {
+/// A new name for an attempt's cgroups (v2, and v1 children for
+/// ceilings): `slothqueue-<job>-<attempt>-<pid>-<start>-<pidns>-<n>`, which
+/// [`cgroup_owner`] reads back.
+pub(super) fn cgroup_name(job: JobId, attempt: u32) -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let (parent, parent_rel) = own_cgroup()?;
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
     let ns = crate::owner::pid_namespace().unwrap_or(0);
-    let name =
-        format!("slothqueue-{job}-{attempt}-{}-{}-{ns}-{seq}", std::process::id(), own_start());
-    let dir = parent.join(&name);
+    format!("slothqueue-{job}-{attempt}-{}-{}-{ns}-{seq}", std::process::id(), own_start())
+}
+
+/// Creates the attempt's cgroup, named `name`, under the runner's own.
+pub(super) fn create_cgroup(name: &str) -> Result<Cgroup, String> {
+    let (parent, parent_rel) = own_cgroup()?;
+    let dir = parent.join(name);
     std::fs::create_dir(&dir)
         .map_err(|e| format!("cannot create cgroup {}: {e}", dir.display()))?;
     let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"));

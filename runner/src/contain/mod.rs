@@ -76,12 +76,16 @@ use tokio::time::Instant;
 
 use crate::process::group::may_signal_group;
 
+mod ceiling;
 mod cgroup;
 mod procs;
 mod report;
 
+pub use ceiling::CeilingReport;
+pub(crate) use ceiling::memory_exceeded;
+use ceiling::{Ceilings, V1Child, oom_kills};
+pub use cgroup::SweepReport;
 use cgroup::*;
-pub use cgroup::{SweepReport, sweep_orphan_cgroups};
 use procs::*;
 use report::Found;
 pub use report::{Mechanism, StopReport};
@@ -120,6 +124,28 @@ impl SignalSender {
     }
 }
 
+/// Kills what is left in the attempt cgroups of runners that died (`kill
+/// -9`, a crash) under this runner's own cgroup, and removes them: the
+/// start-up counterpart of the lease-marker sweep, which also catches
+/// processes that cleared their environment. A cgroup whose runner (pid and
+/// start time, from its name) is alive is left alone, and so is one whose
+/// runner lives in another PID namespace (its pid means nothing in this
+/// `/proc`: a runner under `unshare -p` is pid 1 there). Call it once when a
+/// run starts, beside the reclaim of dead owners' jobs.
+///
+/// The attempts' cgroup v1 children (made for memory and CPU ceilings, see
+/// `ceiling.rs`) under the runner's own v1 cgroups are swept the same way.
+pub async fn sweep_orphan_cgroups() -> SweepReport {
+    let mut report = SweepReport::default();
+    if let Ok((parent, _)) = own_cgroup() {
+        sweep_under(parent, &mut report).await;
+    }
+    for parent in ceiling::own_v1_dirs() {
+        sweep_under(parent, &mut report).await;
+    }
+    report
+}
+
 /// How often a dying attempt is looked at.
 const POLL: Duration = Duration::from_millis(25);
 /// How long KILLed processes may take to disappear before we stop waiting
@@ -144,6 +170,13 @@ pub struct Containment {
     /// Why there is no (working) cgroup.
     why_not: Mutex<Option<String>>,
     state: Mutex<State>,
+    /// The name of the attempt's cgroups; `None` where cgroups are not
+    /// used at all.
+    name: Option<String>,
+    /// The memory and CPU ceilings, once set (before the spawn).
+    ceilings: std::sync::OnceLock<Ceilings>,
+    /// OOM kills counted before the attempt's cgroups were removed.
+    oom_seen: std::sync::atomic::AtomicU64,
 }
 
 /// What a stop already sent TERM to: the group (once), and by pid.
@@ -170,7 +203,10 @@ impl Containment {
     /// be set up shows in [`mechanism`](Containment::mechanism).
     pub fn new(job: JobId, attempt: u32, marker: &str) -> Containment {
         let mut this = Containment::without_cgroup(marker);
-        match create_cgroup(job, attempt) {
+        let name = cgroup_name(job, attempt);
+        let created = create_cgroup(&name);
+        this.name = Some(name);
+        match created {
             Ok(cg) => {
                 this.cgroup = Some(cg);
                 this.set_why_not(None);
@@ -190,6 +226,9 @@ impl Containment {
             cgroup: None,
             why_not: Mutex::new(Some("no cgroup used".to_owned())),
             state: Mutex::new(State::default()),
+            name: None,
+            ceilings: std::sync::OnceLock::new(),
+            oom_seen: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -222,30 +261,86 @@ impl Containment {
         self.cgroup.as_ref().map(|c| c.dir.as_path())
     }
 
-    /// Makes the spawned child join the attempt's cgroup between fork and
+    /// Puts the attempt's memory maximum and CPU weight in force (see
+    /// `ceiling.rs`: its cgroup v2 child where the controller can be had,
+    /// else a child in a writable cgroup v1 hierarchy), for the job to join
+    /// with [`join_before_exec`](Containment::join_before_exec). Call it
+    /// once, before that. Says for each asked ceiling whether it is in
+    /// force, or why not; a containment without cgroups enforces none.
+    pub fn set_ceilings(&self, memory_max: Option<u64>, cpu_weight: Option<u32>) -> CeilingReport {
+        let why = match (&self.name, self.ceilings.get()) {
+            (None, _) => "this runner uses no cgroups",
+            (Some(_), Some(_)) => "ceilings were already set for this attempt",
+            (Some(name), None) => {
+                let v2 = self.cgroup.as_ref().filter(|c| !c.broken.load(Ordering::Relaxed));
+                let (made, report) = ceiling::set_ceilings(v2, name, memory_max, cpu_weight);
+                if let Err(unused) = self.ceilings.set(made) {
+                    remove_v1(&unused.v1);
+                }
+                return report;
+            }
+        };
+        CeilingReport {
+            memory: memory_max.map(|_| Err(why.to_owned())),
+            cpu: cpu_weight.map(|_| Err(why.to_owned())),
+        }
+    }
+
+    /// The attempt's memory maximum, if its cgroup killed a process for
+    /// going over it (read before the cgroup was removed, or now).
+    pub fn memory_exceeded(&self) -> Option<u64> {
+        let watch = self.ceilings.get()?.memory.as_ref()?;
+        let kills = self.oom_seen.load(Ordering::Relaxed).max(oom_kills(&watch.events));
+        (kills > 0).then_some(watch.limit)
+    }
+
+    /// Counts the OOM kills before the cgroup that counts them goes.
+    fn remember_oom(&self) {
+        if let Some(watch) = self.ceilings.get().and_then(|c| c.memory.as_ref()) {
+            self.oom_seen.fetch_max(oom_kills(&watch.events), Ordering::Relaxed);
+        }
+    }
+
+    fn v1_children(&self) -> &[V1Child] {
+        self.ceilings.get().map_or(&[], |c| c.v1.as_slice())
+    }
+
+    /// Makes the spawned child join the attempt's cgroups between fork and
     /// exec, before it can start anything (no-op without a cgroup). It
     /// adds a `pre_exec` hook, so std forks the runner instead of using
     /// `posix_spawn` (about 1 ms per job); [`spawned`](Containment::spawned)
     /// alone also places the child, from the parent, with a race: whatever
     /// the child forks before it is moved stays outside the cgroup (the
     /// other paths still find it unless it also cleared its environment).
-    pub fn join_before_exec(&self, cmd: &mut tokio::process::Command) {
-        let Some(cg) = &self.cgroup else { return };
-        let procs = Arc::clone(&cg.procs);
+    /// Returns whether it added the hook. Call
+    /// [`set_ceilings`](Containment::set_ceilings) first: the v1 children
+    /// a ceiling needs are joined by the same hook.
+    pub fn join_before_exec(&self, cmd: &mut tokio::process::Command) -> bool {
+        let mut fds: Vec<Arc<std::os::fd::OwnedFd>> =
+            self.v1_children().iter().map(|c| Arc::clone(&c.procs)).collect();
+        if let Some(cg) = &self.cgroup {
+            fds.push(Arc::clone(&cg.procs));
+        }
+        if fds.is_empty() {
+            return false;
+        }
         #[expect(
             unsafe_code,
             reason = "pre_exec runs between fork and exec; the closure makes one \
-                      write(2) of a static buffer to a descriptor opened before the \
+                      write(2) of a static buffer to each descriptor opened before the \
                       fork, allocates nothing and cannot panic"
         )]
         // SAFETY: see the reason above; `write` is async-signal-safe, and a
         // failure is left to `spawned`, which checks and moves the pid.
         unsafe {
             cmd.pre_exec(move || {
-                let _ = rustix::io::write(&*procs, b"0");
+                for procs in &fds {
+                    let _ = rustix::io::write(&**procs, b"0");
+                }
                 Ok(())
             });
         }
+        true
     }
 
     /// Records the job's leader right after the spawn (its pid is also its
@@ -258,6 +353,10 @@ impl Containment {
         if let (Ok(mut st), Some(start)) = (self.state.lock(), start) {
             st.leader = Some((pid, start));
             st.seen.insert(pid, start);
+        }
+        for child in self.v1_children() {
+            // Idempotent: a pid already there stays; a zombie cannot move.
+            let _ = std::fs::write(child.dir.join("cgroup.procs"), pid.to_string());
         }
         let Some(cg) = &self.cgroup else { return };
         if proc_cgroup(pid).is_some_and(|p| cgroup_matches(&p, &cg.rel)) {
@@ -564,6 +663,10 @@ impl Containment {
             tokio::time::sleep(POLL).await;
         }
         let cgroup_removed = survivors.is_empty() && self.remove_cgroup();
+        if survivors.is_empty() {
+            self.remember_oom();
+            remove_v1(self.v1_children());
+        }
         let count = |how: Found| counted.values().filter(|h| **h == how).count();
         StopReport {
             mechanism: self.mechanism(),
@@ -639,6 +742,7 @@ impl Containment {
         if cg.removed.load(Ordering::Relaxed) {
             return true;
         }
+        self.remember_oom();
         let gone = match std::fs::remove_dir(&cg.dir) {
             Ok(()) => true,
             Err(e) => e.kind() == std::io::ErrorKind::NotFound,
@@ -652,6 +756,12 @@ impl Drop for Containment {
     /// Best effort, never blocking: KILLs whatever is left in the cgroup and
     /// removes it if it is already empty.
     fn drop(&mut self) {
+        for child in self.v1_children() {
+            if !cgroup_procs(&child.dir).is_empty() {
+                cgroup_kill(&child.dir);
+            }
+        }
+        remove_v1(self.v1_children());
         if let Some(cg) = &self.cgroup {
             if !cg.removed.load(Ordering::Relaxed) {
                 if !cgroup_procs(&cg.dir).is_empty() {
@@ -660,6 +770,14 @@ impl Drop for Containment {
                 let _ = std::fs::remove_dir(&cg.dir);
             }
         }
+    }
+}
+
+/// Removes the attempt's v1 children that are empty (a busy one is left
+/// to the start-up sweep of a later runner).
+fn remove_v1(children: &[V1Child]) {
+    for child in children {
+        let _ = std::fs::remove_dir(&child.dir);
     }
 }
 
@@ -747,23 +865,39 @@ mod tests {
         assert_eq!(cgroup_owner("other-12-3-4567-890-0"), None);
     }
 
+    /// The v2 sweep, and the v1 one where a v1 memory hierarchy is writable
+    /// (one test: two sweeps at once would take each other's orphans).
     #[tokio::test]
     async fn the_sweep_kills_and_removes_dead_runners_cgroups_only() {
-        let Ok((parent, _)) = own_cgroup() else { return }; // no cgroup here: nothing to sweep
+        let v2 = own_cgroup().ok().map(|(parent, _)| parent.clone());
+        let v1 = ceiling::own_v1(ceiling::Controller::Memory).ok().cloned();
         let me = std::process::id();
-        let dead = parent.join(format!("slothqueue-1-1-{me}-{}-0", own_start() + 1));
-        let live = parent.join(format!("slothqueue-1-1-{me}-{}-999999", own_start()));
-        std::fs::create_dir(&dead).unwrap();
-        std::fs::create_dir(&live).unwrap();
-        let mut orphan = std::process::Command::new("sleep").arg("300").spawn().unwrap();
-        std::fs::write(dead.join("cgroup.procs"), orphan.id().to_string()).unwrap();
+        let mut orphans = Vec::new();
+        let mut live = Vec::new();
+        for parent in v2.iter().chain(v1.iter()) {
+            let dead = parent.join(format!("slothqueue-1-1-{me}-{}-0", own_start() + 1));
+            let alive = parent.join(format!("slothqueue-1-1-{me}-{}-999999", own_start()));
+            std::fs::create_dir(&dead).unwrap();
+            std::fs::create_dir(&alive).unwrap();
+            let orphan = std::process::Command::new("sleep").arg("300").spawn().unwrap();
+            std::fs::write(dead.join("cgroup.procs"), orphan.id().to_string()).unwrap();
+            orphans.push((orphan, dead));
+            live.push(alive);
+        }
+        if orphans.is_empty() {
+            return; // no cgroup here: nothing to sweep
+        }
         let report = sweep_orphan_cgroups().await;
-        let status = orphan.wait().unwrap();
-        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
-        assert!(!dead.exists(), "{report:?}");
-        assert!(report.killed >= 1 && report.removed >= 1, "{report:?}");
-        assert!(live.exists(), "a live runner's cgroup was swept");
-        std::fs::remove_dir(&live).unwrap();
+        for (mut orphan, dead) in orphans {
+            let status = orphan.wait().unwrap();
+            assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+            assert!(!dead.exists(), "{} left: {report:?}", dead.display());
+        }
+        assert!(report.killed >= 1 && report.removed >= live.len(), "{report:?}");
+        for alive in live {
+            assert!(alive.exists(), "a live runner's cgroup was swept");
+            std::fs::remove_dir(&alive).unwrap();
+        }
     }
 
     /// The job's first instruction already runs in the attempt's cgroup

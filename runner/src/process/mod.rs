@@ -2,10 +2,10 @@
 //! its own process group, so stopping a job means signalling the group and
 //! a pipeline or a `cmd &` inside the job dies with it.
 //!
-//! Three files of one role each: [`procfs`] reads `/proc` (no side
-//! effects), [`group`] signals whole groups safely, and [`spawn`] starts a
-//! child in a clean state (all of the crate's `unsafe` but the idle timer's
-//! lives there).
+//! Four files of one role each: [`procfs`] reads `/proc` (no side
+//! effects), [`group`] signals whole groups safely, [`spawn`] starts a
+//! child in a clean state (its `pre_exec` hooks), and [`manners`] sets and
+//! reads back a job's niceness and I/O class.
 //!
 //! Not covered: a process that leaves the job's group on purpose (`setsid`,
 //! `setpgid`, a daemon that double-forks) escapes the group's signals, as it
@@ -13,5 +13,6 @@
 //! closes it; the runner waits for that a bounded time only.
 
 pub(crate) mod group;
+pub(crate) mod manners;
 pub(crate) mod procfs;
 pub(crate) mod spawn;

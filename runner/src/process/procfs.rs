@@ -58,6 +58,17 @@ pub(crate) fn own_pgrp() -> i32 {
     proc_stat_at("/proc/self/stat").map_or(0, |s| s.pgrp)
 }
 
+/// Process `pid`'s niceness, field 19 of `/proc/<pid>/stat` (a zombie
+/// keeps it): what is in force, read back after it was set.
+pub(crate) fn proc_nice(pid: i32) -> Option<i32> {
+    parse_nice(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn parse_nice(text: &str) -> Option<i32> {
+    let rest = &text[text.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19 - 3)?.parse().ok()
+}
+
 fn proc_stat_at(path: &str) -> Option<ProcStat> {
     parse_stat(&std::fs::read_to_string(path).ok()?)
 }
@@ -139,6 +150,10 @@ mod tests {
         assert_eq!(s, ProcStat { state: 'S', ppid: 1, pgrp: 4242, starttime: 987_654 });
         assert!(parse_stat("garbage").is_none());
         assert!(parse_stat("1 (x) S 1").is_none());
+        assert_eq!(parse_nice(line), Some(0));
+        let niced = "7 (a b) S 1 7 7 0 -1 4194560 100 0 0 0 1 2 0 0 30 10 1 0 987654 1000 100";
+        assert_eq!(parse_nice(niced), Some(10));
+        assert_eq!(parse_nice("1 (x) S 1"), None);
     }
 
     #[test]

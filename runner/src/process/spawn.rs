@@ -5,6 +5,7 @@
 //! (code between fork and exec) and borrowing raw descriptors to read and
 //! set their close-on-exec flag. Each block says why it is sound.
 
+use crate::process::manners::{Manners, set_self_in_child};
 use crate::process::procfs::{SignalMasks, open_fds, signal_masks};
 
 /// Prepares a command to start in a clean state: its own process group
@@ -30,11 +31,13 @@ use crate::process::procfs::{SignalMasks, open_fds, signal_masks};
 /// something to fix ([`inherits_cleanly`]); usually nothing is ignored but
 /// SIGPIPE (which std's `posix_spawn` path resets itself), nothing blocked,
 /// and every descriptor close-on-exec. The check runs just before the spawn,
-/// on the spawning thread (a signal mask is per thread).
-pub(crate) fn prepare_child(cmd: &mut tokio::process::Command) {
+/// on the spawning thread (a signal mask is per thread). Returns whether it
+/// added the hook (the spawn forks anyway, so other settings may go in one
+/// too, see [`manners_before_exec`]).
+pub(crate) fn prepare_child(cmd: &mut tokio::process::Command) -> bool {
     cmd.process_group(0);
     if inherits_cleanly() {
-        return;
+        return false;
     }
     #[expect(
         unsafe_code,
@@ -69,6 +72,28 @@ pub(crate) fn prepare_child(cmd: &mut tokio::process::Command) {
                     libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
                 }
             }
+            Ok(())
+        });
+    }
+    true
+}
+
+/// Sets the job's niceness and I/O class in the child before it runs
+/// anything, for a spawn that forks anyway (a `pre_exec` hook of
+/// [`prepare_child`] or the cgroup join): then no instruction of the job
+/// runs with the runner's manners. Never called on the `posix_spawn`
+/// path, which this would turn into a fork.
+pub(crate) fn manners_before_exec(cmd: &mut tokio::process::Command, manners: Manners) {
+    #[expect(
+        unsafe_code,
+        reason = "pre_exec runs between fork and exec; the closure makes two system \
+                  calls on the child itself (setpriority, ioprio_set) with integer \
+                  arguments, allocates nothing and cannot panic"
+    )]
+    // SAFETY: see the reason above; both calls are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            set_self_in_child(&manners);
             Ok(())
         });
     }

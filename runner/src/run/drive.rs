@@ -83,6 +83,8 @@ impl Worker {
             started_at,
             lease_marker,
             containment,
+            limits: self.cfg.limits,
+            reporter: Some(self.reporter.clone()),
         };
         (ctx, stopper, pgid_rx)
     }

@@ -27,10 +27,12 @@ impl Worker {
             ("SLOTHQUEUE_ERROR".to_owned(), job.last_error.clone().unwrap_or_default()),
         ];
         let spec = ProcessSpec {
-            program: PathBuf::from("sh"),
+            program: PathBuf::from(crate::exec::SHELL),
             args: vec!["-c".into(), command.clone().into()],
             cwd: None,
             env,
+            env_mode: slothqueue_core::shell::EnvMode::Inherit,
+            limits: None,
             stdin: None,
             what: format!("on-finish: {command}"),
         };

@@ -181,7 +181,11 @@ async fn check_ending(env: &Env, id: JobId, stop: Stop) {
 fn mechanism(env: &Env, id: JobId) -> String {
     let log = std::fs::read_to_string(slothqueue_runner::log_path(&env.logs(), id)).unwrap();
     let header = log.lines().next().unwrap_or_default();
-    let m = header.split(", contained by ").nth(1).and_then(|r| r.split(": ").next());
+    let m = header
+        .split(", contained by ")
+        .nth(1)
+        .and_then(|r| r.split(": ").next())
+        .and_then(|r| r.split(", limits").next());
     m.unwrap_or_else(|| panic!("no mechanism in the log header: {header}")).to_owned()
 }
 

@@ -19,6 +19,7 @@ mod gates;
 mod handlers;
 mod jobs;
 mod lanes;
+mod limits;
 mod reclaim;
 mod regressions;
 mod slots;

@@ -201,8 +201,13 @@ pub async fn show(ctx: &Ctx, id: JobId, show_secrets: bool) -> Outcome {
         let label = if job.state == JobState::Running { "now" } else { "why" };
         writeln!(out, "{label}:          {line}")?;
     }
-    if let Some((attempt, mechanism)) = contained_by(&log_dir(&ctx.db), id) {
-        writeln!(out, "contained:    {mechanism} (attempt {attempt})")?;
+    if let Some(told) = contained_by(&log_dir(&ctx.db), id) {
+        if let Some(mechanism) = &told.mechanism {
+            writeln!(out, "contained:    {mechanism} (attempt {})", told.attempt)?;
+        }
+        if let Some(limits) = &told.limits {
+            writeln!(out, "limits:       in force: {limits} (attempt {})", told.attempt)?;
+        }
     }
     writeln!(out)?;
     for e in &events {
@@ -248,18 +253,56 @@ pub async fn jobs_by_id(store: &dyn Store, ids: &[JobId]) -> anyhow::Result<Vec<
     Ok(jobs)
 }
 
-/// What held the processes of the job's latest attempt, as its log header
-/// says (`--- job #4 attempt 2/3 started …, contained by cgroup: … ---`):
-/// the attempt and the mechanism (`cgroup`, `subreaper+proc`, `group
-/// only`). `None` without a log or such a header (an older runner's).
-fn contained_by(logs: &Path, id: JobId) -> Option<(String, String)> {
+/// What the log header of the job's latest attempt says of it
+/// (`--- job #4 attempt 2/3 started …, contained by cgroup, limits: nice
+/// 10, ionice best-effort:7: … ---`).
+struct AttemptTold {
+    /// The attempt, as the header numbers it.
+    attempt: String,
+    /// What held its processes: `cgroup`, `subreaper+proc`, `group only`.
+    mechanism: Option<String>,
+    /// The limits in force (`nice 10, ionice best-effort:7, memory-max 50
+    /// MiB not enforced (no delegated cgroup)`); the runner writes them
+    /// without `": "`, so the first one after them starts what ran.
+    limits: Option<String>,
+}
+
+/// What the log header of the job's latest attempt says of its containment
+/// and limits. `None` without a log or such a header; a part an older
+/// runner did not write is `None`.
+fn contained_by(logs: &Path, id: JobId) -> Option<AttemptTold> {
     let bytes = std::fs::read(slothqueue::runner::log_path(logs, id)).ok()?;
     let text = String::from_utf8_lossy(&bytes);
     let prefix = format!("--- job #{id} attempt ");
     let header = text.lines().rev().find(|l| l.starts_with(&prefix))?;
     let attempt = header[prefix.len()..].split('/').next()?.to_owned();
-    let mechanism = header.split(", contained by ").nth(1)?.split(": ").next()?.to_owned();
-    Some((attempt, mechanism))
+    Some(AttemptTold { attempt, ..told_in(header) })
+}
+
+/// The mechanism and limits of a header (the attempt left empty).
+fn told_in(header: &str) -> AttemptTold {
+    // Each part ends where the next begins or where `: what` does, so a
+    // command holding `, limits: ` cannot be taken for one.
+    let upto = |rest: &str| {
+        let what = rest.find(": ").unwrap_or(rest.len());
+        match rest.find(", limits: ") {
+            Some(l) if l < what => l,
+            _ => what,
+        }
+    };
+    let mut told = AttemptTold { attempt: String::new(), mechanism: None, limits: None };
+    let mut rest = header;
+    if let Some((_, after)) = header.split_once(", contained by ") {
+        let end = upto(after);
+        told.mechanism = Some(after[..end].to_owned());
+        rest = &after[end..];
+    }
+    let what = rest.find(": ").unwrap_or(rest.len());
+    if let Some(l) = rest.find(", limits: ").filter(|l| *l < what) {
+        let after = &rest[l + ", limits: ".len()..];
+        told.limits = Some(after[..after.find(": ").unwrap_or(after.len())].to_owned());
+    }
+    told
 }
 
 /// How many due pending jobs a runner that could take `job` takes first.
@@ -386,4 +429,31 @@ fn copy_from(path: &Path, offset: u64, json: Option<JobId>) -> anyhow::Result<u6
 /// The log file of a job, for other commands.
 pub fn log_file(db: &Path, id: JobId) -> PathBuf {
     slothqueue::runner::log_path(&log_dir(db), id)
+}
+
+#[cfg(test)]
+mod told_tests {
+    use super::told_in;
+
+    #[test]
+    fn the_header_tells_the_mechanism_and_the_limits_in_force() {
+        let h = "--- job #4 attempt 2/3 started 2026-01-02 10:00:00, contained by cgroup, \
+                 limits: nice 10, ionice best-effort:7, memory-max 50 MiB not enforced (no \
+                 delegated cgroup): sh -c echo a: b, limits: x ---";
+        let t = told_in(h);
+        assert_eq!(t.mechanism.as_deref(), Some("cgroup"));
+        assert_eq!(
+            t.limits.as_deref(),
+            Some(
+                "nice 10, ionice best-effort:7, memory-max 50 MiB not enforced (no delegated \
+                 cgroup)"
+            )
+        );
+        let old = "--- job #4 attempt 1/3 started 2026-01-02 10:00:00, contained by group only: \
+                   sh -c echo ', limits: no' ---";
+        let t = told_in(old);
+        assert_eq!((t.mechanism.as_deref(), t.limits), (Some("group only"), None));
+        let t = told_in("--- job #4 attempt 1/3 started 2026-01-02 10:00:00: sh -c true ---");
+        assert_eq!((t.mechanism, t.limits), (None, None));
+    }
 }

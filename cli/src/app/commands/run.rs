@@ -51,6 +51,7 @@ pub async fn run(ctx: &Ctx, rc: RunConfig) -> Outcome {
         config.check_interval = c;
     }
     config.on_finish = rc.on_finish;
+    config.limits = rc.limits;
     let mut runner = Runner::new(store, config);
     if let Some(dir) = handlers {
         runner.register_handlers(dir);
@@ -174,6 +175,9 @@ fn event_json(event: &RunnerEvent) -> serde_json::Value {
         }
         RunnerEvent::Resumed { jobs, after } => json!({
             "event": "resumed", "jobs": jobs, "after_ms": after.as_millis() as u64, "line": line
+        }),
+        RunnerEvent::LimitNotEnforced { job, limit, why } => json!({
+            "event": "limit_not_enforced", "job": job, "limit": limit, "why": why, "line": line
         }),
         RunnerEvent::Finished(s) => summary_json(s, &line),
         _ => json!({"event": "other", "line": line}),

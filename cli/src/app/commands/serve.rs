@@ -37,6 +37,7 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
     runner_config.gates.extend(gates);
     runner_config.slots = sc.slots.slots;
     runner_config.suspend_when_gated = sc.slots.suspend_when_gated;
+    runner_config.limits = sc.limits;
     let (json, color) = (ctx.json, ctx.color);
     let gate_lines = std::sync::Mutex::new(GateLines::default());
     let worker = DrainWorker::new(store.clone(), runner_config, move |event: RunnerEvent| {
