@@ -78,8 +78,9 @@ pub fn event_line(e: &Event, now: Timestamp) -> String {
         _ => {}
     }
     match &e.message {
-        // `superseded by #5` says it all; `superseded: superseded by #5` stutters.
-        Some(m) if m.starts_with(e.kind.as_str()) => {
+        // `superseded by #5` says it all; `superseded: superseded by #5`
+        // stutters (and `cloned_as: cloned as #6`).
+        Some(m) if m.starts_with(&e.kind.as_str().replace('_', " ")) => {
             format!("{} {}", local(e.at, now), one_line(m))
         }
         Some(m) => {
@@ -629,6 +630,21 @@ mod tests {
     fn owner_ids_shorten_to_host_and_pid() {
         assert_eq!(owner_short("box:4242:123:00ff"), "box:4242");
         assert_eq!(owner_short("worker-7"), "worker-7");
+    }
+
+    /// A message that already says what happened is the line, not
+    /// `kind: message` (`cloned_as: cloned as #6` stuttered).
+    #[test]
+    fn an_event_whose_message_names_it_is_not_said_twice() {
+        use slothqueue::EventKind;
+        let at = Timestamp::from_millis(0);
+        let mut e = Event::new(5, EventKind::ClonedAs, at);
+        e.message = Some("cloned as #6".into());
+        assert!(event_line(&e, at).ends_with(" cloned as #6"), "{}", event_line(&e, at));
+        assert!(!event_line(&e, at).contains("cloned_as"));
+        e.kind = EventKind::Edited;
+        e.message = Some("changed command".into());
+        assert!(event_line(&e, at).ends_with(" edited: changed command"));
     }
 
     #[test]

@@ -23,9 +23,9 @@ fn run_limits_reach_the_job_and_show_tells_them() {
     let show = ctx.ok(&["show", "1"]);
     let line = show
         .lines()
-        .find(|l| l.starts_with("limits:       in force: "))
+        .find(|l| l.starts_with("in force:     "))
         .unwrap_or_else(|| panic!("no limits in force in show: {show}"));
-    let said = line.trim_start_matches("limits:       in force: ");
+    let said = line.trim_start_matches("in force:     ");
     assert!(said.starts_with("nice 7, ionice idle, memory-max 64 MiB"), "{said}");
     assert!(said.ends_with(" (attempt 1)"), "{said}");
     if said.contains("not enforced") {

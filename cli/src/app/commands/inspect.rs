@@ -206,7 +206,7 @@ pub async fn show(ctx: &Ctx, id: JobId, show_secrets: bool) -> Outcome {
             writeln!(out, "contained:    {mechanism} (attempt {})", told.attempt)?;
         }
         if let Some(limits) = &told.limits {
-            writeln!(out, "limits:       in force: {limits} (attempt {})", told.attempt)?;
+            writeln!(out, "in force:     {limits} (attempt {})", told.attempt)?;
         }
     }
     writeln!(out)?;
