@@ -552,7 +552,10 @@ async fn spawn_and_wait(
     // manners are set; after a hook, where a failure is seen.
     let in_force = plan.as_ref().map(|p| {
         let set = manners::set_group(pgid, &p.manners);
-        let live = crate::process::procfs::proc_stat(pgid).is_some_and(|s| s.is_live());
+        // A set the kernel accepted is in force ([`InForce::of`]); only a
+        // refusal needs the leader read back, to say what it runs at.
+        let refused = set.nice.is_err() || set.ioprio.is_err();
+        let live = refused && crate::process::procfs::proc_stat(pgid).is_some_and(|s| s.is_live());
         let seen = if live { manners::read_back(pgid) } else { (None, None) };
         InForce::of(p, set, seen, &ceilings)
     });
