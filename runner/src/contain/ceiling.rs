@@ -20,7 +20,7 @@ use std::sync::{Arc, OnceLock};
 
 use slothqueue_core::shell::format_size;
 
-use super::cgroup::{Cgroup, unescape};
+use super::cgroup::{Cgroup, dir_in_mount, find_mount};
 
 /// A ceiling's controller, as cgroups name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,11 +205,7 @@ pub(super) fn own_v1(controller: Controller) -> Result<&'static PathBuf, String>
         let (root, mount) = v1_mount(&mountinfo, c).ok_or_else(none)?;
         let cgroup = std::fs::read_to_string("/proc/self/cgroup").map_err(|_| none())?;
         let rel = v1_path(&cgroup, c).ok_or_else(none)?;
-        let inside = match rel.strip_prefix(root.trim_end_matches('/')) {
-            Some(rest) if root != "/" => rest.to_owned(),
-            _ => rel,
-        };
-        let dir = Path::new(&mount).join(inside.trim_start_matches('/'));
+        let dir = dir_in_mount(&root, &mount, &rel);
         rustix::fs::access(&dir, rustix::fs::Access::WRITE_OK).map_err(|_| none())?;
         Ok(dir)
     })
@@ -219,18 +215,8 @@ pub(super) fn own_v1(controller: Controller) -> Result<&'static PathBuf, String>
 
 /// `(root, mount point)` of the cgroup v1 mount holding `controller`.
 pub(super) fn v1_mount(mountinfo: &str, controller: &str) -> Option<(String, String)> {
-    mountinfo.lines().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        let mut right = right.split_whitespace();
-        if right.next()? != "cgroup" {
-            return None;
-        }
-        let options = right.nth(1)?;
-        if !options.split(',').any(|o| o == controller) {
-            return None;
-        }
-        let fields: Vec<&str> = left.split_whitespace().collect();
-        Some((unescape(fields.get(3)?), unescape(fields.get(4)?)))
+    find_mount(mountinfo, |fstype, options| {
+        fstype == "cgroup" && options.split(',').any(|o| o == controller)
     })
 }
 

@@ -41,11 +41,7 @@ pub(super) fn own_cgroup() -> Result<&'static (PathBuf, String), String> {
         let cgroup = std::fs::read_to_string("/proc/self/cgroup")
             .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
         let rel = unified_path(&cgroup).ok_or("this process is in no cgroup v2")?;
-        let inside = match rel.strip_prefix(root.trim_end_matches('/')) {
-            Some(rest) if root != "/" => rest.to_owned(),
-            _ => rel.clone(),
-        };
-        let dir = Path::new(&mount).join(inside.trim_start_matches('/'));
+        let dir = dir_in_mount(&root, &mount, &rel);
         for path in [dir.clone(), dir.join("cgroup.procs")] {
             rustix::fs::access(&path, rustix::fs::Access::WRITE_OK)
                 .map_err(|e| format!("cgroup {} is not writable: {e}", path.display()))?;
@@ -156,14 +152,37 @@ pub(super) fn create_cgroup(name: &str) -> Result<Cgroup, String> {
 
 /// `(root, mount point)` of the first `cgroup2` line of a mountinfo.
 pub(super) fn cgroup2_mount(mountinfo: &str) -> Option<(String, String)> {
+    find_mount(mountinfo, |fstype, _| fstype == "cgroup2")
+}
+
+/// `(root, mount point)` of the first mountinfo line whose filesystem type
+/// and super options `wanted` accepts (the fields after ` - `).
+pub(super) fn find_mount(
+    mountinfo: &str,
+    wanted: impl Fn(&str, &str) -> bool,
+) -> Option<(String, String)> {
     mountinfo.lines().find_map(|line| {
         let (left, right) = line.split_once(" - ")?;
-        if right.split_whitespace().next()? != "cgroup2" {
+        let mut right = right.split_whitespace();
+        let fstype = right.next()?;
+        let options = right.nth(1).unwrap_or("");
+        if !wanted(fstype, options) {
             return None;
         }
         let fields: Vec<&str> = left.split_whitespace().collect();
         Some((unescape(fields.get(3)?), unescape(fields.get(4)?)))
     })
+}
+
+/// The directory of cgroup `rel` (as `/proc/<pid>/cgroup` names it) in a
+/// hierarchy mounted at `mount` from `root` (a container sees its own
+/// cgroup as the mount's root).
+pub(super) fn dir_in_mount(root: &str, mount: &str, rel: &str) -> PathBuf {
+    let inside = match rel.strip_prefix(root.trim_end_matches('/')) {
+        Some(rest) if root != "/" => rest,
+        _ => rel,
+    };
+    Path::new(mount).join(inside.trim_start_matches('/'))
 }
 
 /// mountinfo escapes space, tab, newline and backslash as octal.
