@@ -141,11 +141,21 @@ pub enum Command {
     },
     /// One row a lane.
     Queues,
-    /// Change a job (checked and built by the command: `--delay` counts
-    /// from when it writes).
-    Edit(args::ReviseArgs),
+    /// Change a job (the rest checked and built by the command: `--delay`
+    /// counts from when it writes).
+    Edit(Revise),
     /// Add a job from another.
-    Clone(args::ReviseArgs),
+    Clone(Revise),
+}
+
+/// `edit` and `clone`: the flags, with the environment they set resolved
+/// here, where the process environment is read.
+#[derive(Debug)]
+pub struct Revise {
+    /// The flags.
+    pub args: args::ReviseArgs,
+    /// `-e K=V` and `--env-pass NAME` (its value in this shell), checked.
+    pub env: BTreeMap<String, String>,
 }
 
 /// Slots and gates, as `run` and `serve` take them, validated.
@@ -374,8 +384,8 @@ impl Config {
             args::Command::Hold(i) => Command::Hold { ids: i.ids, by: env.who() },
             args::Command::Release(i) => Command::Release { ids: i.ids, by: env.who() },
             args::Command::Queues => Command::Queues,
-            args::Command::Edit(a) => Command::Edit(a),
-            args::Command::Clone(a) => Command::Clone(a),
+            args::Command::Edit(a) => Command::Edit(revise(a, env)?),
+            args::Command::Clone(a) => Command::Clone(revise(a, env)?),
             args::Command::Wait(w) => {
                 let target = match (w.queue, w.all) {
                     (Some(q), _) => {
@@ -582,6 +592,28 @@ fn add_command(a: args::AddArgs, env: &Env) -> anyhow::Result<Command> {
     }
     let (job, when) = spec::build(spec, Source::Flags, &env.cwd).map_err(usage)?;
     Ok(Command::Add(AddConfig { job, when, notes }))
+}
+
+/// `edit`'s and `clone`'s flags with their `-e` checked and each
+/// `--env-pass NAME` read from this shell (unset: a usage error).
+fn revise(args: args::ReviseArgs, process: &Env) -> anyhow::Result<Revise> {
+    let mut env = BTreeMap::new();
+    for pair in &args.env {
+        let (k, v) = parse_env_pair(pair)?;
+        env.insert(k, v);
+    }
+    for name in &args.env_pass {
+        if name.is_empty() || name.contains(['=', '\0']) {
+            return Err(usage(format!("--env-pass `{name}` is not a variable name")));
+        }
+        let value = process.vars.iter().find(|(k, _)| k == name).ok_or_else(|| {
+            usage(format!(
+                "--env-pass {name}: {name} is not set (or not UTF-8) in this shell; nothing was changed"
+            ))
+        })?;
+        env.insert(name.clone(), value.1.clone());
+    }
+    Ok(Revise { args, env })
 }
 
 fn parse_env_pair(pair: &str) -> anyhow::Result<(String, String)> {
@@ -797,6 +829,18 @@ mod tests {
         ] {
             let err = config(argv).expect_err(fragment);
             assert!(format!("{err:#}").contains(fragment), "{argv:?}: {err:#}");
+        }
+    }
+
+    #[test]
+    fn edit_and_clone_read_their_environment_here() {
+        let c = config(&["edit", "3", "-e", "CI=1", "--env-pass", "GITHUB_TOKEN"]).unwrap();
+        let Command::Edit(r) = c.command else { panic!("not edit") };
+        assert_eq!(r.env.get("CI").map(String::as_str), Some("1"));
+        assert_eq!(r.env.get("GITHUB_TOKEN").map(String::as_str), Some("ghp_x"));
+        for argv in [&["clone", "3", "--env-pass", "NOPE"][..], &["clone", "3", "-e", "NOEQUALS"]] {
+            let err = config(argv).expect_err("refused");
+            assert_eq!(crate::app::exit::code_for(&err), crate::app::exit::Code::Usage, "{argv:?}");
         }
     }
 

@@ -153,8 +153,8 @@ pub async fn execute(config: Config) -> Outcome {
         Command::Hold { ids, by } => lanes::hold(&ctx, &ids, &by).await,
         Command::Release { ids, by } => lanes::release(&ctx, &ids, &by).await,
         Command::Queues => lanes::queues(&ctx).await,
-        Command::Edit(a) => revise::edit(&ctx, a).await,
-        Command::Clone(a) => revise::clone(&ctx, a).await,
+        Command::Edit(r) => revise::edit(&ctx, r).await,
+        Command::Clone(r) => revise::clone(&ctx, r).await,
         #[cfg(feature = "http")]
         Command::Serve(sc) => serve::serve(&ctx, sc).await,
         #[cfg(not(feature = "http"))]

@@ -16,15 +16,16 @@ use slothqueue::{StoreError, Timestamp};
 use super::{Ctx, job_json, print_json};
 use crate::app::Outcome;
 use crate::app::args::ReviseArgs;
+use crate::app::config::Revise;
 use crate::app::exit::{Code, usage};
 use crate::app::{spec, time};
 
 /// `edit ID [flags]`: at least one flag; a job that is no longer pending
 /// is refused with exit 4 and nothing changed.
-pub async fn edit(ctx: &Ctx, args: ReviseArgs) -> Outcome {
-    let id = args.id;
+pub async fn edit(ctx: &Ctx, revise: Revise) -> Outcome {
+    let id = revise.args.id;
     let now = ctx.now();
-    let edit = job_edit(args, now, |name| std::env::var(name).ok())?;
+    let edit = job_edit(revise.args, revise.env, now)?;
     if edit.is_empty() {
         return Err(usage(format!(
             "edit #{id}: nothing to change: give --command, --priority, --max-runtime, --max-attempts, --delay/--at, --queue, -e/--env-pass or a limit flag"
@@ -56,10 +57,10 @@ pub async fn edit(ctx: &Ctx, args: ReviseArgs) -> Outcome {
 
 /// `clone ID [flags]`: a new pending job from job ID (in any state), the
 /// flags applied; no key, no parents.
-pub async fn clone(ctx: &Ctx, args: ReviseArgs) -> Outcome {
-    let id = args.id;
+pub async fn clone(ctx: &Ctx, revise: Revise) -> Outcome {
+    let id = revise.args.id;
     let now = ctx.now();
-    let edit = job_edit(args, now, |name| std::env::var(name).ok())?;
+    let edit = job_edit(revise.args, revise.env, now)?;
     let store = ctx.open(false)?;
     let job = match store.clone_job(id, &edit, now).await {
         Ok(job) => job,
@@ -78,12 +79,12 @@ pub async fn clone(ctx: &Ctx, args: ReviseArgs) -> Outcome {
     Ok(Code::Success)
 }
 
-/// The flags as one edit, `--delay` counted from `now` and each
-/// `--env-pass NAME` read through `var` (the editing shell's environment).
+/// The flags as one edit, `--delay` counted from `now`, with `env` (the
+/// `-e` and `--env-pass` variables, resolved by the configuration).
 fn job_edit(
     args: ReviseArgs,
+    env: BTreeMap<String, String>,
     now: Timestamp,
-    var: impl Fn(&str) -> Option<String>,
 ) -> anyhow::Result<JobEdit> {
     let payload = match &args.payload {
         Some(text) => Some(
@@ -94,26 +95,6 @@ fn job_edit(
     };
     if let Some(q) = &args.queue {
         spec::plain_name("--queue", q).map_err(usage)?;
-    }
-    let mut env = BTreeMap::new();
-    for pair in &args.env {
-        match pair.split_once('=') {
-            Some((k, v)) if !k.is_empty() && !k.contains('\0') && !v.contains('\0') => {
-                env.insert(k.to_owned(), v.to_owned());
-            }
-            _ => return Err(usage(format!("--env `{pair}` is not NAME=VALUE"))),
-        }
-    }
-    for name in &args.env_pass {
-        if name.is_empty() || name.contains(['=', '\0']) {
-            return Err(usage(format!("--env-pass `{name}` is not a variable name")));
-        }
-        let value = var(name).ok_or_else(|| {
-            usage(format!(
-                "--env-pass {name}: {name} is not set (or not UTF-8) in this shell; nothing was changed"
-            ))
-        })?;
-        env.insert(name.clone(), value);
     }
     let not_before = match (args.delay, args.at) {
         (Some(d), _) => Some(now.saturating_add(d)),
@@ -164,38 +145,32 @@ mod tests {
             "10s",
             "-q",
             "slow",
-            "-e",
-            "CI=1",
-            "--env-pass",
-            "TOKEN",
             "--nice",
             "5",
         ]);
         assert_eq!(args.id, 3);
         let now = Timestamp::from_millis(1_000);
-        let e = job_edit(args, now, |n| (n == "TOKEN").then(|| "t0k".to_owned())).unwrap();
+        let env = BTreeMap::from([("CI".to_owned(), "1".to_owned())]);
+        let e = job_edit(args, env, now).unwrap();
         assert_eq!(e.command.as_deref(), Some("make test"));
         assert_eq!((e.priority, e.max_runtime), (Some(-2), Some(None)));
         assert_eq!(e.not_before, Some(now.saturating_add(Duration::from_secs(10))));
         assert_eq!(e.queue.as_deref(), Some("slow"));
         assert_eq!(e.env.get("CI").map(String::as_str), Some("1"));
-        assert_eq!(e.env.get("TOKEN").map(String::as_str), Some("t0k"));
         assert_eq!(e.limits.nice, Some(5));
     }
 
     #[test]
-    fn an_unset_env_pass_or_a_bad_value_is_a_usage_error() {
+    fn a_bad_value_is_a_usage_error() {
         let now = Timestamp::from_millis(0);
         for argv in [
-            &["slothqueue", "clone", "3", "--env-pass", "NOPE"][..],
-            &["slothqueue", "clone", "3", "-e", "NOEQUALS"],
-            &["slothqueue", "clone", "3", "-q", "a/b"],
+            &["slothqueue", "clone", "3", "-q", "a/b"][..],
             &["slothqueue", "clone", "3", "--payload", "{"],
         ] {
-            let err = job_edit(parse(argv), now, |_| None).unwrap_err();
+            let err = job_edit(parse(argv), BTreeMap::new(), now).unwrap_err();
             assert_eq!(crate::app::exit::code_for(&err), Code::Usage, "{argv:?}");
         }
-        let none = job_edit(parse(&["slothqueue", "edit", "3"]), now, |_| None).unwrap();
+        let none = job_edit(parse(&["slothqueue", "edit", "3"]), BTreeMap::new(), now).unwrap();
         assert!(none.is_empty());
     }
 }
