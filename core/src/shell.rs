@@ -15,6 +15,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::job::{Job, SHELL_KIND};
+
 /// How a shell job's `env` relates to the environment it runs with.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -197,6 +199,20 @@ pub fn masked(payload: &serde_json::Value) -> serde_json::Value {
         }
     }
     out
+}
+
+/// A job's payload as shown to someone who did not ask for secrets: a
+/// shell job's [`masked`]; any other kind's as stored (a handler's payload
+/// is its own, and an `env` in it means what the handler says). What every
+/// presenter (`show`, `list`, `--json`, HTTP) calls.
+pub fn masked_payload(job: &Job) -> serde_json::Value {
+    if job.kind == SHELL_KIND { masked(&job.payload) } else { job.payload.clone() }
+}
+
+/// The secret-looking names an export marks beside a job: a shell job's
+/// [`secret_names`], none for any other kind (see [`masked_payload`]).
+pub fn marked_secrets(job: &Job) -> Vec<String> {
+    if job.kind == SHELL_KIND { secret_names(&job.payload) } else { Vec::new() }
 }
 
 /// The names of the payload's `env` variables that [`looks_secret`], in
@@ -460,6 +476,22 @@ mod tests {
         assert_eq!(m["env"]["API_TOKEN"], MASK);
         assert_eq!(m["env"]["PATH"], "/bin");
         assert_eq!(secret_names(&p), ["API_TOKEN"]);
+    }
+
+    /// Only a shell job's environment is ours to mask or mark.
+    #[test]
+    fn only_a_shell_jobs_payload_is_masked_or_marked() {
+        let policy = crate::policy::Policy::default();
+        let now = crate::time::Timestamp::from_millis(0);
+        let payload = serde_json::json!({"command": "x", "env": {"API_TOKEN": "abc"}});
+        let shell = crate::job::NewJob::new(SHELL_KIND, payload.clone());
+        let shell = crate::machine::create(1, &shell, &[], now, &policy).job;
+        assert_eq!(masked_payload(&shell)["env"]["API_TOKEN"], MASK);
+        assert_eq!(marked_secrets(&shell), ["API_TOKEN"]);
+        let handler = crate::job::NewJob::new("download", payload.clone());
+        let handler = crate::machine::create(2, &handler, &[], now, &policy).job;
+        assert_eq!(masked_payload(&handler), payload);
+        assert!(marked_secrets(&handler).is_empty());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! logs, dashboards and terminals; a token in a job's environment should
 //! appear only where someone asked for it.
 
-use slothqueue_core::{Job, Pushed, SHELL_KIND};
+use slothqueue_core::{Job, Pushed};
 
 use crate::HttpError;
 
@@ -34,12 +34,11 @@ impl Secrets {
     }
 }
 
-/// The job as the API shows it. Only a shell job's payload is read: a
-/// handler's payload is its own, and an `env` in it means what the handler
-/// says.
+/// The job as the API shows it (shell jobs only have secrets to mask:
+/// `core::shell::masked_payload`).
 pub(crate) fn job(mut job: Job, secrets: Secrets) -> Job {
-    if secrets == Secrets::Masked && job.kind == SHELL_KIND {
-        job.payload = slothqueue_core::shell::masked(&job.payload);
+    if secrets == Secrets::Masked {
+        job.payload = slothqueue_core::shell::masked_payload(&job);
     }
     job
 }

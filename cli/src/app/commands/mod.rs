@@ -185,28 +185,26 @@ pub fn job_json(job: &Job, events: Option<&[Event]>) -> anyhow::Result<serde_jso
     job_json_with(job, events, Secrets::Masked)
 }
 
-/// [`job_json`] with the secrets as asked. Only a shell job's payload is
-/// read for them: a handler's payload is its own, and its `env`, if it
-/// has one, means what the handler says.
+/// [`job_json`] with the secrets as asked (which jobs have any is
+/// `core::shell::masked_payload`'s rule: shell jobs only).
 pub fn job_json_with(
     job: &Job,
     events: Option<&[Event]>,
     secrets: Secrets,
 ) -> anyhow::Result<serde_json::Value> {
     let mut v = serde_json::to_value(job)?;
-    let shell = job.kind == slothqueue::core::SHELL_KIND;
     if let Some(obj) = v.as_object_mut() {
         match secrets {
-            Secrets::Masked if shell => {
-                obj.insert("payload".to_owned(), slothqueue::core::shell::masked(&job.payload));
+            Secrets::Masked => {
+                obj.insert("payload".to_owned(), slothqueue::core::shell::masked_payload(job));
             }
-            Secrets::Marked if shell => {
-                let names = slothqueue::core::shell::secret_names(&job.payload);
+            Secrets::Marked => {
+                let names = slothqueue::core::shell::marked_secrets(job);
                 if !names.is_empty() {
                     obj.insert("secrets".to_owned(), names.into());
                 }
             }
-            _ => {}
+            Secrets::Shown => {}
         }
         if let Some(events) = events {
             obj.insert("events".to_owned(), serde_json::to_value(events)?);
