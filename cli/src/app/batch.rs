@@ -67,7 +67,7 @@ struct LineLimits {
 }
 
 impl LineLimits {
-    /// The limits, each value checked as its flag checks it.
+    /// The limits, each value read as its flag reads it.
     fn limits(self) -> Result<Limits, String> {
         let ionice = self
             .ionice
@@ -87,9 +87,8 @@ impl LineLimits {
                 ));
             }
         };
-        let limits = Limits { nice: self.nice, ionice, memory_max, cpu_weight: self.cpu_weight };
-        limits.check().map_err(|e| format!("`limits`: {e}"))?;
-        Ok(limits)
+        // The ranges are checked where the flags' are, in `spec::build`.
+        Ok(Limits { nice: self.nice, ionice, memory_max, cpu_weight: self.cpu_weight })
     }
 }
 
