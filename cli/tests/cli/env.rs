@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::process::Output;
 
 use crate::both_backends;
-use crate::support::TestContext;
+use crate::support::{TestContext, succeeded};
 
 /// `slothqueue ARGS` with `vars` added to the test's cleared environment.
 fn with_env(ctx: &TestContext, vars: &[(&str, &str)], args: &[&str]) -> Output {
@@ -20,14 +20,7 @@ fn with_env(ctx: &TestContext, vars: &[(&str, &str)], args: &[&str]) -> Output {
 }
 
 fn ok_with_env(ctx: &TestContext, vars: &[(&str, &str)], args: &[&str]) -> String {
-    let out = with_env(ctx, vars, args);
-    assert!(
-        out.status.success(),
-        "slothqueue {args:?} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    succeeded(args, with_env(ctx, vars, args))
 }
 
 /// A fake activated virtualenv: `DIR/venv/bin/python`, a script that says

@@ -60,14 +60,7 @@ impl TestContext {
 
     /// Runs, asserts success, returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "slothqueue {args:?} failed: {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        succeeded(args, self.run(args))
     }
 
     /// Starts the binary in the background with stdout and stderr piped.
@@ -317,4 +310,16 @@ pub fn group_alive(pgid: i32) -> bool {
 /// The bytes of a file, or `None` if missing.
 pub fn read(path: &Path) -> Option<Vec<u8>> {
     std::fs::read(path).ok()
+}
+
+/// The stdout of `slothqueue ARGS`, which must have succeeded (else its
+/// stderr is the failure).
+pub fn succeeded(args: &[&str], out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "slothqueue {args:?} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
