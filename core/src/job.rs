@@ -294,6 +294,12 @@ pub enum EventKind {
     ClonedFrom,
     /// A copy of this job was added (`clone`); `message` names it.
     ClonedAs,
+    /// The job is a schedule's tick; `message` names the schedule, the
+    /// slot and the slots caught up on.
+    Scheduled,
+    /// A schedule's next tick enqueued nothing because this job (its
+    /// previous tick) was unfinished; `message` names the slot.
+    TickSkipped,
 }
 
 impl EventKind {
@@ -318,11 +324,13 @@ impl EventKind {
             EventKind::Edited => "edited",
             EventKind::ClonedFrom => "cloned_from",
             EventKind::ClonedAs => "cloned_as",
+            EventKind::Scheduled => "scheduled",
+            EventKind::TickSkipped => "tick_skipped",
         }
     }
 
     /// Every kind, for parsing.
-    pub const ALL: [EventKind; 18] = [
+    pub const ALL: [EventKind; 20] = [
         EventKind::Pushed,
         EventKind::Claimed,
         EventKind::Reclaimed,
@@ -341,6 +349,8 @@ impl EventKind {
         EventKind::Edited,
         EventKind::ClonedFrom,
         EventKind::ClonedAs,
+        EventKind::Scheduled,
+        EventKind::TickSkipped,
     ];
 }
 

@@ -13,6 +13,7 @@ pub mod lane;
 pub mod liveness;
 pub mod machine;
 pub mod policy;
+pub mod schedule;
 pub mod shell;
 pub mod store;
 pub mod time;
@@ -31,9 +32,12 @@ pub use machine::{
     Settlement, Transition, TransitionError,
 };
 pub use policy::{Policy, splitmix64};
+pub use schedule::{
+    CatchUp, NewSchedule, Overlap, Schedule, ScheduleChange, Spec, Tick, TickOutcome, Ticks,
+};
 pub use shell::{EnvMode, IoClass, Limits};
 pub use store::{
-    ListFilter, ListOrder, PurgeFilter, Pushed, RunnerActivity, RunnerRecord, SettledAndClaimed,
-    Stats, Store, StoreError,
+    ListFilter, ListOrder, PurgeFilter, Pushed, PutSchedule, RunnerActivity, RunnerRecord,
+    SettledAndClaimed, Stats, Store, StoreError,
 };
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};

@@ -19,6 +19,7 @@ use crate::machine::{
     AttemptNote, ClaimRequest, Claimed, Completion, Failure, HeartbeatAck, JobEdit, Settlement,
     TransitionError,
 };
+use crate::schedule::{NewSchedule, Schedule, ScheduleChange, Ticks};
 use crate::time::Timestamp;
 
 /// The result of a push.
@@ -31,6 +32,15 @@ pub struct Pushed {
     pub created: bool,
     /// The pending job this push superseded, if any.
     pub superseded: Option<JobId>,
+}
+
+/// What [`Store::put_schedule`] did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PutSchedule {
+    /// The schedule as stored.
+    pub schedule: Schedule,
+    /// `false` when the same definition was stored already.
+    pub created: bool,
 }
 
 /// What [`Store::settle_and_claim`] did.
@@ -173,6 +183,9 @@ pub enum StoreError {
     /// No job with this id.
     #[error("no job #{0}")]
     NotFound(JobId),
+    /// No schedule with this key.
+    #[error("no schedule `{0}`")]
+    NoSchedule(String),
     /// The caller's fence no longer matches: the job was reclaimed, finished
     /// or released. Nothing was changed.
     #[error("lease lost: job #{id} is no longer held by this owner")]
@@ -261,7 +274,9 @@ impl From<TransitionError> for StoreError {
             TransitionError::InvalidTransition { id, state, action } => {
                 StoreError::InvalidTransition { id, state, action }
             }
-            TransitionError::InvalidJob(m) => StoreError::InvalidInput(m),
+            TransitionError::InvalidJob(m) | TransitionError::InvalidSchedule(m) => {
+                StoreError::InvalidInput(m)
+            }
         }
     }
 }
@@ -418,6 +433,43 @@ pub trait Store: Send + Sync {
         scope: &LaneScope,
         change: &LaneChange,
     ) -> Result<Lanes, StoreError>;
+
+    /// Stores a schedule ([`crate::schedule::create`] on what the key holds, in
+    /// one write): a new key is inserted (cursor at `now`); the same
+    /// definition again changes nothing (`created: false`); another
+    /// definition under the key is `InvalidInput`, nothing written.
+    async fn put_schedule(
+        &self,
+        new: &NewSchedule,
+        now: Timestamp,
+    ) -> Result<PutSchedule, StoreError>;
+
+    /// Every schedule, in key order.
+    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError>;
+
+    /// Pauses, resumes or removes the schedule `key` in one write
+    /// ([`crate::schedule::change`]); returns it as it is after (`None` once
+    /// removed). `NoSchedule` for an unknown key.
+    async fn change_schedule(
+        &self,
+        key: &str,
+        change: &ScheduleChange,
+        now: Timestamp,
+    ) -> Result<Option<Schedule>, StoreError>;
+
+    /// Fires every due tick, in one write transaction: for each schedule
+    /// (in key order) [`crate::schedule::plan_tick`] on it as stored (with the
+    /// state of its last tick's job read in the same transaction), then
+    /// the push of the tick's job through the path every push takes, the
+    /// plan's events, and the schedule with its cursor moved. Two callers
+    /// racing decide each slot once: the second reads the first's cursor.
+    /// Returns the ticks decided and the next fire after them.
+    async fn fire_schedules(&self, now: Timestamp) -> Result<Ticks, StoreError>;
+
+    /// Writes schedules as they were exported (cursor, last fire and all),
+    /// replacing any under the same keys, in one transaction, all or
+    /// nothing; each checked by [`crate::schedule::check_restore`].
+    async fn restore_schedules(&self, schedules: Vec<Schedule>) -> Result<(), StoreError>;
 
     /// What every queue with a pending or a running job holds, by queue
     /// name ([`QueueCounts`]; `due` as of `now`).

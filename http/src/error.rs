@@ -126,7 +126,7 @@ impl HttpError {
             HttpError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             HttpError::InBatch { error, .. } => error.status(),
             HttpError::Store(e) => match e {
-                StoreError::NotFound(_) => StatusCode::NOT_FOUND,
+                StoreError::NotFound(_) | StoreError::NoSchedule(_) => StatusCode::NOT_FOUND,
                 StoreError::LeaseLost { .. } | StoreError::InvalidTransition { .. } => {
                     StatusCode::CONFLICT
                 }

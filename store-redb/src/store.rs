@@ -613,6 +613,34 @@ fn alone(e: StoreError) -> StoreError {
 
 #[async_trait]
 impl Store for RedbStore {
+    async fn put_schedule(
+        &self,
+        _new: &slothqueue_core::NewSchedule,
+        _now: Timestamp,
+    ) -> Result<slothqueue_core::PutSchedule, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+    }
+    async fn schedules(&self) -> Result<Vec<slothqueue_core::Schedule>, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+    }
+    async fn change_schedule(
+        &self,
+        _key: &str,
+        _change: &slothqueue_core::ScheduleChange,
+        _now: Timestamp,
+    ) -> Result<Option<slothqueue_core::Schedule>, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+    }
+    async fn fire_schedules(&self, _now: Timestamp) -> Result<slothqueue_core::Ticks, StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+    }
+    async fn restore_schedules(
+        &self,
+        _schedules: Vec<slothqueue_core::Schedule>,
+    ) -> Result<(), StoreError> {
+        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+    }
+
     async fn note_attempt(
         &self,
         id: JobId,

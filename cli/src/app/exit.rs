@@ -116,7 +116,7 @@ pub fn code_for(err: &anyhow::Error) -> Code {
 fn store_code(e: &StoreError) -> Code {
     match e {
         StoreError::InBatch { error, .. } => store_code(error),
-        StoreError::NotFound(_) => Code::NotFound,
+        StoreError::NotFound(_) | StoreError::NoSchedule(_) => Code::NotFound,
         StoreError::LeaseLost { .. } | StoreError::InvalidTransition { .. } => Code::NotAllowed,
         StoreError::InvalidInput(_) => Code::Usage,
         StoreError::Busy { .. } => Code::Busy,

@@ -65,6 +65,9 @@ pub enum TransitionError {
     /// A new job was malformed.
     #[error("invalid job: {0}")]
     InvalidJob(String),
+    /// A schedule was malformed (or its key taken by another definition).
+    #[error("invalid schedule: {0}")]
+    InvalidSchedule(String),
 }
 
 /// A freshly pushed job with id `id`, after `parents` (as
@@ -502,7 +505,9 @@ pub fn replay(events: &[Event]) -> Option<JobState> {
             | EventKind::Resumed
             | EventKind::Edited
             | EventKind::ClonedFrom
-            | EventKind::ClonedAs => state,
+            | EventKind::ClonedAs
+            | EventKind::Scheduled
+            | EventKind::TickSkipped => state,
         };
     }
     state

@@ -247,6 +247,37 @@ mod intercepted {
 
     #[async_trait]
     impl Store for Intercepted {
+        async fn put_schedule(
+            &self,
+            new: &slothqueue_core::NewSchedule,
+            now: Timestamp,
+        ) -> Result<slothqueue_core::PutSchedule, StoreError> {
+            self.inner.put_schedule(new, now).await
+        }
+        async fn schedules(&self) -> Result<Vec<slothqueue_core::Schedule>, StoreError> {
+            self.inner.schedules().await
+        }
+        async fn change_schedule(
+            &self,
+            key: &str,
+            change: &slothqueue_core::ScheduleChange,
+            now: Timestamp,
+        ) -> Result<Option<slothqueue_core::Schedule>, StoreError> {
+            self.inner.change_schedule(key, change, now).await
+        }
+        async fn fire_schedules(
+            &self,
+            now: Timestamp,
+        ) -> Result<slothqueue_core::Ticks, StoreError> {
+            self.inner.fire_schedules(now).await
+        }
+        async fn restore_schedules(
+            &self,
+            schedules: Vec<slothqueue_core::Schedule>,
+        ) -> Result<(), StoreError> {
+            self.inner.restore_schedules(schedules).await
+        }
+
         async fn note_attempt(
             &self,
             id: JobId,
