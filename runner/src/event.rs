@@ -8,6 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use slothqueue_core::JobId;
+use slothqueue_core::schedule::{self, Tick, TickOutcome};
 
 use crate::fmt::format_duration;
 
@@ -26,6 +27,12 @@ pub struct RetryPlan {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum RunnerEvent {
+    /// Schedules' ticks were decided: jobs enqueued, ticks skipped over an
+    /// unfinished job, late slots dropped.
+    Ticks {
+        /// What each tick did.
+        ticks: Vec<Tick>,
+    },
     /// Jobs of dead owners went back to pending (their orphaned process
     /// groups killed first).
     Reclaimed {
@@ -240,6 +247,10 @@ impl RunnerEvent {
 impl fmt::Display for RunnerEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            RunnerEvent::Ticks { ticks } => {
+                let each: Vec<String> = ticks.iter().map(tick_line).collect();
+                f.write_str(&each.join("; "))
+            }
             RunnerEvent::Skipped { jobs } => {
                 let each: Vec<String> =
                     jobs.iter().map(|s| format!("#{} ({})", s.job, s.reason)).collect();
@@ -323,6 +334,27 @@ impl fmt::Display for RunnerEvent {
             }
         }
     }
+}
+
+/// One tick as a run line: `schedule nightly, slot 2026-12-02T02:00:00Z:
+/// queued job #12 (3 missed slots passed over)`.
+fn tick_line(t: &Tick) -> String {
+    let slot = schedule::tick_key("", t.slot);
+    let slot = slot.trim_start_matches('@');
+    let what = match &t.outcome {
+        TickOutcome::Enqueued { job, created: true } => format!("queued job #{job}"),
+        TickOutcome::Enqueued { job, created: false } => format!("job #{job} already queued"),
+        TickOutcome::Skipped { unfinished } => {
+            format!("skipped: its last job #{unfinished} is unfinished")
+        }
+        TickOutcome::Dropped => "late, not run (catch-up none)".to_owned(),
+    };
+    let missed = match t.missed {
+        0 => String::new(),
+        1 => " (1 missed slot passed over)".to_owned(),
+        n => format!(" ({n} missed slots passed over)"),
+    };
+    format!("schedule {}, slot {slot}: {what}{missed}", t.key)
 }
 
 /// What a run did. Failed counts attempts, not jobs: a job that failed

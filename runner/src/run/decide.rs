@@ -94,6 +94,12 @@ pub(crate) struct View {
     pub suspend_when_gated: bool,
     /// The running attempts are stopped (SIGSTOP) because a gate closed.
     pub suspended: bool,
+    /// The next schedule tick as read (`Some(None)`: none to come); `None`
+    /// when not read yet or read longer than a poll ago (another process
+    /// may have added a schedule since).
+    pub next_tick: Option<Option<Timestamp>>,
+    /// When the next tick must be read again, while it is known.
+    pub tick_recheck: Option<Instant>,
 }
 
 /// A wait: until `until` (if any), a wake-up (if `wake`), an attempt's end
@@ -113,6 +119,10 @@ pub(crate) enum Step {
     StartChained,
     /// Read the next due time.
     ReadNextDue,
+    /// Read when the next schedule tick fires.
+    ReadTicks,
+    /// Fire the schedules' due ticks (enqueue their jobs).
+    FireTicks,
     /// Read the gates; `report` when a start waits on them (a reading that
     /// only decides a suspend is not reported as a wait).
     ReadGates { report: bool },
@@ -132,8 +142,9 @@ pub(crate) enum Step {
     /// Wait (see [`Wait`]).
     Wait(Wait),
     /// Follow mode with nothing running and nothing due: the idle wait
-    /// (its record, its kernel timer) until the next due time or a poll.
-    Idle { next_due: Option<Timestamp> },
+    /// (its record, its kernel timer) until the next due time, the next
+    /// tick or a poll.
+    Idle { next_due: Option<Timestamp>, next_tick: Option<Timestamp> },
     /// The run is over; `skipped`: due jobs were left (say which).
     End { skipped: bool },
 }
@@ -162,14 +173,18 @@ impl View {
     }
 
     /// A wait until `until` (if any), cut short for the gates' next
-    /// reading when they watch running attempts.
+    /// reading when they watch running attempts, for the next tick, and
+    /// for the next look at the schedules.
     fn wait(&self, until: Option<Instant>, wake: bool) -> Step {
         let recheck = if self.watching() { self.gate_recheck() } else { None };
-        let until = match (until, recheck) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let tick = self.next_tick.flatten().map(|t| self.instant_of(t));
+        let until = [until, recheck, tick, self.tick_recheck].into_iter().flatten().min();
         Step::Wait(Wait { until, wake })
+    }
+
+    /// Follow mode's idle wait.
+    fn idle(&self, next_due: Option<Timestamp>) -> Step {
+        Step::Idle { next_due, next_tick: self.next_tick.flatten() }
     }
 
     fn follow(&self) -> bool {
@@ -200,6 +215,13 @@ pub(crate) fn decide(v: &View) -> Step {
             return Step::Wait(Wait { until: None, wake: false });
         }
         return Step::End { skipped: false };
+    }
+    // Schedules fire whatever the slots, gates and lanes say: a tick is
+    // only a job enqueued, and whichever runner is free runs it.
+    match v.next_tick {
+        None => return Step::ReadTicks,
+        Some(Some(t)) if t <= v.wall_now => return Step::FireTicks,
+        Some(_) => {}
     }
     let once_done = v.mode == Mode::Once && (v.started > 0 || v.chained);
     let room = v.running < v.slots && !once_done;
@@ -242,7 +264,7 @@ pub(crate) fn decide(v: &View) -> Step {
             return v.wait(Some(until), true);
         }
         if v.follow() {
-            return Step::Idle { next_due };
+            return v.idle(next_due);
         }
         return Step::End { skipped: false };
     }
@@ -273,7 +295,7 @@ pub(crate) fn decide(v: &View) -> Step {
                 return Step::SweepBeforeEnd;
             }
             if v.running == 0 {
-                return Step::Idle { next_due: None };
+                return v.idle(None);
             }
             let poll = at + v.poll_interval;
             if poll <= v.now {
@@ -356,6 +378,8 @@ mod tests {
             claim: ClaimState::Fresh,
             suspend_when_gated: false,
             suspended: false,
+            next_tick: Some(None),
+            tick_recheck: None,
         }
     }
 
@@ -514,7 +538,7 @@ mod tests {
                     v.mode = Mode::Follow;
                     v.next_due = Some(None);
                 }),
-                Step::Idle { next_due: None },
+                Step::Idle { next_due: None, next_tick: None },
             ),
             (
                 "follow, a job due later: idle until it",
@@ -522,7 +546,7 @@ mod tests {
                     v.mode = Mode::Follow;
                     v.next_due = later(3);
                 }),
-                Step::Idle { next_due: later(3).flatten() },
+                Step::Idle { next_due: later(3).flatten(), next_tick: None },
             ),
             (
                 "drain with attempts running, nothing due: wait for them",
@@ -694,7 +718,7 @@ mod tests {
                     v.next_due = later(1);
                     v.gates = Gates::Unread;
                 }),
-                Step::Idle { next_due: later(1).flatten() },
+                Step::Idle { next_due: later(1).flatten(), next_tick: None },
             ),
             // Sweep.
             (
@@ -762,7 +786,7 @@ mod tests {
                     v.gates = open;
                     v.claim = lanes(Blocked::None, 0);
                 }),
-                Step::Idle { next_due: None },
+                Step::Idle { next_due: None, next_tick: None },
             ),
             (
                 "follow with attempts running, nothing to claim: wait a poll",
@@ -1008,6 +1032,67 @@ mod tests {
                 }),
                 wait(Some(now + SEC), true),
             ),
+            // Schedules.
+            (
+                "the schedules not read: read them first",
+                Box::new(move |v| {
+                    v.next_tick = None;
+                    v.next_due = due();
+                }),
+                Step::ReadTicks,
+            ),
+            (
+                "a tick due: fire it before anything else",
+                Box::new(move |v| {
+                    v.next_tick = Some(Some(T0));
+                    v.next_due = due();
+                    v.gates = open;
+                }),
+                Step::FireTicks,
+            ),
+            (
+                "a tick due with every slot busy: fire it anyway",
+                Box::new(move |v| {
+                    v.next_tick = Some(Some(T0));
+                    v.running = 1;
+                }),
+                Step::FireTicks,
+            ),
+            (
+                "shutdown: no tick fires",
+                Box::new(move |v| {
+                    v.shutdown = true;
+                    v.next_tick = Some(Some(T0));
+                }),
+                Step::End { skipped: false },
+            ),
+            (
+                "follow, idle: sleep until the next tick too",
+                Box::new(move |v| {
+                    v.mode = Mode::Follow;
+                    v.next_due = Some(None);
+                    v.next_tick = later(30);
+                }),
+                Step::Idle { next_due: None, next_tick: later(30).flatten() },
+            ),
+            (
+                "busy: the wait for an attempt's end is cut at the next tick",
+                Box::new(move |v| {
+                    v.running = 1;
+                    v.next_tick = later(7);
+                    v.tick_recheck = Some(now + 5 * SEC);
+                }),
+                wait(Some(now + 5 * SEC), false),
+            ),
+            (
+                "busy: and at the tick when it comes before the next look",
+                Box::new(move |v| {
+                    v.running = 1;
+                    v.next_tick = later(2);
+                    v.tick_recheck = Some(now + 5 * SEC);
+                }),
+                wait(Some(now + 2 * SEC), false),
+            ),
         ];
         let mut failures = Vec::new();
         for (what, edit, want) in &rows {
@@ -1025,7 +1110,7 @@ mod tests {
     }
 
     /// How many rows [`the_decision_table`] has.
-    const ROWS: usize = 69;
+    const ROWS: usize = 76;
 
     #[test]
     fn the_chain_table() {

@@ -32,6 +32,7 @@ use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use slothqueue_core::schedule;
 use slothqueue_core::{
     AttemptNote, ClaimFilter, ClaimRequest, Claimed, Fence, Job, JobId, JobState, ListFilter,
     ListOrder, QueuesReport, Reclaim, RunnerActivity, RunnerRecord, Store, StoreError, Timestamp,
@@ -189,6 +190,10 @@ pub(crate) struct Run {
     slots: Vec<Slot>,
     started: u32,
     next_due: Option<Option<Timestamp>>,
+    /// The next schedule tick as last read or fired, and when: read again
+    /// a poll later (another process may have added or changed a
+    /// schedule), after a wake-up, and after an idle wait.
+    next_tick: Option<(Option<Timestamp>, Instant)>,
     /// The last start or end (the cooldown counts from the later).
     last_start_or_end: Option<Instant>,
     gates: Gates,
@@ -250,6 +255,7 @@ impl Run {
             slots: Vec::new(),
             started: 0,
             next_due: None,
+            next_tick: None,
             last_start_or_end: None,
             gates: Gates::Unread,
             held_gates,
@@ -326,6 +332,11 @@ impl Run {
             // Without gates there is nothing to watch.
             suspend_when_gated: cfg.suspend_when_gated && !cfg.gates.is_empty(),
             suspended: self.suspended_at.is_some(),
+            next_tick: self
+                .next_tick
+                .filter(|(_, at)| at.elapsed() < cfg.poll_interval)
+                .map(|(t, _)| t),
+            tick_recheck: self.next_tick.map(|(_, at)| at + cfg.poll_interval),
         }
     }
 
@@ -346,6 +357,8 @@ impl Run {
                     self.next_due = Some(next_due);
                 }
             }
+            Step::ReadTicks => self.read_ticks().await?,
+            Step::FireTicks => self.fire_ticks().await?,
             Step::ReadGates { report } => self.read_gates(report).await,
             Step::Suspend => self.suspend().await,
             Step::Resume => self.resume().await,
@@ -360,9 +373,10 @@ impl Run {
                 }
             }
             Step::Wait(wait) => self.wait(wait).await,
-            Step::Idle { next_due } => {
-                self.idle(next_due).await;
+            Step::Idle { next_due, next_tick } => {
+                self.idle(next_due, next_tick).await;
                 self.forget();
+                self.next_tick = None;
             }
             Step::End { skipped } => {
                 if skipped {
@@ -392,6 +406,37 @@ impl Run {
         self.w.sweep_cgroups().await;
         self.w.sweep_dead().await?;
         self.w.swept_now();
+        Ok(())
+    }
+
+    /// Read ticks: when the next schedule tick fires (`schedules` is a
+    /// read; a queue without schedules answers at once).
+    async fn read_ticks(&mut self) -> Result<(), RunnerError> {
+        let store = self.w.store.clone();
+        if let Retried::Done(schedules) =
+            self.w.retrying("read the schedules", || store.schedules()).await?
+        {
+            self.next_tick = Some((schedule::next_fire(&schedules), Instant::now()));
+        }
+        Ok(())
+    }
+
+    /// Fire ticks: enqueues every due tick's job, in one write; each runner
+    /// on the file may try at once, and each slot is still decided once
+    /// (the store reads the cursor the other moved). What was enqueued is
+    /// looked at afresh.
+    async fn fire_ticks(&mut self) -> Result<(), RunnerError> {
+        let store = self.w.store.clone();
+        let clock = self.w.cfg.clock.clone();
+        if let Retried::Done(ticks) =
+            self.w.retrying("fire the schedules", || store.fire_schedules(clock.now())).await?
+        {
+            self.next_tick = Some((ticks.next, Instant::now()));
+            if !ticks.ticks.is_empty() {
+                self.forget();
+                self.w.report(RunnerEvent::Ticks { ticks: ticks.ticks });
+            }
+        }
         Ok(())
     }
 
@@ -565,7 +610,10 @@ impl Run {
             Some(end) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
                 self.ended(end).await;
             }
-            () = waker.notified(), if wait.wake => self.forget(),
+            () = waker.notified(), if wait.wake => {
+                self.forget();
+                self.next_tick = None;
+            }
             () = shutdown.requested(), if !asked => {}
         }
         self.next_due = None;
@@ -705,13 +753,14 @@ impl Run {
     /// time (or a poll interval, whichever is first), a wake-up or a
     /// shutdown. The sleep is a kernel timer ([`IdleTimer`]): one wake-up
     /// per poll.
-    async fn idle(&mut self, next_due: Option<Timestamp>) {
+    async fn idle(&mut self, next_due: Option<Timestamp>, next_tick: Option<Timestamp>) {
         let now = self.w.now();
         let poll_until = now.saturating_add(self.w.cfg.poll_interval);
-        let until = match next_due {
-            Some(t) if t > now => t.min(poll_until),
-            _ => poll_until,
-        };
+        let until = [next_due, next_tick]
+            .into_iter()
+            .flatten()
+            .filter(|t| *t > now)
+            .fold(poll_until, Timestamp::min);
         // The record names a job's due time, not the next poll, so that
         // it stays the same from poll to poll and need not be rewritten.
         let activity = RunnerActivity::Idle { until: next_due.filter(|t| *t > now) };

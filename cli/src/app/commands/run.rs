@@ -108,9 +108,10 @@ pub(super) fn print_event(event: &RunnerEvent, json: bool, color: bool) {
         return;
     }
     let indent = match event {
-        RunnerEvent::Reclaimed { .. } | RunnerEvent::Skipped { .. } | RunnerEvent::Finished(_) => {
-            ""
-        }
+        RunnerEvent::Reclaimed { .. }
+        | RunnerEvent::Skipped { .. }
+        | RunnerEvent::Ticks { .. }
+        | RunnerEvent::Finished(_) => "",
         _ => "  ",
     };
     let line = if color { line.replacen("FAILED", &red("FAILED", true), 1) } else { line };
@@ -123,6 +124,7 @@ fn event_json(event: &RunnerEvent) -> serde_json::Value {
     use serde_json::json;
     let line = event.to_string();
     match event {
+        RunnerEvent::Ticks { ticks } => json!({"event": "ticks", "ticks": ticks, "line": line}),
         RunnerEvent::Reclaimed { jobs, .. } => {
             json!({"event": "reclaimed", "jobs": jobs, "line": line})
         }
