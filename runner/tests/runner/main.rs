@@ -22,6 +22,7 @@ mod lanes;
 mod limits;
 mod reclaim;
 mod regressions;
+mod schedules;
 mod slots;
 mod stopping;
 mod support;
