@@ -428,10 +428,14 @@ impl Run {
     async fn fire_ticks(&mut self) -> Result<(), RunnerError> {
         let store = self.w.store.clone();
         let clock = self.w.cfg.clock.clone();
+        let now = clock.now();
         if let Retried::Done(ticks) =
-            self.w.retrying("fire the schedules", || store.fire_schedules(clock.now())).await?
+            self.w.retrying("fire the schedules", || store.fire_schedules(now)).await?
         {
-            self.next_tick = Some((ticks.next, Instant::now()));
+            // A next fire not after `now` that fired nothing would be
+            // fired again at once; it is looked at again a poll later.
+            let next = ticks.next.filter(|t| *t > now || !ticks.ticks.is_empty());
+            self.next_tick = Some((next, Instant::now()));
             if !ticks.ticks.is_empty() {
                 self.forget();
                 self.w.report(RunnerEvent::Ticks { ticks: ticks.ticks });
