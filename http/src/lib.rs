@@ -148,8 +148,10 @@ impl ApiState {
         self
     }
 
-    /// Notified after every enqueue and cancel, so a following runner
-    /// starts (or stops) a job at once instead of at its next poll.
+    /// Notified after every enqueue, cancel and other change a runner acts
+    /// on (a lane's settings, a schedule), so a following runner starts
+    /// (or stops) a job, or fires a tick, at once instead of at its next
+    /// poll.
     pub fn with_waker(mut self, waker: Arc<Notify>) -> Self {
         self.waker = Some(waker);
         self
