@@ -15,7 +15,7 @@
 //! - `schedules`: schedules as rows (everything a tick decided survives a
 //!   reopen, and no slot is decided twice across it), damaged rows refused;
 //! - `damaged_schema`: a damaged stored schema refused at open (S16);
-//! - `fixture`: the schema-v1, v3, v4 and v5 fixtures in `tests/data/` open and
+//! - `fixture`: the schema-v1, v3, v4, v5 and v6 fixtures in `tests/data/` open and
 //!   read back exactly, forever;
 //! - `locking`: contention on the write lock (busy timeout, `Busy`, reads
 //!   going on meanwhile);
