@@ -3,7 +3,8 @@
 //! table, so everything a tick decided (the cursor, the last fire, the
 //! missed and skipped slots, a pause) survives a reopen, and the reopened
 //! file decides no slot twice; a tick's job is an ordinary job of the file;
-//! a damaged schedule row is refused as damage, with nothing fired.
+//! two handles firing at once decide a slot once; a damaged schedule row
+//! is refused as damage, with nothing fired.
 
 #![expect(clippy::unwrap_used, reason = "helpers of tests: a failure is a panic")]
 
@@ -143,4 +144,28 @@ async fn a_damaged_schedule_row_is_corrupt() {
         assert!(matches!(err, StoreError::Corrupt { .. }), "{json}: {err:?}");
     }
     assert_eq!(s.stats(t(60)).await.unwrap().pending, 0, "nothing fired");
+}
+
+/// Two handles on one file firing at once (as two runners would) decide
+/// each slot once: the second reads the cursor the first wrote, under the
+/// same write lock, and one job is enqueued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_handles_decide_a_slot_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let (a, b) = (open(&path), open(&path));
+    a.put_schedule(&every("beat", 10), t(0)).await.unwrap();
+    for round in 1..=20 {
+        let now = t(round * 10);
+        let (x, y) = tokio::join!(a.fire_schedules(now), b.fire_schedules(now));
+        let ticks: Vec<_> = x.unwrap().ticks.into_iter().chain(y.unwrap().ticks).collect();
+        assert_eq!(ticks.len(), 1, "round {round}: {ticks:?}");
+        assert_eq!(ticks[0].slot, now);
+        let TickOutcome::Enqueued { job, created: true } = ticks[0].outcome else {
+            panic!("round {round}: {ticks:?}");
+        };
+        // Finished before the next slot, so the next tick enqueues again.
+        a.cancel(job, now).await.unwrap();
+    }
+    assert_eq!(a.stats(t(300)).await.unwrap().cancelled, 20);
 }
