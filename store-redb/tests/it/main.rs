@@ -42,3 +42,4 @@ mod power_loss;
 mod read_only;
 mod v1_fixture;
 mod v2_fixture;
+mod v3_fixture;
