@@ -4,7 +4,7 @@
 //! The parent starts `current_exe() --exact <module>::__child_entry
 //! --nocapture --test-threads 1` with [`CHILD_ENV`] set to
 //! `<role>:<queue path>` ([`Role`]), [`OWNER_ENV`], [`NOW_ENV`] (the
-//! injected time, in milliseconds), [`COUNT_ENV`] (for pushes) and
+//! injected time, in milliseconds), [`COUNT_ENV`] (for pushes and fires) and
 //! [`OUT_ENV`], the file where the child writes one job id per line and a
 //! final `end`. A missing `end` means the child did not finish (or the test
 //! filter matched nothing), and the scenario fails saying so.
@@ -26,7 +26,7 @@ pub const OUT_ENV: &str = "SLOTHQUEUE_CONFORMANCE_OUT";
 pub const OWNER_ENV: &str = "SLOTHQUEUE_CONFORMANCE_OWNER";
 /// The injected `now`, in milliseconds since the epoch.
 pub const NOW_ENV: &str = "SLOTHQUEUE_CONFORMANCE_NOW";
-/// How many jobs a pushing child pushes.
+/// How many jobs a pushing child pushes (steps a firing child takes).
 pub const COUNT_ENV: &str = "SLOTHQUEUE_CONFORMANCE_COUNT";
 
 /// What a child does.
@@ -39,13 +39,24 @@ pub enum Role {
         /// How many.
         count: usize,
     },
+    /// Calls `fire_schedules` at `now + i × FIRE_STEP` for `i` in
+    /// `1..=count`, one after the other; reports the job of every tick
+    /// that enqueued one.
+    Fire {
+        /// How many steps.
+        count: usize,
+    },
 }
+
+/// How far apart a firing child's calls are in injected time.
+pub const FIRE_STEP: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Role {
     fn name(self) -> &'static str {
         match self {
             Role::Claim => "claim",
             Role::Push { .. } => "push",
+            Role::Fire { .. } => "fire",
         }
     }
 }
@@ -94,6 +105,18 @@ pub async fn do_work(open: OpenFn, work: &Work) -> Vec<JobId> {
                 ids.push(pushed.job.id);
             }
         }
+        Role::Fire { count } => {
+            let mut now = work.now;
+            for _ in 0..count {
+                now = now.saturating_add(FIRE_STEP);
+                let ticks = store.fire_schedules(now).await.expect("child: fire_schedules");
+                for tick in ticks.ticks {
+                    if let slothqueue_core::TickOutcome::Enqueued { job, .. } = tick.outcome {
+                        ids.push(job);
+                    }
+                }
+            }
+        }
     }
     ids
 }
@@ -107,6 +130,7 @@ pub fn run_if_child(open: OpenFn) {
     let role = match role {
         "claim" => Role::Claim,
         "push" => Role::Push { count: var(COUNT_ENV).parse().expect("child: count") },
+        "fire" => Role::Fire { count: var(COUNT_ENV).parse().expect("child: count") },
         other => panic!("child: unknown role {other}"),
     };
     let work = Work {
@@ -172,7 +196,7 @@ fn run_processes(test: &str, dir: &Path, works: &[Work]) -> Vec<Vec<JobId>> {
     for w in works {
         let out = dir.join(format!("child-{}.ids", w.owner));
         let count = match w.role {
-            Role::Push { count } => count,
+            Role::Push { count } | Role::Fire { count } => count,
             Role::Claim => 0,
         };
         let child = Command::new(&exe)

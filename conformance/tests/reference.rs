@@ -15,6 +15,12 @@
 //! [`LaneCheck`] from the lanes and every running job under the same lock
 //! that writes the claim. Holds and attempt notes go through the same one
 //! write path as every other transition.
+//!
+//! Schedules are one log line each under their key (a removal written as
+//! `null`); `fire_schedules` plans every schedule with
+//! [`schedule::plan_tick`] under the same lock, reading its last tick's
+//! job there, and pushes a tick's job through the one push path every
+//! `push` and `clone` takes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
@@ -26,15 +32,18 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use slothqueue_core::machine::{self, Graph, PlannedWrite, PushPlan, Transition};
+use slothqueue_core::schedule::{self, PutPlan, TickAction};
 use slothqueue_core::{
     AttemptNote, ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job,
     JobId, JobState, LaneChange, LaneCheck, LaneScope, LaneSettings, Lanes, ListFilter, ListOrder,
-    NewJob, Policy, PurgeFilter, Pushed, QueueCounts, RunnerRecord, SettledAndClaimed, Settlement,
-    Stamp, Stats, Store, StoreError, Timestamp,
+    NewJob, NewSchedule, Policy, PurgeFilter, Pushed, PutSchedule, QueueCounts, RunnerRecord,
+    Schedule, ScheduleChange, SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError,
+    Ticks, Timestamp,
 };
 
 /// One line of the append-only log: a job written whole with the events
-/// it gained, a deletion, the id counter, or the runner table.
+/// it gained, a deletion, the id counter, the runner table, a lane or a
+/// schedule.
 #[derive(Clone)]
 enum Record {
     Job(Box<Job>, Vec<Event>),
@@ -44,6 +53,8 @@ enum Record {
     /// One lane's settings under its scope key (`""` for every queue);
     /// `None` when they went back to the defaults, which are not kept.
     Lane(String, Option<LaneSettings>),
+    /// One schedule written whole under its key; `None` when removed.
+    Schedule(String, Option<Box<Schedule>>),
 }
 
 impl Record {
@@ -54,6 +65,7 @@ impl Record {
             Record::NextId(id) => serde_json::json!({ "next_id": id }),
             Record::Runners(r) => serde_json::json!({ "runners": r }),
             Record::Lane(key, settings) => serde_json::json!({ "lane": key, "settings": settings }),
+            Record::Schedule(key, s) => serde_json::json!({ "schedule": key, "as": s }),
         };
         let mut line = v.to_string();
         line.push('\n');
@@ -79,6 +91,12 @@ impl Record {
                 serde_json::from_value(key).expect("a scope key"),
                 serde_json::from_value(settings).expect("lane settings"),
             )
+        } else if let Some(key) = take("schedule") {
+            let s = take("as").expect("a schedule or null");
+            Record::Schedule(
+                serde_json::from_value(key).expect("a schedule key"),
+                serde_json::from_value(s).expect("a schedule"),
+            )
         } else {
             Record::Runners(
                 serde_json::from_value(take("runners").expect("runners")).expect("runners"),
@@ -94,6 +112,7 @@ struct State {
     events: BTreeMap<JobId, Vec<Event>>,
     runners: Vec<RunnerRecord>,
     lanes: Lanes,
+    schedules: BTreeMap<String, Schedule>,
     /// Changes made by the current call, to append on success.
     dirty: Vec<Record>,
 }
@@ -113,6 +132,12 @@ impl State {
             Record::Runners(r) => self.runners = r,
             Record::Lane(key, settings) => {
                 self.lanes.insert(LaneScope::from_key(&key), settings.unwrap_or_default());
+            }
+            Record::Schedule(key, Some(s)) => {
+                self.schedules.insert(key, *s);
+            }
+            Record::Schedule(key, None) => {
+                self.schedules.remove(&key);
             }
         }
     }
@@ -227,6 +252,50 @@ impl State {
         self.record(Record::Lane(scope.key().to_owned(), kept));
         debug_assert_eq!(self.lanes, lanes, "the record replays to what apply made");
         Ok(self.lanes.clone())
+    }
+
+    fn write_schedule(&mut self, s: Schedule) {
+        self.record(Record::Schedule(s.key.clone(), Some(Box::new(s))));
+    }
+
+    /// One transaction of `fire_schedules`: every stored schedule in key
+    /// order to [`schedule::plan_tick`] with the state of its last tick's
+    /// job as it is now, and the plan written: an enqueue through the one
+    /// push path (id, key, `pushed`), then the plan's events and the
+    /// schedule; a skip's event on the unfinished job; a drop's cursor.
+    fn fire_schedules(&mut self, now: Timestamp, policy: &Policy) -> Result<Ticks, StoreError> {
+        let due: Vec<Schedule> = self.schedules.values().cloned().collect();
+        let mut ticks = Vec::new();
+        for s in due {
+            let previous =
+                s.last_fire.as_ref().and_then(|f| self.jobs.get(&f.job)).map(|j| j.state);
+            let Some(plan) = schedule::plan_tick(&s, now, previous) else { continue };
+            match plan.action.clone() {
+                TickAction::Enqueue(new) => {
+                    machine::validate(&new)?;
+                    let pushed = self.push(&new, now, policy)?;
+                    let (after, events, tick) = plan.enqueued(pushed.job.id, pushed.created, now);
+                    if !events.is_empty() {
+                        let job = self.existing(pushed.job.id)?.clone();
+                        self.record(Record::Job(Box::new(job), events));
+                    }
+                    self.write_schedule(after);
+                    ticks.push(tick);
+                }
+                TickAction::Skip { unfinished, event } => {
+                    // The job itself unchanged: written as it is, with the event.
+                    let job = self.existing(unfinished)?.clone();
+                    self.record(Record::Job(Box::new(job), vec![event]));
+                    ticks.push(plan.report());
+                    self.write_schedule(plan.schedule);
+                }
+                TickAction::Drop => {
+                    ticks.push(plan.report());
+                    self.write_schedule(plan.schedule);
+                }
+            }
+        }
+        Ok(Ticks { ticks, next: schedule::next_fire(self.schedules.values()) })
     }
 
     /// Every queue with a pending or running job, counted, by name.
@@ -376,30 +445,51 @@ fn open(path: &Path, policy: Policy) -> Result<Arc<dyn Store>, StoreError> {
 impl Store for RefStore {
     async fn put_schedule(
         &self,
-        _new: &slothqueue_core::NewSchedule,
-        _now: Timestamp,
-    ) -> Result<slothqueue_core::PutSchedule, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+        new: &NewSchedule,
+        now: Timestamp,
+    ) -> Result<PutSchedule, StoreError> {
+        self.with(|st| match schedule::create(new, st.schedules.get(&new.key), now)? {
+            PutPlan::Insert(s) => {
+                st.write_schedule(s.clone());
+                Ok(PutSchedule { schedule: s, created: true })
+            }
+            PutPlan::Unchanged(s) => Ok(PutSchedule { schedule: s, created: false }),
+        })
     }
-    async fn schedules(&self) -> Result<Vec<slothqueue_core::Schedule>, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+
+    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
+        // The map is in key order.
+        self.with(|st| Ok(st.schedules.values().cloned().collect()))
     }
+
     async fn change_schedule(
         &self,
-        _key: &str,
-        _change: &slothqueue_core::ScheduleChange,
-        _now: Timestamp,
-    ) -> Result<Option<slothqueue_core::Schedule>, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+        key: &str,
+        change: &ScheduleChange,
+        now: Timestamp,
+    ) -> Result<Option<Schedule>, StoreError> {
+        self.with(|st| {
+            let s = st.schedules.get(key).ok_or_else(|| StoreError::NoSchedule(key.to_owned()))?;
+            let after = schedule::change(s, change, now);
+            st.record(Record::Schedule(key.to_owned(), after.clone().map(Box::new)));
+            Ok(after)
+        })
     }
-    async fn fire_schedules(&self, _now: Timestamp) -> Result<slothqueue_core::Ticks, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+
+    async fn fire_schedules(&self, now: Timestamp) -> Result<Ticks, StoreError> {
+        self.with(|st| st.fire_schedules(now, &self.policy))
     }
-    async fn restore_schedules(
-        &self,
-        _schedules: Vec<slothqueue_core::Schedule>,
-    ) -> Result<(), StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+
+    async fn restore_schedules(&self, schedules: Vec<Schedule>) -> Result<(), StoreError> {
+        for s in &schedules {
+            schedule::check_restore(s)?;
+        }
+        self.with(|st| {
+            for s in schedules {
+                st.write_schedule(s);
+            }
+            Ok(())
+        })
     }
 
     async fn note_attempt(

@@ -1,13 +1,15 @@
 //! The routes: one table drives both the router and the OpenAPI document,
 //! so the document cannot drift from what is served.
 
+mod schedules;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{MethodRouter, get, patch, post, put};
+use axum::routing::{MethodRouter, delete, get, patch, post, put};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 use slothqueue_core::{
@@ -137,6 +139,42 @@ pub(crate) const ROUTES: &[RouteSpec] = &[
         path: "/api/resume",
         handler: || post(resume_all),
         operation: op_resume_all,
+    },
+    RouteSpec {
+        method: "GET",
+        path: "/api/schedules",
+        handler: || get(schedules::list),
+        operation: schedules::op_list,
+    },
+    RouteSpec {
+        method: "POST",
+        path: "/api/schedules",
+        handler: || post(schedules::put),
+        operation: schedules::op_put,
+    },
+    RouteSpec {
+        method: "GET",
+        path: "/api/schedules/{key}",
+        handler: || get(schedules::show),
+        operation: schedules::op_show,
+    },
+    RouteSpec {
+        method: "DELETE",
+        path: "/api/schedules/{key}",
+        handler: || delete(schedules::remove),
+        operation: schedules::op_remove,
+    },
+    RouteSpec {
+        method: "POST",
+        path: "/api/schedules/{key}/pause",
+        handler: || post(schedules::pause),
+        operation: schedules::op_pause,
+    },
+    RouteSpec {
+        method: "POST",
+        path: "/api/schedules/{key}/resume",
+        handler: || post(schedules::resume),
+        operation: schedules::op_resume,
     },
     RouteSpec {
         method: "GET",
@@ -1247,7 +1285,8 @@ fn schemas() -> Value {
             "required": ["pending", "running", "done", "failed", "cancelled", "due_now", "next_due"]
         }
     });
-    for more in [lane_schemas(), edit_schemas()] {
+    let schedule_schemas = schedules::schemas(&all["EnqueueRequest"]);
+    for more in [lane_schemas(), edit_schemas(), schedule_schemas] {
         if let (Value::Object(all), Value::Object(more)) = (&mut all, more) {
             all.extend(more);
         }

@@ -9,7 +9,7 @@ use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request};
 use axum::http::header;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
-use slothqueue_core::{JobId, machine};
+use slothqueue_core::{JobId, machine, schedule};
 
 use crate::guard::is_json_content_type;
 use crate::{AppState, HttpError};
@@ -139,23 +139,49 @@ impl<S: Send + Sync> FromRequestParts<S> for QueueParam {
     type Rejection = HttpError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let refused = |shown: &str| {
-            HttpError::BadRequest(format!(
-                "queue `{shown}` is not a valid name (1 to {} letters, digits, '-', '_' and '.', not starting with '.')",
-                machine::MAX_NAME_LEN
-            ))
-        };
-        let Path(raw) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|_| refused("(not utf-8)"))?;
-        if !machine::is_plain_name(&raw) {
-            // Echo a bounded, printable form of what was sent.
-            let shown: String =
-                raw.chars().take(40).map(|c| if c.is_control() { '?' } else { c }).collect();
-            return Err(refused(&shown));
-        }
-        Ok(QueueParam(raw))
+        plain_segment(parts, state, "queue", machine::MAX_NAME_LEN).await.map(QueueParam)
     }
+}
+
+/// The `{key}` path segment of the schedule routes (percent-decoded): a
+/// plain name ([`machine::is_plain_name`]) no longer than a schedule key
+/// may be ([`schedule::MAX_KEY_LEN`]). Anything else is a 400 before the
+/// store is asked.
+pub(crate) struct ScheduleKeyParam(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for ScheduleKeyParam {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        plain_segment(parts, state, "schedule key", schedule::MAX_KEY_LEN)
+            .await
+            .map(ScheduleKeyParam)
+    }
+}
+
+/// The one path segment of a route, if it is a plain name of at most
+/// `max` bytes; a 400 naming `what` otherwise.
+async fn plain_segment<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+    what: &str,
+    max: usize,
+) -> Result<String, HttpError> {
+    let refused = |shown: &str| {
+        HttpError::BadRequest(format!(
+            "{what} `{shown}` is not a valid name (1 to {max} letters, digits, '-', '_' and '.', not starting with '.')"
+        ))
+    };
+    let Path(raw) = Path::<String>::from_request_parts(parts, state)
+        .await
+        .map_err(|_| refused("(not utf-8)"))?;
+    if !machine::is_plain_name(&raw) || raw.len() > max {
+        // Echo a bounded, printable form of what was sent.
+        let shown: String =
+            raw.chars().take(40).map(|c| if c.is_control() { '?' } else { c }).collect();
+        return Err(refused(&shown));
+    }
+    Ok(raw)
 }
 
 /// Who sent the request, as a stamp's `by` names it: `http <peer ip>`

@@ -19,6 +19,10 @@
 //! | `PUT /api/queues/{queue}/limit` | `{"limit": N}`: at most N of the queue's jobs run at once (0 lifts it) |
 //! | `POST /api/queues/{queue}/pause`, `.../resume` | pauses (no job of it starts) or resumes one queue |
 //! | `POST /api/pause`, `POST /api/resume` | pauses or resumes every queue |
+//! | `GET /api/schedules` | every schedule (recurring job) with its next fire; `?show_secrets=true` as for the outbox |
+//! | `POST /api/schedules` | stores a schedule: `key`, `spec` (`{"cron": "0 3 * * *"}` or `{"every": SECONDS}`), `zone` (default `UTC`), `catch_up`, `overlap`, `job` (the enqueue body's fields); 201, 200 for the same definition again, 409 for another one under the key |
+//! | `GET /api/schedules/{key}`, `DELETE /api/schedules/{key}` | one schedule; removes it (its jobs stay) |
+//! | `POST /api/schedules/{key}/pause`, `.../resume` | no tick fires until resumed; resumed, it fires from its next slot after now |
 //! | `GET /api/openapi.json` | the OpenAPI 3.1 document |
 //! | `GET /healthz` | `{"ok": true}`, without a token |
 //!
@@ -144,8 +148,10 @@ impl ApiState {
         self
     }
 
-    /// Notified after every enqueue and cancel, so a following runner
-    /// starts (or stops) a job at once instead of at its next poll.
+    /// Notified after every enqueue, cancel and other change a runner acts
+    /// on (a lane's settings, a schedule), so a following runner starts
+    /// (or stops) a job, or fires a tick, at once instead of at its next
+    /// poll.
     pub fn with_waker(mut self, waker: Arc<Notify>) -> Self {
         self.waker = Some(waker);
         self

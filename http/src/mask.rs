@@ -2,13 +2,14 @@
 //! environment values (`slothqueue_core::shell::looks_secret`) read as
 //! [`slothqueue_core::shell::MASK`] unless the client asks for them
 //! (`?show_secrets=true` on the routes that look). Every route that answers
-//! with a job passes it through [`job`], so no route can forget.
+//! with a job passes it through [`job`] (a schedule's job through
+//! [`new_job`]), so no route can forget.
 //!
 //! Why mask at all when the client holds the token: answers end up in
 //! logs, dashboards and terminals; a token in a job's environment should
 //! appear only where someone asked for it.
 
-use slothqueue_core::{Job, Pushed};
+use slothqueue_core::{Job, NewJob, Pushed, SHELL_KIND};
 
 use crate::HttpError;
 
@@ -39,6 +40,17 @@ impl Secrets {
 pub(crate) fn job(mut job: Job, secrets: Secrets) -> Job {
     if secrets == Secrets::Masked {
         job.payload = slothqueue_core::shell::masked_payload(&job);
+    }
+    job
+}
+
+/// A job not pushed yet (the job a schedule's ticks enqueue) as the API
+/// shows it. The rule is `core::shell::masked_payload`'s (shell jobs only
+/// have secrets to mask), which the core states for a [`Job`] alone, so
+/// it is restated here for a [`NewJob`]: keep the two together.
+pub(crate) fn new_job(mut job: NewJob, secrets: Secrets) -> NewJob {
+    if secrets == Secrets::Masked && job.kind == SHELL_KIND {
+        job.payload = slothqueue_core::shell::masked(&job.payload);
     }
     job
 }

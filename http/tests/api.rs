@@ -5,6 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test helpers panic on failure")]
 
 mod common;
+#[path = "api/schedules.rs"]
+mod schedules;
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
@@ -204,6 +206,9 @@ async fn token_required(backend: Backend) {
         (Method::GET, "/api/tasks/outbox/1"),
         (Method::POST, "/api/tasks/outbox/1/cancel"),
         (Method::GET, "/api/tasks/outbox/stats"),
+        (Method::GET, "/api/schedules"),
+        (Method::POST, "/api/schedules"),
+        (Method::DELETE, "/api/schedules/nightly"),
         (Method::GET, "/api/openapi.json"),
         (Method::GET, "/no/such/route"),
     ];
@@ -523,6 +528,12 @@ async fn openapi_matches_routes(backend: Backend) {
         ("POST", "/api/queues/{queue}/resume"),
         ("POST", "/api/pause"),
         ("POST", "/api/resume"),
+        ("GET", "/api/schedules"),
+        ("POST", "/api/schedules"),
+        ("GET", "/api/schedules/{key}"),
+        ("DELETE", "/api/schedules/{key}"),
+        ("POST", "/api/schedules/{key}/pause"),
+        ("POST", "/api/schedules/{key}/resume"),
         ("GET", "/api/openapi.json"),
         ("GET", "/healthz"),
     ]
@@ -533,7 +544,8 @@ async fn openapi_matches_routes(backend: Backend) {
     // Every documented route is really served (not the "no such route" fallback),
     // and its path with the method swapped is not.
     for (method, path) in &documented {
-        let path = path.replace("{id}", "1").replace("{queue}", "default");
+        let path =
+            path.replace("{id}", "1").replace("{queue}", "default").replace("{key}", "nightly");
         let method: Method = method.parse().unwrap();
         let mut req = s.req(method.clone(), &path);
         if method == Method::POST {

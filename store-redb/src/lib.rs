@@ -22,6 +22,7 @@
 //! | `events` | (job id, seq) → JSON [`Event`](slothqueue_core::Event) | the append-only trail, read by one range scan |
 //! | `state_counts` | state → count | `status` without a scan |
 //! | `runners` | owner id → JSON [`RunnerRecord`](slothqueue_core::RunnerRecord) | who is running |
+//! | `schedules` | key → JSON [`Schedule`](slothqueue_core::Schedule) | recurring jobs: definition, cursor, last fire; in key order, the order ticks are decided in |
 //!
 //! A claim is a few O(log n) seeks even with a million pending jobs: the
 //! best due job of each (queue, kind) pair is the first `ready` entry
@@ -53,6 +54,15 @@
 //! one look at an empty table; a closed (paused or full) queue is skipped
 //! at its first `ready` key, one seek, however many of its jobs are due,
 //! and while every queue is paused no pending job is read at all.
+//!
+//! A schedule (schema 4; a v3 queue gains the empty table on open) is one
+//! row: `fire_schedules` reads every row in one write transaction, asks
+//! [`slothqueue_core::schedule::plan_tick`] about each (with the state of
+//! its last tick's job, read there too), pushes a due tick's job through
+//! the same path as `push` (so its key `KEY@SLOT` deduplicates a second
+//! decision of the slot) and writes the row back with its cursor moved.
+//! Two runners firing at once take turns at the write lock, and the second
+//! reads the first's cursor: each slot is decided once.
 //!
 //! # Transactions and the fence
 //!
@@ -140,6 +150,8 @@
 // - `error`: every redb error (and a panic inside redb) onto `StoreError`;
 // - `schema`: the layout (tables, keys, versions, migrations);
 // - `rows`: `Tx`, the index bookkeeping, the claim's candidates, encoding;
+// - `schedules`: the schedule operations inside a transaction (put,
+//   change, fire, restore), handed the store's push path for a tick's job;
 // - `txn`: the options, the handle, the write gate, the bounded wait for
 //   another process's lock, the write transaction;
 // - `open`: the sniff and probe, creation, the vetted and read-only opens,
@@ -148,6 +160,7 @@
 mod error;
 mod open;
 mod rows;
+mod schedules;
 mod schema;
 mod store;
 mod txn;

@@ -1,4 +1,5 @@
-//! A job, an event or a runner record as entries of the tables, and back:
+//! A job, an event, a schedule or a runner record as entries of the
+//! tables, and back:
 //! [`Tx`], the tables of one write transaction, keeps every index (`ready`,
 //! `pending_by_time`, `waiting_on_parents`, `dependency_edges`, `running`,
 //! `idempotency_keys`, `state_counts`) in step with the row in one function
@@ -14,13 +15,13 @@ use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTr
 use slothqueue_core::machine::{self, Graph};
 use slothqueue_core::{
     ClaimFilter, Event, Job, JobId, JobState, LaneCheck, LaneScope, LaneSettings, Lanes, Lease,
-    StoreError, Timestamp,
+    Schedule, StoreError, Timestamp,
 };
 
 use crate::error::Failure;
 use crate::schema::{
     COUNTS, EDGES, EVENTS, HELD, JOBS, KEYS, LANES, META, META_NEXT_ID, META_SCHEMA_VERSION,
-    META_WATERMARK, PENDING, READY, RUNNERS, RUNNING, ReadyKey, WAITING, i64_from_meta,
+    META_WATERMARK, PENDING, READY, RUNNERS, RUNNING, ReadyKey, SCHEDULES, WAITING, i64_from_meta,
     i64_to_meta, priority_key,
 };
 
@@ -39,6 +40,7 @@ pub(crate) struct Tx<'t> {
     pub(crate) waiting: Table<'t, i64, ()>,
     pub(crate) held: Table<'t, i64, &'static str>,
     pub(crate) lanes: Table<'t, &'static str, &'static [u8]>,
+    pub(crate) schedules: Table<'t, &'static str, &'static [u8]>,
     /// Pending jobs with `not_before` at or below this are in `ready`.
     pub(crate) watermark: i64,
     /// The file's schema version as this transaction reads it.
@@ -70,6 +72,7 @@ impl<'t> Tx<'t> {
             waiting: txn.open_table(WAITING)?,
             held: txn.open_table(HELD)?,
             lanes: txn.open_table(LANES)?,
+            schedules: txn.open_table(SCHEDULES)?,
             watermark,
             version,
         })
@@ -280,6 +283,32 @@ impl<'t> Tx<'t> {
         Ok(())
     }
 
+    /// The schedule stored under `key`, if any.
+    pub(crate) fn schedule(&self, key: &str) -> Result<Option<Schedule>, Failure> {
+        match self.schedules.get(key)? {
+            Some(bytes) => decode_schedule(key, bytes.value()).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Every schedule, in key order (see [`schedules_in`]).
+    pub(crate) fn all_schedules(&self) -> Result<Vec<Schedule>, Failure> {
+        schedules_in(&self.schedules)
+    }
+
+    /// Writes `s` under its key, replacing what was there.
+    pub(crate) fn put_schedule(&mut self, s: &Schedule) -> Result<(), Failure> {
+        let bytes = serde_json::to_vec(s).map_err(encode_failed)?;
+        self.schedules.insert(s.key.as_str(), bytes.as_slice())?;
+        Ok(())
+    }
+
+    /// Deletes the schedule under `key` (its jobs stay).
+    pub(crate) fn remove_schedule(&mut self, key: &str) -> Result<(), Failure> {
+        self.schedules.remove(key)?;
+        Ok(())
+    }
+
     /// The best due pending job `filter` admits whose lane `lanes` lets
     /// start (see [`Tx::best_ready`]), once [`Tx::advance`] has moved what
     /// is due into `ready`.
@@ -460,6 +489,28 @@ pub(crate) fn lanes_in(
     Ok(lanes)
 }
 
+/// Every schedule `table` stores, in key order. A row that does not
+/// decode, or that holds another key's schedule, is damage.
+pub(crate) fn schedules_in(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Vec<Schedule>, Failure> {
+    let mut out = Vec::new();
+    for entry in table.iter()? {
+        let (k, v) = entry?;
+        out.push(decode_schedule(k.value(), v.value())?);
+    }
+    Ok(out)
+}
+
+fn decode_schedule(key: &str, bytes: &[u8]) -> Result<Schedule, Failure> {
+    let s: Schedule = serde_json::from_slice(bytes)
+        .map_err(|e| Failure::Damaged(format!("schedule `{key}` does not decode: {e}")))?;
+    if s.key != key {
+        return Err(Failure::Damaged(format!("row `{key}` holds schedule `{}`", s.key)));
+    }
+    Ok(s)
+}
+
 fn borrow_key(k: &(String, String, u32, i64, i64)) -> (&str, &str, u32, i64, i64) {
     (k.0.as_str(), k.1.as_str(), k.2, k.3, k.4)
 }
@@ -526,6 +577,7 @@ pub(crate) fn verify_indexes(txn: &ReadTransaction) -> Result<(), Failure> {
     let waiting = txn.open_table(WAITING)?;
     let held = txn.open_table(HELD)?;
     lanes_in(&txn.open_table(LANES)?)?;
+    schedules_in(&txn.open_table(SCHEDULES)?)?;
     let edges = txn.open_table(EDGES)?;
     let pending = txn.open_table(PENDING)?;
     let ready = txn.open_table(READY)?;

@@ -22,7 +22,9 @@ use crate::error::Failure;
 /// - 3: lanes: the `lanes` table (limits and pauses) and the `held` table,
 ///   with held jobs kept out of `pending_by_time` and `ready` (no v2 job is
 ///   held, so the migration only adds tables).
-pub const SCHEMA_VERSION: u32 = 3;
+/// - 4: schedules: the `schedules` table (no v3 file has a schedule, so
+///   the migration only adds it, empty).
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Name → value; the schema version, the next id and the ready watermark.
 /// Its name doubles as slothqueue's mark on the file.
@@ -69,6 +71,13 @@ pub(crate) const HELD: TableDefinition<'static, i64, &str> = TableDefinition::ne
 /// only settings other than the defaults are stored, so a file nobody
 /// configured has it empty and a claim reads nothing more. Since schema 3.
 pub(crate) const LANES: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("lanes");
+/// Schedule key → the [`slothqueue_core::Schedule`] as JSON (definition,
+/// cursor, last fire; JSON like the jobs, so a new field is a serde
+/// default, not a migration), in key order, the order `fire_schedules`
+/// decides them in. A tick's job is an ordinary job (its key `KEY@SLOT`
+/// in `idempotency_keys`); nothing else indexes schedules. Since schema 4.
+pub(crate) const SCHEDULES: TableDefinition<'static, &str, &[u8]> =
+    TableDefinition::new("schedules");
 /// State name → how many jobs are in it.
 pub(crate) const COUNTS: TableDefinition<'static, &str, u64> = TableDefinition::new("state_counts");
 /// Owner id → the [`slothqueue_core::RunnerRecord`] as JSON.
@@ -112,9 +121,8 @@ const TABLES_V2: [&str; 11] = [
     "waiting_on_parents",
 ];
 
-/// Every table slothqueue writes (schema [`SCHEMA_VERSION`]): a table
-/// outside this list is another program's.
-pub(crate) const TABLE_NAMES: [&str; 13] = [
+/// The tables of schema 3.
+const TABLES_V3: [&str; 13] = [
     "slothqueue_meta",
     "jobs",
     "ready",
@@ -130,13 +138,33 @@ pub(crate) const TABLE_NAMES: [&str; 13] = [
     "lanes",
 ];
 
+/// Every table slothqueue writes (schema [`SCHEMA_VERSION`]): a table
+/// outside this list is another program's.
+pub(crate) const TABLE_NAMES: [&str; 14] = [
+    "slothqueue_meta",
+    "jobs",
+    "ready",
+    "pending_by_time",
+    "running",
+    "idempotency_keys",
+    "events",
+    "state_counts",
+    "runners",
+    "dependency_edges",
+    "waiting_on_parents",
+    "held",
+    "lanes",
+    "schedules",
+];
+
 /// The tables a file of schema `version` must have, for the open check;
 /// `None` for a version this build never wrote.
 pub(crate) fn tables_of(version: u64) -> Option<&'static [&'static str]> {
     match version {
         1 => Some(&TABLES_V1),
         2 => Some(&TABLES_V2),
-        3 => Some(&TABLE_NAMES),
+        3 => Some(&TABLES_V3),
+        4 => Some(&TABLE_NAMES),
         _ => None,
     }
 }
@@ -217,6 +245,7 @@ pub(crate) fn initialise_in(txn: &WriteTransaction, path: &Path) -> Result<(), S
         txn.open_table(WAITING)?;
         txn.open_table(HELD)?;
         txn.open_table(LANES)?;
+        txn.open_table(SCHEDULES)?;
         Ok(())
     };
     step().map_err(|e| e.into_store(path))
@@ -226,7 +255,7 @@ pub(crate) fn initialise_in(txn: &WriteTransaction, path: &Path) -> Result<(), S
 /// transaction (all or nothing). Version 1 is the first, so index 0 is
 /// never used.
 type Migration = fn(&WriteTransaction) -> Result<(), Failure>;
-const MIGRATIONS: &[Migration] = &[no_migration, v1_to_v2, v2_to_v3];
+const MIGRATIONS: &[Migration] = &[no_migration, v1_to_v2, v2_to_v3, v3_to_v4];
 
 fn no_migration(_: &WriteTransaction) -> Result<(), Failure> {
     Err(Failure::Damaged("schema version 0 was never written".to_owned()))
@@ -250,6 +279,15 @@ fn v1_to_v2(txn: &WriteTransaction) -> Result<(), Failure> {
 fn v2_to_v3(txn: &WriteTransaction) -> Result<(), Failure> {
     txn.open_table(HELD)?;
     txn.open_table(LANES)?;
+    Ok(())
+}
+
+/// Schema 4 adds schedules. A v3 build never wrote one (it has no such
+/// table, and a v4 file is refused by it as too new), and a schedule's
+/// ticks are ordinary jobs, so no job or index changes: the table is made
+/// empty.
+fn v3_to_v4(txn: &WriteTransaction) -> Result<(), Failure> {
+    txn.open_table(SCHEDULES)?;
     Ok(())
 }
 

@@ -3,7 +3,8 @@
 //! transaction run on tokio's blocking pool; every state change goes
 //! through a [`slothqueue_core::machine`] function, then [`write_plan`]
 //! (the change and what it causes to the jobs waiting on it) and
-//! [`Tx::put`], which keeps the indexes in step with the row.
+//! [`Tx::put`], which keeps the indexes in step with the row. The schedule
+//! operations are `schedules.rs`'s, handed [`push_in`] for a tick's job.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -17,19 +18,22 @@ use slothqueue_core::machine::{self, Graph, PushPlan, Transition};
 use slothqueue_core::{
     AttemptNote, ClaimRequest, Claimed, Completion, Event, Failure as JobFailure, Fence,
     HeartbeatAck, Job, JobEdit, JobId, JobState, LaneChange, LaneCheck, LaneScope, Lanes,
-    ListFilter, ListOrder, NewJob, Policy, PurgeFilter, Pushed, QueueCounts, RunnerRecord,
-    SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError, Timestamp,
+    ListFilter, ListOrder, NewJob, NewSchedule, Policy, PurgeFilter, Pushed, PutSchedule,
+    QueueCounts, RunnerRecord, Schedule, ScheduleChange, SettledAndClaimed, Settlement, Stamp,
+    Stats, Store, StoreError, Ticks, Timestamp,
 };
 
 use crate::error::{Failure, corrupt, guarded, panic_message};
-use crate::open;
 use crate::rows::{
-    Tx, decode_event, decode_job, dependents_in, lanes_in, load, out_of_step, verify_indexes,
+    Tx, decode_event, decode_job, dependents_in, lanes_in, load, out_of_step, schedules_in,
+    verify_indexes,
 };
 use crate::schema::{
-    COUNTS, EDGES, EVENTS, HELD, JOBS, LANES, PENDING, RUNNERS, RUNNING, SCHEMA_VERSION, WAITING,
+    COUNTS, EDGES, EVENTS, HELD, JOBS, LANES, PENDING, RUNNERS, RUNNING, SCHEDULES, SCHEMA_VERSION,
+    WAITING,
 };
 use crate::txn::{self, Db, Gate, Handle, RedbOptions, gate_for, read_only};
+use crate::{open, schedules};
 
 /// A queue in one redb file. Cheap to share (`Arc`); several handles, in
 /// one process or many, may hold the same file.
@@ -615,30 +619,37 @@ fn alone(e: StoreError) -> StoreError {
 impl Store for RedbStore {
     async fn put_schedule(
         &self,
-        _new: &slothqueue_core::NewSchedule,
-        _now: Timestamp,
-    ) -> Result<slothqueue_core::PutSchedule, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+        new: &NewSchedule,
+        now: Timestamp,
+    ) -> Result<PutSchedule, StoreError> {
+        let new = new.clone();
+        self.blocking(move |i| i.write(|t| schedules::put_in(t, &new, now))).await
     }
-    async fn schedules(&self) -> Result<Vec<slothqueue_core::Schedule>, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+
+    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
+        self.blocking(|i| i.read(|txn| schedules_in(&txn.open_table(SCHEDULES)?))).await
     }
+
     async fn change_schedule(
         &self,
-        _key: &str,
-        _change: &slothqueue_core::ScheduleChange,
-        _now: Timestamp,
-    ) -> Result<Option<slothqueue_core::Schedule>, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+        key: &str,
+        change: &ScheduleChange,
+        now: Timestamp,
+    ) -> Result<Option<Schedule>, StoreError> {
+        let (key, change) = (key.to_owned(), change.clone());
+        self.blocking(move |i| i.write(|t| schedules::change_in(t, &key, &change, now))).await
     }
-    async fn fire_schedules(&self, _now: Timestamp) -> Result<slothqueue_core::Ticks, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+
+    async fn fire_schedules(&self, now: Timestamp) -> Result<Ticks, StoreError> {
+        self.blocking(move |i| {
+            let policy = &i.options.policy;
+            i.write(|t| schedules::fire_in(t, now, |t, job| push_in(t, job, now, policy)))
+        })
+        .await
     }
-    async fn restore_schedules(
-        &self,
-        _schedules: Vec<slothqueue_core::Schedule>,
-    ) -> Result<(), StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+
+    async fn restore_schedules(&self, schedules: Vec<Schedule>) -> Result<(), StoreError> {
+        self.blocking(move |i| i.write(|t| schedules::restore_in(t, &schedules))).await
     }
 
     async fn note_attempt(

@@ -14,6 +14,7 @@ pub mod purge;
 pub mod push;
 pub mod queries;
 pub mod retry;
+pub mod schedules;
 pub mod settle;
 
 /// The one list of scenarios: calls back `$crate::$cb!` with the given
@@ -139,6 +140,22 @@ macro_rules! __with_scenarios {
             edit::clone_of_a_failed_job_is_a_new_pending_job_tied_both_ways,
             edit::clone_of_a_done_or_pending_job_adds_the_same_work_again,
             edit::clone_of_a_missing_job_or_with_a_bad_edit_writes_nothing,
+            schedules::put_schedule_stores_lists_and_refuses,
+            schedules::each_slot_fires_exactly_once_as_time_steps,
+            schedules::handles_racing_fire_decide_each_slot_once,
+            schedules::processes_racing_fire_decide_each_slot_once,
+            schedules::catch_up_once_after_a_gap_enqueues_the_latest_slot_once,
+            schedules::catch_up_none_drops_late_slots_and_fires_on_time,
+            schedules::overlap_skip_enqueues_nothing_while_the_previous_job_is_unfinished,
+            schedules::overlap_queue_enqueues_while_the_previous_job_is_unfinished,
+            schedules::paused_schedule_fires_nothing_and_resume_skips_passed_slots,
+            schedules::removed_schedule_enqueues_nothing_and_its_jobs_stay,
+            schedules::a_clock_going_backwards_fires_nothing_twice,
+            schedules::schedules_persist_across_reopen,
+            schedules::restore_schedules_writes_them_as_exported_all_or_nothing,
+            schedules::change_schedule_of_an_unknown_key_is_no_schedule,
+            schedules::a_tick_whose_key_is_held_makes_no_second_job,
+            schedules::a_cron_schedule_fires_in_its_zone_across_dst,
         ] }
     };
 }

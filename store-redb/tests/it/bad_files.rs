@@ -275,15 +275,18 @@ fn processes_creating_one_queue_at_once_all_succeed() {
 }
 
 /// Each version's own tables are checked before anything is written: a
-/// current queue missing `held` or `lanes` (schema 3), or a v2 queue
-/// missing `waiting_on_parents` (it would be migrated from a layout it
-/// does not have), is refused untouched.
+/// current queue missing `schedules` (schema 4) or `held`, or a v3 queue
+/// missing `lanes` or a v2 queue missing `waiting_on_parents` (each would
+/// be migrated from a layout it does not have), is refused untouched.
 #[test]
 fn a_queue_missing_a_table_of_its_version_is_refused_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let healthy = healthy_queue(dir.path());
-    let v2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/v2.redb");
-    for (from, table) in [(&healthy, "held"), (&healthy, "lanes"), (&v2, "waiting_on_parents")] {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let (v2, v3) = (data.join("v2.redb"), data.join("v3.redb"));
+    for (from, table) in
+        [(&healthy, "schedules"), (&healthy, "held"), (&v3, "lanes"), (&v2, "waiting_on_parents")]
+    {
         let path = dir.path().join(format!("without-{table}.redb"));
         std::fs::copy(from, &path).unwrap();
         {

@@ -20,8 +20,14 @@
 //!   regressions file sits beside it, `claim_order.proptest-regressions`);
 //! - `v1_fixture`: the schema-v1 fixture in `tests/data/` opens and reads
 //!   back exactly, forever;
-//! - `v2_fixture`: the schema-v2 fixture (dependencies) migrates to v3 and
-//!   reads back exactly, forever;
+//! - `v2_fixture`: the schema-v2 fixture (dependencies) migrates to the
+//!   current schema and reads back exactly, forever;
+//! - `v3_fixture`: the schema-v3 fixture (lanes, holds) migrates to v4
+//!   (schedules) and reads back exactly, forever; a schedule put on it
+//!   fires, finds the v3 job holding its tick's key, and survives reopen;
+//! - `schedules`: schedules in this backend's table: stored as they are
+//!   across handles and read-only opens, a row that does not decode is
+//!   damage, a fire is one transaction (all its ticks or none);
 //! - `lanes`: limits, pauses and holds in this backend's claim indexes
 //!   (a closed queue skipped at its first key, a limit across handles, a
 //!   held job out of every claim index), against a model too.
@@ -40,5 +46,7 @@ mod import;
 mod lanes;
 mod power_loss;
 mod read_only;
+mod schedules;
 mod v1_fixture;
 mod v2_fixture;
+mod v3_fixture;

@@ -185,6 +185,7 @@ async fn v1_fixture_reads_back() {
     let runners = s.runners().await.unwrap();
     assert_eq!(runners.len(), 1);
     assert_eq!(runners[0].activity, RunnerActivity::Running { job: 2, also: Vec::new() });
+    assert!(s.schedules().await.unwrap().is_empty(), "migrated with no schedules");
     slothqueue_conformance::assert_all_trails_consistent(&s).await;
 
     // Still a working queue: the key still deduplicates, ids go on past

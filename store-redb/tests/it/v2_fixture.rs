@@ -2,7 +2,8 @@
 //! `write_v2_fixture`, run once by hand on the last v2 build): a job in
 //! every state, jobs waiting on parents and one cancelled with its failed
 //! parent, two queues, keys and a runner record. Every later build must
-//! open a copy of it, migrate it, and read back exactly this, forever.
+//! open a copy of it, migrate it (through schema 3, lanes and holds, to the
+//! current one), and read back exactly this, forever.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a test failure is a panic")]
 
@@ -134,7 +135,10 @@ async fn v2_fixture_migrates_and_reads_back() {
     let path = copy(dir.path());
     let (version, names) = layout(&path);
     assert_eq!(version, 2);
-    assert!(!names.iter().any(|n| n == "lanes" || n == "held"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| ["lanes", "held", "schedules"].contains(&n.as_str())),
+        "{names:?}"
+    );
 
     let s = RedbStore::open(&path, RedbOptions::default()).unwrap();
     s.check_integrity().unwrap();
@@ -183,6 +187,7 @@ async fn v2_fixture_migrates_and_reads_back() {
     assert_eq!((stats.done, stats.failed, stats.cancelled), (1, 1, 2));
     assert_eq!(stats.next_due, Some(at(100)));
     assert!(s.lanes().await.unwrap().is_default());
+    assert!(s.schedules().await.unwrap().is_empty());
     let counts = s.queue_counts(at(10)).await.unwrap();
     let brief: Vec<(&str, u64, u64, u64, u64, u64)> = counts
         .iter()
@@ -213,7 +218,7 @@ async fn v2_fixture_migrates_and_reads_back() {
 
     let (version, names) = layout(&path);
     assert_eq!(version, u64::from(SCHEMA_VERSION));
-    for table in ["lanes", "held"] {
+    for table in ["lanes", "held", "schedules"] {
         assert!(names.iter().any(|n| n == table), "{table} missing: {names:?}");
     }
     let s = RedbStore::open(&path, RedbOptions::default()).unwrap();
@@ -238,6 +243,7 @@ async fn v2_fixture_reads_through_a_read_only_open_untouched() {
     let stats = s.stats(at(10)).await.unwrap();
     assert_eq!((stats.pending, stats.waiting_on_parents, stats.held), (6, 2, 0));
     assert!(s.lanes().await.unwrap().is_default());
+    assert!(s.schedules().await.unwrap().is_empty());
     assert_eq!(s.queue_counts(at(10)).await.unwrap().len(), 3);
     drop(s);
     assert_eq!(std::fs::read(&path).unwrap(), bytes, "the migration was in memory only");

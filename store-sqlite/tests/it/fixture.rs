@@ -1,13 +1,17 @@
-//! The fixtures, `tests/data/v1.sqlite`, `v3.sqlite` and `v4.sqlite`: the
-//! same small queue written by this crate at schema versions 1, 3 and 4,
-//! with jobs in every state and their trails. Every later version must open
-//! a copy of each and read it back exactly, forever; that is what "an older
-//! file is migrated" means in practice. (v3 is the last layout before jobs
-//! could wait on others: its pending jobs must still be due after the
-//! claim indexes were rebuilt for dependencies. v4 is the last before
-//! lanes and holds, and adds a chapter of jobs waiting on parents: they
-//! must still wait, and the due one stay due, after the claim indexes were
-//! rebuilt to leave held jobs out.)
+//! The fixtures, `tests/data/v1.sqlite`, `v3.sqlite`, `v4.sqlite`,
+//! `v5.sqlite` and `v6.sqlite`: the same small queue written by this crate
+//! at schema versions 1, 3, 4, 5 and 6, with jobs in every state and their trails. Every
+//! later version must open a copy of each and read it back exactly,
+//! forever; that is what "an older file is migrated" means in practice. (v3
+//! is the last layout before jobs could wait on others: its pending jobs
+//! must still be due after the claim indexes were rebuilt for
+//! dependencies. v4 is the last before lanes and holds, and adds a chapter
+//! of jobs waiting on parents: they must still wait, and the due one stay
+//! due, after the claim indexes were rebuilt to leave held jobs out. v5 is
+//! the last before schedules, and adds a chapter of a held job and lane
+//! settings: they must survive the schedules' table being added. v6 adds a
+//! chapter of schedules, one that fired and one paused: what a tick decided
+//! must read back, and decide nothing twice.)
 //!
 //! `build` below is how the files were made. It is run again only with
 //! `SLOTHQUEUE_WRITE_FIXTURE=<version>`, and refuses unless the schema is
@@ -21,9 +25,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::Connection;
+use slothqueue_core::schedule::{LastFire, Missed};
 use slothqueue_core::{
-    ClaimFilter, ClaimRequest, ClockOnly, Completion, EventKind, Failure, JobState, NewJob, Owner,
-    RunnerActivity, RunnerRecord, Stats, Store, Timestamp,
+    CatchUp, ClaimFilter, ClaimRequest, ClockOnly, Completion, EventKind, Failure, JobState,
+    LaneChange, LaneScope, LaneSettings, NewJob, NewSchedule, Overlap, Owner, RunnerActivity,
+    RunnerRecord, Schedule, ScheduleChange, Spec, Stamp, Stats, Store, TickOutcome, Timestamp,
 };
 use slothqueue_store_sqlite::{APPLICATION_ID, SCHEMA_VERSION, SqliteOptions, SqliteStore};
 
@@ -64,6 +70,14 @@ fn only(queue: &str) -> ClaimFilter {
 /// The first version whose fixture has the dependencies chapter
 /// ([`build_after`]).
 const AFTER: u32 = 4;
+
+/// The first version whose fixture has the lanes and holds chapter
+/// ([`build_lanes`]).
+const LANES: u32 = 5;
+
+/// The first version whose fixture has the schedules chapter
+/// ([`build_schedules`]).
+const SCHEDULES: u32 = 6;
 
 /// Writes the fixture's story into a new queue at `path`, as a build of
 /// schema `version` tells it (the chapters that version could store).
@@ -142,6 +156,12 @@ async fn build(path: &Path, version: u32) {
     if version >= AFTER {
         build_after(&s).await;
     }
+    if version >= LANES {
+        build_lanes(&s).await;
+    }
+    if version >= SCHEDULES {
+        build_schedules(&s).await;
+    }
     drop(s);
     // Compact, and in rollback-journal mode so that reading the committed
     // file read-only leaves no `-wal`/`-shm` beside it in the repository.
@@ -156,6 +176,114 @@ async fn build_after(s: &SqliteStore) {
     s.push(NewJob::shell("after one", "/").after(1), t(90)).await.unwrap();
     s.push(NewJob::shell("after two", "/").queue("slow").after(2), t(91)).await.unwrap();
     s.push(NewJob::shell("after both", "/").after(11).after(2), t(92)).await.unwrap();
+}
+
+fn ana(secs: i64) -> Stamp {
+    Stamp::new("ana@laptop", t(secs))
+}
+
+/// The lanes and holds chapter (v5 on): #14 held, the `slow` lane limited
+/// to one job at a time, the `mail` lane paused.
+async fn build_lanes(s: &SqliteStore) {
+    s.push(NewJob::shell("on hold", "/").queue("slow"), t(93)).await.unwrap();
+    s.hold(14, ana(94), t(94)).await.unwrap();
+    s.change_lane(&LaneScope::Queue("slow".into()), &LaneChange::Limit(1)).await.unwrap();
+    s.change_lane(&LaneScope::Queue("mail".into()), &LaneChange::Pause(ana(95))).await.unwrap();
+}
+
+/// What the lanes and holds chapter holds.
+async fn check_lanes(s: &SqliteStore) {
+    let j14 = s.get(14).await.unwrap();
+    assert_eq!(
+        (j14.state, j14.held, j14.queue.as_str()),
+        (JobState::Pending, Some(ana(94)), "slow")
+    );
+    let trail = s.events(14).await.unwrap();
+    assert_eq!(
+        trail.iter().map(|e| e.kind).collect::<Vec<_>>(),
+        [EventKind::Pushed, EventKind::Held]
+    );
+    let lanes = s.lanes().await.unwrap();
+    assert_eq!(lanes.all_paused, None);
+    let want = [
+        ("mail".to_owned(), LaneSettings { limit: 0, paused: Some(ana(95)) }),
+        ("slow".to_owned(), LaneSettings { limit: 1, paused: None }),
+    ];
+    assert_eq!(lanes.queues.into_iter().collect::<Vec<_>>(), want);
+}
+
+/// The definitions of the schedules chapter.
+fn beat() -> NewSchedule {
+    NewSchedule {
+        key: "beat".into(),
+        spec: Spec::every(Duration::from_secs(1)).unwrap(),
+        zone: "UTC".into(),
+        catch_up: CatchUp::Once,
+        overlap: Overlap::Skip,
+        job: NewJob::shell("date", "/home/u"),
+    }
+}
+
+fn nightly() -> NewSchedule {
+    NewSchedule {
+        key: "nightly".into(),
+        spec: Spec::cron("0 3 * * *").unwrap(),
+        zone: "Europe/Berlin".into(),
+        catch_up: CatchUp::None,
+        overlap: Overlap::Queue,
+        job: NewJob::new("send", serde_json::json!({"report": "daily"})).queue("mail").priority(2),
+    }
+}
+
+/// The schedules chapter (v6 on): `beat` (every second from t(96)) fired
+/// at t(98), one slot missed before it, and enqueued #15; `nightly` (cron,
+/// in Berlin) was paused before its first slot.
+async fn build_schedules(s: &SqliteStore) {
+    s.put_schedule(&beat(), t(96)).await.unwrap();
+    s.put_schedule(&nightly(), t(96)).await.unwrap();
+    s.change_schedule("nightly", &ScheduleChange::Pause(ana(97)), t(97)).await.unwrap();
+    let fired = s.fire_schedules(t(98)).await.unwrap();
+    assert_eq!(fired.ticks.len(), 1, "{fired:?}");
+}
+
+/// What the schedules chapter holds.
+async fn check_schedules(s: &SqliteStore) {
+    let stored = |new: NewSchedule| Schedule {
+        key: new.key,
+        spec: new.spec,
+        zone: new.zone,
+        catch_up: new.catch_up,
+        overlap: new.overlap,
+        job: new.job,
+        created_at: t(96),
+        paused: None,
+        cursor: t(96),
+        last_fire: None,
+        last_missed: None,
+        last_skipped: None,
+    };
+    let beat = Schedule {
+        cursor: t(98),
+        last_fire: Some(LastFire { slot: t(98), at: t(98), job: 15 }),
+        last_missed: Some(Missed { count: 1, at_least: false, at: t(98), latest: t(97) }),
+        ..stored(beat())
+    };
+    let nightly = Schedule { paused: Some(ana(97)), ..stored(nightly()) };
+    assert_eq!(s.schedules().await.unwrap(), [beat, nightly]);
+    let j15 = s.get(15).await.unwrap();
+    assert_eq!(j15.idempotency_key.as_deref(), Some("beat@2023-11-14T22:14:58Z"));
+    assert_eq!(
+        (j15.state, j15.command(), j15.created_at),
+        (JobState::Pending, Some("date"), t(98))
+    );
+    let trail = s.events(15).await.unwrap();
+    assert_eq!(
+        trail.iter().map(|e| e.kind).collect::<Vec<_>>(),
+        [EventKind::Pushed, EventKind::Scheduled]
+    );
+    // Decided: the same time fires nothing again.
+    let again = s.fire_schedules(t(98)).await.unwrap();
+    assert_eq!((again.ticks.len(), again.next), (0, Some(t(99))));
 }
 
 /// What the dependencies chapter holds.
@@ -258,13 +386,26 @@ async fn check(s: &SqliteStore, version: u32) {
         check_after(s).await;
         (want.pending, want.waiting_on_parents, want.due_now) = (7, 2, 4);
     }
+    if version >= LANES {
+        check_lanes(s).await;
+        (want.pending, want.held) = (8, 1);
+    }
+    if version >= SCHEDULES {
+        check_schedules(s).await;
+        (want.pending, want.due_now) = (9, 5);
+    }
     assert_eq!(stats, want);
     assert_eq!(s.next_due().await.unwrap(), Some(t(34)));
 }
 
 /// The id the next job pushed onto the fixture of `version` gets.
 fn next_id(version: u32) -> i64 {
-    if version >= AFTER { 14 } else { 11 }
+    match version {
+        v if v >= SCHEDULES => 16,
+        v if v >= LANES => 15,
+        v if v >= AFTER => 14,
+        _ => 11,
+    }
 }
 
 /// Rewrites the fixture of `version` when asked and this build is of it,
@@ -322,6 +463,16 @@ async fn the_v4_fixture_reads_back() {
 }
 
 #[tokio::test]
+async fn the_v5_fixture_reads_back() {
+    reads_back(5).await;
+}
+
+#[tokio::test]
+async fn the_v6_fixture_reads_back() {
+    reads_back(6).await;
+}
+
+#[tokio::test]
 async fn the_builder_still_tells_the_same_story() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fresh.sqlite");
@@ -369,7 +520,7 @@ async fn a_migrated_file_has_the_schema_of_a_new_one() {
             .unwrap();
         stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
     };
-    for version in [1, 3, 4] {
+    for version in [1, 3, 4, 5, 6] {
         let copy = dir.path().join(format!("v{version}.sqlite"));
         fs::copy(fixture(version), &copy).unwrap();
         drop(SqliteStore::open(&copy, SqliteOptions::default()).unwrap());
@@ -384,7 +535,7 @@ async fn a_migrated_file_has_the_schema_of_a_new_one() {
 /// lease among them) are passed by, and a release brings the job back.
 #[tokio::test]
 async fn the_v4_fixture_takes_lanes_and_holds_after_the_migration() {
-    use slothqueue_core::{LaneChange, LaneScope, QueueCounts, Stamp};
+    use slothqueue_core::QueueCounts;
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("v4.sqlite");
     fs::copy(fixture(4), &copy).unwrap();
@@ -420,5 +571,28 @@ async fn the_v4_fixture_takes_lanes_and_holds_after_the_migration() {
     assert!(s.claim(&any(), now).await.unwrap().is_none());
     s.release_hold(12, "ana@laptop", now).await.unwrap();
     assert_eq!(s.claim(&any(), now).await.unwrap().unwrap().job.id, 12);
+    s.check_integrity().unwrap();
+}
+
+/// The v5 file (the last before schedules), migrated: it has none, takes
+/// one, and the tick's job gets the next id of the file, above its jobs.
+#[tokio::test]
+async fn the_v5_fixture_takes_schedules_after_the_migration() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("v5.sqlite");
+    fs::copy(fixture(5), &copy).unwrap();
+    let s = SqliteStore::open(&copy, SqliteOptions::default()).unwrap();
+    assert!(s.schedules().await.unwrap().is_empty());
+    assert!(s.fire_schedules(t(200)).await.unwrap().ticks.is_empty());
+    assert!(s.put_schedule(&beat(), t(200)).await.unwrap().created);
+    let fired = s.fire_schedules(t(201)).await.unwrap();
+    let outcomes: Vec<_> = fired.ticks.into_iter().map(|k| k.outcome).collect();
+    assert_eq!(outcomes, [TickOutcome::Enqueued { job: 15, created: true }]);
+    drop(s);
+    let s = SqliteStore::open(&copy, SqliteOptions::default()).unwrap();
+    assert_eq!(s.schedules().await.unwrap()[0].last_fire.as_ref().map(|f| f.job), Some(15));
+    let j15 = s.get(15).await.unwrap();
+    assert_eq!(j15.idempotency_key.as_deref(), Some("beat@2023-11-14T22:16:41Z"));
+    assert_eq!(s.get(14).await.unwrap().held, Some(ana(94)), "the v5 chapter is intact");
     s.check_integrity().unwrap();
 }
