@@ -52,15 +52,16 @@
 //!
 //! # Multi-process scenarios
 //!
-//! [`scenarios::concurrency::claim_race_across_processes_hands_each_job_once`]
-//! and [`scenarios::concurrency::pushes_across_processes_get_distinct_ids`]
+//! [`scenarios::concurrency::claim_race_across_processes_hands_each_job_once`],
+//! [`scenarios::concurrency::pushes_across_processes_get_distinct_ids`] and
+//! [`scenarios::schedules::processes_racing_fire_decide_each_slot_once`]
 //! start 4 copies of the current test binary
 //! (`current_exe() --exact <module>::__child_entry --nocapture --test-threads 1`)
 //! with [`child::CHILD_ENV`] set to `<role>:<queue path>`. The generated
 //! `__child_entry` test does nothing unless that variable is set; when it
 //! is, it opens the queue through the same [`OpenFn`], does its role's work
 //! and writes what it did to the file named by [`child::OUT_ENV`]. Under
-//! [`run_all`] there is no such test to re-execute, so those two scenarios
+//! [`run_all`] there is no such test to re-execute, so those scenarios
 //! use OS threads, each with its own handle and runtime, instead.
 
 #![deny(missing_docs)]

@@ -52,8 +52,10 @@ pub const MIN_PERIOD: Duration = Duration::from_secs(1);
 pub const MAX_PERIOD: Duration = Duration::from_secs(100 * 366 * 24 * 3600);
 
 /// Longest schedule key: the key of a tick, `KEY@` and an RFC 3339 UTC
-/// time (20 characters), must fit a job's idempotency key.
-pub const MAX_KEY_LEN: usize = MAX_NAME_LEN - 21;
+/// time (20 characters, 24 with milliseconds, which an interval's slots
+/// have when it was created at a time with milliseconds), must fit a job's
+/// idempotency key, or the tick's push would be refused.
+pub const MAX_KEY_LEN: usize = MAX_NAME_LEN - 25;
 
 /// Most missed slots counted one by one; beyond, the count says "at least"
 /// ([`Missed::at_least`]) and the latest slot is found by searching back.
@@ -558,6 +560,24 @@ pub fn change(s: &Schedule, change: &ScheduleChange, now: Timestamp) -> Option<S
     Some(s)
 }
 
+/// The slots due in a span, as [`Schedule::latest_due`] finds them.
+struct Due {
+    /// The latest.
+    slot: Timestamp,
+    /// How many come before it in the span (at least this many when
+    /// `at_least`).
+    before: u64,
+    /// Counting stopped at [`MISSED_COUNT_LIMIT`].
+    at_least: bool,
+    /// The one just before it in the span, if any.
+    previous: Option<Timestamp>,
+}
+
+/// The last millisecond before `t`.
+fn before_instant(t: Timestamp) -> Option<Timestamp> {
+    t.as_millis().checked_sub(1).map(Timestamp::from_millis)
+}
+
 impl Schedule {
     /// What was asked, without where it is.
     pub fn definition(&self) -> NewSchedule {
@@ -589,9 +609,9 @@ impl Schedule {
         }
     }
 
-    /// The latest slot at or before `t` and after `after`, with how many
-    /// slots in that span come before it (so `1 + missed` slots are due).
-    fn latest_due(&self, after: Timestamp, t: Timestamp) -> Option<(Timestamp, u64, bool)> {
+    /// The slots after `after` and at or before `t`: the latest of them,
+    /// how many come before it, and the one just before it.
+    fn latest_due(&self, after: Timestamp, t: Timestamp) -> Option<Due> {
         match &self.spec {
             Spec::Every(period) => {
                 let p = i64::try_from(period.as_millis()).ok()?.max(1);
@@ -602,27 +622,40 @@ impl Schedule {
                     return None;
                 }
                 let slot = Timestamp::from_millis(anchor + last * p);
-                Some((slot, u64::try_from(last - first - 1).unwrap_or(0), false))
+                let before = u64::try_from(last - first - 1).unwrap_or(0);
+                let previous =
+                    (before > 0).then(|| Timestamp::from_millis(anchor + (last - 1) * p));
+                Some(Due { slot, before, at_least: false, previous })
             }
             Spec::Cron(text) => {
                 let cron = parse_cron(text).ok()?;
                 let tz = zone(&self.zone).ok()?;
-                let mut latest = None;
+                // One walk through the slots, each step one cron occurrence.
+                let mut slots = CronSlots::after(&cron, &tz, after)?;
+                let (mut latest, mut previous) = (None, None);
                 let mut count = 0u64;
-                let mut cur = after;
-                while let Some(next) = next_cron_slot(&cron, &tz, cur).filter(|n| *n <= t) {
+                while let Some(next) = slots.next().filter(|n| *n <= t) {
+                    previous = latest;
                     latest = Some(next);
                     count += 1;
-                    cur = next;
                     if count > MISSED_COUNT_LIMIT {
                         // Too many to count: the latest is found by
-                        // searching back from `t`.
+                        // searching back from `t`, and the one before it
+                        // from there.
                         let slot =
-                            prev_cron_slot(&cron, &tz, t).filter(|s| *s > cur).unwrap_or(cur);
-                        return Some((slot, MISSED_COUNT_LIMIT, true));
+                            prev_cron_slot(&cron, &tz, t).filter(|s| *s > next).unwrap_or(next);
+                        let previous = prev_cron_slot(&cron, &tz, before_instant(slot)?)
+                            .filter(|s| *s > after);
+                        return Some(Due {
+                            slot,
+                            before: MISSED_COUNT_LIMIT,
+                            at_least: true,
+                            previous,
+                        });
                     }
                 }
-                latest.map(|slot| (slot, count - 1, false))
+                let slot = latest?;
+                Some(Due { slot, before: count - 1, at_least: false, previous })
             }
         }
     }
@@ -666,7 +699,7 @@ pub fn plan_tick(s: &Schedule, now: Timestamp, previous: Option<JobState>) -> Op
     if s.paused.is_some() {
         return None;
     }
-    let (slot, before, at_least) = s.latest_due(s.cursor, now)?;
+    let Due { slot, before, at_least, previous: before_slot } = s.latest_due(s.cursor, now)?;
     let mut next = s.clone();
     next.cursor = slot;
     let on_time = now.duration_since(slot) <= on_time_grace(s, slot);
@@ -678,8 +711,7 @@ pub fn plan_tick(s: &Schedule, now: Timestamp, previous: Option<JobState>) -> Op
     if missed > 0 {
         let latest = if fires {
             // The slot before the one that fires.
-            s.latest_due(s.cursor, Timestamp::from_millis(slot.as_millis() - 1))
-                .map_or(slot, |l| l.0)
+            before_slot.unwrap_or(slot)
         } else {
             slot
         };
@@ -722,9 +754,10 @@ pub fn next_fire<'a>(schedules: impl IntoIterator<Item = &'a Schedule>) -> Optio
 
 // --- Cron slots in a zone ---------------------------------------------------
 
-/// How far before `t`'s wall time the search for the next slot starts: a
-/// fall-back fold repeats up to this much wall time, and a slot inside it
-/// whose first occurrence is after `t` must not be passed over.
+/// How far before `t`'s wall time the search for the next slot starts
+/// (and after it, the search back for the latest): a fall-back fold
+/// repeats up to this much wall time, and a slot inside it whose first
+/// occurrence is on the other side of `t` must not be passed over.
 const FOLD_MARGIN_HOURS: i64 = 3;
 
 /// Wall times are handed to croner as UTC (a calendar without gaps or
@@ -768,30 +801,65 @@ fn wall_time(tz: &TimeZone, t: Timestamp) -> Option<civil::DateTime> {
     Some(tz.to_datetime(ts))
 }
 
+/// The slots of a cron expression in a zone after an instant, in order.
+///
 /// Slots are visited in wall-time order, and among the slots that exist
-/// their instants increase with it, so the first one past `t` is the next.
-fn next_cron_slot(cron: &Cron, tz: &TimeZone, t: Timestamp) -> Option<Timestamp> {
-    let start = wall_time(tz, t)?.checked_sub(jiff::Span::new().hours(FOLD_MARGIN_HOURS)).ok()?;
-    let mut cur = to_chrono(start)?;
-    // Bounded: a slot past `t` is at most a few hours of wall time (the
-    // margin) plus one period away; the loop only steps over gaps.
-    for _ in 0..100_000 {
-        let next = cron.find_next_occurrence(&cur, false).ok()?;
-        let wall = from_chrono(&next)?;
-        if let Some(instant) = instant_of(tz, wall) {
-            if instant > t {
-                return Some(instant);
+/// their instants increase with it (a fold's wall times map to their first
+/// occurrence), so once past the start each cron occurrence that exists is
+/// the next slot: a walk through many slots is one step per slot.
+struct CronSlots<'a> {
+    cron: &'a Cron,
+    tz: &'a TimeZone,
+    /// The wall time (as chrono's UTC) the search goes on from.
+    wall: chrono::DateTime<chrono::Utc>,
+    /// The latest instant returned (or the start): every slot returned is
+    /// after it.
+    after: Timestamp,
+}
+
+impl<'a> CronSlots<'a> {
+    /// The slots after `t`. The search starts [`FOLD_MARGIN_HOURS`] of wall
+    /// time before `t`'s, so that a slot in a fold whose first occurrence
+    /// is after `t` is not passed over.
+    fn after(cron: &'a Cron, tz: &'a TimeZone, t: Timestamp) -> Option<Self> {
+        let start =
+            wall_time(tz, t)?.checked_sub(jiff::Span::new().hours(FOLD_MARGIN_HOURS)).ok()?;
+        Some(CronSlots { cron, tz, wall: to_chrono(start)?, after: t })
+    }
+}
+
+impl Iterator for CronSlots<'_> {
+    type Item = Timestamp;
+
+    fn next(&mut self) -> Option<Timestamp> {
+        // Bounded: the steps before a slot past `after` cover the margin,
+        // and the occurrences inside gaps; croner itself stops at its last
+        // year.
+        for _ in 0..100_000 {
+            let next = self.cron.find_next_occurrence(&self.wall, false).ok()?;
+            self.wall = next;
+            if let Some(instant) = instant_of(self.tz, from_chrono(&next)?) {
+                if instant > self.after {
+                    self.after = instant;
+                    return Some(instant);
+                }
             }
         }
-        cur = next;
+        None
     }
-    None
+}
+
+fn next_cron_slot(cron: &Cron, tz: &TimeZone, t: Timestamp) -> Option<Timestamp> {
+    CronSlots::after(cron, tz, t)?.next()
 }
 
 /// The latest slot at or before `t` (used only when too many slots passed
-/// to count them one by one).
+/// to count them one by one). The search back starts [`FOLD_MARGIN_HOURS`]
+/// of wall time after `t`'s: inside a fold's second pass, slots of a later
+/// wall time than `t`'s fired (at their first occurrence) before `t`.
 fn prev_cron_slot(cron: &Cron, tz: &TimeZone, t: Timestamp) -> Option<Timestamp> {
-    let mut cur = to_chrono(wall_time(tz, t)?)?;
+    let start = wall_time(tz, t)?.checked_add(jiff::Span::new().hours(FOLD_MARGIN_HOURS)).ok()?;
+    let mut cur = to_chrono(start)?;
     let mut inclusive = true;
     for _ in 0..100_000 {
         let prev = cron.find_previous_occurrence(&cur, inclusive).ok()?;

@@ -147,6 +147,7 @@ macro_rules! __with_scenarios {
             schedules::catch_up_once_after_a_gap_enqueues_the_latest_slot_once,
             schedules::catch_up_none_drops_late_slots_and_fires_on_time,
             schedules::overlap_skip_enqueues_nothing_while_the_previous_job_is_unfinished,
+            schedules::overlap_skip_reads_the_previous_job_as_it_is_now,
             schedules::overlap_queue_enqueues_while_the_previous_job_is_unfinished,
             schedules::paused_schedule_fires_nothing_and_resume_skips_passed_slots,
             schedules::removed_schedule_enqueues_nothing_and_its_jobs_stay,
@@ -156,6 +157,7 @@ macro_rules! __with_scenarios {
             schedules::change_schedule_of_an_unknown_key_is_no_schedule,
             schedules::a_tick_whose_key_is_held_makes_no_second_job,
             schedules::a_cron_schedule_fires_in_its_zone_across_dst,
+            schedules::a_ticks_job_is_the_schedules_job_with_the_ticks_key,
         ] }
     };
 }

@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use slothqueue_core::schedule::{Missed, parse_tick_key, tick_key};
 use slothqueue_core::{
-    CatchUp, Completion, EventKind, Job, JobId, JobState, ListFilter, ListOrder, NewSchedule,
-    Overlap, Schedule, ScheduleChange, Spec, Stamp, Store, StoreError, Tick, TickOutcome, Ticks,
-    Timestamp,
+    CatchUp, Completion, EventKind, Failure, Job, JobId, JobState, ListFilter, ListOrder,
+    NewSchedule, Overlap, PurgeFilter, Schedule, ScheduleChange, Spec, Stamp, Store, StoreError,
+    Tick, TickOutcome, Ticks, Timestamp,
 };
 
 use crate::child::{FIRE_STEP, Role, Work, run_workers};
@@ -818,4 +818,50 @@ async fn daily_slots_in_berlin(h: &Harness, name: &str, from: Timestamp) -> Vec<
         }
     }
     slots
+}
+
+/// Overlap `skip` reads the previous tick's job in the fire's transaction:
+/// one that ended (cancelled) does not block the next slot, nor one that
+/// was purged since (no job to read); one waiting to retry after a failure
+/// is still unfinished, and the slot is skipped with the event on it.
+pub async fn overlap_skip_reads_the_previous_job_as_it_is_now(h: &Harness) {
+    let s = h.store();
+    let mut new = every("hourly", HOUR);
+    new.overlap = Overlap::Skip;
+    put(&*s, &new, T0).await;
+    let first = created_job(the_tick(&fire(&*s, t(hours(1))).await, "hourly"));
+    s.cancel(first, t(hours(1) + minutes(1))).await.expect("cancel");
+    let second = created_job(the_tick(&fire(&*s, t(hours(2))).await, "hourly"));
+    s.cancel(second, t(hours(2) + minutes(1))).await.expect("cancel");
+    let purged =
+        s.purge(&PurgeFilter { include_pending: false, older_than: None }).await.expect("purge");
+    assert_eq!(BTreeSet::from_iter(purged), BTreeSet::from([first, second]));
+    let third = created_job(the_tick(&fire(&*s, t(hours(3))).await, "hourly"));
+
+    let c = h.claim_expect(&*s, "worker", t(hours(3) + minutes(1)), third).await;
+    let failure = Failure { error: "exit 1".into(), exit_code: Some(1) };
+    let failed = s.fail(third, &c.fence, failure, t(hours(3) + minutes(2))).await.expect("fail");
+    assert_eq!(failed.state, JobState::Pending, "attempts left: back to pending for a retry");
+    let ticks = fire(&*s, t(hours(4))).await;
+    assert_eq!(the_tick(&ticks, "hourly").outcome, TickOutcome::Skipped { unfinished: third });
+    assert_eq!(event_kinds(&*s, third).await.last(), Some(&EventKind::TickSkipped));
+    let slots: Vec<Timestamp> = tick_jobs(&*s, "hourly").await.keys().copied().collect();
+    assert_eq!(slots, [t(hours(3))], "the purged jobs are gone, the third is the only one");
+}
+
+/// A tick's job is the schedule's job as it was put (command, queue,
+/// priority, attempts) with the tick's key, due at once, claimable like
+/// any pushed job.
+pub async fn a_ticks_job_is_the_schedules_job_with_the_ticks_key(h: &Harness) {
+    let s = h.store();
+    let mut new = every("reports", HOUR);
+    new.job = shell("make report").queue("reports").priority(5).max_attempts(7);
+    put(&*s, &new, T0).await;
+    let id = created_job(the_tick(&fire(&*s, t(hours(1) + minutes(1))).await, "reports"));
+    let j = job(&*s, id).await;
+    assert_eq!(j.command(), Some("make report"));
+    assert_eq!((j.queue.as_str(), j.priority, j.max_attempts), ("reports", 5, 7));
+    assert_eq!(j.idempotency_key, Some(tick_key("reports", t(hours(1)))));
+    assert!(j.is_due(t(hours(1) + minutes(1))), "due at once");
+    h.claim_expect(&*s, "worker", t(hours(1) + minutes(2)), id).await;
 }
