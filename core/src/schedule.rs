@@ -481,6 +481,7 @@ pub fn create(
     existing: Option<&Schedule>,
     now: Timestamp,
 ) -> Result<PutPlan, TransitionError> {
+    let new = &normalized(new);
     if !is_plain_name(&new.key) || new.key.len() > MAX_KEY_LEN {
         return Err(bad(format!(
             "schedule key `{}` must be 1 to {MAX_KEY_LEN} characters of letters, digits, `-`, `_` or `.`, not starting with `.`",
@@ -532,6 +533,20 @@ pub fn create(
         last_missed: None,
         last_skipped: None,
     }))
+}
+
+/// `new` as it will be stored and read back: the cron text trimmed, and
+/// the period and the job's max runtime in whole milliseconds (what JSON
+/// keeps), so the same request twice is the same definition.
+fn normalized(new: &NewSchedule) -> NewSchedule {
+    let ms = |d: Duration| Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let mut new = new.clone();
+    new.spec = match new.spec {
+        Spec::Cron(text) => Spec::Cron(text.trim().to_owned()),
+        Spec::Every(period) => Spec::Every(ms(period)),
+    };
+    new.job.max_runtime = new.job.max_runtime.map(ms);
+    new
 }
 
 /// Checks a schedule read back from an export before a store restores it
@@ -906,6 +921,31 @@ mod tests {
             out.push(s.local(t));
         }
         out
+    }
+
+    #[test]
+    fn the_same_request_twice_is_the_same_definition() {
+        let mut new = NewSchedule {
+            key: "s".into(),
+            spec: Spec::Every(Duration::from_micros(1_000_500)),
+            zone: "UTC".into(),
+            catch_up: CatchUp::Once,
+            overlap: Overlap::Skip,
+            job: NewJob::shell("true", "/"),
+        };
+        new.job.max_runtime = Some(Duration::from_micros(2_000_700));
+        let PutPlan::Insert(stored) = create(&new, None, at("2026-12-01T00:00:00Z")).unwrap()
+        else {
+            unreachable!()
+        };
+        assert_eq!(stored.spec, Spec::Every(Duration::from_millis(1000)));
+        // Stored, read back through JSON, and asked again.
+        let json = serde_json::to_string(&stored).unwrap();
+        let back: Schedule = serde_json::from_str(&json).unwrap();
+        let again = create(&new, Some(&back), at("2026-12-01T00:00:01Z")).unwrap();
+        assert!(matches!(again, PutPlan::Unchanged(_)), "{again:?}");
+        new.spec = Spec::Cron("  @daily ".into());
+        assert!(create(&new, None, at("2026-12-01T00:00:00Z")).is_ok());
     }
 
     #[test]

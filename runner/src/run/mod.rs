@@ -211,6 +211,8 @@ pub(crate) struct Run {
     last_report: Option<QueuesReport>,
     /// The lanes report failed once (warned once per run).
     lanes_warned: bool,
+    /// Firing the schedules was refused once (warned once per run).
+    ticks_warned: bool,
     /// When the lane wait was last recorded: an unchanged one is not
     /// recorded again at every check (a write, on redb an fsync) until
     /// [`IDLE_RECORD_REFRESH`] has passed.
@@ -265,6 +267,7 @@ impl Run {
             seen: None,
             last_report: None,
             lanes_warned: false,
+            ticks_warned: false,
             lane_record: None,
             suspended_at: None,
             fatal: None,
@@ -429,9 +432,34 @@ impl Run {
         let store = self.w.store.clone();
         let clock = self.w.cfg.clock.clone();
         let now = clock.now();
-        if let Retried::Done(ticks) =
-            self.w.retrying("fire the schedules", || store.fire_schedules(now)).await?
-        {
+        // A schedule the store refuses to fire (a tick's job refused at
+        // push) must not stop the runner: its jobs still run, and the
+        // schedules are tried again a poll later.
+        let fire = || {
+            let store = store.clone();
+            async move {
+                match store.fire_schedules(now).await {
+                    Err(StoreError::InvalidInput(why)) => Ok(Err(why)),
+                    other => other.map(Ok),
+                }
+            }
+        };
+        let ticks = match self.w.retrying("fire the schedules", fire).await? {
+            Retried::Done(Ok(ticks)) => Retried::Done(ticks),
+            Retried::Done(Err(why)) => {
+                if !self.ticks_warned {
+                    self.ticks_warned = true;
+                    self.w.warn(format!(
+                        "cannot fire the schedules: {why}; jobs still run, the schedules are tried again every {}",
+                        crate::fmt::format_duration(self.w.cfg.poll_interval)
+                    ));
+                }
+                self.next_tick = Some((None, Instant::now()));
+                return Ok(());
+            }
+            Retried::ShutDown => Retried::ShutDown,
+        };
+        if let Retried::Done(ticks) = ticks {
             // A next fire not after `now` that fired nothing would be
             // fired again at once; it is looked at again a poll later.
             let next = ticks.next.filter(|t| *t > now || !ticks.ticks.is_empty());

@@ -71,9 +71,8 @@ async fn two_runners_draining_at_once_fire_each_slot_once() {
         env.store.put_schedule(&s, day_ago).await.unwrap();
     }
     // A second handle on the same file, as a second process would have.
-    let other: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(&env.path("queue.db"), SqliteOptions::default()).unwrap(),
-    );
+    let other: Arc<dyn Store> =
+        Arc::new(SqliteStore::open(&env.path("queue.db"), SqliteOptions::default()).unwrap());
     let mut first = env.start(env.runner(env.config()));
     let mut second = env.start(slothqueue_runner::Runner::new(other.clone(), env.config()));
     first.finish().await.unwrap();
