@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use slothqueue::core::{LaneScope, LaneSettings, LaneVerdict, QueuesReport, Stamp};
+use slothqueue::core::{LaneScope, LaneSettings, LaneVerdict, QueuesReport, Schedule, Stamp};
 use slothqueue::{Event, EventKind, Job, JobState, Stats, Timestamp};
 
 use super::duration;
@@ -515,6 +515,151 @@ pub fn queues_table(report: &QueuesReport, now: Timestamp) -> String {
             "every queue is paused {} (`slothqueue resume` lifts it)",
             stamp(all, now)
         );
+    }
+    out
+}
+
+/// A pause of a schedule, its time read in the schedule's zone: `since
+/// 2026-12-01 22:00:00 CET by ana@laptop`.
+fn schedule_stamp(s: &Schedule, p: &Stamp) -> String {
+    format!("since {} by {}", s.local(p.since), one_line(&p.by))
+}
+
+/// When a schedule fires next, for `every`'s line: `next 2026-12-02
+/// 03:00:00 CET (in 4h59m)`, `paused since … by …`, or that no slot is
+/// left.
+fn next_tick(s: &Schedule, now: Timestamp) -> String {
+    if let Some(p) = &s.paused {
+        return format!("paused {}", schedule_stamp(s, p));
+    }
+    match s.next_fire() {
+        Some(t) => {
+            format!("next {} (in {})", s.local(t), duration::format_span(t.duration_since(now)))
+        }
+        None => "no slot left to fire".to_owned(),
+    }
+}
+
+/// What `every` prints: `schedule nightly: 0 3 * * * in Europe/Berlin,
+/// next 2026-12-02 03:00:00 CET (in 4h59m)`, and when the same definition
+/// was stored already, that nothing changed.
+pub fn schedule_line(s: &Schedule, created: bool, now: Timestamp) -> String {
+    let mut line = format!("schedule {}: {} in {}, {}", s.key, s.spec, s.zone, next_tick(s, now));
+    if !created {
+        line.push_str(" (unchanged: the same definition was stored already)");
+    }
+    line
+}
+
+/// What `every --pause` and `--resume` print: the schedule as it is now,
+/// and whether the change changed anything (a second pause keeps the
+/// first one's stamp; a resume of a running schedule does nothing).
+pub fn schedule_changed(
+    s: &Schedule,
+    mine: Option<&Stamp>,
+    was_paused: bool,
+    now: Timestamp,
+) -> String {
+    match (mine, &s.paused) {
+        (Some(mine), Some(p)) if p != mine => {
+            format!("schedule {} was already paused {}", s.key, schedule_stamp(s, p))
+        }
+        (Some(_), _) => format!(
+            "schedule {} paused: no tick fires until `slothqueue every --resume {}`",
+            s.key, s.key
+        ),
+        (None, _) if was_paused => format!(
+            "schedule {} resumed, {} (the slots passed while paused are not run)",
+            s.key,
+            next_tick(s, now)
+        ),
+        (None, _) => format!("schedule {} was not paused, {}", s.key, next_tick(s, now)),
+    }
+}
+
+/// What a schedule's job runs, in a few words: the command, or `[kind]
+/// payload`.
+fn what_new(job: &slothqueue::NewJob) -> String {
+    let command = job.payload.get("command").and_then(|c| c.as_str());
+    match command {
+        Some(c) if job.kind == slothqueue::core::SHELL_KIND => one_line(c),
+        _ => one_line(&format!("[{}] {}", job.kind, job.payload)),
+    }
+}
+
+/// The `schedule:` line of `show` for a tick's job: `nightly, slot
+/// 2026-12-02 03:00:00 CET`, the slot in the schedule's zone while it is
+/// stored, else in UTC and saying so.
+pub fn tick_slot(key: &str, slot: Timestamp, stored: Option<&Schedule>) -> String {
+    match stored {
+        Some(s) => format!("{}, slot {}", one_line(key), s.local(slot)),
+        None => {
+            let utc = jiff::Timestamp::from_millisecond(slot.as_millis()).map_or_else(
+                |_| format!("{}ms", slot.as_millis()),
+                |t| t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string(),
+            );
+            format!("{}, slot {utc} (no schedule {} is stored now)", one_line(key), one_line(key))
+        }
+    }
+}
+
+/// The columns of `schedules`.
+const SCHEDULE_HEADERS: [&str; 8] =
+    ["KEY", "SPEC", "ZONE", "NEXT", "LAST FIRE", "LAST MISSED", "PAUSED", "COMMAND"];
+
+/// `schedules`' table, every time in the schedule's own zone, sized to
+/// `width` columns by truncating the command (`None`: no limit).
+pub fn schedules_table(list: &[Schedule], width: Option<usize>) -> String {
+    let rows: Vec<[String; 8]> = list
+        .iter()
+        .map(|s| {
+            let next = match (&s.paused, s.next_fire()) {
+                (Some(_), _) => "-".to_owned(),
+                (None, Some(t)) => s.local(t),
+                (None, None) => "none".to_owned(),
+            };
+            let fire = s
+                .last_fire
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |f| format!("{} #{}", s.local(f.slot), f.job));
+            let missed = s
+                .last_missed
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |m| format!("{m}, latest {}", s.local(m.latest)));
+            let paused = s.paused.as_ref().map_or_else(|| "-".to_owned(), |p| schedule_stamp(s, p));
+            [
+                s.key.clone(),
+                s.spec.to_string(),
+                s.zone.clone(),
+                next,
+                fire,
+                missed,
+                paused,
+                what_new(&s.job),
+            ]
+        })
+        .collect();
+    let header = SCHEDULE_HEADERS.map(str::to_owned);
+    let mut widths = [0usize; 8];
+    for row in std::iter::once(&header).chain(&rows) {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let fixed: usize = widths[..7].iter().map(|w| w + 2).sum();
+    let command_width = width.map(|w| w.saturating_sub(fixed).max(12));
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i == 7 {
+                line.push_str(&truncate(cell, command_width));
+            } else {
+                let _ = write!(line, "{cell:<w$}  ", w = widths[i]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
     }
     out
 }

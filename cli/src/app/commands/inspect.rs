@@ -122,7 +122,7 @@ pub async fn list(ctx: &Ctx, filter: ListFilter, show_secrets: bool) -> Outcome 
 }
 
 /// The terminal's width when stdout is one, else `$COLUMNS`, else no limit.
-fn terminal_width() -> Option<usize> {
+pub(super) fn terminal_width() -> Option<usize> {
     let stdout = io::stdout();
     if let Ok(size) = rustix::termios::tcgetwinsize(&stdout) {
         if size.ws_col > 0 {
@@ -149,11 +149,19 @@ pub async fn show(ctx: &Ctx, id: JobId, show_secrets: bool) -> Outcome {
         let secrets = if show_secrets { Secrets::Shown } else { Secrets::Masked };
         let mut v = job_json_with(&job, Some(&events), secrets)?;
         v["dependents"] = serde_json::to_value(&dependents)?;
+        if let Some((key, slot)) = tick_of(&job) {
+            v["schedule"] = serde_json::json!({ "key": key, "slot": slot });
+        }
         print_json(&mut out, &v)?;
         return Ok(Code::Success);
     }
     let now = ctx.now();
     write!(out, "{}", render::job_details(&job, now, ctx.color, show_secrets))?;
+    if let Some((key, slot)) = tick_of(&job) {
+        let schedules = store.schedules().await.context("cannot read the schedules")?;
+        let stored = schedules.iter().find(|s| s.key == key);
+        writeln!(out, "schedule:     {}", render::tick_slot(key, slot, stored))?;
+    }
     let parents = jobs_by_id(store.as_ref(), &job.after).await?;
     if !job.after.is_empty() {
         writeln!(
@@ -214,6 +222,12 @@ pub async fn show(ctx: &Ctx, id: JobId, show_secrets: bool) -> Outcome {
         writeln!(out, "{}", render::event_line(e, now))?;
     }
     Ok(Code::Success)
+}
+
+/// The schedule and slot of a tick's job, from its idempotency key
+/// (`nightly@2026-12-02T03:00:00Z`, `core::schedule::tick_key`).
+fn tick_of(job: &Job) -> Option<(&str, Timestamp)> {
+    job.idempotency_key.as_deref().and_then(slothqueue::core::schedule::parse_tick_key)
 }
 
 /// What `queue`'s lane says of a new start now: open when no lane has a
