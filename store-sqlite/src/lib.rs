@@ -31,6 +31,11 @@
 //!   limit holds across every runner and process on the file; a file with
 //!   no settings costs a claim one read of an empty table. A held job, like
 //!   one waiting on parents, is in no claim or due index.
+//! - **Schedules are in the file**, one row per schedule (its JSON), and
+//!   `fire_schedules` decides every due tick in one write transaction:
+//!   the cursor it moves is read by the next caller under the same lock,
+//!   so two runners never decide a slot twice, and a tick's job is pushed
+//!   by the path every push takes.
 //! - **Every transition is the core's.** The store reads rows, calls
 //!   `slothqueue_core::machine`, and writes the result with the old state,
 //!   owner and attempt in the `UPDATE`'s condition.
@@ -41,13 +46,14 @@
 // that each uses only files before it (no cycle):
 // - `error`: every rusqlite error onto `StoreError`, in one place;
 // - `schema`: the layout (DDL, versions, migrations);
-// - `rows`: jobs, events and runner records as rows and back, the queries,
-//   the claim's candidates, a job's parents as edges, the dependency
-//   rule's `Graph` over the open transaction;
+// - `rows`: jobs, events, runner records, lanes and schedules as rows and
+//   back, the queries, the claim's candidates, a job's parents as edges,
+//   the dependency rule's `Graph` over the open transaction;
 // - `txn`: the options, connecting and configuring, the busy handler, the
 //   transactions;
 // - `open`: the read-only probe, creation, migration under the write lock;
-// - `store`: the operations and `impl Store`.
+// - `store`: the operations (the schedules' transactions among them) and
+//   `impl Store`.
 mod error;
 mod open;
 mod rows;

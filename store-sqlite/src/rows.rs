@@ -1,6 +1,7 @@
 //! A job, an event or a runner record as rows of the `jobs`, `events` and
 //! `runners` tables, and back, a job's parents as rows of `edges`, the
-//! lanes' settings as rows of `lanes`; the queries that read them, among
+//! lanes' settings as rows of `lanes`, schedules as rows of `schedules`;
+//! the queries that read them, among
 //! them the claim's candidates (the running jobs, the best due pending job
 //! of an open lane) and what the dependency rule reads ([`TxGraph`]); and
 //! the writes of a transition, conditional on the row it was computed
@@ -15,7 +16,7 @@ use rusqlite::{Connection, Row, params, params_from_iter};
 use slothqueue_core::machine::{Graph, LaneCheck, Transition};
 use slothqueue_core::{
     ClaimFilter, Event, EventKind, Job, JobId, JobState, LaneScope, LaneSettings, Lanes, Lease,
-    Owner, Stamp, StoreError, Timestamp,
+    Owner, Schedule, Stamp, StoreError, Timestamp,
 };
 
 use crate::error::Error;
@@ -638,5 +639,63 @@ pub(crate) fn write_lane(
          ON CONFLICT (scope) DO UPDATE SET settings = excluded.settings",
     )?
     .execute(params![scope.key(), json])?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Schedules
+
+/// A `schedules` row back as the schedule it holds. A row that does not
+/// decode, or whose schedule names another key than the row's, is damage.
+fn schedule_from(key: &str, json: &str) -> Result<Schedule, Error> {
+    let s: Schedule = serde_json::from_str(json)
+        .map_err(|e| Error::Decode(format!("the schedule `{key}`: {e}")))?;
+    if s.key != key {
+        return Err(Error::Decode(format!("the row of schedule `{key}` holds `{}`", s.key)));
+    }
+    Ok(s)
+}
+
+/// Every schedule, in key order (the table's own; see `schema::v6`).
+pub(crate) fn read_schedules(conn: &Connection) -> Result<Vec<Schedule>, Error> {
+    let mut stmt = conn.prepare_cached("SELECT key, schedule FROM schedules ORDER BY key")?;
+    let mut rows = stmt.query([])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let key: String = row.get(0)?;
+        let json: String = row.get(1)?;
+        out.push(schedule_from(&key, &json)?);
+    }
+    Ok(out)
+}
+
+/// The schedule stored under `key`, if any.
+pub(crate) fn find_schedule(conn: &Connection, key: &str) -> Result<Option<Schedule>, Error> {
+    let mut stmt = conn.prepare_cached("SELECT schedule FROM schedules WHERE key = ?1")?;
+    let mut rows = stmt.query([key])?;
+    match rows.next()? {
+        Some(row) => {
+            let json: String = row.get(0)?;
+            schedule_from(key, &json).map(Some)
+        }
+        None => Ok(None),
+    }
+}
+
+/// Stores `s` under its key, replacing what the key held.
+pub(crate) fn write_schedule(conn: &Connection, s: &Schedule) -> Result<(), Error> {
+    let json = serde_json::to_string(s)
+        .map_err(|e| StoreError::InvalidInput(format!("the schedule cannot be stored: {e}")))?;
+    conn.prepare_cached(
+        "INSERT INTO schedules (key, schedule) VALUES (?1, ?2)
+         ON CONFLICT (key) DO UPDATE SET schedule = excluded.schedule",
+    )?
+    .execute(params![s.key, json])?;
+    Ok(())
+}
+
+/// Deletes the schedule `key` (its jobs stay).
+pub(crate) fn delete_schedule(conn: &Connection, key: &str) -> Result<(), Error> {
+    conn.prepare_cached("DELETE FROM schedules WHERE key = ?1")?.execute([key])?;
     Ok(())
 }

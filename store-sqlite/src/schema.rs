@@ -11,7 +11,7 @@ use rusqlite::Connection;
 /// The newest layout this build reads and writes. Files record theirs in
 /// SQLite's `user_version`; older ones are migrated on open, newer ones
 /// refused.
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// SQLite's `application_id` for slothqueue queues (`"SLTQ"`): how a file
 /// says it is a queue and not some other program's database.
@@ -24,17 +24,18 @@ pub(crate) type Migration = fn(&Connection) -> rusqlite::Result<()>;
 
 /// Every migration, in order; `MIGRATIONS[i]` upgrades version `i` to `i + 1`.
 /// A new version is a new function appended here and `SCHEMA_VERSION` bumped.
-pub(crate) const MIGRATIONS: &[Migration] = &[v1, v2, v3, v4, v5];
+pub(crate) const MIGRATIONS: &[Migration] = &[v1, v2, v3, v4, v5, v6];
 
 const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION as usize);
 
 /// The tables a queue of each version has (index: version - 1).
-pub(crate) const TABLES: [&[&str]; 5] = [
+pub(crate) const TABLES: [&[&str]; 6] = [
     &["jobs", "events", "runners"],
     &["jobs", "events", "runners", "meta"],
     &["jobs", "events", "runners", "meta"],
     &["jobs", "events", "runners", "meta", "edges"],
     &["jobs", "events", "runners", "meta", "edges", "lanes"],
+    &["jobs", "events", "runners", "meta", "edges", "lanes", "schedules"],
 ];
 
 /// The `meta` row holding the highest job id ever handed out and since
@@ -316,6 +317,27 @@ fn v5(conn: &Connection) -> rusqlite::Result<()> {
             WHERE state = 'pending' AND pending_parents > 0;
         CREATE INDEX jobs_held ON jobs (queue, pending_parents)
             WHERE state = 'pending' AND held = 1;",
+    )
+}
+
+/// Version 6: schedules (`slothqueue_core::Schedule`; the rule is
+/// `slothqueue_core::schedule`).
+///
+/// - **`schedules`**: one row per schedule, keyed on its key, the JSON of
+///   the whole `Schedule` (definition, cursor, last fire, missed, skipped,
+///   pause), as `lanes` keeps its settings: a schedule is read and written
+///   whole by every operation on it, and `fire_schedules` reads every row
+///   in key order, which is the table's own order. Schedules are few, and
+///   no query looks inside the JSON, so no column or index of its fields.
+/// - **Nothing else changes**: a tick's job is an ordinary job (its key is
+///   the tick's, `KEY@SLOT`, in `jobs_key`), so the table is only added,
+///   and the migration reads and rewrites no row.
+fn v6(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "CREATE TABLE schedules (
+            key      TEXT PRIMARY KEY,
+            schedule TEXT NOT NULL
+        ) STRICT, WITHOUT ROWID;",
     )
 }
 

@@ -17,19 +17,20 @@ use async_trait::async_trait;
 use rusqlite::types::Value;
 use rusqlite::{Connection, params, params_from_iter};
 use slothqueue_core::machine::{self, AttemptNote, LaneCheck, PushPlan, Transition};
+use slothqueue_core::schedule::{self, PutPlan, TickAction};
 use slothqueue_core::{
     ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job, JobEdit, JobId,
-    JobState, LaneChange, LaneScope, Lanes, ListFilter, ListOrder, NewJob, Policy, PurgeFilter,
-    Pushed, QueueCounts, RunnerRecord, SettledAndClaimed, Settlement, Stamp, Stats, Store,
-    StoreError, Timestamp,
+    JobState, LaneChange, LaneScope, Lanes, ListFilter, ListOrder, NewJob, NewSchedule, Policy,
+    PurgeFilter, Pushed, PutSchedule, QueueCounts, RunnerRecord, Schedule, ScheduleChange,
+    SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError, Ticks, Timestamp,
 };
 
 use crate::error::{Context, Error};
 use crate::open;
 use crate::rows::{
     COLUMNS, TxGraph, append_events, append_events_from, apply, best_due_pending, delete_job,
-    event_from_row, find, insert_job, key_holder, load, millis, query_jobs, read_lanes,
-    running_jobs, text, ts, write_lane,
+    delete_schedule, event_from_row, find, find_schedule, insert_job, key_holder, load, millis,
+    query_jobs, read_lanes, read_schedules, running_jobs, text, ts, write_lane, write_schedule,
 };
 use crate::schema;
 use crate::txn::{Journal, SqliteOptions, Synchronous, read_tx, write_tx, write_tx_unsynced};
@@ -350,6 +351,97 @@ fn clone_tx(
 }
 
 // ---------------------------------------------------------------------------
+// Schedules
+
+/// A put in one write transaction: the key's schedule read,
+/// [`schedule::create`] decides, and a new one is inserted; the same
+/// definition again writes nothing.
+fn put_schedule_tx(
+    conn: &Connection,
+    new: &NewSchedule,
+    now: Timestamp,
+) -> Result<PutSchedule, Error> {
+    let existing = find_schedule(conn, &new.key)?;
+    match schedule::create(new, existing.as_ref(), now)? {
+        PutPlan::Insert(s) => {
+            write_schedule(conn, &s)?;
+            Ok(PutSchedule { schedule: s, created: true })
+        }
+        PutPlan::Unchanged(s) => Ok(PutSchedule { schedule: s, created: false }),
+    }
+}
+
+/// A pause, resume or removal in one write transaction, as
+/// [`schedule::change`] decides it from the schedule read inside it.
+fn change_schedule_tx(
+    conn: &Connection,
+    key: &str,
+    change: &ScheduleChange,
+    now: Timestamp,
+) -> Result<Option<Schedule>, Error> {
+    let Some(s) = find_schedule(conn, key)? else {
+        return Err(Error::Store(StoreError::NoSchedule(key.to_owned())));
+    };
+    let after = schedule::change(&s, change, now);
+    match &after {
+        Some(next) if *next != s => write_schedule(conn, next)?,
+        Some(_) => {}
+        None => delete_schedule(conn, key)?,
+    }
+    Ok(after)
+}
+
+/// Every due tick in one write transaction: each schedule, in key order,
+/// as [`schedule::plan_tick`] decides from it and the state of its last
+/// tick's job, both read here (so a second caller reads the first's
+/// cursor and decides nothing twice). An enqueue pushes through
+/// [`push_one`], the path every push takes (id, indexes, `pushed` event,
+/// the tick's idempotency key), then appends the plan's events as
+/// [`clone_tx`] does; a skip appends its event to the unfinished job;
+/// every decided tick writes the schedule with its cursor moved.
+fn fire_schedules_tx(conn: &Connection, now: Timestamp, policy: &Policy) -> Result<Ticks, Error> {
+    let stored = read_schedules(conn)?;
+    let mut next: Option<JobId> = None;
+    let mut ticks = Vec::new();
+    let mut after = Vec::with_capacity(stored.len());
+    for s in stored {
+        let previous = match &s.last_fire {
+            Some(fire) => find(conn, fire.job)?.map(|job| job.state),
+            None => None,
+        };
+        let Some(plan) = schedule::plan_tick(&s, now, previous) else {
+            after.push(s);
+            continue;
+        };
+        let written = match &plan.action {
+            TickAction::Enqueue(new) => {
+                let next = match &mut next {
+                    Some(id) => id,
+                    None => next.insert(next_id(conn)?),
+                };
+                let pushed = push_one(conn, new, now, policy, next)?;
+                let (written, events, tick) = plan.enqueued(pushed.job.id, pushed.created, now);
+                append_events(conn, &events)?;
+                ticks.push(tick);
+                written
+            }
+            TickAction::Skip { event, .. } => {
+                append_events(conn, std::slice::from_ref(event))?;
+                ticks.push(plan.report());
+                plan.schedule
+            }
+            TickAction::Drop => {
+                ticks.push(plan.report());
+                plan.schedule
+            }
+        };
+        write_schedule(conn, &written)?;
+        after.push(written);
+    }
+    Ok(Ticks { ticks, next: schedule::next_fire(&after) })
+}
+
+// ---------------------------------------------------------------------------
 // Looking, purging, restoring
 
 fn list_tx(conn: &Connection, filter: &ListFilter) -> Result<Vec<Job>, Error> {
@@ -639,30 +731,45 @@ fn decode_runner(json: &str) -> Result<RunnerRecord, Error> {
 impl Store for SqliteStore {
     async fn put_schedule(
         &self,
-        _new: &slothqueue_core::NewSchedule,
-        _now: Timestamp,
-    ) -> Result<slothqueue_core::PutSchedule, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+        new: &NewSchedule,
+        now: Timestamp,
+    ) -> Result<PutSchedule, StoreError> {
+        let new = new.clone();
+        self.with(move |conn, _| write_tx(conn, |conn| put_schedule_tx(conn, &new, now))).await
     }
-    async fn schedules(&self) -> Result<Vec<slothqueue_core::Schedule>, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+
+    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
+        self.with(|conn, _| read_tx(conn, read_schedules)).await
     }
+
     async fn change_schedule(
         &self,
-        _key: &str,
-        _change: &slothqueue_core::ScheduleChange,
-        _now: Timestamp,
-    ) -> Result<Option<slothqueue_core::Schedule>, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+        key: &str,
+        change: &ScheduleChange,
+        now: Timestamp,
+    ) -> Result<Option<Schedule>, StoreError> {
+        let (key, change) = (key.to_owned(), change.clone());
+        self.with(move |conn, _| {
+            write_tx(conn, |conn| change_schedule_tx(conn, &key, &change, now))
+        })
+        .await
     }
-    async fn fire_schedules(&self, _now: Timestamp) -> Result<slothqueue_core::Ticks, StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+
+    async fn fire_schedules(&self, now: Timestamp) -> Result<Ticks, StoreError> {
+        self.with(move |conn, policy| write_tx(conn, |conn| fire_schedules_tx(conn, now, policy)))
+            .await
     }
-    async fn restore_schedules(
-        &self,
-        _schedules: Vec<slothqueue_core::Schedule>,
-    ) -> Result<(), StoreError> {
-        Err(StoreError::Backend("PLACEHOLDER schedules".into()))
+
+    async fn restore_schedules(&self, schedules: Vec<Schedule>) -> Result<(), StoreError> {
+        // Each is checked on its own before the transaction: a refusal
+        // writes nothing.
+        for s in &schedules {
+            schedule::check_restore(s)?;
+        }
+        self.with(move |conn, _| {
+            write_tx(conn, |conn| schedules.iter().try_for_each(|s| write_schedule(conn, s)))
+        })
+        .await
     }
 
     async fn note_attempt(
@@ -1191,6 +1298,10 @@ mod tests {
         assert!(steps.iter().any(|s| s.contains("INDEX jobs_running")), "{steps:?}");
         let steps = plan(&conn, "SELECT scope, settings FROM lanes ORDER BY scope", &[]);
         assert_eq!(steps, ["SCAN lanes"], "the table's own order");
+        let steps = plan(&conn, "SELECT key, schedule FROM schedules ORDER BY key", &[]);
+        assert_eq!(steps, ["SCAN schedules"], "the table's own order");
+        let steps = plan(&conn, "SELECT schedule FROM schedules WHERE key = ?1", &[text("k")]);
+        assert_eq!(steps, ["SEARCH schedules USING PRIMARY KEY (key=?)"]);
     }
 
     /// The VM steps of the queries one claim reads its candidates with

@@ -1,13 +1,15 @@
-//! The fixtures, `tests/data/v1.sqlite`, `v3.sqlite` and `v4.sqlite`: the
-//! same small queue written by this crate at schema versions 1, 3 and 4,
-//! with jobs in every state and their trails. Every later version must open
-//! a copy of each and read it back exactly, forever; that is what "an older
-//! file is migrated" means in practice. (v3 is the last layout before jobs
-//! could wait on others: its pending jobs must still be due after the
-//! claim indexes were rebuilt for dependencies. v4 is the last before
-//! lanes and holds, and adds a chapter of jobs waiting on parents: they
-//! must still wait, and the due one stay due, after the claim indexes were
-//! rebuilt to leave held jobs out.)
+//! The fixtures, `tests/data/v1.sqlite`, `v3.sqlite`, `v4.sqlite` and
+//! `v5.sqlite`: the same small queue written by this crate at schema
+//! versions 1, 3, 4 and 5, with jobs in every state and their trails. Every
+//! later version must open a copy of each and read it back exactly,
+//! forever; that is what "an older file is migrated" means in practice. (v3
+//! is the last layout before jobs could wait on others: its pending jobs
+//! must still be due after the claim indexes were rebuilt for
+//! dependencies. v4 is the last before lanes and holds, and adds a chapter
+//! of jobs waiting on parents: they must still wait, and the due one stay
+//! due, after the claim indexes were rebuilt to leave held jobs out. v5 is
+//! the last before schedules, and adds a chapter of a held job and lane
+//! settings: they must survive the schedules' table being added.)
 //!
 //! `build` below is how the files were made. It is run again only with
 //! `SLOTHQUEUE_WRITE_FIXTURE=<version>`, and refuses unless the schema is
@@ -22,8 +24,9 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 use slothqueue_core::{
-    ClaimFilter, ClaimRequest, ClockOnly, Completion, EventKind, Failure, JobState, NewJob, Owner,
-    RunnerActivity, RunnerRecord, Stats, Store, Timestamp,
+    ClaimFilter, ClaimRequest, ClockOnly, Completion, EventKind, Failure, JobState, LaneChange,
+    LaneScope, LaneSettings, NewJob, Owner, RunnerActivity, RunnerRecord, Stamp, Stats, Store,
+    Timestamp,
 };
 use slothqueue_store_sqlite::{APPLICATION_ID, SCHEMA_VERSION, SqliteOptions, SqliteStore};
 
@@ -64,6 +67,10 @@ fn only(queue: &str) -> ClaimFilter {
 /// The first version whose fixture has the dependencies chapter
 /// ([`build_after`]).
 const AFTER: u32 = 4;
+
+/// The first version whose fixture has the lanes and holds chapter
+/// ([`build_lanes`]).
+const LANES: u32 = 5;
 
 /// Writes the fixture's story into a new queue at `path`, as a build of
 /// schema `version` tells it (the chapters that version could store).
@@ -142,6 +149,9 @@ async fn build(path: &Path, version: u32) {
     if version >= AFTER {
         build_after(&s).await;
     }
+    if version >= LANES {
+        build_lanes(&s).await;
+    }
     drop(s);
     // Compact, and in rollback-journal mode so that reading the committed
     // file read-only leaves no `-wal`/`-shm` beside it in the repository.
@@ -156,6 +166,40 @@ async fn build_after(s: &SqliteStore) {
     s.push(NewJob::shell("after one", "/").after(1), t(90)).await.unwrap();
     s.push(NewJob::shell("after two", "/").queue("slow").after(2), t(91)).await.unwrap();
     s.push(NewJob::shell("after both", "/").after(11).after(2), t(92)).await.unwrap();
+}
+
+fn ana(secs: i64) -> Stamp {
+    Stamp::new("ana@laptop", t(secs))
+}
+
+/// The lanes and holds chapter (v5 on): #14 held, the `slow` lane limited
+/// to one job at a time, the `mail` lane paused.
+async fn build_lanes(s: &SqliteStore) {
+    s.push(NewJob::shell("on hold", "/").queue("slow"), t(93)).await.unwrap();
+    s.hold(14, ana(94), t(94)).await.unwrap();
+    s.change_lane(&LaneScope::Queue("slow".into()), &LaneChange::Limit(1)).await.unwrap();
+    s.change_lane(&LaneScope::Queue("mail".into()), &LaneChange::Pause(ana(95))).await.unwrap();
+}
+
+/// What the lanes and holds chapter holds.
+async fn check_lanes(s: &SqliteStore) {
+    let j14 = s.get(14).await.unwrap();
+    assert_eq!(
+        (j14.state, j14.held, j14.queue.as_str()),
+        (JobState::Pending, Some(ana(94)), "slow")
+    );
+    let trail = s.events(14).await.unwrap();
+    assert_eq!(
+        trail.iter().map(|e| e.kind).collect::<Vec<_>>(),
+        [EventKind::Pushed, EventKind::Held]
+    );
+    let lanes = s.lanes().await.unwrap();
+    assert_eq!(lanes.all_paused, None);
+    let want = [
+        ("mail".to_owned(), LaneSettings { limit: 0, paused: Some(ana(95)) }),
+        ("slow".to_owned(), LaneSettings { limit: 1, paused: None }),
+    ];
+    assert_eq!(lanes.queues.into_iter().collect::<Vec<_>>(), want);
 }
 
 /// What the dependencies chapter holds.
@@ -258,13 +302,21 @@ async fn check(s: &SqliteStore, version: u32) {
         check_after(s).await;
         (want.pending, want.waiting_on_parents, want.due_now) = (7, 2, 4);
     }
+    if version >= LANES {
+        check_lanes(s).await;
+        (want.pending, want.held) = (8, 1);
+    }
     assert_eq!(stats, want);
     assert_eq!(s.next_due().await.unwrap(), Some(t(34)));
 }
 
 /// The id the next job pushed onto the fixture of `version` gets.
 fn next_id(version: u32) -> i64 {
-    if version >= AFTER { 14 } else { 11 }
+    match version {
+        v if v >= LANES => 15,
+        v if v >= AFTER => 14,
+        _ => 11,
+    }
 }
 
 /// Rewrites the fixture of `version` when asked and this build is of it,
@@ -322,6 +374,11 @@ async fn the_v4_fixture_reads_back() {
 }
 
 #[tokio::test]
+async fn the_v5_fixture_reads_back() {
+    reads_back(5).await;
+}
+
+#[tokio::test]
 async fn the_builder_still_tells_the_same_story() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fresh.sqlite");
@@ -369,7 +426,7 @@ async fn a_migrated_file_has_the_schema_of_a_new_one() {
             .unwrap();
         stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
     };
-    for version in [1, 3, 4] {
+    for version in [1, 3, 4, 5] {
         let copy = dir.path().join(format!("v{version}.sqlite"));
         fs::copy(fixture(version), &copy).unwrap();
         drop(SqliteStore::open(&copy, SqliteOptions::default()).unwrap());

@@ -12,8 +12,10 @@
 //!   (across handles, after a reopen, closed lanes skipped), held jobs out
 //!   of the claim and due indexes and counted once, per-queue counts
 //!   against the table, damaged lane rows refused;
+//! - `schedules`: schedules as rows (everything a tick decided survives a
+//!   reopen, and no slot is decided twice across it), damaged rows refused;
 //! - `damaged_schema`: a damaged stored schema refused at open (S16);
-//! - `fixture`: the schema-v1, v3 and v4 fixtures in `tests/data/` open and
+//! - `fixture`: the schema-v1, v3, v4 and v5 fixtures in `tests/data/` open and
 //!   read back exactly, forever;
 //! - `locking`: contention on the write lock (busy timeout, `Busy`, reads
 //!   going on meanwhile);
@@ -35,3 +37,4 @@ mod import;
 mod lanes;
 mod locking;
 mod read_only;
+mod schedules;
