@@ -1114,6 +1114,130 @@ mod tests {
     }
 
     #[test]
+    fn every_queues_exactly_the_job_add_would() {
+        let flags = [
+            "-q",
+            "disk",
+            "-p",
+            "-3",
+            "--max-attempts",
+            "2",
+            "--max-runtime",
+            "1h",
+            "-e",
+            "A=1",
+            "--env-pass",
+            "GITHUB_TOKEN",
+            "--nice",
+            "5",
+        ];
+        let with = |head: &[&'static str]| {
+            let mut argv = head.to_vec();
+            argv.extend_from_slice(&flags);
+            config(&argv).unwrap().command
+        };
+        let Command::Add(add) = with(&["add", "make x"]) else { panic!("not add") };
+        let Command::Every(every) = with(&["every", "2h", "make x", "--key", "k"]) else {
+            panic!("not every")
+        };
+        assert_eq!(every.schedule.job, add.job, "the tick's job is add's");
+        assert_eq!(every.schedule.key, "k");
+        assert!(!every.derived_key);
+        assert_eq!(every.schedule.zone, "Europe/Berlin", "the machine's zone by default");
+        assert_eq!(every.schedule.catch_up, slothqueue::core::CatchUp::Once);
+        assert_eq!(every.schedule.overlap, slothqueue::core::Overlap::Skip);
+        let Command::Every(e) = config(&[
+            "every",
+            "0 3 * * *",
+            "make x",
+            "--tz",
+            "UTC",
+            "--catch-up",
+            "none",
+            "--overlap",
+            "queue",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not every")
+        };
+        assert!(e.derived_key && e.schedule.key.starts_with("make-"), "{}", e.schedule.key);
+        assert_eq!(e.schedule.spec, slothqueue::core::Spec::Cron("0 3 * * *".into()));
+        assert_eq!(e.schedule.zone, "UTC");
+        assert_eq!(e.schedule.catch_up, slothqueue::core::CatchUp::None);
+        assert_eq!(e.schedule.overlap, slothqueue::core::Overlap::Queue);
+        let Command::Every(h) =
+            config(&["every", "@daily", "--kind", "resize", "--payload", "{}"]).unwrap().command
+        else {
+            panic!("not every")
+        };
+        assert_eq!(h.schedule.job.kind, "resize");
+    }
+
+    #[test]
+    fn every_refuses_what_no_schedule_can_be_before_anything_is_opened() {
+        for (argv, fragment) in [
+            (&["every"][..], "every needs SPEC and a command"),
+            (&["every", "2h"][..], "every 2h needs a command"),
+            (&["every", "make backup"][..], "`make backup` is no SPEC"),
+            (&["every", "5x", "x"][..], "SPEC `5x` is neither an interval"),
+            (&["every", "0s", "x"][..], "an interval must be from 1s"),
+            (&["every", "61 * * * *", "x"][..], "cron expression `61 * * * *`"),
+            (&["every", "0 0 30 2 *", "x"][..], "never fires"),
+            (&["every", "2h", "x", "--tz", "Mars/Olympus"][..], "unknown time zone `Mars/Olympus`"),
+            (&["every", "2h", "x", "--key", "a b"][..], "schedule key `a b`"),
+            (&["every", "2h", "x", "--key", &*"k".repeat(108)][..], "schedule key"),
+            (&["every", "2h", "x", "--delay", "5m"][..], "every takes no --delay"),
+            (&["every", "2h", "x", "--at", "2030-01-01 00:00"][..], "every takes no --at"),
+            (&["every", "2h", "x", "--after", "3"][..], "every takes no --after"),
+            (&["every", "2h", "--stdin"][..], "every takes no --stdin"),
+            (&["every", "2h", "x", "-q", "a/b"][..], "--queue `a/b`"),
+            (&["every", "2h", "x", "--env", "NOEQUALS"][..], "--env `NOEQUALS`"),
+            (&["every", "2h", "x", "--env-pass", "NOPE"][..], "NOPE is not set"),
+            (&["every", "2h", "x", "--catch-up", "twice"][..], "[possible values: once, none]"),
+            (&["every", "2h", "x", "--overlap", "pile"][..], "[possible values: skip, queue]"),
+            (&["every", "--pause", "k", "--resume", "k"][..], "cannot be used with"),
+            (&["every", "--pause", "k", "2h"][..], "cannot be used with"),
+            (&["every", "--remove", "k", "--queue", "q"][..], "takes nothing else (got --queue)"),
+            (&["every", "--resume", "k", "--tz", "UTC"][..], "takes nothing else (got --tz)"),
+        ] {
+            let err = match config(argv) {
+                Ok(c) => panic!("{argv:?} accepted: {:?}", c.command),
+                Err(e) => e,
+            };
+            let text = match err.downcast_ref::<clap::Error>() {
+                Some(clap) => clap.render().to_string(),
+                None => format!("{err:#}"),
+            };
+            assert!(text.contains(fragment), "{argv:?}: {text}");
+            if err.downcast_ref::<clap::Error>().is_none() {
+                assert_eq!(crate::app::exit::code_for(&err), crate::app::exit::Code::Usage);
+            }
+        }
+    }
+
+    #[test]
+    fn every_changes_name_their_key_and_who() {
+        let Command::EveryChange { key, change } =
+            config(&["every", "--pause", "nightly"]).unwrap().command
+        else {
+            panic!("not a change")
+        };
+        assert_eq!(
+            (key.as_str(), change),
+            ("nightly", EveryChange::Pause { by: "ana@laptop".into() })
+        );
+        let Command::EveryChange { change, .. } =
+            config(&["every", "--remove", "n"]).unwrap().command
+        else {
+            panic!("not a change")
+        };
+        assert_eq!(change, EveryChange::Remove);
+        assert!(matches!(config(&["schedules"]).unwrap().command, Command::Schedules));
+    }
+
+    #[test]
     fn who_is_the_user_at_the_host() {
         assert_eq!(user_name(Some("ana".into()), Some("x".into()), 7), "ana");
         assert_eq!(user_name(None, Some("bo".into()), 7), "bo");
