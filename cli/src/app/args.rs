@@ -82,7 +82,7 @@ pub enum Command {
     Retry(IdArg),
     /// Delete finished jobs (done, failed, cancelled); never running ones.
     Clear(ClearArgs),
-    /// Write every job with its events, the schedules and the lanes' settings as JSON lines to stdout.
+    /// Write every job with its events, the schedules and lane settings as JSON lines.
     Export,
     /// Read jobs written by `export` (also from the other backend).
     Import(ImportArgs),
@@ -112,7 +112,7 @@ pub enum Command {
     /// Add a new job from any job (a failed one, say), with changes.
     #[command(allow_negative_numbers = true)]
     Clone(ReviseArgs),
-    /// Queue a job on a schedule: every 2h, or on a cron line in a zone (--pause/--resume/--remove KEY change one).
+    /// Queue a job every 2h, or on a cron line in a zone (--pause/--resume/--remove KEY).
     #[command(
         allow_negative_numbers = true,
         after_long_help = EVERY_HELP,
@@ -140,9 +140,10 @@ Examples:
   slothqueue every --pause nightly      (--resume nightly, --remove nightly)
   slothqueue schedules
 
-A runner (`run --follow`, `serve`) fires the ticks. A slot missed while no runner ran
-(the laptop slept) runs once when one does, unless --catch-up none; a tick whose previous
-job is still pending or running is skipped unless --overlap queue. docs/schedules.md";
+A runner fires the ticks (`run --follow` or `serve` keeps one going). A slot missed while
+no runner ran (the laptop slept) runs once when one does, unless --catch-up none; a tick
+whose previous job is still pending or running is skipped unless --overlap queue.
+docs/schedules.md";
 
 /// `every`: a schedule's definition (SPEC, the job as `add` takes it, the
 /// zone and the rules for missed slots and overlaps), or one change to a
