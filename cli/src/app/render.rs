@@ -603,6 +603,39 @@ pub fn tick_slot(key: &str, slot: Timestamp, stored: Option<&Schedule>) -> Strin
     }
 }
 
+/// `status`' line of schedules, when there is any: `schedules: 2 (next
+/// tick nightly at 2026-12-02 03:00:00 CET, in 3h46m; 1 paused)`; `next`
+/// is the one whose slot comes first.
+pub fn schedules_status(
+    all: &[Schedule],
+    next: Option<&Schedule>,
+    now: Timestamp,
+) -> Option<String> {
+    if all.is_empty() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if let Some((s, t)) = next.and_then(|s| s.next_fire().map(|t| (s, t))) {
+        parts.push(format!(
+            "next tick {} at {}, in {}",
+            s.key,
+            s.local(t),
+            duration::format_span(t.duration_since(now))
+        ));
+    }
+    let paused = all.iter().filter(|s| s.paused.is_some()).count();
+    if paused == all.len() {
+        parts.push("all paused".to_owned());
+    } else if paused > 0 {
+        parts.push(format!("{paused} paused"));
+    }
+    Some(if parts.is_empty() {
+        format!("schedules: {}", all.len())
+    } else {
+        format!("schedules: {} ({})", all.len(), parts.join("; "))
+    })
+}
+
 /// The columns of `schedules`.
 const SCHEDULE_HEADERS: [&str; 8] =
     ["KEY", "SPEC", "ZONE", "NEXT", "LAST FIRE", "LAST MISSED", "PAUSED", "COMMAND"];

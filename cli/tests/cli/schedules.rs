@@ -80,6 +80,12 @@ both_backends_with_schedules! {
             backup["created_at"].as_i64().unwrap() + 7_200_000,
             "an interval counts from its creation"
         );
+        let status = ctx.ok(&["status"]);
+        assert!(status.contains("\nschedules: 2 (next tick "), "{status}");
+        let status = lines_of(&ctx.ok(&["--json", "status"])).remove(0);
+        assert_eq!(status["schedules"], 2);
+        let first = [&backup, &nightly].into_iter().min_by_key(|s| s["next_fire"].as_i64()).unwrap();
+        assert_eq!(status["next_tick"], serde_json::json!({"key": first["key"], "at": first["next_fire"]}));
         let again = lines_of(&ctx.ok(&["--json", "every", "2h", "make backup", "--key", "backup"])).remove(0);
         assert_eq!(again["created"], false);
         assert_eq!(again["created_at"], backup["created_at"], "the same definition is not stored again");
@@ -123,6 +129,8 @@ both_backends_with_schedules! {
         snapshot_with(&ctx, "every_pause", &["every", "--pause", "nightly"], FILTERS);
         snapshot_with(&ctx, "every_pause_again", &["every", "--pause", "nightly"], FILTERS);
         snapshot_with(&ctx, "schedules_paused", &["schedules"], FILTERS);
+        assert!(ctx.ok(&["status"]).contains("\nschedules: 1 (all paused)\n"));
+        assert_eq!(lines_of(&ctx.ok(&["--json", "status"]))[0]["next_tick"], serde_json::Value::Null);
         let paused = schedule(&ctx, "nightly");
         assert!(paused["paused"]["by"].as_str().unwrap().contains('@'), "{paused}");
         assert_eq!(paused["next_fire"], serde_json::Value::Null, "no tick while paused");

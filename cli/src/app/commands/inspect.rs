@@ -39,6 +39,8 @@ pub async fn status(ctx: &Ctx) -> Outcome {
             let mut v = serde_json::to_value(Stats::default())?;
             v["exists"] = false.into();
             v["lanes"] = serde_json::to_value(Lanes::default())?;
+            v["schedules"] = 0.into();
+            v["next_tick"] = serde_json::Value::Null;
             v["runners"] = serde_json::json!([]);
             print_json(&mut out, &v)?;
         } else {
@@ -50,6 +52,9 @@ pub async fn status(ctx: &Ctx) -> Outcome {
     };
     let stats = store.stats(now).await.context("cannot read the queue's counts")?;
     let lanes = store.lanes().await.context("cannot read the lanes")?;
+    let schedules = store.schedules().await.context("cannot read the schedules")?;
+    let next_tick =
+        schedules.iter().filter_map(|s| s.next_fire().map(|t| (t, s))).min_by_key(|(t, _)| *t);
     let records = store.runners().await.context("cannot read the runners")?;
     let judge = ProcJudge::new();
     let host = this_host();
@@ -62,6 +67,9 @@ pub async fn status(ctx: &Ctx) -> Outcome {
         let mut v = serde_json::to_value(&stats)?;
         v["exists"] = true.into();
         v["lanes"] = serde_json::to_value(&lanes)?;
+        v["schedules"] = schedules.len().into();
+        v["next_tick"] = next_tick
+            .map_or(serde_json::Value::Null, |(t, s)| serde_json::json!({ "key": s.key, "at": t }));
         v["runners"] = serde_json::to_value(live.iter().map(|r| r.record).collect::<Vec<_>>())?;
         print_json(&mut out, &v)?;
         return Ok(Code::Success);
@@ -74,6 +82,9 @@ pub async fn status(ctx: &Ctx) -> Outcome {
         // pays nothing for lanes in `status`.
         let counts = store.queue_counts(now).await.context("cannot count the queues' jobs")?;
         write!(out, "{}", render::lanes_lines(&QueuesReport::new(&lanes, counts), now))?;
+    }
+    if let Some(line) = render::schedules_status(&schedules, next_tick.map(|(_, s)| s), now) {
+        writeln!(out, "{line}")?;
     }
     if live.is_empty() {
         writeln!(out, "runners: none alive")?;
