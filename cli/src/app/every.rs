@@ -179,7 +179,7 @@ mod tests {
         assert!(derived_key(&spec, &handler).starts_with("resize-"));
         let odd = NewJob::shell("./../ëx!!", "/");
         assert!(derived_key(&spec, &odd).starts_with("x-"), "{}", derived_key(&spec, &odd));
-        for job in [job, odd, handler, NewJob::shell(&"a".repeat(300), "/")] {
+        for job in [job, odd, handler, NewJob::shell("a".repeat(300), "/")] {
             let key = derived_key(&spec, &job);
             assert!(machine::is_plain_name(&key) && key.len() <= schedule::MAX_KEY_LEN, "{key}");
         }
