@@ -899,6 +899,125 @@ mod tests {
         assert_eq!(truncate("abcdefgh", None), "abcdefgh");
     }
 
+    mod schedules {
+        use super::super::*;
+        use slothqueue::core::schedule::{self, LastFire, Missed, PutPlan};
+        use slothqueue::core::{CatchUp, NewSchedule, Overlap, Spec};
+
+        fn at(s: &str) -> Timestamp {
+            let t: jiff::Timestamp = s.parse().unwrap();
+            Timestamp::from_millis(t.as_millisecond())
+        }
+
+        fn nightly() -> Schedule {
+            let new = NewSchedule {
+                key: "nightly".into(),
+                spec: Spec::cron("0 3 * * *").unwrap(),
+                zone: "Europe/Berlin".into(),
+                catch_up: CatchUp::Once,
+                overlap: Overlap::Skip,
+                job: slothqueue::NewJob::shell("make nightly", "/src"),
+            };
+            match schedule::create(&new, None, at("2026-12-01T22:00:00Z")).unwrap() {
+                PutPlan::Insert(s) => s,
+                PutPlan::Unchanged(_) => unreachable!(),
+            }
+        }
+
+        #[test]
+        fn every_says_the_next_slot_in_the_schedules_zone() {
+            let now = at("2026-12-01T22:00:00Z");
+            let s = nightly();
+            assert_eq!(
+                schedule_line(&s, true, now),
+                "schedule nightly: 0 3 * * * in Europe/Berlin, next 2026-12-02 03:00:00 CET (in 4h)"
+            );
+            assert!(
+                schedule_line(&s, false, now)
+                    .ends_with("(unchanged: the same definition was stored already)")
+            );
+            let mut paused = s.clone();
+            paused.paused = Some(Stamp::new("ana@laptop", now));
+            assert_eq!(
+                schedule_line(&paused, true, now),
+                "schedule nightly: 0 3 * * * in Europe/Berlin, paused since 2026-12-01 23:00:00 CET by ana@laptop"
+            );
+            let mine = Stamp::new("bo@box", now);
+            assert_eq!(
+                schedule_changed(&paused, Some(&mine), false, now),
+                "schedule nightly was already paused since 2026-12-01 23:00:00 CET by ana@laptop"
+            );
+            assert!(
+                schedule_changed(&s, None, true, now)
+                    .starts_with("schedule nightly resumed, next 2026-12-02 03:00:00 CET")
+            );
+            assert!(
+                schedule_changed(&s, None, false, now)
+                    .starts_with("schedule nightly was not paused")
+            );
+        }
+
+        #[test]
+        fn the_table_tells_fires_misses_and_pauses_in_the_zone() {
+            let mut s = nightly();
+            s.last_fire = Some(LastFire {
+                slot: at("2026-12-02T02:00:00Z"),
+                at: at("2026-12-02T02:00:00.010Z"),
+                job: 12,
+            });
+            s.last_missed = Some(Missed {
+                count: 2,
+                at_least: false,
+                at: at("2026-12-02T02:00:00.010Z"),
+                latest: at("2026-12-01T02:00:00Z"),
+            });
+            s.cursor = at("2026-12-02T02:00:00Z");
+            let mut p = nightly();
+            p.key = "paused".into();
+            p.paused = Some(Stamp::new("ana@laptop", at("2026-12-01T22:00:00Z")));
+            assert_eq!(
+                schedules_table(&[s, p], None),
+                "\
+KEY      SPEC       ZONE           NEXT                     LAST FIRE                    LAST MISSED                              PAUSED                                       COMMAND
+nightly  0 3 * * *  Europe/Berlin  2026-12-03 03:00:00 CET  2026-12-02 03:00:00 CET #12  2 slots, latest 2026-12-01 03:00:00 CET  -                                            make nightly
+paused   0 3 * * *  Europe/Berlin  -                        -                            -                                        since 2026-12-01 23:00:00 CET by ana@laptop  make nightly
+"
+            );
+        }
+
+        #[test]
+        fn a_tick_names_its_slot_in_the_zone_while_stored() {
+            let slot = at("2026-12-02T02:00:00Z");
+            let s = nightly();
+            assert_eq!(
+                tick_slot("nightly", slot, Some(&s)),
+                "nightly, slot 2026-12-02 03:00:00 CET"
+            );
+            assert_eq!(
+                tick_slot("nightly", slot, None),
+                "nightly, slot 2026-12-02 02:00:00 UTC (no schedule nightly is stored now)"
+            );
+        }
+
+        #[test]
+        fn status_counts_schedules_and_names_the_next_tick() {
+            let now = at("2026-12-01T22:00:00Z");
+            let s = nightly();
+            assert_eq!(schedules_status(&[], None, now), None);
+            assert_eq!(
+                schedules_status(std::slice::from_ref(&s), Some(&s), now).unwrap(),
+                "schedules: 1 (next tick nightly at 2026-12-02 03:00:00 CET, in 4h)"
+            );
+            let mut p = s.clone();
+            p.paused = Some(Stamp::new("ana@laptop", now));
+            assert_eq!(
+                schedules_status(&[s.clone(), p.clone()], Some(&s), now).unwrap(),
+                "schedules: 2 (next tick nightly at 2026-12-02 03:00:00 CET, in 4h; 1 paused)"
+            );
+            assert_eq!(schedules_status(&[p], None, now).unwrap(), "schedules: 1 (all paused)");
+        }
+    }
+
     mod lanes {
         use super::super::*;
         use slothqueue::core::{LaneChange, Lanes, QueueCounts};
