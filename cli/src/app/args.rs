@@ -21,7 +21,7 @@ Exit codes:
   0    success
   1    run: at least one attempt failed; other commands: an unexpected error (I/O, storage)
   2    bad input: unknown flag, invalid value, malformed import (nothing was written)
-  3    not found: no such job, or no queue file for a command that needs one
+  3    not found: no such job or schedule, or no queue file for a command that needs one
   4    not allowed now: the job's state forbids it (e.g. cancelling a finished job)
   5    the queue file stayed busy (locked by another process) for too long; try again
   6    the queue file cannot be used: foreign, damaged, from a newer slothqueue, or
