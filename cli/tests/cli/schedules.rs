@@ -6,6 +6,14 @@
 //! stored and said, never a firing; a tick's job is made by hand with the
 //! idempotency key a tick gives (`KEY@SLOT`). They need the stores'
 //! schedule methods: `both_backends_with_schedules!` (SQLite for now).
+#![cfg_attr(
+    not(feature = "sqlite"),
+    allow(
+        dead_code,
+        unused_imports,
+        reason = "the scenarios run on SQLite only until redb's store has schedules (both_backends_with_schedules!)"
+    )
+)]
 
 use crate::both_backends_with_schedules;
 use crate::support::{TestContext, json_snapshot, snapshot_with};
