@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use slothqueue::core::Parent;
+use slothqueue::core::{CatchUp, Overlap, Parent};
 use slothqueue::{Backend, JobId, JobState};
 
 use super::duration;
@@ -21,7 +21,7 @@ Exit codes:
   0    success
   1    run: at least one attempt failed; other commands: an unexpected error (I/O, storage)
   2    bad input: unknown flag, invalid value, malformed import (nothing was written)
-  3    not found: no such job, or no queue file for a command that needs one
+  3    not found: no such job or schedule, or no queue file for a command that needs one
   4    not allowed now: the job's state forbids it (e.g. cancelling a finished job)
   5    the queue file stayed busy (locked by another process) for too long; try again
   6    the queue file cannot be used: foreign, damaged, from a newer slothqueue, or
@@ -82,7 +82,7 @@ pub enum Command {
     Retry(IdArg),
     /// Delete finished jobs (done, failed, cancelled); never running ones.
     Clear(ClearArgs),
-    /// Write every job with its events as JSON lines to stdout.
+    /// Write every job with its events, the schedules and lane settings as JSON lines.
     Export,
     /// Read jobs written by `export` (also from the other backend).
     Import(ImportArgs),
@@ -112,6 +112,96 @@ pub enum Command {
     /// Add a new job from any job (a failed one, say), with changes.
     #[command(allow_negative_numbers = true)]
     Clone(ReviseArgs),
+    /// Queue a job every 2h, or on a cron line in a zone (--pause/--resume/--remove KEY).
+    #[command(
+        allow_negative_numbers = true,
+        after_long_help = EVERY_HELP,
+        mut_arg("key", |a| a.help(
+            "The schedule's name (letters, digits, `-`, `_`, `.`); each tick's job gets the \
+             idempotency key NAME@SLOT. Default: derived from SPEC, the command and its \
+             directory, and printed (docs/schedules.md)"
+        )),
+        mut_arg("delay", |a| a.hide(true)),
+        mut_arg("at", |a| a.hide(true)),
+        mut_arg("after", |a| a.hide(true)),
+        mut_arg("stdin", |a| a.hide(true)),
+    )]
+    Every(EveryArgs),
+    /// One row per schedule: its next tick, its last fire, what it missed, its pause.
+    Schedules,
+}
+
+/// Printed under `every --help`.
+const EVERY_HELP: &str = "\
+Examples:
+  slothqueue every 2h 'make backup'                       every 2 hours from now
+  slothqueue every '0 3 * * *' 'make nightly' --key nightly --tz Europe/Berlin
+  slothqueue every @daily 'restic backup' --catch-up none --overlap queue
+  slothqueue every --pause nightly      (--resume nightly, --remove nightly)
+  slothqueue schedules
+
+A runner fires the ticks (`run --follow` or `serve` keeps one going). A slot missed while
+no runner ran (the laptop slept) runs once when one does, unless --catch-up none; a tick
+whose previous job is still pending or running is skipped unless --overlap queue.
+docs/schedules.md";
+
+/// `every`: a schedule's definition (SPEC, the job as `add` takes it, the
+/// zone and the rules for missed slots and overlaps), or one change to a
+/// stored schedule.
+#[derive(Debug, Args)]
+pub struct EveryArgs {
+    /// When it fires: an interval (`30s`, `15m`, `2h`, `1d`), counted from
+    /// now; or a cron expression, quoted (`'0 3 * * *'`: minute hour
+    /// day-of-month month day-of-week), or @hourly, @daily, @weekly,
+    /// @monthly, @yearly, read as wall time in --tz.
+    #[arg(value_name = "SPEC")]
+    pub spec: Option<String>,
+
+    /// The job each tick queues, exactly as `add` takes it.
+    #[command(flatten)]
+    pub job: AddArgs,
+
+    /// The IANA time zone the cron fields are read in (`Europe/Berlin`,
+    /// `UTC`); default: this machine's zone.
+    #[arg(long, value_name = "ZONE")]
+    pub tz: Option<String>,
+
+    /// Slots missed while no runner ran: `once` (default) runs the latest
+    /// of them once when a runner comes back; `none` runs none of them.
+    #[arg(long, value_name = "HOW", value_parser = catch_up_parser())]
+    pub catch_up: Option<CatchUp>,
+
+    /// While the previous tick's job is pending or running: `skip`
+    /// (default) queues nothing; `queue` queues the tick's job anyway.
+    #[arg(long, value_name = "HOW", value_parser = overlap_parser())]
+    pub overlap: Option<Overlap>,
+
+    /// Pause the schedule KEY: no tick fires until --resume (the slots
+    /// passed meanwhile are not run).
+    #[arg(long, value_name = "KEY", conflicts_with_all = ["spec", "resume", "remove"])]
+    pub pause: Option<String>,
+
+    /// Resume the schedule KEY from its next slot after now.
+    #[arg(long, value_name = "KEY", conflicts_with_all = ["spec", "remove"])]
+    pub resume: Option<String>,
+
+    /// Delete the schedule KEY; the jobs its ticks queued stay.
+    #[arg(long, value_name = "KEY", conflicts_with = "spec")]
+    pub remove: Option<String>,
+}
+
+/// `--catch-up`: the names offered to shell completion.
+fn catch_up_parser() -> impl clap::builder::TypedValueParser<Value = CatchUp> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new([CatchUp::Once, CatchUp::None].map(CatchUp::as_str))
+        .map(|s| if s == CatchUp::None.as_str() { CatchUp::None } else { CatchUp::Once })
+}
+
+/// `--overlap`: the names offered to shell completion.
+fn overlap_parser() -> impl clap::builder::TypedValueParser<Value = Overlap> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new([Overlap::Skip, Overlap::Queue].map(Overlap::as_str))
+        .map(|s| if s == Overlap::Queue.as_str() { Overlap::Queue } else { Overlap::Skip })
 }
 
 /// `edit ID` and `clone ID`: what to change; anything not given stays as

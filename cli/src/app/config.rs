@@ -12,10 +12,11 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use slothqueue::core::{DEFAULT_QUEUE, LaneScope, Limits};
-use slothqueue::{Backend, JobId, ListFilter, ListOrder, NewJob};
+use slothqueue::core::{DEFAULT_QUEUE, LaneScope, Limits, NewSchedule};
+use slothqueue::{Backend, JobId, ListFilter, ListOrder, NewJob, Timestamp};
 
 use super::args::{self, Cli, Order};
+use super::every;
 use super::exit::usage;
 pub use super::spec::When;
 use super::spec::{self, JobSpec, Source};
@@ -146,6 +147,44 @@ pub enum Command {
     Edit(Revise),
     /// Add a job from another.
     Clone(Revise),
+    /// Store a schedule.
+    Every(EveryConfig),
+    /// Pause, resume or remove a stored schedule.
+    EveryChange {
+        /// The schedule.
+        key: String,
+        /// What to do to it.
+        change: EveryChange,
+    },
+    /// One row a schedule.
+    Schedules,
+}
+
+/// `every SPEC CMD`, validated: the schedule as `core::schedule::create`
+/// accepts it (but for what the store holds under its key).
+#[derive(Debug)]
+pub struct EveryConfig {
+    /// What to store; its `job` is exactly the job `add` would have queued.
+    pub schedule: NewSchedule,
+    /// The key was derived from the command (no `--key`), so it is told.
+    pub derived_key: bool,
+    /// What to say on stderr before storing it (secret-looking names that
+    /// `--env-all` left out, a zone that fell back to UTC).
+    pub notes: Vec<String>,
+}
+
+/// `every --pause/--resume/--remove KEY`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EveryChange {
+    /// No tick fires until resumed.
+    Pause {
+        /// Who pauses (`USER@host`).
+        by: String,
+    },
+    /// Ticks fire again from the next slot after now.
+    Resume,
+    /// The schedule is deleted; its jobs stay.
+    Remove,
 }
 
 /// `edit` and `clone`: the flags, with the environment they set resolved
@@ -290,6 +329,9 @@ pub struct Env {
     /// Every variable of the environment whose name and value are UTF-8:
     /// what `add` records a shell job's environment from.
     pub vars: Vec<(String, String)>,
+    /// This machine's time zone by its IANA name (`TZ`, else
+    /// `/etc/localtime`), if it has one: `every`'s default `--tz`.
+    pub zone: Option<String>,
 }
 
 impl Env {
@@ -313,6 +355,7 @@ impl Env {
             vars: std::env::vars_os()
                 .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
                 .collect(),
+            zone: jiff::tz::TimeZone::system().iana_name().map(str::to_owned),
         }
     }
 
@@ -386,6 +429,8 @@ impl Config {
             args::Command::Queues => Command::Queues,
             args::Command::Edit(a) => Command::Edit(revise(a, env)?),
             args::Command::Clone(a) => Command::Clone(revise(a, env)?),
+            args::Command::Every(a) => every_command(a, env)?,
+            args::Command::Schedules => Command::Schedules,
             args::Command::Wait(w) => {
                 let target = match (w.queue, w.all) {
                     (Some(q), _) => {
@@ -594,6 +639,115 @@ fn add_command(a: args::AddArgs, env: &Env) -> anyhow::Result<Command> {
     Ok(Command::Add(AddConfig { job, when, notes }))
 }
 
+/// `every`: a change to the schedule a `--pause`, `--resume` or
+/// `--remove` names (nothing else given), or a new schedule, whose job is
+/// built by `add`'s own path and which is checked whole by
+/// `core::schedule::create` before anything is opened.
+fn every_command(mut a: args::EveryArgs, env: &Env) -> anyhow::Result<Command> {
+    let change = match (a.pause.take(), a.resume.take(), a.remove.take()) {
+        (Some(key), _, _) => Some(("--pause", key, EveryChange::Pause { by: env.who() })),
+        (None, Some(key), _) => Some(("--resume", key, EveryChange::Resume)),
+        (None, None, Some(key)) => Some(("--remove", key, EveryChange::Remove)),
+        (None, None, None) => None,
+    };
+    if let Some((flag, key, change)) = change {
+        if let Some(other) = definition_flag(&a) {
+            return Err(usage(format!(
+                "every {flag} KEY takes nothing else (got {other}): it changes a stored schedule, which `every SPEC CMD` defines"
+            )));
+        }
+        return Ok(Command::EveryChange { key, change });
+    }
+    for (given, flag, why) in [
+        (a.job.delay.is_some(), "--delay", "each tick's job is due at its slot"),
+        (a.job.at.is_some(), "--at", "each tick's job is due at its slot"),
+        (!a.job.after.is_empty(), "--after", "each tick's job is queued on its own"),
+        (a.job.stdin, "--stdin", "a schedule queues one command"),
+    ] {
+        if given {
+            return Err(usage(format!("every takes no {flag}: {why}")));
+        }
+    }
+    let Some(text) = a.spec.take() else {
+        return Err(usage(
+            "every needs SPEC and a command: slothqueue every 2h 'make backup' (SPEC: an interval, or a cron expression like '0 3 * * *' or @daily)",
+        ));
+    };
+    let no_job = a.job.command.is_none() && a.job.kind.is_none();
+    let spec = every::parse_spec(&text).map_err(|e| {
+        if no_job {
+            usage(format!("every needs SPEC and a command, and `{text}` is no SPEC: {e}"))
+        } else {
+            usage(e)
+        }
+    })?;
+    if no_job {
+        return Err(usage(format!(
+            "every {} needs a command: slothqueue every {} 'make backup' (or a handler job: --kind K --payload JSON)",
+            render_arg(&text),
+            render_arg(&text)
+        )));
+    }
+    let key = a.job.key.take();
+    let (zone, zone_note) = match a.tz.take() {
+        Some(z) => (z, None),
+        None => every::default_zone(env.zone.as_deref()),
+    };
+    let catch_up = a.catch_up.unwrap_or_default();
+    let overlap = a.overlap.unwrap_or_default();
+    let (job_spec, mut notes) = add_spec(a.job, env)?;
+    let (job, _) = spec::build(job_spec, Source::Flags, &env.cwd).map_err(usage)?;
+    let derived_key = key.is_none();
+    let key = key.unwrap_or_else(|| every::derived_key(&spec, &job));
+    let schedule = NewSchedule { key, spec, zone, catch_up, overlap, job };
+    // The whole definition as the store will check it; only what the file
+    // holds under the key is left for the store to say. `now` is no part
+    // of what is checked.
+    slothqueue::core::schedule::create(&schedule, None, Timestamp::from_millis(0))
+        .map_err(|e| usage(every::why(e)))?;
+    notes.extend(zone_note);
+    Ok(Command::Every(EveryConfig { schedule, derived_key, notes }))
+}
+
+/// SPEC as the user would retype it in a message.
+fn render_arg(text: &str) -> String {
+    if text.contains(char::is_whitespace) { format!("'{text}'") } else { text.to_owned() }
+}
+
+/// The first argument given that defines a schedule (so has no place
+/// beside `--pause`, `--resume` or `--remove`), by its name.
+fn definition_flag(a: &args::EveryArgs) -> Option<&'static str> {
+    let j = &a.job;
+    let l = &j.limits;
+    [
+        (a.spec.is_some(), "SPEC"),
+        (j.command.is_some(), "CMD"),
+        (a.tz.is_some(), "--tz"),
+        (a.catch_up.is_some(), "--catch-up"),
+        (a.overlap.is_some(), "--overlap"),
+        (j.key.is_some(), "--key"),
+        (j.priority.is_some(), "--priority"),
+        (j.max_runtime.is_some(), "--max-runtime"),
+        (j.max_attempts.is_some(), "--max-attempts"),
+        (j.delay.is_some(), "--delay"),
+        (j.at.is_some(), "--at"),
+        (j.queue.is_some(), "--queue"),
+        (j.kind.is_some(), "--kind"),
+        (j.payload.is_some(), "--payload"),
+        (!j.env.is_empty(), "--env"),
+        (!j.env_pass.is_empty(), "--env-pass"),
+        (j.env_all, "--env-all"),
+        (l.nice.is_some(), "--nice"),
+        (l.ionice.is_some(), "--ionice"),
+        (l.memory_max.is_some(), "--memory-max"),
+        (l.cpu_weight.is_some(), "--cpu-weight"),
+        (!j.after.is_empty(), "--after"),
+        (j.stdin, "--stdin"),
+    ]
+    .into_iter()
+    .find_map(|(given, name)| given.then_some(name))
+}
+
 /// `edit`'s and `clone`'s flags with their `-e` checked and each
 /// `--env-pass NAME` read from this shell (unset: a usage error).
 fn revise(args: args::ReviseArgs, process: &Env) -> anyhow::Result<Revise> {
@@ -737,6 +891,7 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
+            zone: Some("Europe/Berlin".into()),
         }
     }
 
@@ -956,6 +1111,130 @@ mod tests {
             let err = config(argv).expect_err(fragment);
             assert!(format!("{err:#}").contains(fragment), "{argv:?}: {err:#}");
         }
+    }
+
+    #[test]
+    fn every_queues_exactly_the_job_add_would() {
+        let flags = [
+            "-q",
+            "disk",
+            "-p",
+            "-3",
+            "--max-attempts",
+            "2",
+            "--max-runtime",
+            "1h",
+            "-e",
+            "A=1",
+            "--env-pass",
+            "GITHUB_TOKEN",
+            "--nice",
+            "5",
+        ];
+        let with = |head: &[&'static str]| {
+            let mut argv = head.to_vec();
+            argv.extend_from_slice(&flags);
+            config(&argv).unwrap().command
+        };
+        let Command::Add(add) = with(&["add", "make x"]) else { panic!("not add") };
+        let Command::Every(every) = with(&["every", "2h", "make x", "--key", "k"]) else {
+            panic!("not every")
+        };
+        assert_eq!(every.schedule.job, add.job, "the tick's job is add's");
+        assert_eq!(every.schedule.key, "k");
+        assert!(!every.derived_key);
+        assert_eq!(every.schedule.zone, "Europe/Berlin", "the machine's zone by default");
+        assert_eq!(every.schedule.catch_up, slothqueue::core::CatchUp::Once);
+        assert_eq!(every.schedule.overlap, slothqueue::core::Overlap::Skip);
+        let Command::Every(e) = config(&[
+            "every",
+            "0 3 * * *",
+            "make x",
+            "--tz",
+            "UTC",
+            "--catch-up",
+            "none",
+            "--overlap",
+            "queue",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not every")
+        };
+        assert!(e.derived_key && e.schedule.key.starts_with("make-"), "{}", e.schedule.key);
+        assert_eq!(e.schedule.spec, slothqueue::core::Spec::Cron("0 3 * * *".into()));
+        assert_eq!(e.schedule.zone, "UTC");
+        assert_eq!(e.schedule.catch_up, slothqueue::core::CatchUp::None);
+        assert_eq!(e.schedule.overlap, slothqueue::core::Overlap::Queue);
+        let Command::Every(h) =
+            config(&["every", "@daily", "--kind", "resize", "--payload", "{}"]).unwrap().command
+        else {
+            panic!("not every")
+        };
+        assert_eq!(h.schedule.job.kind, "resize");
+    }
+
+    #[test]
+    fn every_refuses_what_no_schedule_can_be_before_anything_is_opened() {
+        for (argv, fragment) in [
+            (&["every"][..], "every needs SPEC and a command"),
+            (&["every", "2h"][..], "every 2h needs a command"),
+            (&["every", "make backup"][..], "`make backup` is no SPEC"),
+            (&["every", "5x", "x"][..], "SPEC `5x` is neither an interval"),
+            (&["every", "0s", "x"][..], "an interval must be from 1s"),
+            (&["every", "61 * * * *", "x"][..], "cron expression `61 * * * *`"),
+            (&["every", "0 0 30 2 *", "x"][..], "never fires"),
+            (&["every", "2h", "x", "--tz", "Mars/Olympus"][..], "unknown time zone `Mars/Olympus`"),
+            (&["every", "2h", "x", "--key", "a b"][..], "schedule key `a b`"),
+            (&["every", "2h", "x", "--key", &*"k".repeat(108)][..], "schedule key"),
+            (&["every", "2h", "x", "--delay", "5m"][..], "every takes no --delay"),
+            (&["every", "2h", "x", "--at", "2030-01-01 00:00"][..], "every takes no --at"),
+            (&["every", "2h", "x", "--after", "3"][..], "every takes no --after"),
+            (&["every", "2h", "--stdin"][..], "every takes no --stdin"),
+            (&["every", "2h", "x", "-q", "a/b"][..], "--queue `a/b`"),
+            (&["every", "2h", "x", "--env", "NOEQUALS"][..], "--env `NOEQUALS`"),
+            (&["every", "2h", "x", "--env-pass", "NOPE"][..], "NOPE is not set"),
+            (&["every", "2h", "x", "--catch-up", "twice"][..], "[possible values: once, none]"),
+            (&["every", "2h", "x", "--overlap", "pile"][..], "[possible values: skip, queue]"),
+            (&["every", "--pause", "k", "--resume", "k"][..], "cannot be used with"),
+            (&["every", "--pause", "k", "2h"][..], "cannot be used with"),
+            (&["every", "--remove", "k", "--queue", "q"][..], "takes nothing else (got --queue)"),
+            (&["every", "--resume", "k", "--tz", "UTC"][..], "takes nothing else (got --tz)"),
+        ] {
+            let err = match config(argv) {
+                Ok(c) => panic!("{argv:?} accepted: {:?}", c.command),
+                Err(e) => e,
+            };
+            let text = match err.downcast_ref::<clap::Error>() {
+                Some(clap) => clap.render().to_string(),
+                None => format!("{err:#}"),
+            };
+            assert!(text.contains(fragment), "{argv:?}: {text}");
+            if err.downcast_ref::<clap::Error>().is_none() {
+                assert_eq!(crate::app::exit::code_for(&err), crate::app::exit::Code::Usage);
+            }
+        }
+    }
+
+    #[test]
+    fn every_changes_name_their_key_and_who() {
+        let Command::EveryChange { key, change } =
+            config(&["every", "--pause", "nightly"]).unwrap().command
+        else {
+            panic!("not a change")
+        };
+        assert_eq!(
+            (key.as_str(), change),
+            ("nightly", EveryChange::Pause { by: "ana@laptop".into() })
+        );
+        let Command::EveryChange { change, .. } =
+            config(&["every", "--remove", "n"]).unwrap().command
+        else {
+            panic!("not a change")
+        };
+        assert_eq!(change, EveryChange::Remove);
+        assert!(matches!(config(&["schedules"]).unwrap().command, Command::Schedules));
     }
 
     #[test]

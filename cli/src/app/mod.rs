@@ -6,6 +6,7 @@ mod batch;
 mod commands;
 pub mod config;
 pub mod duration;
+mod every;
 pub mod exit;
 mod explain;
 mod render;

@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use slothqueue::core::{LaneScope, LaneSettings, LaneVerdict, QueuesReport, Stamp};
+use slothqueue::core::{LaneScope, LaneSettings, LaneVerdict, QueuesReport, Schedule, Stamp};
 use slothqueue::{Event, EventKind, Job, JobState, Stats, Timestamp};
 
 use super::duration;
@@ -519,6 +519,184 @@ pub fn queues_table(report: &QueuesReport, now: Timestamp) -> String {
     out
 }
 
+/// A pause of a schedule, its time read in the schedule's zone: `since
+/// 2026-12-01 22:00:00 CET by ana@laptop`.
+fn schedule_stamp(s: &Schedule, p: &Stamp) -> String {
+    format!("since {} by {}", s.local(p.since), one_line(&p.by))
+}
+
+/// When a schedule fires next, for `every`'s line: `next 2026-12-02
+/// 03:00:00 CET (in 4h59m)`, `paused since … by …`, or that no slot is
+/// left.
+fn next_tick(s: &Schedule, now: Timestamp) -> String {
+    if let Some(p) = &s.paused {
+        return format!("paused {}", schedule_stamp(s, p));
+    }
+    match s.next_fire() {
+        Some(t) => {
+            format!("next {} (in {})", s.local(t), duration::format_span(t.duration_since(now)))
+        }
+        None => "no slot left to fire".to_owned(),
+    }
+}
+
+/// What `every` prints: `schedule nightly: 0 3 * * * in Europe/Berlin,
+/// next 2026-12-02 03:00:00 CET (in 4h59m)`, and when the same definition
+/// was stored already, that nothing changed.
+pub fn schedule_line(s: &Schedule, created: bool, now: Timestamp) -> String {
+    let mut line = format!("schedule {}: {} in {}, {}", s.key, s.spec, s.zone, next_tick(s, now));
+    if !created {
+        line.push_str(" (unchanged: the same definition was stored already)");
+    }
+    line
+}
+
+/// What `every --pause` and `--resume` print: the schedule as it is now,
+/// and whether the change changed anything (a second pause keeps the
+/// first one's stamp; a resume of a running schedule does nothing).
+pub fn schedule_changed(
+    s: &Schedule,
+    mine: Option<&Stamp>,
+    was_paused: bool,
+    now: Timestamp,
+) -> String {
+    match (mine, &s.paused) {
+        (Some(mine), Some(p)) if p != mine => {
+            format!("schedule {} was already paused {}", s.key, schedule_stamp(s, p))
+        }
+        (Some(_), _) => format!(
+            "schedule {} paused: no tick fires until `slothqueue every --resume {}`",
+            s.key, s.key
+        ),
+        (None, _) if was_paused => format!(
+            "schedule {} resumed, {} (the slots passed while paused are not run)",
+            s.key,
+            next_tick(s, now)
+        ),
+        (None, _) => format!("schedule {} was not paused, {}", s.key, next_tick(s, now)),
+    }
+}
+
+/// What a schedule's job runs, in a few words: the command, or `[kind]
+/// payload`.
+fn what_new(job: &slothqueue::NewJob) -> String {
+    let command = job.payload.get("command").and_then(|c| c.as_str());
+    match command {
+        Some(c) if job.kind == slothqueue::core::SHELL_KIND => one_line(c),
+        _ => one_line(&format!("[{}] {}", job.kind, job.payload)),
+    }
+}
+
+/// The `schedule:` line of `show` for a tick's job: `nightly, slot
+/// 2026-12-02 03:00:00 CET`, the slot in the schedule's zone while it is
+/// stored, else in UTC and saying so.
+pub fn tick_slot(key: &str, slot: Timestamp, stored: Option<&Schedule>) -> String {
+    match stored {
+        Some(s) => format!("{}, slot {}", one_line(key), s.local(slot)),
+        None => {
+            let utc = jiff::Timestamp::from_millisecond(slot.as_millis()).map_or_else(
+                |_| format!("{}ms", slot.as_millis()),
+                |t| t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string(),
+            );
+            format!("{}, slot {utc} (no schedule {} is stored now)", one_line(key), one_line(key))
+        }
+    }
+}
+
+/// `status`' line of schedules, when there is any: `schedules: 2 (next
+/// tick nightly at 2026-12-02 03:00:00 CET, in 3h46m; 1 paused)`; `next`
+/// is the one whose slot comes first.
+pub fn schedules_status(
+    all: &[Schedule],
+    next: Option<&Schedule>,
+    now: Timestamp,
+) -> Option<String> {
+    if all.is_empty() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if let Some((s, t)) = next.and_then(|s| s.next_fire().map(|t| (s, t))) {
+        parts.push(format!(
+            "next tick {} at {}, in {}",
+            s.key,
+            s.local(t),
+            duration::format_span(t.duration_since(now))
+        ));
+    }
+    let paused = all.iter().filter(|s| s.paused.is_some()).count();
+    if paused == all.len() {
+        parts.push("all paused".to_owned());
+    } else if paused > 0 {
+        parts.push(format!("{paused} paused"));
+    }
+    Some(if parts.is_empty() {
+        format!("schedules: {}", all.len())
+    } else {
+        format!("schedules: {} ({})", all.len(), parts.join("; "))
+    })
+}
+
+/// The columns of `schedules`.
+const SCHEDULE_HEADERS: [&str; 8] =
+    ["KEY", "SPEC", "ZONE", "NEXT", "LAST FIRE", "LAST MISSED", "PAUSED", "COMMAND"];
+
+/// `schedules`' table, every time in the schedule's own zone, sized to
+/// `width` columns by truncating the command (`None`: no limit).
+pub fn schedules_table(list: &[Schedule], width: Option<usize>) -> String {
+    let rows: Vec<[String; 8]> = list
+        .iter()
+        .map(|s| {
+            let next = match (&s.paused, s.next_fire()) {
+                (Some(_), _) => "-".to_owned(),
+                (None, Some(t)) => s.local(t),
+                (None, None) => "none".to_owned(),
+            };
+            let fire = s
+                .last_fire
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |f| format!("{} #{}", s.local(f.slot), f.job));
+            let missed = s
+                .last_missed
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |m| format!("{m}, latest {}", s.local(m.latest)));
+            let paused = s.paused.as_ref().map_or_else(|| "-".to_owned(), |p| schedule_stamp(s, p));
+            [
+                s.key.clone(),
+                s.spec.to_string(),
+                s.zone.clone(),
+                next,
+                fire,
+                missed,
+                paused,
+                what_new(&s.job),
+            ]
+        })
+        .collect();
+    let header = SCHEDULE_HEADERS.map(str::to_owned);
+    let mut widths = [0usize; 8];
+    for row in std::iter::once(&header).chain(&rows) {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let fixed: usize = widths[..7].iter().map(|w| w + 2).sum();
+    let command_width = width.map(|w| w.saturating_sub(fixed).max(12));
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i == 7 {
+                line.push_str(&truncate(cell, command_width));
+            } else {
+                let _ = write!(line, "{cell:<w$}  ", w = widths[i]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
 /// The columns of `list`.
 const HEADERS: [&str; 6] = ["ID", "STATE", "PRI", "ATT", "WHEN", "COMMAND"];
 
@@ -719,6 +897,125 @@ mod tests {
         assert_eq!(truncate("abcdefgh", Some(5)), "abcd…");
         assert_eq!(truncate("abc", Some(5)), "abc");
         assert_eq!(truncate("abcdefgh", None), "abcdefgh");
+    }
+
+    mod schedules {
+        use super::super::*;
+        use slothqueue::core::schedule::{self, LastFire, Missed, PutPlan};
+        use slothqueue::core::{CatchUp, NewSchedule, Overlap, Spec};
+
+        fn at(s: &str) -> Timestamp {
+            let t: jiff::Timestamp = s.parse().unwrap();
+            Timestamp::from_millis(t.as_millisecond())
+        }
+
+        fn nightly() -> Schedule {
+            let new = NewSchedule {
+                key: "nightly".into(),
+                spec: Spec::cron("0 3 * * *").unwrap(),
+                zone: "Europe/Berlin".into(),
+                catch_up: CatchUp::Once,
+                overlap: Overlap::Skip,
+                job: slothqueue::NewJob::shell("make nightly", "/src"),
+            };
+            match schedule::create(&new, None, at("2026-12-01T22:00:00Z")).unwrap() {
+                PutPlan::Insert(s) => s,
+                PutPlan::Unchanged(_) => unreachable!(),
+            }
+        }
+
+        #[test]
+        fn every_says_the_next_slot_in_the_schedules_zone() {
+            let now = at("2026-12-01T22:00:00Z");
+            let s = nightly();
+            assert_eq!(
+                schedule_line(&s, true, now),
+                "schedule nightly: 0 3 * * * in Europe/Berlin, next 2026-12-02 03:00:00 CET (in 4h)"
+            );
+            assert!(
+                schedule_line(&s, false, now)
+                    .ends_with("(unchanged: the same definition was stored already)")
+            );
+            let mut paused = s.clone();
+            paused.paused = Some(Stamp::new("ana@laptop", now));
+            assert_eq!(
+                schedule_line(&paused, true, now),
+                "schedule nightly: 0 3 * * * in Europe/Berlin, paused since 2026-12-01 23:00:00 CET by ana@laptop"
+            );
+            let mine = Stamp::new("bo@box", now);
+            assert_eq!(
+                schedule_changed(&paused, Some(&mine), false, now),
+                "schedule nightly was already paused since 2026-12-01 23:00:00 CET by ana@laptop"
+            );
+            assert!(
+                schedule_changed(&s, None, true, now)
+                    .starts_with("schedule nightly resumed, next 2026-12-02 03:00:00 CET")
+            );
+            assert!(
+                schedule_changed(&s, None, false, now)
+                    .starts_with("schedule nightly was not paused")
+            );
+        }
+
+        #[test]
+        fn the_table_tells_fires_misses_and_pauses_in_the_zone() {
+            let mut s = nightly();
+            s.last_fire = Some(LastFire {
+                slot: at("2026-12-02T02:00:00Z"),
+                at: at("2026-12-02T02:00:00.010Z"),
+                job: 12,
+            });
+            s.last_missed = Some(Missed {
+                count: 2,
+                at_least: false,
+                at: at("2026-12-02T02:00:00.010Z"),
+                latest: at("2026-12-01T02:00:00Z"),
+            });
+            s.cursor = at("2026-12-02T02:00:00Z");
+            let mut p = nightly();
+            p.key = "paused".into();
+            p.paused = Some(Stamp::new("ana@laptop", at("2026-12-01T22:00:00Z")));
+            assert_eq!(
+                schedules_table(&[s, p], None),
+                "\
+KEY      SPEC       ZONE           NEXT                     LAST FIRE                    LAST MISSED                              PAUSED                                       COMMAND
+nightly  0 3 * * *  Europe/Berlin  2026-12-03 03:00:00 CET  2026-12-02 03:00:00 CET #12  2 slots, latest 2026-12-01 03:00:00 CET  -                                            make nightly
+paused   0 3 * * *  Europe/Berlin  -                        -                            -                                        since 2026-12-01 23:00:00 CET by ana@laptop  make nightly
+"
+            );
+        }
+
+        #[test]
+        fn a_tick_names_its_slot_in_the_zone_while_stored() {
+            let slot = at("2026-12-02T02:00:00Z");
+            let s = nightly();
+            assert_eq!(
+                tick_slot("nightly", slot, Some(&s)),
+                "nightly, slot 2026-12-02 03:00:00 CET"
+            );
+            assert_eq!(
+                tick_slot("nightly", slot, None),
+                "nightly, slot 2026-12-02 02:00:00 UTC (no schedule nightly is stored now)"
+            );
+        }
+
+        #[test]
+        fn status_counts_schedules_and_names_the_next_tick() {
+            let now = at("2026-12-01T22:00:00Z");
+            let s = nightly();
+            assert_eq!(schedules_status(&[], None, now), None);
+            assert_eq!(
+                schedules_status(std::slice::from_ref(&s), Some(&s), now).unwrap(),
+                "schedules: 1 (next tick nightly at 2026-12-02 03:00:00 CET, in 4h)"
+            );
+            let mut p = s.clone();
+            p.paused = Some(Stamp::new("ana@laptop", now));
+            assert_eq!(
+                schedules_status(&[s.clone(), p.clone()], Some(&s), now).unwrap(),
+                "schedules: 2 (next tick nightly at 2026-12-02 03:00:00 CET, in 4h; 1 paused)"
+            );
+            assert_eq!(schedules_status(&[p], None, now).unwrap(), "schedules: 1 (all paused)");
+        }
     }
 
     mod lanes {

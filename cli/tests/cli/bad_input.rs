@@ -122,6 +122,15 @@ const CASES: &[Case] = &[
     case(&["hold", "0"], 2, "not a job id"),
     case(&["release", "x"], 2, "not a job id"),
     case(&["queues", "extra"], 2, "unexpected argument"),
+    case(&["every", "5x", "make"], 2, "SPEC `5x` is neither an interval"),
+    case(&["every", "0 25 * * *", "make"], 2, "cron expression `0 25 * * *`"),
+    case(&["every", "2h"], 2, "every 2h needs a command"),
+    case(&["every", "2h", "make", "--tz", "Mars/Olympus"], 2, "unknown time zone `Mars/Olympus`"),
+    case(&["every", "2h", "make", "--delay", "5m"], 2, "every takes no --delay"),
+    case(&["every", "2h", "make", "--overlap", "pile"], 2, "[possible values: skip, queue]"),
+    case(&["every", "--pause", "k", "--remove", "k"], 2, "cannot be used with"),
+    case(&["schedules", "extra"], 2, "unexpected argument"),
+    Case { args: &["every", "--pause", "k"], db: Db::Missing, code: 3, fragment: "no queue at" },
     case(&["import", "/nonexistent/dump.jsonl"], 2, "cannot read /nonexistent/dump.jsonl"),
     case(&["completions", "cmd.exe"], 2, "invalid value 'cmd.exe'"),
     case(&["frobnicate"], 2, "unrecognized subcommand"),
@@ -157,7 +166,10 @@ fn seeded(ctx: &TestContext) {
 /// changes bytes though not content. Commands that only look open redb
 /// read-only and are held to byte-identity like SQLite.
 fn snapshot_dir(ctx: &TestContext, args: &[&str]) -> Vec<(PathBuf, Option<Vec<u8>>)> {
-    let looks = matches!(args.first(), Some(&("status" | "list" | "show" | "logs" | "export")));
+    let looks = matches!(
+        args.first(),
+        Some(&("status" | "list" | "show" | "logs" | "export" | "schedules"))
+    );
     let redb_queue = (ctx.backend == Backend::Redb && !looks).then_some(&ctx.db);
     let mut files: Vec<(PathBuf, Option<Vec<u8>>)> = std::fs::read_dir(ctx.dir.path())
         .unwrap()

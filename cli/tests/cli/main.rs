@@ -22,6 +22,9 @@
 //!   (issue #17).
 //! - `limits`: `run`'s niceness, I/O class and ceilings, and what `show`
 //!   says is in force (issue #17).
+//! - `schedules`: `every`, its pause, resume and removal, `schedules`,
+//!   `show` of a tick's job, schedules through export/import (issue #19);
+//!   `both_backends_with_schedules!` until every store has them.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -40,6 +43,7 @@ mod queue_files;
 mod read_only;
 mod read_only_disk;
 mod revise;
+mod schedules;
 mod signals;
 mod snapshots;
 pub mod support;

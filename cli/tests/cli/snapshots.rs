@@ -4,28 +4,9 @@
 use crate::support::{Backend, TestContext, format_output};
 use crate::{both_backends, slothqueue_snapshot};
 
-/// Snapshots a JSON command's output pretty-printed, so a change in one
-/// field reads as one changed line.
+/// [`crate::support::json_snapshot`] with the central filters only.
 fn json_snapshot(ctx: &TestContext, name: &str, args: &[&str]) {
-    let out = ctx.run(args);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
-    let pretty: Vec<String> = text
-        .lines()
-        .map(|l| {
-            serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(l).unwrap())
-                .unwrap()
-        })
-        .collect();
-    let mut settings = insta::Settings::clone_current();
-    settings.set_prepend_module_to_snapshot(false);
-    settings.set_omit_expression(true);
-    for (re, rep) in ctx.filters() {
-        // Pretty JSON puts a space after the colon.
-        settings.add_filter(&re.replace("\":", "\": "), rep.replace("\":", "\": "));
-        settings.add_filter(&re, rep);
-    }
-    settings.bind(|| insta::assert_snapshot!(name, pretty.join("\n")));
+    crate::support::json_snapshot(ctx, name, args, &[]);
 }
 
 #[test]
@@ -33,6 +14,7 @@ fn help_lists_the_commands_and_the_exit_codes() {
     let ctx = TestContext::new(Backend::Sqlite);
     slothqueue_snapshot!(ctx, "help", ["--help"]);
     slothqueue_snapshot!(ctx, "add_help", ["add", "--help"]);
+    slothqueue_snapshot!(ctx, "every_help", ["every", "--help"]);
 }
 
 #[test]

@@ -51,7 +51,7 @@ pub async fn add(ctx: &Ctx, add: AddConfig) -> Outcome {
 
 /// Says on stderr what the user should know of what is recorded (the
 /// secret-looking names `--env-all` left out): stdout stays the result.
-fn say_notes(notes: &[String]) -> anyhow::Result<()> {
+pub(super) fn say_notes(notes: &[String]) -> anyhow::Result<()> {
     let mut err = io::stderr().lock();
     for note in notes {
         writeln!(err, "{note}")?;

@@ -39,6 +39,8 @@ pub async fn status(ctx: &Ctx) -> Outcome {
             let mut v = serde_json::to_value(Stats::default())?;
             v["exists"] = false.into();
             v["lanes"] = serde_json::to_value(Lanes::default())?;
+            v["schedules"] = 0.into();
+            v["next_tick"] = serde_json::Value::Null;
             v["runners"] = serde_json::json!([]);
             print_json(&mut out, &v)?;
         } else {
@@ -50,6 +52,9 @@ pub async fn status(ctx: &Ctx) -> Outcome {
     };
     let stats = store.stats(now).await.context("cannot read the queue's counts")?;
     let lanes = store.lanes().await.context("cannot read the lanes")?;
+    let schedules = store.schedules().await.context("cannot read the schedules")?;
+    let next_tick =
+        schedules.iter().filter_map(|s| s.next_fire().map(|t| (t, s))).min_by_key(|(t, _)| *t);
     let records = store.runners().await.context("cannot read the runners")?;
     let judge = ProcJudge::new();
     let host = this_host();
@@ -62,6 +67,9 @@ pub async fn status(ctx: &Ctx) -> Outcome {
         let mut v = serde_json::to_value(&stats)?;
         v["exists"] = true.into();
         v["lanes"] = serde_json::to_value(&lanes)?;
+        v["schedules"] = schedules.len().into();
+        v["next_tick"] = next_tick
+            .map_or(serde_json::Value::Null, |(t, s)| serde_json::json!({ "key": s.key, "at": t }));
         v["runners"] = serde_json::to_value(live.iter().map(|r| r.record).collect::<Vec<_>>())?;
         print_json(&mut out, &v)?;
         return Ok(Code::Success);
@@ -74,6 +82,9 @@ pub async fn status(ctx: &Ctx) -> Outcome {
         // pays nothing for lanes in `status`.
         let counts = store.queue_counts(now).await.context("cannot count the queues' jobs")?;
         write!(out, "{}", render::lanes_lines(&QueuesReport::new(&lanes, counts), now))?;
+    }
+    if let Some(line) = render::schedules_status(&schedules, next_tick.map(|(_, s)| s), now) {
+        writeln!(out, "{line}")?;
     }
     if live.is_empty() {
         writeln!(out, "runners: none alive")?;
@@ -122,7 +133,7 @@ pub async fn list(ctx: &Ctx, filter: ListFilter, show_secrets: bool) -> Outcome 
 }
 
 /// The terminal's width when stdout is one, else `$COLUMNS`, else no limit.
-fn terminal_width() -> Option<usize> {
+pub(super) fn terminal_width() -> Option<usize> {
     let stdout = io::stdout();
     if let Ok(size) = rustix::termios::tcgetwinsize(&stdout) {
         if size.ws_col > 0 {
@@ -149,11 +160,19 @@ pub async fn show(ctx: &Ctx, id: JobId, show_secrets: bool) -> Outcome {
         let secrets = if show_secrets { Secrets::Shown } else { Secrets::Masked };
         let mut v = job_json_with(&job, Some(&events), secrets)?;
         v["dependents"] = serde_json::to_value(&dependents)?;
+        if let Some((key, slot)) = tick_of(&job) {
+            v["schedule"] = serde_json::json!({ "key": key, "slot": slot });
+        }
         print_json(&mut out, &v)?;
         return Ok(Code::Success);
     }
     let now = ctx.now();
     write!(out, "{}", render::job_details(&job, now, ctx.color, show_secrets))?;
+    if let Some((key, slot)) = tick_of(&job) {
+        let schedules = store.schedules().await.context("cannot read the schedules")?;
+        let stored = schedules.iter().find(|s| s.key == key);
+        writeln!(out, "schedule:     {}", render::tick_slot(key, slot, stored))?;
+    }
     let parents = jobs_by_id(store.as_ref(), &job.after).await?;
     if !job.after.is_empty() {
         writeln!(
@@ -214,6 +233,12 @@ pub async fn show(ctx: &Ctx, id: JobId, show_secrets: bool) -> Outcome {
         writeln!(out, "{}", render::event_line(e, now))?;
     }
     Ok(Code::Success)
+}
+
+/// The schedule and slot of a tick's job, from its idempotency key
+/// (`nightly@2026-12-02T03:00:00Z`, `core::schedule::tick_key`).
+fn tick_of(job: &Job) -> Option<(&str, Timestamp)> {
+    job.idempotency_key.as_deref().and_then(slothqueue::core::schedule::parse_tick_key)
 }
 
 /// What `queue`'s lane says of a new start now: open when no lane has a

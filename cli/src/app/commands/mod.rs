@@ -11,6 +11,7 @@ mod inspect;
 mod lanes;
 mod revise;
 mod run;
+mod schedules;
 #[cfg(feature = "http")]
 mod serve;
 mod transfer;
@@ -22,7 +23,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::CommandFactory;
-use slothqueue::{Backend, Clock, Event, Job, OpenOptions, Store, SystemClock, Timestamp};
+use slothqueue::core::Schedule;
+use slothqueue::{Backend, Clock, Event, Job, NewJob, OpenOptions, Store, SystemClock, Timestamp};
 
 use super::Outcome;
 use super::args::Cli;
@@ -155,6 +157,9 @@ pub async fn execute(config: Config) -> Outcome {
         Command::Queues => lanes::queues(&ctx).await,
         Command::Edit(r) => revise::edit(&ctx, r).await,
         Command::Clone(r) => revise::clone(&ctx, r).await,
+        Command::Every(every) => schedules::every(&ctx, every).await,
+        Command::EveryChange { key, change } => schedules::change(&ctx, &key, change).await,
+        Command::Schedules => schedules::schedules(&ctx).await,
         #[cfg(feature = "http")]
         Command::Serve(sc) => serve::serve(&ctx, sc).await,
         #[cfg(not(feature = "http"))]
@@ -209,6 +214,50 @@ pub fn job_json_with(
         if let Some(events) = events {
             obj.insert("events".to_owned(), serde_json::to_value(events)?);
         }
+    }
+    Ok(v)
+}
+
+/// The secret-looking names of a schedule's job, and its payload as shown
+/// without them: the rule `core::shell::masked_payload` and
+/// `marked_secrets` apply to a queued job (shell jobs only; a handler's
+/// payload is its own), for the job a schedule queues.
+fn new_job_secrets(job: &NewJob) -> (serde_json::Value, Vec<String>) {
+    if job.kind == slothqueue::core::SHELL_KIND {
+        (
+            slothqueue::core::shell::masked(&job.payload),
+            slothqueue::core::shell::secret_names(&job.payload),
+        )
+    } else {
+        (job.payload.clone(), Vec::new())
+    }
+}
+
+/// A schedule as `every`, `schedules` and the changes print it: its
+/// stored fields and `next_fire` (UTC ms, `null` while paused or with no
+/// slot left), its job's secret-looking values masked as every look masks
+/// a job's.
+pub fn schedule_json(s: &Schedule) -> anyhow::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(s)?;
+    let (masked, _) = new_job_secrets(&s.job);
+    if let Some(obj) = v.as_object_mut() {
+        if let Some(job) = obj.get_mut("job").and_then(|j| j.as_object_mut()) {
+            job.insert("payload".to_owned(), masked);
+        }
+        obj.insert("next_fire".to_owned(), serde_json::to_value(s.next_fire())?);
+    }
+    Ok(v)
+}
+
+/// A schedule as an export line holds it: `{"schedule": SCHEDULE}` with
+/// its stored fields only (what `import` restores as it was), and
+/// `"secrets": [NAME…]` beside it when its job holds secret-looking
+/// variables (their values are in the line, as a job line's are).
+pub fn schedule_line(s: &Schedule) -> anyhow::Result<serde_json::Value> {
+    let mut v = serde_json::json!({ "schedule": serde_json::to_value(s)? });
+    let (_, names) = new_job_secrets(&s.job);
+    if !names.is_empty() {
+        v["secrets"] = names.into();
     }
     Ok(v)
 }

@@ -17,6 +17,15 @@
 //! write each, after the jobs' one transaction). Holds travel inside each
 //! job (`held`).
 //!
+//! Schedules travel too, one line `{"schedule": …}` each, after the lanes
+//! line and before the jobs, exactly as stored (cursor, last fire, pause),
+//! so a restored schedule goes on where it was: slots since its cursor are
+//! missed slots, caught up as its `catch_up` says. `import` checks each
+//! with `core::schedule::check_restore` and refuses a key twice in the file
+//! or already in the queue, and restores them in one transaction
+//! (`Store::restore_schedules`) after the jobs, whose ids their last fires
+//! name.
+//!
 //! Import restores data, never live authority: a job exported while
 //! running comes back pending (no lease, no process group, no owner) with a
 //! `reclaimed` event saying so, its interrupted attempt charged as a
@@ -28,12 +37,12 @@ use std::io::{self, Read, Write};
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use slothqueue::core::{LaneChange, LaneScope, Lanes, machine};
+use slothqueue::core::{LaneChange, LaneScope, Lanes, Schedule, machine, schedule};
 use slothqueue::{
     Event, EventKind, Job, JobState, ListFilter, ListOrder, NewJob, Store, StoreError, Timestamp,
 };
 
-use super::{Ctx, Secrets, job_json_with, print_json};
+use super::{Ctx, Secrets, job_json_with, print_json, schedule_line};
 use crate::app::Outcome;
 use crate::app::exit::{Code, usage};
 
@@ -52,6 +61,9 @@ pub async fn export(ctx: &Ctx) -> Outcome {
     let mut out = io::BufWriter::new(io::stdout().lock());
     if !lanes.is_default() {
         print_json(&mut out, &serde_json::json!({ "lanes": lanes }))?;
+    }
+    for schedule in store.schedules().await.context("cannot read the schedules")? {
+        print_json(&mut out, &schedule_line(&schedule)?)?;
     }
     let mut cursor = None;
     loop {
@@ -82,10 +94,32 @@ struct Line {
     events: Vec<Event>,
 }
 
-/// A line of an export: a job with its trail, or the lanes' settings.
+/// A line of an export: a job with its trail, the lanes' settings, or a
+/// schedule.
 enum Parsed {
     Job(Box<Line>),
     Lanes(Lanes),
+    Schedule(Box<Schedule>),
+}
+
+/// A `{"schedule": …}` line (with the `secrets` an export marks beside
+/// it, which say what the line holds and are no part of it), checked as
+/// `Store::restore_schedules` will check it.
+fn parse_schedule(
+    number: usize,
+    obj: &serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<Schedule> {
+    let s: Schedule = serde_json::from_value(obj["schedule"].clone())
+        .map_err(|e| usage(format!("line {number}: bad `schedule` ({e})")))?;
+    schedule::check_restore(&s).map_err(|e| {
+        let why = match e {
+            machine::TransitionError::InvalidSchedule(m)
+            | machine::TransitionError::InvalidJob(m) => m,
+            e => e.to_string(),
+        };
+        usage(format!("line {number}: schedule `{}`: {why}", s.key))
+    })?;
+    Ok(s)
 }
 
 fn parse_any(number: usize, text: &str) -> anyhow::Result<Parsed> {
@@ -108,6 +142,12 @@ fn parse_any(number: usize, text: &str) -> anyhow::Result<Parsed> {
                 })?;
             }
             Ok(Parsed::Lanes(lanes))
+        }
+        Some(o)
+            if o.contains_key("schedule")
+                && o.keys().all(|k| k == "schedule" || k == "secrets") =>
+        {
+            parse_schedule(number, o).map(|s| Parsed::Schedule(Box::new(s)))
         }
         _ => parse_line(number, value).map(|l| Parsed::Job(Box::new(l))),
     }
@@ -288,9 +328,20 @@ pub async fn import(ctx: &Ctx, file: Option<PathBuf>) -> Outcome {
     }
     let mut lines: Vec<Line> = Vec::new();
     let mut lanes: Option<(usize, Lanes)> = None;
+    let mut schedules: Vec<(usize, Schedule)> = Vec::new();
     for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         match parse_any(i + 1, l)? {
             Parsed::Job(line) => lines.push(*line),
+            Parsed::Schedule(s) => {
+                if let Some((first, _)) = schedules.iter().find(|(_, o)| o.key == s.key) {
+                    return Err(usage(format!(
+                        "line {}: schedule `{}` is also on line {first} (nothing was written)",
+                        i + 1,
+                        s.key
+                    )));
+                }
+                schedules.push((i + 1, *s));
+            }
             Parsed::Lanes(_) if lanes.is_some() => {
                 let first = lanes.as_ref().map_or(0, |(n, _)| *n);
                 return Err(usage(format!(
@@ -304,6 +355,19 @@ pub async fn import(ctx: &Ctx, file: Option<PathBuf>) -> Outcome {
     check_duplicates(&lines)?;
     let store = ctx.open(true)?;
     check_taken(&lines, store.as_ref()).await?;
+    if !schedules.is_empty() {
+        // A file without schedules reads none: it imports as it did
+        // before schedules existed.
+        let stored = store.schedules().await.context("cannot read the queue's schedules")?;
+        if let Some((number, s)) =
+            schedules.iter().find(|(_, s)| stored.iter().any(|o| o.key == s.key))
+        {
+            return Err(usage(format!(
+                "line {number}: schedule `{}` already exists in the queue (nothing was written; every --remove {} first to replace it)",
+                s.key, s.key
+            )));
+        }
+    }
     let now = ctx.now();
     for line in &mut lines {
         demote_running(line, now);
@@ -327,6 +391,17 @@ pub async fn import(ctx: &Ctx, file: Option<PathBuf>) -> Outcome {
         };
         anyhow::Error::new(e).context(format!("{at}cannot import (nothing was imported)"))
     })?;
+    let restored = schedules.len();
+    if !schedules.is_empty() {
+        store
+            .restore_schedules(schedules.into_iter().map(|(_, s)| s).collect())
+            .await
+            .with_context(|| {
+                format!(
+                    "imported {imported} job(s), but cannot restore the schedules (none of them was written)"
+                )
+            })?;
+    }
     // The lanes after the jobs: a pause restored first would not stop a
     // runner from taking the jobs anyway (none are in yet), and a refusal
     // here leaves the jobs in, which the error says.
@@ -342,12 +417,26 @@ pub async fn import(ctx: &Ctx, file: Option<PathBuf>) -> Outcome {
     if ctx.json {
         print_json(
             &mut out,
-            &serde_json::json!({ "imported": imported, "lane_settings": changes.len() }),
+            &serde_json::json!({
+                "imported": imported,
+                "schedules": restored,
+                "lane_settings": changes.len(),
+            }),
         )?;
-    } else if changes.is_empty() {
-        writeln!(out, "imported {imported} job(s)")?;
     } else {
-        writeln!(out, "imported {imported} job(s) and {} lane setting(s)", changes.len())?;
+        let mut parts = vec![format!("{imported} job(s)")];
+        if restored > 0 {
+            parts.push(format!("{restored} schedule(s)"));
+        }
+        if !changes.is_empty() {
+            parts.push(format!("{} lane setting(s)", changes.len()));
+        }
+        let last = parts.pop().unwrap_or_default();
+        if parts.is_empty() {
+            writeln!(out, "imported {last}")?;
+        } else {
+            writeln!(out, "imported {} and {last}", parts.join(", "))?;
+        }
     }
     Ok(Code::Success)
 }
