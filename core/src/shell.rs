@@ -206,13 +206,24 @@ pub fn masked(payload: &serde_json::Value) -> serde_json::Value {
 /// is its own, and an `env` in it means what the handler says). What every
 /// presenter (`show`, `list`, `--json`, HTTP) calls.
 pub fn masked_payload(job: &Job) -> serde_json::Value {
-    if job.kind == SHELL_KIND { masked(&job.payload) } else { job.payload.clone() }
+    masked_payload_of(&job.kind, &job.payload)
+}
+
+/// [`masked_payload`] for a job not queued yet (a schedule's job): the
+/// same rule, by kind and payload.
+pub fn masked_payload_of(kind: &str, payload: &serde_json::Value) -> serde_json::Value {
+    if kind == SHELL_KIND { masked(payload) } else { payload.clone() }
 }
 
 /// The secret-looking names an export marks beside a job: a shell job's
 /// [`secret_names`], none for any other kind (see [`masked_payload`]).
 pub fn marked_secrets(job: &Job) -> Vec<String> {
-    if job.kind == SHELL_KIND { secret_names(&job.payload) } else { Vec::new() }
+    marked_secrets_of(&job.kind, &job.payload)
+}
+
+/// [`marked_secrets`] by kind and payload (a schedule's job).
+pub fn marked_secrets_of(kind: &str, payload: &serde_json::Value) -> Vec<String> {
+    if kind == SHELL_KIND { secret_names(payload) } else { Vec::new() }
 }
 
 /// The names of the payload's `env` variables that [`looks_secret`], in

@@ -9,7 +9,7 @@
 //! logs, dashboards and terminals; a token in a job's environment should
 //! appear only where someone asked for it.
 
-use slothqueue_core::{Job, NewJob, Pushed, SHELL_KIND};
+use slothqueue_core::{Job, NewJob, Pushed};
 
 use crate::HttpError;
 
@@ -45,12 +45,11 @@ pub(crate) fn job(mut job: Job, secrets: Secrets) -> Job {
 }
 
 /// A job not pushed yet (the job a schedule's ticks enqueue) as the API
-/// shows it. The rule is `core::shell::masked_payload`'s (shell jobs only
-/// have secrets to mask), which the core states for a [`Job`] alone, so
-/// it is restated here for a [`NewJob`]: keep the two together.
+/// shows it, by the rule a queued job is masked by
+/// (`core::shell::masked_payload_of`).
 pub(crate) fn new_job(mut job: NewJob, secrets: Secrets) -> NewJob {
-    if secrets == Secrets::Masked && job.kind == SHELL_KIND {
-        job.payload = slothqueue_core::shell::masked(&job.payload);
+    if secrets == Secrets::Masked {
+        job.payload = slothqueue_core::shell::masked_payload_of(&job.kind, &job.payload);
     }
     job
 }

@@ -23,8 +23,7 @@
 //! - `limits`: `run`'s niceness, I/O class and ceilings, and what `show`
 //!   says is in force (issue #17).
 //! - `schedules`: `every`, its pause, resume and removal, `schedules`,
-//!   `show` of a tick's job, schedules through export/import (issue #19);
-//!   `both_backends_with_schedules!` until every store has them.
+//!   `show` of a tick's job, schedules through export/import (issue #19).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

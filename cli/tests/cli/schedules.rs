@@ -4,18 +4,10 @@
 //!
 //! No CLI command fires a tick (a runner does), so these check what is
 //! stored and said, never a firing; a tick's job is made by hand with the
-//! idempotency key a tick gives (`KEY@SLOT`). They need the stores'
-//! schedule methods: `both_backends_with_schedules!` (SQLite for now).
-#![cfg_attr(
-    not(feature = "sqlite"),
-    allow(
-        dead_code,
-        unused_imports,
-        reason = "the scenarios run on SQLite only until redb's store has schedules (both_backends_with_schedules!)"
-    )
-)]
+//! idempotency key a tick gives (`KEY@SLOT`). Every scenario runs on
+//! both backends.
 
-use crate::both_backends_with_schedules;
+use crate::both_backends;
 use crate::support::{TestContext, json_snapshot, snapshot_with};
 
 /// Who paused (`uid N@host`, `ana@laptop`) and a derived key's hash
@@ -58,7 +50,7 @@ fn schedule(ctx: &TestContext, key: &str) -> serde_json::Value {
     list.iter().find(|s| s["key"] == key).cloned().unwrap_or_else(|| panic!("no {key}: {list:?}"))
 }
 
-both_backends_with_schedules! {
+both_backends! {
     fn every_stores_lists_and_refuses_another_definition(ctx) {
         snapshot_with(&ctx, "schedules_missing", &["schedules"], FILTERS);
         assert!(!ctx.db.exists(), "looking created nothing");

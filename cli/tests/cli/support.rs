@@ -242,27 +242,6 @@ pub fn json_snapshot(ctx: &TestContext, name: &str, args: &[&str], extra: &[(&st
     settings.bind(|| insta::assert_snapshot!(name, pretty.join("\n")));
 }
 
-/// [`both_backends!`] for scenarios that need the stores' schedule
-/// methods (issue #19), which land from other branches: SQLite's has, so
-/// these run on SQLite only until redb's does. To run them on redb too,
-/// add the `redb` test here (one place for every such test).
-#[macro_export]
-macro_rules! both_backends_with_schedules {
-    ($(fn $name:ident($ctx:ident) $body:block)*) => {$(
-        mod $name {
-            #[allow(unused_imports, reason = "not every scenario uses everything")]
-            use super::*;
-
-            #[cfg(feature = "sqlite")]
-            #[test]
-            fn sqlite() {
-                let $ctx = $crate::support::TestContext::new($crate::support::Backend::Sqlite);
-                $body
-            }
-        }
-    )*};
-}
-
 /// Generates one test per backend the build has, named after the backend,
 /// inside a module named after the scenario.
 #[macro_export]

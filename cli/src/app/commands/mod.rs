@@ -219,18 +219,14 @@ pub fn job_json_with(
 }
 
 /// The secret-looking names of a schedule's job, and its payload as shown
-/// without them: the rule `core::shell::masked_payload` and
-/// `marked_secrets` apply to a queued job (shell jobs only; a handler's
-/// payload is its own), for the job a schedule queues.
+/// without them, by the rule a queued job follows
+/// (`core::shell::masked_payload_of`, `marked_secrets_of`).
 fn new_job_secrets(job: &NewJob) -> (serde_json::Value, Vec<String>) {
-    if job.kind == slothqueue::core::SHELL_KIND {
-        (
-            slothqueue::core::shell::masked(&job.payload),
-            slothqueue::core::shell::secret_names(&job.payload),
-        )
-    } else {
-        (job.payload.clone(), Vec::new())
-    }
+    use slothqueue::core::shell;
+    (
+        shell::masked_payload_of(&job.kind, &job.payload),
+        shell::marked_secrets_of(&job.kind, &job.payload),
+    )
 }
 
 /// A schedule as `every`, `schedules` and the changes print it: its
