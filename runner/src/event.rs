@@ -347,7 +347,15 @@ fn tick_line(t: &Tick) -> String {
         TickOutcome::Skipped { unfinished } => {
             format!("skipped: its last job #{unfinished} is unfinished")
         }
-        TickOutcome::Dropped => "late, not run (catch-up none)".to_owned(),
+        // The count includes the late slot itself.
+        TickOutcome::Dropped => {
+            let n = t.missed;
+            let s = if n == 1 { "" } else { "s" };
+            return format!(
+                "schedule {}, slot {slot}: late; {n} missed slot{s} not run (catch-up none)",
+                t.key
+            );
+        }
     };
     let missed = match t.missed {
         0 => String::new(),
