@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
+use slothqueue_core::schedule::MAX_KEY_LEN;
 use slothqueue_core::{Clock, ManualClock, Timestamp};
 
 use crate::common::{Backend, Server, start_configured};
@@ -283,6 +284,7 @@ async fn secrets_are_masked_unless_asked(backend: Backend) {
 async fn bad_schedules_are_refused_and_nothing_is_stored(backend: Backend) {
     let (s, _clock) = start_at_t0(backend).await;
     let job = || nightly()["job"].clone();
+    let too_long = format!("must be 1 to {MAX_KEY_LEN} characters");
     let cases: Vec<(Value, &str)> = vec![
         (with(nightly(), "when", json!(1)), "unknown field `when`"),
         (json!({ "key": "k", "spec": { "cron": "@daily" } }), "missing field `job`"),
@@ -307,7 +309,7 @@ async fn bad_schedules_are_refused_and_nothing_is_stored(backend: Backend) {
         (with(nightly(), "key", json!("bad key")), "schedule key `bad key`"),
         (with(nightly(), "key", json!("")), "schedule key ``"),
         (with(nightly(), "key", json!(".hidden")), "schedule key `.hidden`"),
-        (with(nightly(), "key", json!("k".repeat(108))), "must be 1 to 107 characters"),
+        (with(nightly(), "key", json!("k".repeat(MAX_KEY_LEN + 1))), &too_long),
         (
             with(nightly(), "job", json!({ "kind": "shell", "payload": {} })),
             "job: a shell job needs a payload",
@@ -346,7 +348,7 @@ async fn bad_schedules_are_refused_and_nothing_is_stored(backend: Backend) {
     }
     assert!(keys(&s).await.is_empty(), "nothing was stored");
     // A key in a path is checked as a schedule key is.
-    let long = format!("/api/schedules/{}", "k".repeat(108));
+    let long = format!("/api/schedules/{}", "k".repeat(MAX_KEY_LEN + 1));
     for (method, path) in [
         (Method::GET, "/api/schedules/bad%20key"),
         (Method::GET, "/api/schedules/.hidden"),
@@ -467,7 +469,7 @@ async fn answers_match_the_documented_schemas(backend: Backend) {
     assert_eq!(schemas["ScheduleJob"]["additionalProperties"], false);
     let req = &schemas["ScheduleRequest"];
     assert_eq!(req["required"], json!(["key", "spec", "job"]));
-    assert_eq!(req["properties"]["key"]["maxLength"], 107);
+    assert_eq!(req["properties"]["key"]["maxLength"], MAX_KEY_LEN);
     assert_eq!(req["properties"]["zone"]["default"], "UTC");
     let put_op = &doc["paths"]["/api/schedules"]["post"]["responses"];
     for code in ["200", "201", "400", "401", "403", "409", "413", "415"] {
