@@ -284,8 +284,10 @@ impl State {
                 }
                 TickAction::Skip { unfinished, event } => {
                     // The job itself unchanged: written as it is, with the event.
-                    let job = self.existing(unfinished)?.clone();
-                    self.record(Record::Job(Box::new(job), vec![event]));
+                    if let Some(event) = event {
+                        let job = self.existing(unfinished)?.clone();
+                        self.record(Record::Job(Box::new(job), vec![event]));
+                    }
                     ticks.push(plan.report());
                     self.write_schedule(plan.schedule);
                 }

@@ -305,6 +305,10 @@ pub enum TickOutcome {
     Skipped {
         /// That job.
         unfinished: JobId,
+        /// Whether the skip went on that job's trail (`tick_skipped`): the
+        /// first tick it holds back does, later ones skip quietly.
+        #[serde(default)]
+        noted: bool,
     },
     /// The slot was late and the schedule catches up on nothing
     /// ([`CatchUp::None`]).
@@ -355,12 +359,14 @@ pub enum TickAction {
     /// Push this job (its key is the tick's), then call
     /// [`TickPlan::enqueued`] with the job the push returned.
     Enqueue(NewJob),
-    /// Enqueue nothing; append this event to the unfinished job.
+    /// Enqueue nothing; append the event, if any, to the unfinished job.
     Skip {
         /// The previous tick's unfinished job.
         unfinished: JobId,
-        /// The `tick_skipped` event for it.
-        event: Event,
+        /// The `tick_skipped` event for it: only for the first tick it
+        /// holds back, so a job a gate or a paused lane keeps pending for
+        /// an hour under `every 1s` gains one event, not 3,600.
+        event: Option<Event>,
     },
     /// Enqueue nothing: the slot was late under [`CatchUp::None`].
     Drop,
@@ -407,7 +413,9 @@ impl TickPlan {
     /// The report of a tick that enqueued nothing.
     pub fn report(&self) -> Tick {
         let outcome = match &self.action {
-            TickAction::Skip { unfinished, .. } => TickOutcome::Skipped { unfinished: *unfinished },
+            TickAction::Skip { unfinished, event } => {
+                TickOutcome::Skipped { unfinished: *unfinished, noted: event.is_some() }
+            }
             TickAction::Drop | TickAction::Enqueue(_) => TickOutcome::Dropped,
         };
         Tick { key: self.schedule.key.clone(), slot: self.slot, missed: self.missed, outcome }
@@ -746,11 +754,17 @@ pub fn plan_tick(s: &Schedule, now: Timestamp, previous: Option<JobState>) -> Op
                 Some(JobState::Running) => "running",
                 _ => "pending",
             };
-            let event = Event::new(job, EventKind::TickSkipped, now).saying(format!(
-                "schedule `{}` skipped its tick for {}: this job is still {state}",
-                s.key,
-                s.local(slot)
-            ));
+            // The first skip since this job was queued goes on its trail.
+            let since_fire =
+                s.last_fire.as_ref().map_or(Timestamp::from_millis(i64::MIN), |f| f.slot);
+            let first = s.last_skipped.is_none_or(|t| t <= since_fire);
+            let event = first.then(|| {
+                Event::new(job, EventKind::TickSkipped, now).saying(format!(
+                    "schedule `{}` skipped its tick for {}: this job is still {state} (later ticks skip quietly until it finishes)",
+                    s.key,
+                    s.local(slot)
+                ))
+            });
             TickAction::Skip { unfinished: job, event }
         }
         (true, None) => {

@@ -344,7 +344,7 @@ fn tick_line(t: &Tick) -> String {
     let what = match &t.outcome {
         TickOutcome::Enqueued { job, created: true } => format!("queued job #{job}"),
         TickOutcome::Enqueued { job, created: false } => format!("job #{job} already queued"),
-        TickOutcome::Skipped { unfinished } => {
+        TickOutcome::Skipped { unfinished, .. } => {
             format!("skipped: its last job #{unfinished} is unfinished")
         }
         // The count includes the late slot itself.

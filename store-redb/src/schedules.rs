@@ -85,7 +85,9 @@ pub(crate) fn fire_in(
             }
             TickAction::Skip { event, .. } => {
                 // On the unfinished job's trail; the job itself unchanged.
-                t.append(std::slice::from_ref(event))?;
+                if let Some(event) = event {
+                    t.append(std::slice::from_ref(event))?;
+                }
                 (plan.schedule.clone(), plan.report())
             }
             TickAction::Drop => (plan.schedule.clone(), plan.report()),

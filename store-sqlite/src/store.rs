@@ -426,7 +426,9 @@ fn fire_schedules_tx(conn: &Connection, now: Timestamp, policy: &Policy) -> Resu
                 written
             }
             TickAction::Skip { event, .. } => {
-                append_events(conn, std::slice::from_ref(event))?;
+                if let Some(event) = event {
+                    append_events(conn, std::slice::from_ref(event))?;
+                }
                 ticks.push(plan.report());
                 plan.schedule
             }

@@ -500,9 +500,12 @@ pub async fn catch_up_none_drops_late_slots_and_fires_on_time(h: &Harness) {
 
 /// Overlap `skip`: while the previous tick's job is pending, and then
 /// while it is running, a due slot enqueues nothing; the tick reports the
-/// unfinished job, which gains a `tick_skipped` event (and is otherwise
-/// unchanged), and the schedule records the skipped slot and moves its
-/// cursor past it. Once the job has finished, the next slot fires again.
+/// unfinished job, which gains a `tick_skipped` event for the first tick
+/// it holds back only (later ones skip quietly: a job a gate keeps pending
+/// under `every 1s` must not gain an event a second), and is otherwise
+/// unchanged; the schedule records the skipped slot and moves its cursor
+/// past it. Once the job has finished, the next slot fires again, and the
+/// next job's first skip is noted again.
 pub async fn overlap_skip_enqueues_nothing_while_the_previous_job_is_unfinished(h: &Harness) {
     let s = h.store();
     let mut new = every("hourly", HOUR);
@@ -514,7 +517,7 @@ pub async fn overlap_skip_enqueues_nothing_while_the_previous_job_is_unfinished(
     let ticks = fire(&*s, t(hours(2))).await;
     let tick = the_tick(&ticks, "hourly");
     assert_eq!(tick.slot, t(hours(2)));
-    assert_eq!(tick.outcome, TickOutcome::Skipped { unfinished: first });
+    assert_eq!(tick.outcome, TickOutcome::Skipped { unfinished: first, noted: true });
     assert_eq!(job(&*s, first).await, before, "the pending job itself is unchanged");
     assert_eq!(
         event_kinds(&*s, first).await,
@@ -526,14 +529,16 @@ pub async fn overlap_skip_enqueues_nothing_while_the_previous_job_is_unfinished(
 
     let c = h.claim_expect(&*s, "worker", t(hours(2) + minutes(1)), first).await;
     let ticks = fire(&*s, t(hours(3))).await;
-    assert_eq!(the_tick(&ticks, "hourly").outcome, TickOutcome::Skipped { unfinished: first });
-    let events = s.events(first).await.expect("events");
-    assert_eq!(events.last().map(|e| e.kind), Some(EventKind::TickSkipped));
-    assert!(
-        events.last().and_then(|e| e.message.as_deref()).is_some_and(|m| m.contains("running")),
-        "the skip says the job is running: {:?}",
-        events.last()
+    assert_eq!(
+        the_tick(&ticks, "hourly").outcome,
+        TickOutcome::Skipped { unfinished: first, noted: false },
+        "a second skip of the same job is quiet"
     );
+    assert_eq!(
+        event_kinds(&*s, first).await,
+        [EventKind::Pushed, EventKind::Scheduled, EventKind::TickSkipped, EventKind::Claimed]
+    );
+    assert_eq!(stored(&*s, "hourly").await.last_skipped, Some(t(hours(3))));
     assert_eq!(job(&*s, first).await.state, JobState::Running, "still running");
     assert_eq!(tick_jobs(&*s, "hourly").await.len(), 1, "no job while the first is unfinished");
 
@@ -547,6 +552,21 @@ pub async fn overlap_skip_enqueues_nothing_while_the_previous_job_is_unfinished(
     assert_ne!(second, first);
     let slots: Vec<Timestamp> = tick_jobs(&*s, "hourly").await.keys().copied().collect();
     assert_eq!(slots, [t(hours(1)), t(hours(4))]);
+
+    // The new job's first skip (while it runs) is noted, and says so.
+    h.claim_expect(&*s, "worker", t(hours(4) + minutes(1)), second).await;
+    let ticks = fire(&*s, t(hours(5))).await;
+    assert_eq!(
+        the_tick(&ticks, "hourly").outcome,
+        TickOutcome::Skipped { unfinished: second, noted: true }
+    );
+    let events = s.events(second).await.expect("events");
+    assert_eq!(events.last().map(|e| e.kind), Some(EventKind::TickSkipped));
+    assert!(
+        events.last().and_then(|e| e.message.as_deref()).is_some_and(|m| m.contains("running")),
+        "the skip says the job is running: {:?}",
+        events.last()
+    );
 }
 
 /// Overlap `queue`: a due slot enqueues its job even while the previous
@@ -843,7 +863,10 @@ pub async fn overlap_skip_reads_the_previous_job_as_it_is_now(h: &Harness) {
     let failed = s.fail(third, &c.fence, failure, t(hours(3) + minutes(2))).await.expect("fail");
     assert_eq!(failed.state, JobState::Pending, "attempts left: back to pending for a retry");
     let ticks = fire(&*s, t(hours(4))).await;
-    assert_eq!(the_tick(&ticks, "hourly").outcome, TickOutcome::Skipped { unfinished: third });
+    assert_eq!(
+        the_tick(&ticks, "hourly").outcome,
+        TickOutcome::Skipped { unfinished: third, noted: true }
+    );
     assert_eq!(event_kinds(&*s, third).await.last(), Some(&EventKind::TickSkipped));
     let slots: Vec<Timestamp> = tick_jobs(&*s, "hourly").await.keys().copied().collect();
     assert_eq!(slots, [t(hours(3))], "the purged jobs are gone, the third is the only one");

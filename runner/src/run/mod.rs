@@ -32,7 +32,7 @@ use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use slothqueue_core::schedule;
+use slothqueue_core::schedule::{self, TickOutcome};
 use slothqueue_core::{
     AttemptNote, ClaimFilter, ClaimRequest, Claimed, Fence, Job, JobId, JobState, ListFilter,
     ListOrder, QueuesReport, Reclaim, RunnerActivity, RunnerRecord, Store, StoreError, Timestamp,
@@ -466,7 +466,16 @@ impl Run {
             self.next_tick = Some((next, Instant::now()));
             if !ticks.ticks.is_empty() {
                 self.forget();
-                self.w.report(RunnerEvent::Ticks { ticks: ticks.ticks });
+                // A skip is said once per unfinished job, as its trail
+                // says it: not every second of an `every 1s` held back.
+                let said: Vec<_> = ticks
+                    .ticks
+                    .into_iter()
+                    .filter(|t| !matches!(t.outcome, TickOutcome::Skipped { noted: false, .. }))
+                    .collect();
+                if !said.is_empty() {
+                    self.w.report(RunnerEvent::Ticks { ticks: said });
+                }
             }
         }
         Ok(())

@@ -227,7 +227,7 @@ async fn v3_fixture_migrates_and_reads_back() {
     assert_eq!(first.next, Some(at(100)));
     assert_eq!(s.events(10).await.unwrap().len(), 1, "an existing job gets no `scheduled`");
     let skipped = s.fire_schedules(at(100)).await.unwrap();
-    assert_eq!(skipped.ticks[0].outcome, TickOutcome::Skipped { unfinished: 10 });
+    assert_eq!(skipped.ticks[0].outcome, TickOutcome::Skipped { unfinished: 10, noted: true });
     let trail: Vec<E> = s.events(10).await.unwrap().iter().map(|e| e.kind).collect();
     assert_eq!(trail, [E::Pushed, E::TickSkipped]);
     s.cancel(10, at(101)).await.unwrap();

@@ -78,7 +78,10 @@ async fn schedules_survive_a_reopen() {
     let outcomes: Vec<_> = second.ticks.iter().map(|k| (k.key.as_str(), &k.outcome)).collect();
     assert_eq!(
         outcomes,
-        [("beat", &TickOutcome::Skipped { unfinished: job }), ("hourly", &TickOutcome::Dropped)]
+        [
+            ("beat", &TickOutcome::Skipped { unfinished: job, noted: true }),
+            ("hourly", &TickOutcome::Dropped)
+        ]
     );
     let before = s.schedules().await.unwrap();
     assert_eq!(
