@@ -270,32 +270,22 @@ impl State {
             let previous =
                 s.last_fire.as_ref().and_then(|f| self.jobs.get(&f.job)).map(|j| j.state);
             let Some(plan) = schedule::plan_tick(&s, now, previous) else { continue };
-            match plan.action.clone() {
+            let (after, events, tick) = match plan.action.clone() {
                 TickAction::Enqueue(new) => {
                     machine::validate(&new)?;
                     let pushed = self.push(&new, now, policy)?;
-                    let (after, events, tick) = plan.enqueued(pushed.job.id, pushed.created, now);
-                    if !events.is_empty() {
-                        let job = self.existing(pushed.job.id)?.clone();
-                        self.record(Record::Job(Box::new(job), events));
-                    }
-                    self.write_schedule(after);
-                    ticks.push(tick);
+                    plan.enqueued(pushed.job.id, pushed.created, now)
                 }
-                TickAction::Skip { unfinished, event } => {
-                    // The job itself unchanged: written as it is, with the event.
-                    if let Some(event) = event {
-                        let job = self.existing(unfinished)?.clone();
-                        self.record(Record::Job(Box::new(job), vec![event]));
-                    }
-                    ticks.push(plan.report());
-                    self.write_schedule(plan.schedule);
-                }
-                TickAction::Drop => {
-                    ticks.push(plan.report());
-                    self.write_schedule(plan.schedule);
-                }
+                TickAction::Skip { .. } | TickAction::Drop => plan.without_push(),
+            };
+            // Each event's job, unchanged, written again with it (the new
+            // job's `scheduled`, a skip's `tick_skipped` on the unfinished one).
+            for event in events {
+                let job = self.existing(event.job_id)?.clone();
+                self.record(Record::Job(Box::new(job), vec![event]));
             }
+            self.write_schedule(after);
+            ticks.push(tick);
         }
         Ok(Ticks { ticks, next: schedule::next_fire(self.schedules.values()) })
     }

@@ -410,15 +410,24 @@ impl TickPlan {
         (self.schedule, events, tick)
     }
 
-    /// The report of a tick that enqueued nothing.
-    pub fn report(&self) -> Tick {
-        let outcome = match &self.action {
-            TickAction::Skip { unfinished, event } => {
-                TickOutcome::Skipped { unfinished: *unfinished, noted: event.is_some() }
-            }
-            TickAction::Drop | TickAction::Enqueue(_) => TickOutcome::Dropped,
+    /// For a tick that pushes nothing ([`TickAction::Skip`] and
+    /// [`TickAction::Drop`]): the schedule to write, the events to append
+    /// (a skip's `tick_skipped` on the unfinished job, when it is noted),
+    /// and the report. So every store writes what a tick decided the same
+    /// way: push when the plan says [`TickAction::Enqueue`] and call
+    /// [`TickPlan::enqueued`], else call this; append the events, write the
+    /// schedule.
+    pub fn without_push(self) -> (Schedule, Vec<Event>, Tick) {
+        let (outcome, events) = match self.action {
+            TickAction::Skip { unfinished, event } => (
+                TickOutcome::Skipped { unfinished, noted: event.is_some() },
+                event.into_iter().collect(),
+            ),
+            TickAction::Drop | TickAction::Enqueue(_) => (TickOutcome::Dropped, Vec::new()),
         };
-        Tick { key: self.schedule.key.clone(), slot: self.slot, missed: self.missed, outcome }
+        let tick =
+            Tick { key: self.schedule.key.clone(), slot: self.slot, missed: self.missed, outcome };
+        (self.schedule, events, tick)
     }
 }
 

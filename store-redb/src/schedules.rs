@@ -76,22 +76,16 @@ pub(crate) fn fire_in(
             after.push(s);
             continue;
         };
-        let (s, tick) = match &plan.action {
+        let (s, events, tick) = match &plan.action {
             TickAction::Enqueue(job) => {
                 let pushed = push(t, job)?;
-                let (s, events, tick) = plan.enqueued(pushed.job.id, pushed.created, now);
-                t.append(&events)?;
-                (s, tick)
+                plan.enqueued(pushed.job.id, pushed.created, now)
             }
-            TickAction::Skip { event, .. } => {
-                // On the unfinished job's trail; the job itself unchanged.
-                if let Some(event) = event {
-                    t.append(std::slice::from_ref(event))?;
-                }
-                (plan.schedule.clone(), plan.report())
-            }
-            TickAction::Drop => (plan.schedule.clone(), plan.report()),
+            TickAction::Skip { .. } | TickAction::Drop => plan.without_push(),
         };
+        // A skip's event goes on the unfinished job's trail, the job itself
+        // unchanged.
+        t.append(&events)?;
         t.put_schedule(&s)?;
         ticks.push(tick);
         after.push(s);

@@ -413,30 +413,19 @@ fn fire_schedules_tx(conn: &Connection, now: Timestamp, policy: &Policy) -> Resu
             after.push(s);
             continue;
         };
-        let written = match &plan.action {
+        let (written, events, tick) = match &plan.action {
             TickAction::Enqueue(new) => {
                 let next = match &mut next {
                     Some(id) => id,
                     None => next.insert(next_id(conn)?),
                 };
                 let pushed = push_one(conn, new, now, policy, next)?;
-                let (written, events, tick) = plan.enqueued(pushed.job.id, pushed.created, now);
-                append_events(conn, &events)?;
-                ticks.push(tick);
-                written
+                plan.enqueued(pushed.job.id, pushed.created, now)
             }
-            TickAction::Skip { event, .. } => {
-                if let Some(event) = event {
-                    append_events(conn, std::slice::from_ref(event))?;
-                }
-                ticks.push(plan.report());
-                plan.schedule
-            }
-            TickAction::Drop => {
-                ticks.push(plan.report());
-                plan.schedule
-            }
+            TickAction::Skip { .. } | TickAction::Drop => plan.without_push(),
         };
+        append_events(conn, &events)?;
+        ticks.push(tick);
         write_schedule(conn, &written)?;
         after.push(written);
     }
