@@ -54,13 +54,6 @@ enum SpecRequest {
     Every(f64),
 }
 
-/// A duration as the stored JSON keeps it: whole milliseconds. Without
-/// this, the same body sent twice with `1.0005` seconds would differ from
-/// what was stored the first time and be refused as another definition.
-fn whole_millis(d: Duration) -> Duration {
-    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 impl ScheduleRequest {
     /// The schedule this body asks for; its rules are checked by the
     /// core (`Spec::cron`, `Spec::every`, and `schedule::create` in the
@@ -72,15 +65,16 @@ impl ScheduleRequest {
                 let period = Duration::try_from_secs_f64(secs).map_err(|_| {
                     bad("spec.every must be a number of seconds from 1 to 100 years")
                 })?;
-                Spec::every(whole_millis(period))
+                // `schedule::create` keeps whole milliseconds, as JSON
+                // does: the same body twice is the same definition.
+                Spec::every(period)
             }
         }
         .map_err(|e| bad(format!("spec: {e}")))?;
-        let mut job = self.job.into_new_job(app).map_err(|e| match e {
+        let job = self.job.into_new_job(app).map_err(|e| match e {
             HttpError::BadRequest(m) => bad(format!("job: {m}")),
             other => other,
         })?;
-        job.max_runtime = job.max_runtime.map(whole_millis);
         Ok(NewSchedule {
             key: self.key,
             spec,
