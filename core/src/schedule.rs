@@ -469,25 +469,33 @@ pub fn zone(name: &str) -> Result<TimeZone, TransitionError> {
     })
 }
 
+/// A cron expression checked at the door ([`Spec::cron`], [`create`]):
+/// it compiles, and it matches at least once.
 fn parse_cron(text: &str) -> Result<Cron, TransitionError> {
-    let fields = text.split_whitespace().count();
-    if !(text.starts_with('@') && fields == 1) && fields != 5 {
-        return Err(bad(format!(
-            "cron expression `{text}`: expected five fields (minute hour day-of-month month day-of-week) or a name like @daily"
-        )));
-    }
-    let cron = CronParser::builder()
-        .seconds(Seconds::Disallowed)
-        .year(Year::Disallowed)
-        .build()
-        .parse(text)
-        .map_err(|e| bad(format!("cron expression `{text}`: {e}")))?;
+    let cron = compile_cron(text)?;
     // Some expressions parse but never match (`0 0 30 2 *`).
     let start = chrono::Utc.from_utc_datetime(&chrono::NaiveDateTime::default());
     if cron.find_next_occurrence(&start, false).is_err() {
         return Err(bad(format!("cron expression `{text}` never fires")));
     }
     Ok(cron)
+}
+
+/// A cron expression compiled, for the slots of a schedule already
+/// checked when it was stored.
+fn compile_cron(text: &str) -> Result<Cron, TransitionError> {
+    let fields = text.split_whitespace().count();
+    if !(text.starts_with('@') && fields == 1) && fields != 5 {
+        return Err(bad(format!(
+            "cron expression `{text}`: expected five fields (minute hour day-of-month month day-of-week) or a name like @daily"
+        )));
+    }
+    CronParser::builder()
+        .seconds(Seconds::Disallowed)
+        .year(Year::Disallowed)
+        .build()
+        .parse(text)
+        .map_err(|e| bad(format!("cron expression `{text}`: {e}")))
 }
 
 /// Checks a put of `new` at `now` against what the store holds under its
@@ -634,7 +642,7 @@ impl Schedule {
                 Some(Timestamp::from_millis(anchor.checked_add(k.checked_add(1)?.checked_mul(p)?)?))
             }
             Spec::Cron(text) => {
-                let cron = parse_cron(text).ok()?;
+                let cron = compile_cron(text).ok()?;
                 let tz = zone(&self.zone).ok()?;
                 next_cron_slot(&cron, &tz, t)
             }
@@ -660,7 +668,7 @@ impl Schedule {
                 Some(Due { slot, before, at_least: false, previous })
             }
             Spec::Cron(text) => {
-                let cron = parse_cron(text).ok()?;
+                let cron = compile_cron(text).ok()?;
                 let tz = zone(&self.zone).ok()?;
                 // One walk through the slots, each step one cron occurrence.
                 let mut slots = CronSlots::after(&cron, &tz, after)?;
