@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use slothqueue_core::schedule::{self, CatchUp, NewSchedule, Overlap, Spec};
-use slothqueue_core::{JobState, ListFilter, NewJob, Store, Timestamp};
+use slothqueue_core::{JobState, ListFilter, NewJob, Store, StoreError, Timestamp};
 use slothqueue_runner::{Mode, RunnerEvent};
 use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
 
-use crate::support::{Env, drain_mode, env};
+use crate::support::{Env, Intercepted, drain_mode, env};
 
 fn every(env: &Env, key: &str, period: Duration, command: &str) -> NewSchedule {
     NewSchedule {
@@ -116,4 +116,24 @@ async fn follow_sleeps_until_the_next_tick() {
         let since = slot.as_millis() - created.as_millis();
         assert!(since > 0 && since % 1000 == 0, "{slot:?} after {created:?}");
     }
+}
+
+#[tokio::test]
+async fn a_schedule_the_store_refuses_to_fire_never_stops_the_runner() {
+    let env = env();
+    let hour_ago = env.now().saturating_sub(Duration::from_secs(3600));
+    let s = every(&env, "sync", Duration::from_secs(600), "echo synced");
+    env.store.put_schedule(&s, hour_ago).await.unwrap();
+    let job = env.add("echo other", |j| j).await;
+    let mut store = Intercepted::new(env.store.clone());
+    store.before_fire = Box::new(|| Err(StoreError::InvalidInput("a tick's job refused".into())));
+    let runner = slothqueue_runner::Runner::new(Arc::new(store), env.config());
+    let (summary, lines) = env.drain(runner).await;
+    assert_eq!(env.job(job).await.state, JobState::Done, "{lines:?}");
+    let warned: Vec<&String> =
+        lines.iter().filter(|l| l.contains("cannot fire the schedules")).collect();
+    assert_eq!(warned.len(), 1, "warned once: {lines:?}");
+    assert!(warned[0].contains("a tick's job refused"), "{lines:?}");
+    assert_eq!(lines.last().unwrap(), "finished: 1 done, 0 failed");
+    assert_eq!(summary.exit_code(), 0);
 }

@@ -205,6 +205,8 @@ pub struct Intercepted {
     /// Run before every write that ends an attempt: `complete`, `fail`,
     /// `release`, `settle_and_claim` (after the hooks above).
     pub before_ending: Hook,
+    /// Run before `fire_schedules`.
+    pub before_fire: Hook,
     /// How many `settle_and_claim` calls reached the real store.
     pub settle_and_claims: std::sync::atomic::AtomicU32,
     /// How many `next_due` calls (one per look at the queue) were made.
@@ -225,6 +227,7 @@ impl Intercepted {
             before_complete: Box::new(|| Ok(())),
             before_settle_and_claim: Box::new(|| Ok(())),
             before_ending: Box::new(|| Ok(())),
+            before_fire: Box::new(|| Ok(())),
             settle_and_claims: std::sync::atomic::AtomicU32::new(0),
             next_dues: std::sync::atomic::AtomicU32::new(0),
             put_runners: std::sync::atomic::AtomicU32::new(0),
@@ -269,6 +272,7 @@ mod intercepted {
             &self,
             now: Timestamp,
         ) -> Result<slothqueue_core::Ticks, StoreError> {
+            (self.before_fire)()?;
             self.inner.fire_schedules(now).await
         }
         async fn restore_schedules(
