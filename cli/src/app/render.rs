@@ -616,12 +616,17 @@ pub fn schedules_status(
     }
     let mut parts = Vec::new();
     if let Some((s, t)) = next.and_then(|s| s.next_fire().map(|t| (s, t))) {
-        parts.push(format!(
-            "next tick {} at {}, in {}",
-            s.key,
-            s.local(t),
-            duration::format_span(t.duration_since(now))
-        ));
+        // A slot already passed waits for a runner: `in 0s` forever would
+        // hide that nobody fires it.
+        let when = if t <= now {
+            format!(
+                "due {} ago, fired when a runner runs",
+                duration::format_span(now.duration_since(t))
+            )
+        } else {
+            format!("in {}", duration::format_span(t.duration_since(now)))
+        };
+        parts.push(format!("next tick {} at {}, {when}", s.key, s.local(t)));
     }
     let paused = all.iter().filter(|s| s.paused.is_some()).count();
     if paused == all.len() {
@@ -1015,6 +1020,12 @@ paused   0 3 * * *  Europe/Berlin  -                        -                   
                 "schedules: 2 (next tick nightly at 2026-12-02 03:00:00 CET, in 4h; 1 paused)"
             );
             assert_eq!(schedules_status(&[p], None, now).unwrap(), "schedules: 1 (all paused)");
+            let late = at("2026-12-02T02:03:10Z");
+            assert_eq!(
+                schedules_status(std::slice::from_ref(&s), Some(&s), late).unwrap(),
+                "schedules: 1 (next tick nightly at 2026-12-02 03:00:00 CET, due 3m10s ago, \
+                 fired when a runner runs)"
+            );
         }
     }
 
