@@ -17,9 +17,10 @@ use crate::setting::{Backend, QueueFile as _, Setting};
 use crate::stats::{Figures, median};
 use crate::{Args, Sizes};
 
-/// The runner's poll interval in follow mode (`RunnerConfig`'s default,
-/// which the CLI keeps): the only wake-ups an idle runner should have.
-const POLL_INTERVAL: Duration = Duration::from_secs(5);
+/// The poll of `run --follow`, which watches its queue file: the only
+/// wake-ups an idle runner should have (the kernel's notifications wake
+/// it for changes).
+const POLL_INTERVAL: Duration = slothqueue_runner::WATCHED_POLL;
 
 /// How often a `wait` looks without a change notification
 /// (`slothqueue_runner::watch::NOTIFIED_POLL`).
@@ -174,18 +175,56 @@ impl Cli {
     /// `run --follow` on an empty queue: its CPU time and context switches
     /// over the window (after a settling second and a half), scaled to 10 s,
     /// and in how many separate bursts it woke (switches sampled every
-    /// 100 ms; consecutive busy samples are one burst).
+    /// 100 ms; consecutive busy samples are one burst). Then, the same
+    /// runner still asleep, `wake_latency`.
     fn idle(&self, backend: Backend, sizes: &Sizes, f: &mut Figures) -> Result<()> {
         let queue = backend.file(&self.dir, "idle");
         let mut cmd = self.cmd(&queue, &["run", "--follow"]);
         cmd.args(RUN_FLAGS);
-        let idle = self.watch_idle(cmd, "idle", sizes)?;
+        let (idle, runner) = self.watch_idle(cmd, "idle", sizes)?;
         f.insert("idle", idle.cpu_ms_per_10s);
         f.insert("idle_stat_ms", idle.stat_ms_per_10s);
         f.insert("idle_wakeups", idle.switches_per_10s);
         f.insert("idle_bursts", idle.bursts);
         f.insert("idle_polls", idle.window_s / POLL_INTERVAL.as_secs_f64());
         f.insert("idle_window_s", idle.window_s);
+        eprintln!("bench: {}/default: wake_latency ({} adds)", backend.as_str(), sizes.wake_runs);
+        self.wake_latency(&queue, sizes, f)?;
+        drop(runner);
+        Ok(())
+    }
+
+    /// From `slothqueue add` in another process to the start of its job
+    /// under the idle `run --follow`: the job's `started_at` less its
+    /// `created_at` (milliseconds, both stamped by the wall clock of this
+    /// machine), one add at a time, each after the runner went back to
+    /// sleep. A runner that only polled would take up to its poll.
+    fn wake_latency(&self, queue: &Path, sizes: &Sizes, f: &mut Figures) -> Result<()> {
+        let mut latencies = Vec::new();
+        for _ in 0..sizes.wake_runs {
+            let out = self.cmd(queue, &["--json", "add", "true"]).stdin(Stdio::null()).output()?;
+            ensure!(out.status.success(), "add failed: {}", String::from_utf8_lossy(&out.stderr));
+            let job: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+            let id = job["id"].as_u64().context("add --json printed no id")?.to_string();
+            let start = Instant::now();
+            let done = loop {
+                let out =
+                    self.cmd(queue, &["--json", "show", &id]).stdin(Stdio::null()).output()?;
+                let shown: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+                if shown["state"] == "done" {
+                    break shown;
+                }
+                ensure!(start.elapsed() < Duration::from_secs(90), "job {id} never ran");
+                pause(Duration::from_millis(10));
+            };
+            let (created, started) = (done["created_at"].as_f64(), done["started_at"].as_f64());
+            latencies.push(started.zip(created).map(|(s, c)| s - c).context("no timestamps")?);
+            // Asleep again (past the runner's last look after a change).
+            pause(Duration::from_millis(1000));
+        }
+        latencies.sort_by(f64::total_cmp);
+        f.insert("wake_latency_ms", median(&latencies));
+        f.insert("wake_latency_max_ms", latencies.last().copied().unwrap_or(f64::NAN));
         Ok(())
     }
 
@@ -197,7 +236,7 @@ impl Cli {
             let store = Setting { backend, fast: false }.open(&queue)?;
             fill(store.as_ref(), 1, &self.dir).await?;
         }
-        let idle = self.watch_idle(self.cmd(&queue, &["wait", "1"]), "wait", sizes)?;
+        let (idle, _waiting) = self.watch_idle(self.cmd(&queue, &["wait", "1"]), "wait", sizes)?;
         f.insert("wait_idle", idle.cpu_ms_per_10s);
         f.insert("wait_idle_stat_ms", idle.stat_ms_per_10s);
         f.insert("wait_idle_wakeups", idle.switches_per_10s);
@@ -207,8 +246,9 @@ impl Cli {
     }
 
     /// Starts `cmd` (which must not exit by itself), lets it settle for a
-    /// second and a half, then watches it for the idle window.
-    fn watch_idle(&self, mut cmd: Command, name: &str, sizes: &Sizes) -> Result<Idle> {
+    /// second and a half, then watches it for the idle window; returns it
+    /// still running (killed when dropped).
+    fn watch_idle(&self, mut cmd: Command, name: &str, sizes: &Sizes) -> Result<(Idle, Reaped)> {
         let (err_path, err) = self.stderr_file(name)?;
         let child = cmd
             .stdin(Stdio::null())
@@ -251,13 +291,14 @@ impl Cli {
             .zip(std::iter::once(&false).chain(&slices))
             .filter(|(now, before)| **now && !**before)
             .count();
-        Ok(Idle {
+        let idle = Idle {
             cpu_ms_per_10s: cpu * per_10s,
             stat_ms_per_10s: (cpu1 - cpu0) * per_10s,
             switches_per_10s: procfs::growth(&sw0, &sw1) as f64 * per_10s,
             bursts: bursts as f64,
             window_s: window.as_secs_f64(),
-        })
+        };
+        Ok((idle, child))
     }
 
     /// `slothqueue run` draining `rss_jobs` `true` jobs: its peak RSS

@@ -68,6 +68,8 @@ pub struct Sizes {
     pub status_runs: usize,
     /// Timed `add` calls (and as many `true`s).
     pub add_runs: usize,
+    /// Adds whose start an idle `run --follow` is timed on (`wake_latency`).
+    pub wake_runs: usize,
     /// `true` jobs drained by `slothqueue run` for rss.
     pub rss_jobs: usize,
     /// The length of the dependency chain, and the children of the
@@ -84,10 +86,11 @@ impl Sizes {
             claim_samples: 301,
             drain_jobs: 1_000,
             slots_jobs: 1_000,
-            idle_window: Duration::from_secs(10),
+            idle_window: Duration::from_secs(30),
             status_jobs: 100_000,
             status_runs: 21,
             add_runs: 41,
+            wake_runs: 21,
             rss_jobs: 1_000,
             graph_jobs: 10_000,
         }
@@ -107,6 +110,7 @@ impl Sizes {
             status_jobs: 5_000,
             status_runs: 5,
             add_runs: 7,
+            wake_runs: 3,
             rss_jobs: 40,
             graph_jobs: 300,
         }

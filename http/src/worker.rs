@@ -55,6 +55,7 @@ pub fn log_dir_beside(queue: &Path) -> PathBuf {
 impl DrainWorker {
     /// The runner settings of a drain worker for the queue at `queue`: follow
     /// mode, logs in `<queue>.logs`, heartbeats every [`WORKER_HEARTBEAT`],
+    /// woken by every change of the queue file (`watch_file`),
     /// the runner's defaults otherwise (one slot). Adjust (`slots`, gates,
     /// `suspend_when_gated`, `on_finish`, queues) and pass to
     /// [`DrainWorker::new`]: the worker is a [`Runner`] with this config, so
@@ -63,6 +64,8 @@ impl DrainWorker {
     pub fn config(queue: &Path) -> RunnerConfig {
         let mut config = RunnerConfig::new(log_dir_beside(queue));
         config.mode = Mode::Follow;
+        // Jobs `slothqueue add` (another process) queues start at once too.
+        config.watch_file = Some(queue.to_owned());
         config.heartbeat_interval = Some(WORKER_HEARTBEAT);
         config
     }

@@ -13,6 +13,14 @@ use crate::exec::{DEFAULT_KILL_GRACE, DEFAULT_LOG_CAP};
 use crate::gate::Gate;
 use crate::owner::{ProcJudge, this_process_owner};
 
+/// The poll of a follow-mode runner whose queue file is watched
+/// ([`RunnerConfig::watch_file`]): only a fallback for a notification the
+/// kernel did not deliver (a network filesystem written from another
+/// host). A minute, because an idle runner wakes that often anyway to
+/// refresh its record for `status`, so the fallback costs no wake-up of
+/// its own.
+pub const WATCHED_POLL: Duration = Duration::from_secs(60);
+
 /// When the runner stops.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Mode {
@@ -54,7 +62,19 @@ pub struct RunnerConfig {
     pub cooldown: Duration,
     /// In follow mode, look for work at least this often even when nothing
     /// is due: other processes add jobs without waking us (default 5 s).
+    /// While [`RunnerConfig::watch_file`] is watched, at least
+    /// [`WATCHED_POLL`]: the poll is then only a fallback.
     pub poll_interval: Duration,
+    /// In follow mode, the queue file whose changes wake the runner at
+    /// once, so that a job another process adds starts within
+    /// milliseconds, not at the next poll, and an idle runner sleeps
+    /// between changes instead of polling (see [`QueueWatch`](crate::QueueWatch):
+    /// its folder is watched for writes to the file and its `-wal`). The
+    /// runner's own commits wake it too, once each, for a look that finds
+    /// nothing new. Where the watch cannot be made the runner says why and
+    /// polls every `poll_interval`. Default `None`: only the poll and
+    /// [`Runner::waker`](crate::Runner::waker) wake it.
+    pub watch_file: Option<PathBuf>,
     /// Wait before retrying when the queue file is busy (default 1 s).
     pub busy_pause: Duration,
     /// Heartbeat period; `None` for a third of the lease the claim gave.
@@ -104,6 +124,7 @@ impl RunnerConfig {
             check_interval: Duration::from_secs(1),
             cooldown: Duration::ZERO,
             poll_interval: Duration::from_secs(5),
+            watch_file: None,
             busy_pause: Duration::from_secs(1),
             heartbeat_interval: None,
             cancel_check_interval: Duration::from_secs(1),

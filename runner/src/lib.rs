@@ -73,7 +73,7 @@ mod stop;
 pub mod wait;
 pub mod watch;
 
-pub use config::{Mode, RunnerConfig};
+pub use config::{Mode, RunnerConfig, WATCHED_POLL};
 pub use contain::{
     CeilingReport, Containment, LEASE_VAR, Mechanism, SignalSender, StopReport, SweepReport,
     lease_marker, sweep_orphan_cgroups,

@@ -3,18 +3,22 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use slothqueue_core::{SHELL_KIND, Store};
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 
-use crate::config::RunnerConfig;
+use crate::config::{Mode, RunnerConfig, WATCHED_POLL};
 use crate::error::RunnerError;
-use crate::event::{Reporter, RunSummary};
+use crate::event::{Reporter, RunSummary, RunnerEvent};
 use crate::exec::{Executor, HandlerDirExecutor, ShellExecutor};
+use crate::fmt::format_duration;
 use crate::process::spawn::{catch_inherited_ignores, seal_inherited_fds};
 use crate::run::Run;
 use crate::run::job_control::{self, Suspended};
 use crate::signal::{ShutdownSignal, Suspension};
+use crate::watch::{QueueChanges, QueueWatch};
 
 /// Runs jobs from a store, one at a time or up to
 /// [`RunnerConfig::slots`] at once.
@@ -98,20 +102,105 @@ impl Runner {
         let reporter = Arc::new(reporter);
         let suspended = Arc::new(Suspended::default());
         let control = self.job_control.map(|s| job_control::spawn(s, suspended.clone()));
-        let ended = Run::new(
-            self.store,
-            self.config,
-            self.executors,
-            self.waker,
-            reporter,
-            shutdown,
-            suspended,
-        )
-        .until_done()
-        .await;
-        if let Some(task) = control {
+        let mut config = self.config;
+        let watching = watch_queue(&mut config, &self.waker, &*reporter);
+        let ended =
+            Run::new(self.store, config, self.executors, self.waker, reporter, shutdown, suspended)
+                .until_done()
+                .await;
+        for task in [control, watching].into_iter().flatten() {
             task.abort();
         }
         ended
+    }
+}
+
+/// In follow mode with a [`RunnerConfig::watch_file`]: a task that wakes
+/// the run at every change of the queue file, and the poll stretched to
+/// [`WATCHED_POLL`] while it does. Where the file cannot be watched, says
+/// why and leaves the poll as it is.
+fn watch_queue(
+    config: &mut RunnerConfig,
+    waker: &Arc<Notify>,
+    reporter: &dyn Reporter,
+) -> Option<JoinHandle<()>> {
+    let file = config.watch_file.as_ref().filter(|_| config.mode == Mode::Follow)?;
+    let watch = QueueWatch::new(file);
+    if let Some(why) = watch.unwatched() {
+        reporter.report(RunnerEvent::Warning {
+            message: format!(
+                "cannot watch {} for changes ({why}): jobs other processes add start within {} instead of at once",
+                file.display(),
+                format_duration(config.poll_interval)
+            ),
+        });
+        return None;
+    }
+    config.poll_interval = config.poll_interval.max(WATCHED_POLL);
+    let mut changes = watch.changes();
+    let waker = waker.clone();
+    Some(tokio::spawn(async move {
+        // Owned by the task: dropping the watch stops its thread.
+        let _watch = watch;
+        loop {
+            changes.changed().await;
+            // Woken now and again as the commit settles, unless another
+            // change comes first (then from that one).
+            while settle(&mut changes, &waker).await {}
+        }
+    }))
+}
+
+/// How long after a change the run is woken again. A commit is notified
+/// at its first write, before other processes can see it: SQLite writes
+/// its WAL frames and fsyncs them before it publishes them in the
+/// memory-mapped `-shm` index (no notification for that), and redb
+/// writes its header after its pages. A look at the first notification
+/// may find nothing yet, so the run looks again as the fsync ends on a
+/// fast disk, a slow one, and a very slow one; past that, the poll.
+const SETTLE: [Duration; 4] = [
+    Duration::from_millis(5),
+    Duration::from_millis(25),
+    Duration::from_millis(125),
+    Duration::from_millis(625),
+];
+
+/// Wakes the run for a change and at each [`SETTLE`] step after it;
+/// `true` when another change came meanwhile (to settle from it).
+async fn settle(changes: &mut QueueChanges, waker: &Notify) -> bool {
+    waker.notify_one();
+    for delay in SETTLE {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => waker.notify_one(),
+            () = changes.changed() => return true,
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_watched_follow_runner_is_woken_by_a_write_and_polls_only_as_a_fallback() {
+        let dir = tempfile::tempdir().unwrap();
+        let waker = Arc::new(Notify::new());
+        let mut cfg = RunnerConfig::new(dir.path());
+        cfg.mode = Mode::Follow;
+        cfg.watch_file = Some(dir.path().join("q.db"));
+        let task = watch_queue(&mut cfg, &waker, &|_: RunnerEvent| {}).unwrap();
+        assert_eq!(cfg.poll_interval, WATCHED_POLL);
+        std::fs::write(dir.path().join("q.db-wal"), b"x").unwrap();
+        tokio::time::timeout(Duration::from_secs(10), waker.notified())
+            .await
+            .expect("the write to q.db-wal did not wake the runner");
+        task.abort();
+
+        // A drain ends by itself: nothing to watch, the poll as it was.
+        let mut cfg = RunnerConfig::new(dir.path());
+        cfg.watch_file = Some(dir.path().join("q.db"));
+        assert!(watch_queue(&mut cfg, &waker, &|_: RunnerEvent| {}).is_none());
+        assert_eq!(cfg.poll_interval, Duration::from_secs(5));
     }
 }

@@ -41,6 +41,8 @@ pub struct QueueWatch {
     _watcher: Option<RecommendedWatcher>,
     poll: Duration,
     notice: Option<String>,
+    /// Why the watch could not be made, as the error said it.
+    unwatched: Option<String>,
 }
 
 impl std::fmt::Debug for QueueWatch {
@@ -70,6 +72,7 @@ impl QueueWatch {
                 _watcher: Some(watcher),
                 poll: NOTIFIED_POLL,
                 notice: None,
+                unwatched: None,
             },
             Err(e) => QueueWatch {
                 generation,
@@ -80,6 +83,7 @@ impl QueueWatch {
                     queue.display(),
                     UNNOTIFIED_POLL.as_secs()
                 )),
+                unwatched: Some(e.to_string()),
             },
         }
     }
@@ -88,7 +92,7 @@ impl QueueWatch {
     /// store with no file (or a caller that prefers polling).
     pub fn polling(interval: Duration) -> QueueWatch {
         let (generation, _) = watch::channel(0u64);
-        QueueWatch { generation, _watcher: None, poll: interval, notice: None }
+        QueueWatch { generation, _watcher: None, poll: interval, notice: None, unwatched: None }
     }
 
     /// Looks every `interval` even without a notification.
@@ -111,6 +115,12 @@ impl QueueWatch {
     /// set that up; a user may want to know why a wait reacts slowly.
     pub fn notice(&self) -> Option<&str> {
         self.notice.as_deref()
+    }
+
+    /// Why [`QueueWatch::new`] could not watch the file (the error alone,
+    /// for a caller that polls at its own interval and says so itself).
+    pub fn unwatched(&self) -> Option<&str> {
+        self.unwatched.as_deref()
     }
 
     /// A new waiter's view: it sees every change after this call.

@@ -9,8 +9,7 @@ use std::process::Command;
 
 use crate::run;
 
-const USAGE: &str =
-    "usage: cargo xtask bench [--quick] [--backend sqlite|redb] [--profile release|dev]";
+const USAGE: &str = "usage: cargo xtask bench [--quick] [--backend sqlite|redb] [--profile release|dev] [--only STEP,...]";
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut forward: Vec<String> = Vec::new();
@@ -26,6 +25,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 }
                 forward.extend([a.clone(), b.clone()]);
             }
+            // Some steps only (the bench's own list); the table is then
+            // not rewritten, as for any run that is not complete.
+            "--only" => forward.extend([a.clone(), it.next().ok_or(USAGE)?.clone()]),
             "--profile" => {
                 profile = it.next().ok_or(USAGE)?.clone();
                 if profile != "release" && profile != "dev" {

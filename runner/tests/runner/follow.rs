@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use slothqueue_core::{JobState, NewJob, RunnerActivity};
+use slothqueue_core::{JobState, NewJob, RunnerActivity, Store};
 use slothqueue_runner::{Mode, RunnerEvent};
+use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
 
 use crate::support::{DEADLINE, Intercepted, drain_mode, env, eventually};
 
@@ -111,6 +112,71 @@ async fn follow_finds_unannounced_jobs_at_the_next_poll() {
     running.trigger.trigger();
     let summary = running.finish().await.unwrap();
     assert_eq!(summary.done, 3);
+}
+
+/// A follow runner watching its queue file starts a job another handle
+/// added without any wake-up call and long before its next poll (an hour
+/// here): the file's change woke it. Done three times, so that its own
+/// commits (which wake it too) do not swallow a later notification.
+#[tokio::test]
+async fn a_watched_runner_starts_an_unannounced_job_at_once() {
+    let env = env();
+    let mut cfg = drain_mode(env.config(), Mode::Follow);
+    cfg.watch_file = Some(env.path("queue.db"));
+    let other = SqliteStore::open(&env.path("queue.db"), SqliteOptions::default()).unwrap();
+    let mut since = env.now();
+    let mut running = env.start(env.runner(cfg));
+    for round in 0..3 {
+        let asleep = tokio::time::timeout(DEADLINE, async {
+            loop {
+                let records = env.store.runners().await.unwrap();
+                if records.iter().any(|r| {
+                    matches!(r.activity, RunnerActivity::Idle { .. }) && r.updated_at >= since
+                }) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        assert!(asleep.await.is_ok(), "the runner never went idle");
+        since = env.now();
+        let job = NewJob::shell(format!("echo watched {round}"), env.dir.path().to_string_lossy());
+        let id = other.push(job, env.now()).await.unwrap().job.id;
+        running
+            .events
+            .wait_for(
+                "the job the change announced",
+                |e| matches!(e, RunnerEvent::Done { job, .. } if *job == id),
+            )
+            .await;
+    }
+    running.trigger.trigger();
+    assert_eq!(running.finish().await.unwrap().done, 3);
+}
+
+/// A queue file whose folder cannot be watched: the runner says so and
+/// finds jobs at its poll, as without a watch.
+#[tokio::test]
+async fn an_unwatchable_queue_file_is_said_and_polled() {
+    let env = env();
+    let mut cfg = drain_mode(env.config(), Mode::Follow);
+    cfg.watch_file = Some(env.path("no-such-folder/queue.db"));
+    cfg.poll_interval = Duration::from_millis(100);
+    let mut running = env.start(env.runner(cfg));
+    running
+        .events
+        .wait_for("the warning", |e| {
+            matches!(e, RunnerEvent::Warning { message }
+                if message.starts_with("cannot watch") && message.contains("start within 100ms"))
+        })
+        .await;
+    let id = env.add("echo polled", |j| j).await;
+    running
+        .events
+        .wait_for("the polled job", |e| matches!(e, RunnerEvent::Done { job, .. } if *job == id))
+        .await;
+    running.trigger.trigger();
+    assert_eq!(running.finish().await.unwrap().done, 1);
 }
 
 /// Waiting costs nothing: an idle runner looks at the queue every poll but

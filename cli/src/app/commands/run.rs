@@ -40,6 +40,8 @@ pub async fn run(ctx: &Ctx, rc: RunConfig) -> Outcome {
         RunMode::Once => Mode::Once,
         RunMode::Follow => Mode::Follow,
     };
+    // A job another process adds wakes `run --follow` at once.
+    config.watch_file = Some(ctx.db.clone());
     config.queues = rc.queues;
     config.gates = gates;
     config.slots = rc.slots.slots;
