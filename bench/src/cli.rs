@@ -1,6 +1,9 @@
 //! The figures only the `slothqueue` binary can give: `add` and `status`
-//! wall times, an idle `run --follow`'s and a waiting `wait`'s CPU time and
-//! wake-ups, and a draining runner's peak RSS. The CLI opens every queue with the default
+//! wall times, `add` on a small against a large queue (`add_scaling`), `add`
+//! against the floor of any add (a process of this program committing one
+//! row with the bare engine, `add_floor_ratio`), the rate of `import`, an
+//! idle `run --follow`'s and a waiting `wait`'s CPU time and wake-ups, and
+//! a draining runner's peak RSS. The CLI opens every queue with the default
 //! durability (it has no switch), so these are measured once per backend
 //! and belong to the default setting.
 
@@ -11,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 
-use crate::inproc::fill;
+use crate::inproc::{fill, remove_queue};
 use crate::procfs;
 use crate::setting::{Backend, QueueFile as _, Setting};
 use crate::stats::{Figures, median};
@@ -44,6 +47,18 @@ pub async fn measure(
     if args.runs("add") {
         eprintln!("bench: {}/default: add_ratio", backend.as_str());
         cli.add_ratio(backend, sizes, &mut f)?;
+    }
+    if args.runs("add_scaling") {
+        eprintln!("bench: {}/default: add_scaling", backend.as_str());
+        cli.add_scaling(backend, sizes, &mut f).await?;
+    }
+    if args.runs("import") {
+        eprintln!("bench: {}/default: import ({} jobs)", backend.as_str(), sizes.import_jobs);
+        cli.import(backend, sizes, &mut f).await?;
+    }
+    if args.runs("floor") {
+        eprintln!("bench: {}/default: add_floor_ratio", backend.as_str());
+        cli.floor(backend, sizes, &mut f)?;
     }
     if args.runs("status") {
         eprintln!("bench: {}/default: status_100k", backend.as_str());
@@ -141,24 +156,139 @@ impl Cli {
         Ok(())
     }
 
-    /// `slothqueue status` on a queue of `status_jobs` pending jobs.
-    async fn status(&self, backend: Backend, sizes: &Sizes, f: &mut Figures) -> Result<()> {
-        let queue = backend.file(&self.dir, "status");
-        {
-            let store = Setting { backend, fast: false }.open(&queue)?;
-            fill(store.as_ref(), sizes.status_jobs, &self.dir).await?;
+    /// `slothqueue add` on a queue of a few pending jobs against one on a
+    /// queue of many, alternately, after two untimed calls on each.
+    async fn add_scaling(&self, backend: Backend, sizes: &Sizes, f: &mut Figures) -> Result<()> {
+        let [small_jobs, large_jobs] = sizes.add_scaling_jobs;
+        let small = self.filled(backend, "add-small", small_jobs).await?;
+        let large = self.filled(backend, "add-large", large_jobs).await?;
+        for _ in 0..2 {
+            timed(&mut self.cmd(&small, &["add", "true"]))?;
+            timed(&mut self.cmd(&large, &["add", "true"]))?;
         }
+        let (mut smalls, mut larges) = (Vec::new(), Vec::new());
+        for _ in 0..sizes.add_runs {
+            smalls.push(timed(&mut self.cmd(&small, &["add", "true"]))?);
+            larges.push(timed(&mut self.cmd(&large, &["add", "true"]))?);
+        }
+        let (s, l) = (median(&smalls), median(&larges));
+        f.insert("add_small_ms", s);
+        f.insert("add_large_ms", l);
+        f.insert("add_scaling", l / s);
+        f.insert("add_scaling_small_jobs", small_jobs as f64);
+        f.insert("add_scaling_large_jobs", large_jobs as f64);
+        remove_queue(&small);
+        remove_queue(&large);
+        Ok(())
+    }
+
+    /// `slothqueue import FILE` of `import_jobs` jobs into a new queue, the
+    /// whole process timed once; FILE is what `slothqueue export` wrote of
+    /// a queue of as many pending jobs. The new queue must then count them.
+    async fn import(&self, backend: Backend, sizes: &Sizes, f: &mut Figures) -> Result<()> {
+        let n = sizes.import_jobs;
+        let source = self.filled(backend, "export-source", n).await?;
+        let file = self.dir.join("export.jsonl");
+        let (err_path, err) = self.stderr_file("export")?;
+        let out =
+            File::create(&file).with_context(|| format!("cannot create {}", file.display()))?;
+        let status = self
+            .cmd(&source, &["export"])
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .status()
+            .context("cannot run slothqueue export")?;
+        if !status.success() {
+            let text = std::fs::read_to_string(&err_path).unwrap_or_default();
+            bail!("slothqueue export failed ({status}): {}", text.trim());
+        }
+        remove_queue(&source);
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let lines = text.lines().filter(|l| !l.trim().is_empty()).count();
+        drop(text);
+        ensure!(lines == n, "export wrote {lines} lines for {n} pending jobs");
+        let queue = backend.file(&self.dir, "import");
+        let ms = timed(self.cmd(&queue, &["import"]).arg(&file))?;
+        let pending = self.pending(&queue)?;
+        ensure!(pending == n as u64, "status counts {pending} pending jobs after importing {n}");
+        f.insert("import_jobs_s", n as f64 / (ms / 1e3));
+        f.insert("import_jobs", n as f64);
+        remove_queue(&queue);
+        let _ = std::fs::remove_file(&file);
+        Ok(())
+    }
+
+    /// `slothqueue add` on a small queue against the floor of any add: this
+    /// program as `--raw-add`, a process that opens a file of its own with
+    /// the bare engine and the store's settings, commits one row and exits.
+    /// Alternately, the order swapped each round, after three of each.
+    fn floor(&self, backend: Backend, sizes: &Sizes, f: &mut Figures) -> Result<()> {
+        let queue = backend.file(&self.dir, "floor-add");
+        let raw = backend.file(&self.dir, "floor-raw");
+        let exe = std::env::current_exe().context("cannot find this program to re-run it")?;
+        let floor = || {
+            let mut c = Command::new(&exe);
+            c.args(["--raw-add", backend.as_str()]).arg(&raw);
+            c
+        };
+        for _ in 0..3 {
+            timed(&mut self.cmd(&queue, &["add", "true"]))?;
+            timed(&mut floor())?;
+        }
+        let (mut adds, mut floors) = (Vec::new(), Vec::new());
+        for i in 0..sizes.add_runs {
+            if i % 2 == 0 {
+                adds.push(timed(&mut self.cmd(&queue, &["add", "true"]))?);
+                floors.push(timed(&mut floor())?);
+            } else {
+                floors.push(timed(&mut floor())?);
+                adds.push(timed(&mut self.cmd(&queue, &["add", "true"]))?);
+            }
+        }
+        let (add, bare) = (median(&adds), median(&floors));
+        f.insert("floor_add_ms", add);
+        f.insert("floor_ms", bare);
+        f.insert("add_floor_ratio", add / bare);
+        Ok(())
+    }
+
+    /// A new queue `stem` of this backend holding `n` pending jobs (pushed
+    /// in process, the store closed again).
+    async fn filled(&self, backend: Backend, stem: &str, n: usize) -> Result<PathBuf> {
+        let queue = backend.file(&self.dir, stem);
+        let store = Setting { backend, fast: false }.open(&queue)?;
+        fill(store.as_ref(), n, &self.dir).await?;
+        Ok(queue)
+    }
+
+    /// The pending jobs `slothqueue --json status` counts in `queue`.
+    fn pending(&self, queue: &Path) -> Result<u64> {
         let out = self
-            .cmd(&queue, &["--json", "status"])
+            .cmd(queue, &["--json", "status"])
+            .stdin(Stdio::null())
             .output()
             .context("cannot run slothqueue status")?;
+        ensure!(
+            out.status.success(),
+            "slothqueue status failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
             format!("status --json printed no JSON: {}", String::from_utf8_lossy(&out.stderr))
         })?;
-        let pending = json["pending"].as_u64();
+        json["pending"].as_u64().context("status --json gave no `pending` count")
+    }
+
+    /// `slothqueue status` on a queue of `status_jobs` pending jobs.
+    async fn status(&self, backend: Backend, sizes: &Sizes, f: &mut Figures) -> Result<()> {
+        let queue = self.filled(backend, "status", sizes.status_jobs).await?;
+        let pending = self.pending(&queue)?;
         ensure!(
-            pending == Some(sizes.status_jobs as u64),
-            "status counted {pending:?} pending jobs, expected {}",
+            pending == sizes.status_jobs as u64,
+            "status counted {pending} pending jobs, expected {}",
             sizes.status_jobs
         );
         for _ in 0..2 {

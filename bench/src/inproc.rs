@@ -230,7 +230,7 @@ async fn claim_scaling(setting: Setting, sizes: &Sizes, dir: &Path, f: &mut Figu
 }
 
 /// Deletes a queue file and whatever SQLite kept beside it.
-fn remove_queue(path: &Path) {
+pub(crate) fn remove_queue(path: &Path) {
     for suffix in ["", "-wal", "-shm"] {
         let mut p = path.as_os_str().to_owned();
         p.push(suffix);

@@ -12,8 +12,11 @@
 //! Per backend, the default and (SQLite only: redb has one) the fast
 //! durability setting are measured in this process (raw_commit, push, cycle, push_many, claim_scaling,
 //! chain, fan_out, drain, slots, bytes_per_job); the figures only the binary can give (add_ratio,
-//! status_100k, idle, wait_idle, rss) are measured on it, under the default setting,
-//! the only one the CLI has. Results: a markdown table on stdout, and
+//! add_scaling, add_floor_ratio, import, status_100k, idle, wait_idle, rss) are measured on it,
+//! under the default setting, the only one the CLI has. `add_floor_ratio` times this program
+//! too: run as `slothqueue-bench --raw-add sqlite|redb FILE` (hidden), it is the floor of
+//! one `add`, a process that opens FILE with the bare engine and the store's settings,
+//! commits one row and exits (`raw::add_once`). Results: a markdown table on stdout, and
 //! `results.json` and `results.md` in `--out` (default `target/bench`). A
 //! full run of both backends also rewrites the generated section of
 //! `--benchmarks-md`. Speed is reported, never asserted: the exit code says
@@ -66,8 +69,14 @@ pub struct Sizes {
     pub status_jobs: usize,
     /// Timed `status` calls.
     pub status_runs: usize,
-    /// Timed `add` calls (and as many `true`s).
+    /// Timed `add` calls (and as many `true`s); also the `add` calls on
+    /// each queue of `add_scaling`, and the `add`s and floor processes of
+    /// `add_floor_ratio`.
     pub add_runs: usize,
+    /// Pending jobs in the small and the large queue of `add_scaling`.
+    pub add_scaling_jobs: [usize; 2],
+    /// Jobs in the file `import` reads.
+    pub import_jobs: usize,
     /// Adds whose start an idle `run --follow` is timed on (`wake_latency`).
     pub wake_runs: usize,
     /// `true` jobs drained by `slothqueue run` for rss.
@@ -90,6 +99,8 @@ impl Sizes {
             status_jobs: 100_000,
             status_runs: 21,
             add_runs: 41,
+            add_scaling_jobs: [100, 100_000],
+            import_jobs: 100_000,
             wake_runs: 21,
             rss_jobs: 1_000,
             graph_jobs: 10_000,
@@ -110,6 +121,8 @@ impl Sizes {
             status_jobs: 5_000,
             status_runs: 5,
             add_runs: 7,
+            add_scaling_jobs: [100, 5_000],
+            import_jobs: 2_000,
             wake_runs: 3,
             rss_jobs: 40,
             graph_jobs: 300,
@@ -118,7 +131,7 @@ impl Sizes {
 
     fn describe(&self, quick: bool) -> String {
         format!(
-            "{} (slices {} × {:.2} s; backlogs {:?}; drain {} jobs; slots {} jobs per count; idle {:.0} s; status on {} jobs; chain and fan-out of {})",
+            "{} (slices {} × {:.2} s; backlogs {:?}; drain {} jobs; slots {} jobs per count; idle {:.0} s; status on {} jobs; add on {} / {} jobs; import {} jobs; chain and fan-out of {})",
             if quick { "--quick" } else { "full" },
             self.rounds,
             self.slice.as_secs_f64(),
@@ -127,6 +140,9 @@ impl Sizes {
             self.slots_jobs,
             self.idle_window.as_secs_f64(),
             self.status_jobs,
+            self.add_scaling_jobs[0],
+            self.add_scaling_jobs[1],
+            self.import_jobs,
             self.graph_jobs
         )
     }
@@ -147,11 +163,26 @@ struct Args {
     child_drain: bool,
     /// Internal: the same for the slots drains.
     child_slots: bool,
+    /// Internal: be the floor of one `add` (`raw::add_once`) on this file.
+    raw_add: Option<(Backend, PathBuf)>,
 }
 
 /// The steps `--only` can name.
-pub const STEPS: [&str; 10] =
-    ["rounds", "scaling", "graph", "drain", "slots", "add", "status", "idle", "wait_idle", "rss"];
+pub const STEPS: [&str; 13] = [
+    "rounds",
+    "scaling",
+    "graph",
+    "drain",
+    "slots",
+    "add",
+    "add_scaling",
+    "import",
+    "floor",
+    "status",
+    "idle",
+    "wait_idle",
+    "rss",
+];
 
 impl Args {
     /// Whether `step` is to run.
@@ -171,6 +202,7 @@ fn parse_args() -> Result<Args> {
         durability: None,
         child_drain: false,
         child_slots: false,
+        raw_add: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -179,6 +211,10 @@ fn parse_args() -> Result<Args> {
             "--quick" => args.quick = true,
             "--child-drain" => args.child_drain = true,
             "--child-slots" => args.child_slots = true,
+            "--raw-add" => {
+                let backend: Backend = value("--raw-add")?.parse().map_err(anyhow::Error::msg)?;
+                args.raw_add = Some((backend, value("--raw-add")?.into()));
+            }
             "--backend" => {
                 args.backends = vec![value("--backend")?.parse().map_err(anyhow::Error::msg)?]
             }
@@ -239,6 +275,10 @@ impl Drop for Scratch {
 /// are still reported).
 fn run() -> Result<bool> {
     let args = parse_args()?;
+    if let Some((backend, path)) = &args.raw_add {
+        raw::add_once(*backend, path)?;
+        return Ok(true);
+    }
     let sizes = if args.quick { Sizes::quick() } else { Sizes::full() };
     if args.child_drain || args.child_slots {
         let (Some(fast), [backend]) = (args.durability, args.backends.as_slice()) else {
@@ -364,7 +404,8 @@ fn markdown(
         }
     }
     let cli_note = if args.slothqueue.is_some() {
-        "CLI figures (idle, wait_idle, status_100k, add_ratio, rss) are taken on the `slothqueue` binary, \
+        "CLI figures (idle, wait_idle, status_100k, add_ratio, add_scaling, add_floor_ratio, import, \
+         rss) are taken on the `slothqueue` binary, \
          which always opens queues with the default durability: they appear in the default columns only."
     } else {
         "CLI figures skipped: no `slothqueue` binary given."

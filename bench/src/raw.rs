@@ -8,12 +8,19 @@
 //! about the size of a job row, into each of `tables` tables: one for the
 //! bare limit, [`PUSH_TABLES`] for a commit that dirties as many pages as a
 //! push does.
+//!
+//! [`add_once`] is the floor of one `slothqueue add` as a process: open the
+//! file with those settings, commit one row, close. `slothqueue-bench
+//! --raw-add sqlite|redb FILE` runs it, and the CLI figures time that
+//! process against `add` (`add_floor_ratio`).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use redb::{Builder, ConcurrencyMode, Database, Durability, TableDefinition};
+use redb::{Builder, ConcurrencyMode, Database, Durability, ReadableTable as _, TableDefinition};
+
+use crate::setting::Backend;
 use rusqlite::Connection;
 
 /// The b-trees one push writes on either backend: on SQLite (schema v2)
@@ -27,8 +34,23 @@ const ROW: [u8; 256] = [0x5a; 256];
 
 /// Commits one row at a time.
 pub trait RawCommit {
+    /// Commits one transaction of one row in each table.
+    fn commit_one(&mut self) -> Result<()>;
+
     /// Commits single-row transactions for about `d`; the rate per second.
-    fn commit_for(&mut self, d: Duration) -> Result<f64>;
+    fn commit_for(&mut self, d: Duration) -> Result<f64> {
+        rate(d, || self.commit_one())
+    }
+}
+
+/// Opens (creating) `path` as the store of `backend` would, commits one
+/// row and closes it: what one `add` cannot do with less.
+pub fn add_once(backend: Backend, path: &Path) -> Result<()> {
+    match backend {
+        Backend::Sqlite => RawSqlite::open(path, false, 1)?.commit_one(),
+        Backend::Redb => RawRedb::open(path, true, 1)?.commit_one(),
+    }
+    .with_context(|| format!("raw {}: cannot commit a row to {}", backend.as_str(), path.display()))
 }
 
 /// Runs `commit` until `d` has passed; commits per second.
@@ -48,7 +70,8 @@ fn rate(d: Duration, mut commit: impl FnMut() -> Result<()>) -> Result<f64> {
 /// Bare SQLite tables with the store's pragmas.
 pub struct RawSqlite {
     conn: Connection,
-    tables: usize,
+    /// One insert per table.
+    inserts: Vec<String>,
 }
 
 impl RawSqlite {
@@ -67,23 +90,19 @@ impl RawSqlite {
                 "CREATE TABLE IF NOT EXISTS raw{t} (id INTEGER PRIMARY KEY, v BLOB NOT NULL) STRICT;"
             ))?;
         }
-        Ok(RawSqlite { conn, tables })
+        let inserts = (0..tables).map(|t| format!("INSERT INTO raw{t} (v) VALUES (?1)")).collect();
+        Ok(RawSqlite { conn, inserts })
     }
 }
 
 impl RawCommit for RawSqlite {
-    fn commit_for(&mut self, d: Duration) -> Result<f64> {
-        let (conn, tables) = (&self.conn, self.tables);
-        let inserts: Vec<String> =
-            (0..tables).map(|t| format!("INSERT INTO raw{t} (v) VALUES (?1)")).collect();
-        rate(d, || {
-            conn.execute_batch("BEGIN IMMEDIATE")?;
-            for sql in &inserts {
-                conn.prepare_cached(sql)?.execute([&ROW[..]])?;
-            }
-            conn.execute_batch("COMMIT")?;
-            Ok(())
-        })
+    fn commit_one(&mut self) -> Result<()> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        for sql in &self.inserts {
+            self.conn.prepare_cached(sql)?.execute([&ROW[..]])?;
+        }
+        self.conn.execute_batch("COMMIT")?;
+        Ok(())
     }
 }
 
@@ -101,7 +120,9 @@ const RAW: [TableDefinition<'_, u64, &[u8]>; 8] = [
 /// Bare redb tables.
 pub struct RawRedb {
     db: Database,
-    next: u64,
+    /// The key of the next row; `None` until the first commit has read the
+    /// last one (a file opened again appends, as a new job does).
+    next: Option<u64>,
     tables: usize,
 }
 
@@ -118,23 +139,50 @@ impl RawRedb {
             .create(path)
             .with_context(|| format!("raw redb: cannot create {}", path.display()))?;
         anyhow::ensure!((1..=RAW.len()).contains(&tables), "1 to {} raw tables", RAW.len());
-        Ok(RawRedb { db, next: 0, tables })
+        Ok(RawRedb { db, next: None, tables })
     }
 }
 
 impl RawCommit for RawRedb {
-    fn commit_for(&mut self, d: Duration) -> Result<f64> {
-        let (db, next, tables) = (&self.db, &mut self.next, self.tables);
-        rate(d, || {
-            let mut txn = db.begin_write()?;
-            txn.set_durability(Durability::Immediate)?;
-            for def in &RAW[..tables] {
-                let mut table = txn.open_table(*def)?;
-                table.insert(*next, &ROW[..])?;
-            }
-            txn.commit()?;
-            *next += 1;
-            Ok(())
-        })
+    fn commit_one(&mut self) -> Result<()> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(Durability::Immediate)?;
+        let key = match self.next {
+            Some(key) => key,
+            None => txn.open_table(RAW[0])?.last()?.map_or(0, |(k, _)| k.value() + 1),
+        };
+        for def in &RAW[..self.tables] {
+            let mut table = txn.open_table(*def)?;
+            table.insert(key, &ROW[..])?;
+        }
+        txn.commit()?;
+        self.next = Some(key + 1);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redb::{ReadableDatabase as _, ReadableTableMetadata as _};
+
+    use super::*;
+
+    #[test]
+    fn each_add_once_appends_a_row() {
+        let dir = std::env::temp_dir().join(format!("bench-raw-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (db, redb) = (dir.join("f.db"), dir.join("f.redb"));
+        for _ in 0..3 {
+            add_once(Backend::Sqlite, &db).unwrap();
+            add_once(Backend::Redb, &redb).unwrap();
+        }
+        let conn = Connection::open(&db).unwrap();
+        let rows: i64 = conn.query_row("SELECT COUNT(*) FROM raw0", [], |r| r.get(0)).unwrap();
+        assert_eq!(rows, 3);
+        let db = RawRedb::open(&redb, true, 1).unwrap().db;
+        let txn = db.begin_read().unwrap();
+        assert_eq!(txn.open_table(RAW[0]).unwrap().len().unwrap(), 3);
+        drop((conn, txn, db));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
