@@ -356,6 +356,35 @@ pub(crate) fn schema_entries(conn: &Connection) -> rusqlite::Result<Vec<SchemaEn
     stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?.collect()
 }
 
+/// The SHA-256 of [`expected_schema`] of [`SCHEMA_VERSION`], as
+/// [`fingerprint`] computes it. An open compares the file's schema with
+/// this first: a file of the current layout (every open but the first
+/// after an upgrade) is then vetted without building the expected schema,
+/// which runs every migration in memory (about a millisecond, more than
+/// the rest of an `add`'s CPU). A unit test recomputes it: a new migration
+/// changes it there.
+pub(crate) const CURRENT_FINGERPRINT: &str =
+    "807775f52a85e20215afa120b36e94cc3f7dc3837b2196efea889428a3a5956a";
+
+/// A hash of schema entries, each field length-prefixed so that no two
+/// layouts give the same bytes.
+pub(crate) fn fingerprint(entries: &[SchemaEntry]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for (kind, name, table, sql) in entries {
+        for field in [Some(kind), Some(name), Some(table), sql.as_ref()] {
+            match field {
+                Some(text) => {
+                    h.update((text.len() as u64 + 1).to_le_bytes());
+                    h.update(text.as_bytes());
+                }
+                None => h.update(0u64.to_le_bytes()),
+            }
+        }
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The schema a queue of `version` has, made by running the migrations up
 /// to it in memory, once per process.
 ///
@@ -393,4 +422,33 @@ pub(crate) fn table_names(conn: &Connection) -> rusqlite::Result<Vec<String>> {
         "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name",
     )?;
     stmt.query_map([], |r| r.get(0))?.collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_current_fingerprint_is_the_current_schemas() {
+        let current = expected_schema(SCHEMA_VERSION).expect("the current schema builds");
+        assert!(!current.is_empty());
+        assert_eq!(
+            fingerprint(current),
+            CURRENT_FINGERPRINT,
+            "a migration changed the schema: set CURRENT_FINGERPRINT to the value on the left"
+        );
+    }
+
+    #[test]
+    fn fingerprints_tell_layouts_apart() {
+        let current = expected_schema(SCHEMA_VERSION).expect("the current schema builds");
+        let older = expected_schema(SCHEMA_VERSION - 1).expect("the previous schema builds");
+        assert_ne!(fingerprint(current), fingerprint(older));
+        let mut renamed = current.to_vec();
+        renamed[0].1.push('x');
+        assert_ne!(fingerprint(current), fingerprint(&renamed));
+        let mut no_sql = current.to_vec();
+        no_sql[0].3 = None;
+        assert_ne!(fingerprint(current), fingerprint(&no_sql));
+    }
 }

@@ -329,9 +329,12 @@ pub struct Env {
     /// Every variable of the environment whose name and value are UTF-8:
     /// what `add` records a shell job's environment from.
     pub vars: Vec<(String, String)>,
-    /// This machine's time zone by its IANA name (`TZ`, else
-    /// `/etc/localtime`), if it has one: `every`'s default `--tz`.
-    pub zone: Option<String>,
+    /// This machine's time zone by its IANA name, if it has one: `every`'s
+    /// default `--tz`. Read from the system (`TZ`, else `/etc/localtime`)
+    /// only when asked ([`Env::zone`]): naming it walks the time-zone
+    /// database's folders, a cost every other command (`add` above all)
+    /// need not pay.
+    pub zone: std::cell::OnceCell<Option<String>>,
 }
 
 impl Env {
@@ -355,8 +358,15 @@ impl Env {
             vars: std::env::vars_os()
                 .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
                 .collect(),
-            zone: jiff::tz::TimeZone::system().iana_name().map(str::to_owned),
+            zone: std::cell::OnceCell::new(),
         }
+    }
+
+    /// This machine's time zone by its IANA name, if it has one.
+    pub fn zone(&self) -> Option<&str> {
+        self.zone
+            .get_or_init(|| jiff::tz::TimeZone::system().iana_name().map(str::to_owned))
+            .as_deref()
     }
 
     /// `USER@host`: how a pause or a hold names who did it.
@@ -691,7 +701,7 @@ fn every_command(mut a: args::EveryArgs, env: &Env) -> anyhow::Result<Command> {
     let key = a.job.key.take();
     let (zone, zone_note) = match a.tz.take() {
         Some(z) => (z, None),
-        None => every::default_zone(env.zone.as_deref()),
+        None => every::default_zone(env.zone()),
     };
     let catch_up = a.catch_up.unwrap_or_default();
     let overlap = a.overlap.unwrap_or_default();
@@ -891,7 +901,7 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
-            zone: Some("Europe/Berlin".into()),
+            zone: Some("Europe/Berlin".to_owned()).into(),
         }
     }
 
