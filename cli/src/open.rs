@@ -124,6 +124,11 @@ pub struct OpenOptions {
     /// The lease a claim through this handle hands out (`run --lease`);
     /// `None` is the policy's default.
     pub lease_ttl: Option<std::time::Duration>,
+    /// Check the whole file at opening even when nothing says it changed
+    /// (a runner's start). On redb this is its integrity check, which an
+    /// ordinary writable open runs only when the file's seal does not
+    /// vouch for it; SQLite reads pages with their checks as it goes.
+    pub full_check: bool,
 }
 
 impl OpenOptions {
@@ -136,6 +141,7 @@ impl OpenOptions {
             create_folder: false,
             read_only: true,
             lease_ttl: None,
+            full_check: false,
         }
     }
 }
@@ -148,6 +154,7 @@ impl Default for OpenOptions {
             create_folder: false,
             read_only: false,
             lease_ttl: None,
+            full_check: false,
         }
     }
 }
@@ -438,7 +445,8 @@ fn open_backend(
         #[cfg(feature = "redb")]
         Backend::Redb => {
             use slothqueue_store_redb::{RedbOptions, RedbStore};
-            let redb = RedbOptions { policy, ..RedbOptions::default() };
+            let redb =
+                RedbOptions { policy, full_check: options.full_check, ..RedbOptions::default() };
             Ok(Arc::new(if options.read_only {
                 RedbStore::open_read_only(path, redb)?
             } else {

@@ -162,6 +162,7 @@ mod open;
 mod rows;
 mod schedules;
 mod schema;
+mod seal;
 mod store;
 mod txn;
 

@@ -21,6 +21,7 @@ use slothqueue_core::StoreError;
 
 use crate::error::{Failure, corrupt, guarded, io as io_error};
 use crate::schema::{META, META_SCHEMA_VERSION, SCHEMA_VERSION, initialise_in, tables_of};
+use crate::seal;
 use crate::txn::{Handle, patiently};
 
 /// redb's magic number, the first bytes of every redb file (redb 1.0 and
@@ -59,11 +60,18 @@ enum Found {
 
 /// Opens (creating if missing or empty) the queue at `path` for writing,
 /// after vetting it: a file that is foreign, damaged or from a newer
-/// slothqueue is refused before redb may write a byte.
-pub(crate) fn open_database(path: &Path, lock_timeout: Duration) -> Result<Database, StoreError> {
+/// slothqueue is refused before redb may write a byte. redb's integrity
+/// check runs when `full_check` asks for it or the file's seal does not
+/// vouch for it (see `seal.rs`).
+pub(crate) fn open_database(
+    path: &Path,
+    lock_timeout: Duration,
+    full_check: bool,
+) -> Result<Database, StoreError> {
     let fresh = prepare_file(path, lock_timeout, true)?;
     let found = if fresh { Found::Empty } else { probe(path, lock_timeout)? };
-    let db = open_writable(path, lock_timeout)?;
+    let check = full_check || !seal::holds(path);
+    let db = open_writable(path, lock_timeout, check)?;
     match found {
         Found::Version(v) if v == u64::from(SCHEMA_VERSION) => {}
         _ => initialise(&db, path, lock_timeout)?,
@@ -275,23 +283,27 @@ fn inspect(db: &impl ReadableDatabase) -> Result<Found, Failure> {
 /// open runs on its own thread so that this call gives up after
 /// `lock_timeout` (the thread closes the database when it gets it).
 ///
-/// The open verifies every page checksum first (redb's integrity check on
-/// open, under its writer lock). A plain open trusts the file: on one
-/// damaged outside redb (torture S16, one flipped byte in a b-tree page)
-/// it hands out pages already in use and, on close, panics twice inside
-/// redb, which aborts the process whatever we catch. The check refuses
-/// such a file before a byte is written. It reads the whole file: about
-/// 1 ms per 1,000 jobs (measured: +80–90 ms on a 73 MB queue of 100,000
-/// jobs, nothing measurable on 1,000). After a crash redb runs the same
-/// walk anyway.
-pub(crate) fn open_writable(path: &Path, lock_timeout: Duration) -> Result<Database, StoreError> {
+/// With `check`, the open verifies every page checksum first (redb's
+/// integrity check on open, under its writer lock). A plain open trusts
+/// the file: on one damaged outside redb (torture S16, one flipped byte in
+/// a b-tree page) it hands out pages already in use and, on close, panics
+/// twice inside redb, which aborts the process whatever we catch. The
+/// check refuses such a file before a byte is written. It reads the whole
+/// file: about 1 ms per 1,000 jobs (+80–90 ms on a 73 MB queue of 100,000
+/// jobs), which is why it runs only when the seal does not vouch for the
+/// file (see `seal.rs`). After a crash redb runs the same walk anyway.
+pub(crate) fn open_writable(
+    path: &Path,
+    lock_timeout: Duration,
+    check: bool,
+) -> Result<Database, StoreError> {
     let (tx, rx) = std::sync::mpsc::channel();
     let owned = path.to_owned();
     std::thread::Builder::new()
         .name("slothqueue-redb-open".to_owned())
         .spawn(move || {
             let mut b = builder();
-            b.set_check_integrity_on_open(true);
+            b.set_check_integrity_on_open(check);
             let header = HeaderSnapshot::take(&owned);
             let r = patiently(lock_timeout, || guarded(|| Ok(b.create(&owned)?)))
                 .map_err(|e| e.into_store(&owned));

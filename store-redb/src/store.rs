@@ -33,7 +33,7 @@ use crate::schema::{
     WAITING,
 };
 use crate::txn::{self, Db, Gate, Handle, RedbOptions, gate_for, read_only};
-use crate::{open, schedules};
+use crate::{open, schedules, seal};
 
 /// A queue in one redb file. Cheap to share (`Arc`); several handles, in
 /// one process or many, may hold the same file.
@@ -66,7 +66,7 @@ impl RedbStore {
     /// file is refused with [`StoreError::Corrupt`] or
     /// [`StoreError::SchemaTooNew`] and left unchanged.
     pub fn open(path: &Path, options: RedbOptions) -> Result<RedbStore, StoreError> {
-        let db = open::open_database(path, options.lock_timeout)?;
+        let db = open::open_database(path, options.lock_timeout, options.full_check)?;
         Ok(RedbStore::on(path, options, Handle::Writable(db), gate_for(path)?, true))
     }
 
@@ -112,7 +112,11 @@ impl RedbStore {
         on_file: bool,
     ) -> RedbStore {
         let read_only = !matches!(handle, Handle::Writable(_));
-        let db = RwLock::new(Db::new(handle));
+        let db = RwLock::new(if on_file && !read_only {
+            Db::sealed(handle, path)
+        } else {
+            Db::new(handle)
+        });
         RedbStore {
             inner: Arc::new(Inner { path: path.to_owned(), options, db, gate, on_file, read_only }),
         }
@@ -207,7 +211,7 @@ impl Inner {
         if self.read_only {
             return Err(read_only(&self.path));
         }
-        self.with_db(|h| {
+        let committed = self.with_db(|h| {
             let Handle::Writable(db) = h else {
                 return Err(Failure::Store(read_only(&self.path)));
             };
@@ -221,7 +225,9 @@ impl Inner {
                 }
                 f(t)
             })
-        })
+        })?;
+        self.db.read().unwrap_or_else(PoisonError::into_inner).renew_seal();
+        Ok(committed)
     }
 
     /// Runs `f` on the database, mapping errors; after an I/O error redb
@@ -237,10 +243,15 @@ impl Inner {
                 let fresh = if self.read_only {
                     open::open_read_only(&self.path, self.options.lock_timeout)?
                 } else {
-                    Handle::Writable(open::open_writable(&self.path, self.options.lock_timeout)?)
+                    let check = !seal::holds(&self.path);
+                    Handle::Writable(open::open_writable(
+                        &self.path,
+                        self.options.lock_timeout,
+                        check,
+                    )?)
                 };
                 let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
-                *db = Db::new(fresh);
+                *db = if self.read_only { Db::new(fresh) } else { Db::sealed(fresh, &self.path) };
                 guarded(|| f(db.handle())).map_err(|e| e.into_store(&self.path))
             }
             r => r.map_err(|e| e.into_store(&self.path)),
@@ -1012,6 +1023,35 @@ mod tests {
 
     fn open(dir: &tempfile::TempDir, options: RedbOptions) -> RedbStore {
         RedbStore::open(&dir.path().join("q.redb"), options).unwrap()
+    }
+
+    /// A writable handle seals the file as it leaves it: after opening,
+    /// after each commit while another handle (a runner) keeps it open,
+    /// and after closing; a write from outside breaks the seal, and the
+    /// next open (which checks the whole file then) seals it again.
+    #[tokio::test]
+    async fn every_writer_leaves_the_file_sealed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.redb");
+        let runner = open(&dir, RedbOptions::default());
+        assert!(seal::holds(&path), "sealed as the open left it");
+        let add = open(&dir, RedbOptions::default());
+        add.push(NewJob::shell("true", "/"), t(0)).await.unwrap();
+        assert!(seal::holds(&path), "sealed after a commit");
+        drop(add);
+        assert!(seal::holds(&path), "sealed after the close");
+        runner.push(NewJob::shell("true", "/"), t(0)).await.unwrap();
+        assert!(seal::holds(&path), "sealed after the runner's commit");
+        drop(runner);
+        assert!(seal::holds(&path));
+
+        // A write from outside gives the file another modification time.
+        let old = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(old).unwrap();
+        assert!(!seal::holds(&path), "touched from outside");
+        let again = open(&dir, RedbOptions::default());
+        assert!(seal::holds(&path), "checked in full, then sealed");
+        assert_eq!(again.stats(t(1)).await.unwrap().pending, 2);
     }
 
     /// An edit rewrites every index entry keyed by what it changed (the

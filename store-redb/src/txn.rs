@@ -14,6 +14,7 @@ use slothqueue_core::{Policy, StoreError};
 
 use crate::error::Failure;
 use crate::rows::Tx;
+use crate::seal::Seal;
 
 /// How [`RedbStore::open`](crate::RedbStore::open) opens a queue.
 ///
@@ -28,11 +29,21 @@ pub struct RedbOptions {
     /// How long a call waits for another process's write before answering
     /// [`StoreError::Busy`].
     pub lock_timeout: Duration,
+    /// Run redb's integrity check (every page read) at a writable open
+    /// even when the file's seal says only slothqueue wrote it since the
+    /// last check: what a runner does at its start, for damage no
+    /// timestamp shows. Default `false`: a file the seal does not vouch
+    /// for is checked in full anyway (see `seal.rs`).
+    pub full_check: bool,
 }
 
 impl Default for RedbOptions {
     fn default() -> Self {
-        RedbOptions { policy: Policy::default(), lock_timeout: Duration::from_secs(5) }
+        RedbOptions {
+            policy: Policy::default(),
+            lock_timeout: Duration::from_secs(5),
+            full_check: false,
+        }
     }
 }
 
@@ -85,12 +96,32 @@ impl std::fmt::Debug for Handle {
 /// redb writes its allocator state on close, and on a file damaged where
 /// nothing has read yet, that can panic inside redb (S16: the torture
 /// suite's fuzzing found `add` on a bit-flipped file ending in exit 101).
+///
+/// A writable handle on a file has a [`Seal`], renewed after each commit
+/// and after the close.
 #[derive(Debug)]
-pub(crate) struct Db(pub(crate) Option<Handle>);
+pub(crate) struct Db(pub(crate) Option<Handle>, Option<Seal>);
 
 impl Db {
     pub(crate) fn new(handle: Handle) -> Self {
-        Db(Some(handle))
+        Db(Some(handle), None)
+    }
+
+    /// A writable handle on `path` with its seal, renewed now: the file
+    /// as this open left it (a writable open rewrites redb's header).
+    pub(crate) fn sealed(handle: Handle, path: &Path) -> Self {
+        let seal = Seal::open(path);
+        if let Some(seal) = &seal {
+            seal.renew();
+        }
+        Db(Some(handle), seal)
+    }
+
+    /// After a commit through this handle: the file as it left it.
+    pub(crate) fn renew_seal(&self) {
+        if let Some(seal) = &self.1 {
+            seal.renew();
+        }
     }
 
     pub(crate) fn handle(&self) -> &Handle {
@@ -104,7 +135,13 @@ impl Db {
 impl Drop for Db {
     fn drop(&mut self) {
         if let Some(handle) = self.0.take() {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || handle.close()));
+            let closed =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || handle.close()));
+            // redb wrote its allocator state on closing: sealed as left,
+            // unless the close failed (then the next open checks in full).
+            if matches!(closed, Ok(Ok(()))) {
+                self.renew_seal();
+            }
         }
     }
 }

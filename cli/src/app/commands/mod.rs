@@ -60,6 +60,7 @@ impl Ctx {
                 create_folder: self.default_db,
                 read_only: false,
                 lease_ttl: None,
+                full_check: false,
             },
         )?)
     }
@@ -75,6 +76,9 @@ impl Ctx {
                 create_folder: self.default_db,
                 read_only: false,
                 lease_ttl,
+                // A runner's start reads the whole file once: damage no
+                // timestamp shows is found before it works for hours.
+                full_check: true,
             },
         )?)
     }
@@ -87,6 +91,7 @@ impl Ctx {
             create_folder: false,
             read_only: false,
             lease_ttl: None,
+            full_check: false,
         })
     }
 

@@ -22,7 +22,8 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
         )));
     }
     let gates = more_gates(&sc.slots)?;
-    let store = ctx.open(true)?;
+    // Its worker is a runner: the whole file is checked once at the start.
+    let store = ctx.open_for_runner(None)?;
     let token = match sc.token_file {
         Some(f) => Token::File(f),
         None => Token::Generate { beside_queue: ctx.db.clone() },
