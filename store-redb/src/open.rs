@@ -388,11 +388,17 @@ fn initialise(db: &Database, path: &Path, lock_timeout: Duration) -> Result<(), 
 /// overlay by this open; if that works out, the real open repairs it the
 /// same way.
 fn overlay_database(path: &Path) -> Result<Database, Failure> {
+    overlay_database_checked(path, false)
+}
+
+/// [`overlay_database`], with redb's integrity check (every page) first
+/// when `check`.
+fn overlay_database_checked(path: &Path, check: bool) -> Result<Database, Failure> {
     let file = File::open(path)?;
     let overlay = Overlay::new(file)?;
     guarded(|| {
         let mut b = Builder::new();
-        b.set_cache_size(CACHE_BYTES);
+        b.set_cache_size(CACHE_BYTES).set_check_integrity_on_open(check);
         Ok(b.create_with_backend(overlay)?)
     })
 }
@@ -405,6 +411,14 @@ fn overlay_database(path: &Path) -> Result<Database, Failure> {
 pub(crate) fn open_read_only(path: &Path, lock_timeout: Duration) -> Result<Handle, StoreError> {
     if prepare_file(path, lock_timeout, false)? {
         return Err(corrupt(path, "it is empty: not a queue yet"));
+    }
+    // A file the seal does not vouch for is checked first, in memory: on a
+    // damaged one redb can panic in the middle of a read (a flipped byte
+    // in a b-tree page: `status` ended in "entered unreachable code"),
+    // where it is refused here as damaged instead. A sealed file, as every
+    // slothqueue writer leaves it, costs nothing more.
+    if !seal::holds(path) {
+        drop(overlay_database_checked(path, true).map_err(|e| e.into_store(path))?);
     }
     if let Some(ro) = open_current_read_only(path, lock_timeout)? {
         return Ok(Handle::ReadOnly(ro));
