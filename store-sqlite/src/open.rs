@@ -22,7 +22,9 @@ use crate::schema::{
     APPLICATION_ID, CURRENT_FINGERPRINT, MIGRATIONS, SCHEMA_VERSION, SchemaEntry, TABLES,
     expected_schema, fingerprint, schema_entries, table_names,
 };
-use crate::txn::{SqliteOptions, configure, configure_read_only, connect, nap_blocking, write_tx};
+use crate::txn::{
+    Journal, SqliteOptions, configure, configure_read_only, connect, nap_blocking, write_tx,
+};
 
 /// The first 16 bytes of every SQLite database file.
 const MAGIC: &[u8; 16] = b"SQLite format 3\0";
@@ -52,7 +54,13 @@ pub fn sniff(header: &[u8]) -> bool {
 pub(crate) fn open(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
     let ctx = Context { path: path.to_path_buf(), busy_timeout: options.busy_timeout };
     let mut ours = false;
-    match probe(path, options.busy_timeout, false)? {
+    let current = is_current_by_header(path, options.journal);
+    let found = if current {
+        Found::Queue { version: SCHEMA_VERSION }
+    } else {
+        probe(path, options.busy_timeout, false)?
+    };
+    match found {
         Found::Missing => {
             ours = create_file(path)?;
             if !ours {
@@ -64,6 +72,18 @@ pub(crate) fn open(path: &Path, options: &SqliteOptions) -> Result<Connection, S
     }
     let mut conn = connect(path, options).map_err(|e| ctx.map_sql(e))?;
     configure(&mut conn, options).map_err(|e| ctx.map_sql(e))?;
+    if current {
+        // What the probe's connection would have read, read by this one
+        // before anything is written.
+        let id = read_identity(&conn).map_err(|e| ctx.map_sql(e))?;
+        if !matches!(judge_identity(path, &id)?, Found::Queue { version } if version == SCHEMA_VERSION)
+        {
+            return Err(error::corrupt(
+                path,
+                "its header says slothqueue's current layout, its tables do not",
+            ));
+        }
+    }
     migrate(&conn, path, ours).map_err(|e| ctx.map(e))?;
     Ok(conn)
 }
@@ -367,15 +387,51 @@ fn identify(path: &Path, immutable: bool, busy_timeout: Duration) -> Result<Iden
     let read = || -> rusqlite::Result<Identity> {
         // rusqlite panics on a timeout beyond i32::MAX ms; nobody waits 24 days.
         conn.busy_timeout(busy_timeout.min(Duration::from_millis(i32::MAX as u64)))?;
-        let application_id = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
-        let user_version = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        let tables = table_names(&conn)?;
-        let schema = schema_entries(&conn)?;
-        Ok(Identity { application_id, user_version, tables, schema })
+        read_identity(&conn)
     };
     let id = read().map_err(|e| ctx.map_sql(e))?;
     drop(conn);
     Ok(id)
+}
+
+/// What a connection reads of the file's identity (nothing is written).
+fn read_identity(conn: &Connection) -> rusqlite::Result<Identity> {
+    let application_id = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+    let user_version = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let tables = table_names(conn)?;
+    let schema = schema_entries(conn)?;
+    Ok(Identity { application_id, user_version, tables, schema })
+}
+
+/// Whether the file's header alone says it is a queue of this build's
+/// layout, whole (as long as its header says, when no WAL is there to
+/// replay), already in `journal` mode: the writing open then skips the
+/// probe's own connection, and vets the schema on its own connection
+/// before its first write. Configuring such a connection writes nothing
+/// (its journal mode is already the one asked), so a damaged schema is
+/// still refused untouched. Anything else, or any doubt, is `false`: the
+/// full probe decides.
+fn is_current_by_header(path: &Path, journal: Journal) -> bool {
+    let Ok(mut file) = fs::File::open(path) else { return false };
+    let Ok(meta) = file.metadata() else { return false };
+    let mut header = [0u8; HEADER_LEN];
+    if !meta.is_file() || file.read_exact(&mut header).is_err() || !sniff(&header) {
+        return false;
+    }
+    let be32 = |at: usize| {
+        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    // Bytes 18 and 19: the write and read versions, 2 in WAL mode, 1 not.
+    let mode = match journal {
+        Journal::Wal => 2,
+        Journal::Rollback => 1,
+    };
+    let wal_has_frames = fs::metadata(sidecar(path, "-wal")).is_ok_and(|m| m.len() > 0);
+    be32(68) == APPLICATION_ID as u32
+        && be32(60) == SCHEMA_VERSION
+        && header[18] == mode
+        && header[19] == mode
+        && (wal_has_frames || check_length(path, &header, meta.len()).is_ok())
 }
 
 /// Decides, from what a file says about itself, whether we may open it.
