@@ -315,7 +315,7 @@ const TARGETS: &[Target] = &[
         check: |f| {
             let (cpu, bursts, polls) =
                 (get(f, "idle")?, get(f, "idle_bursts")?, get(f, "idle_polls")?);
-            // The window starts 1.5 s after the runner, so it holds
+            // The window starts 3 s after the runner, so it holds
             // `polls` rounded down of them: none when shorter than the poll.
             let ok = cpu <= 5.0 && bursts <= polls.floor();
             Some((ok, format!("{cpu:.2} ms, {bursts:.0} bursts / {polls:.1} polls")))

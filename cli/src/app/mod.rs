@@ -47,12 +47,18 @@ pub fn main() -> ExitCode {
 /// tokio's scheduler mapped in, which shows in `run`'s peak memory
 /// (`BENCHMARKS.md`, "The CLI started tokio's worker threads"). `serve`
 /// answers HTTP clients beside its drain worker, so it keeps worker threads.
+///
+/// A blocking-pool thread (every store call runs on one) waits an hour
+/// for its next call, not tokio's ten seconds: a thread parked on its
+/// condition variable costs nothing, while one that ends is a wake-up of
+/// its own, ten seconds after every look of an idle `run --follow` or a
+/// `wait` (which look every minute and every ten seconds).
 fn runtime_for(command: &config::Command) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = match command {
         config::Command::Serve(_) => tokio::runtime::Builder::new_multi_thread(),
         _ => tokio::runtime::Builder::new_current_thread(),
     };
-    builder.enable_all().build()
+    builder.thread_keep_alive(std::time::Duration::from_secs(3600)).enable_all().build()
 }
 
 /// Keeps `Code` reachable for the commands without a path dance.
