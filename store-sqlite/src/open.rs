@@ -404,8 +404,8 @@ fn read_identity(conn: &Connection) -> rusqlite::Result<Identity> {
 }
 
 /// Whether the file's header alone says it is a queue of this build's
-/// layout, whole (as long as its header says, when no WAL is there to
-/// replay), already in `journal` mode: the writing open then skips the
+/// layout, whole (as long as its header says, with no WAL to replay),
+/// already in `journal` mode: the writing open then skips the
 /// probe's own connection, and vets the schema on its own connection
 /// before its first write. Configuring such a connection writes nothing
 /// (its journal mode is already the one asked), so a damaged schema is
@@ -426,12 +426,17 @@ fn is_current_by_header(path: &Path, journal: Journal) -> bool {
         Journal::Wal => 2,
         Journal::Rollback => 1,
     };
+    // A WAL with frames may change what the header says, or be another
+    // database's (torture S16's stale `-wal`): a writing connection would
+    // replay it and, refusing, checkpoint it into the file on closing.
+    // Only the probe's read-only look may read such a file.
     let wal_has_frames = fs::metadata(sidecar(path, "-wal")).is_ok_and(|m| m.len() > 0);
-    be32(68) == APPLICATION_ID as u32
+    !wal_has_frames
+        && be32(68) == APPLICATION_ID as u32
         && be32(60) == SCHEMA_VERSION
         && header[18] == mode
         && header[19] == mode
-        && (wal_has_frames || check_length(path, &header, meta.len()).is_ok())
+        && check_length(path, &header, meta.len()).is_ok()
 }
 
 /// Decides, from what a file says about itself, whether we may open it.

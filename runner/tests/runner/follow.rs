@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use slothqueue_core::{JobState, NewJob, RunnerActivity, Store};
+use slothqueue_core::{JobState, NewJob, RunnerActivity, Store, Timestamp};
 use slothqueue_runner::{Mode, RunnerEvent};
 use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
 
-use crate::support::{DEADLINE, Intercepted, drain_mode, env, eventually};
+use crate::support::{DEADLINE, Env, Intercepted, drain_mode, env, eventually};
 
 #[tokio::test]
 async fn follow_wakes_on_the_waker_and_at_the_next_due_time() {
@@ -73,6 +73,25 @@ async fn follow_wakes_on_the_waker_and_at_the_next_due_time() {
     assert_eq!(env.job(now_job).await.state, JobState::Done);
 }
 
+/// Waits until the runner sleeps again: an idle record written since
+/// `since` (the runner writes one after each job), so that a job added
+/// next arrives unannounced.
+async fn asleep_since(env: &Env, since: Timestamp) {
+    let asleep = tokio::time::timeout(DEADLINE, async {
+        loop {
+            let records = env.store.runners().await.unwrap();
+            if records
+                .iter()
+                .any(|r| matches!(r.activity, RunnerActivity::Idle { .. }) && r.updated_at >= since)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    assert!(asleep.await.is_ok(), "the runner never went idle");
+}
+
 /// Without a wake-up, a job another program added is found by the next
 /// poll. The idle wait is a kernel timer, so this takes real time: a poll
 /// interval of 100 ms.
@@ -84,21 +103,7 @@ async fn follow_finds_unannounced_jobs_at_the_next_poll() {
     let mut since = env.now();
     let mut running = env.start(env.runner(cfg));
     for round in 0..3 {
-        // Wait until the runner sleeps again (an idle record written since
-        // the last job was added: the runner writes one after each job),
-        // so that the job arrives unannounced.
-        let asleep = tokio::time::timeout(DEADLINE, async {
-            loop {
-                let records = env.store.runners().await.unwrap();
-                if records.iter().any(|r| {
-                    matches!(r.activity, RunnerActivity::Idle { .. }) && r.updated_at >= since
-                }) {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        });
-        assert!(asleep.await.is_ok(), "the runner never went idle");
+        asleep_since(&env, since).await;
         since = env.now();
         let id = env.add(&format!("echo poll {round}"), |j| j).await;
         running
@@ -127,18 +132,7 @@ async fn a_watched_runner_starts_an_unannounced_job_at_once() {
     let mut since = env.now();
     let mut running = env.start(env.runner(cfg));
     for round in 0..3 {
-        let asleep = tokio::time::timeout(DEADLINE, async {
-            loop {
-                let records = env.store.runners().await.unwrap();
-                if records.iter().any(|r| {
-                    matches!(r.activity, RunnerActivity::Idle { .. }) && r.updated_at >= since
-                }) {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        });
-        assert!(asleep.await.is_ok(), "the runner never went idle");
+        asleep_since(&env, since).await;
         since = env.now();
         let job = NewJob::shell(format!("echo watched {round}"), env.dir.path().to_string_lossy());
         let id = other.push(job, env.now()).await.unwrap().job.id;

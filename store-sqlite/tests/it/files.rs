@@ -340,6 +340,31 @@ async fn a_stale_wal_beside_a_new_queue_is_ignored() {
     store.check_integrity().unwrap();
 }
 
+/// Another database's WAL beside an existing queue (torture S16's stale
+/// `-wal`) is refused and the queue left as it was: the file's header
+/// alone says "a current queue", but only a read-only look may read what
+/// the WAL makes of it; a writing connection would replay the WAL and
+/// checkpoint it into the file as it closed.
+#[tokio::test]
+async fn a_stale_wal_beside_an_existing_queue_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    make_queue(&path, Journal::Wal).await;
+    let other = dir.path().join("other.db");
+    let conn = Connection::open(&other).unwrap();
+    conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(())).unwrap();
+    conn.execute_batch(
+        "PRAGMA wal_autocheckpoint = 0; CREATE TABLE t (x); INSERT INTO t VALUES (1);",
+    )
+    .unwrap();
+    fs::copy(sidecar(&other, "-wal"), sidecar(&path, "-wal")).unwrap();
+    drop(conn);
+    let before = fs::read(&path).unwrap();
+    let err = SqliteStore::open(&path, SqliteOptions::default()).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    assert_eq!(fs::read(&path).unwrap(), before, "the refused queue was changed");
+}
+
 const CREATOR_ENV: &str = "SLOTHQUEUE_SQLITE_CREATOR_CHILD";
 
 /// In the child: open (creating) the queue named by the environment and
