@@ -69,9 +69,10 @@ pub struct RunnerConfig {
     /// once, so that a job another process adds starts within
     /// milliseconds, not at the next poll, and an idle runner sleeps
     /// between changes instead of polling (see [`QueueWatch`](crate::QueueWatch):
-    /// its folder is watched for writes to the file and its `-wal`). The
-    /// runner's own commits wake it too, once each, for a look that finds
-    /// nothing new. Where the watch cannot be made the runner says why and
+    /// its folder is watched for writes to the file and its `-wal`). A
+    /// change wakes it at once and again 5, 25, 125 and 625 ms later (a
+    /// commit is notified before it can be read); its own commits wake it
+    /// too, for looks that find nothing new. Where the watch cannot be made the runner says why and
     /// polls every `poll_interval`. Default `None`: only the poll and
     /// [`Runner::waker`](crate::Runner::waker) wake it.
     pub watch_file: Option<PathBuf>,

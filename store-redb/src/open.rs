@@ -73,11 +73,13 @@ pub(crate) fn open_database(
     // probe reads it: a damaged string key panics inside redb's read
     // (torture S16: `add` on a flipped byte), which the store catches but
     // cannot keep from printing. Checked so, the writable open need not
-    // check again, unless the file kept changing under the check.
+    // check again (not even for `full_check`); a file in use, which the
+    // check leaves alone, is checked by the writable open under redb's
+    // writer lock.
     let sealed = fresh || seal::holds(path);
     let verified = !sealed && check_quiet(path)?;
     let found = if fresh { Found::Empty } else { probe(path, lock_timeout)? };
-    let check = full_check || (!sealed && !verified);
+    let check = !verified && (full_check || !sealed);
     let db = open_writable(path, lock_timeout, check)?;
     match found {
         Found::Version(v) if v == u64::from(SCHEMA_VERSION) => {}
