@@ -50,12 +50,16 @@
 //! died runs again.
 
 mod job;
+mod push;
 mod queue;
 mod worker;
 
 pub use job::{Job, JobContext, JobError};
-pub use queue::{Enqueued, Push, Queue};
-pub use slothqueue_runner::{Mode, RunSummary, RunnerConfig, RunnerEvent, StopReason};
+pub use push::{Enqueued, Push};
+pub use queue::Queue;
+pub use slothqueue_runner::{
+    Mode, RunSummary, RunnerConfig, RunnerEvent, StopReason, WaitEnd, WaitOutcome,
+};
 pub use worker::Worker;
 
 use slothqueue_core::{JobId, StoreError};
