@@ -289,6 +289,59 @@ async fn a_shutdown_reaches_the_handler_and_hands_its_job_back_uncharged() {
     assert_eq!((job.state, job.attempts), (JobState::Pending, 0));
 }
 
+/// Ignores every stop; says when its future is dropped.
+#[derive(Debug, Serialize, Deserialize)]
+struct Stubborn;
+
+static STUBBORN_STARTED: Notify = Notify::const_new();
+static STUBBORN_DROPPED: Notify = Notify::const_new();
+
+struct SaysWhenDropped;
+
+impl Drop for SaysWhenDropped {
+    fn drop(&mut self) {
+        STUBBORN_DROPPED.notify_one();
+    }
+}
+
+impl Job for Stubborn {
+    const KIND: &'static str = "stubborn";
+    type Output = ();
+
+    async fn run(self, _ctx: JobContext) -> Result<(), JobError> {
+        let _guard = SaysWhenDropped;
+        STUBBORN_STARTED.notify_one();
+        std::future::pending::<()>().await;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_handler_that_ignores_a_stop_is_dropped_after_the_grace_and_its_job_handed_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = queue_in(&dir);
+    let job = queue.push(Stubborn).await.unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let worker = Worker::new(&queue)
+        .handle::<Stubborn>()
+        .configure(|c| c.kill_grace = Duration::ZERO)
+        .follow(async {
+            let _ = stopped.await;
+        });
+    let run = tokio::spawn(worker);
+    tokio::time::timeout(Duration::from_secs(30), STUBBORN_STARTED.notified())
+        .await
+        .expect("the job did not start");
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), STUBBORN_DROPPED.notified())
+        .await
+        .expect("the handler's task was left running");
+    let summary = run.await.unwrap().unwrap();
+    assert_eq!(summary.released, 1);
+    let job = queue.get(job.id).await.unwrap();
+    assert_eq!((job.state, job.attempts), (JobState::Pending, 0));
+}
+
 #[tokio::test]
 async fn a_push_through_the_handle_wakes_its_following_worker_at_once() {
     let dir = tempfile::tempdir().unwrap();
