@@ -10,7 +10,7 @@
 //!
 //! Everything happens in a temporary folder, deleted at the end.
 
-#![allow(clippy::print_stdout)]
+#![allow(clippy::print_stdout, reason = "an example says what it does")]
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -11,7 +11,7 @@
 //! It listens on a free loopback port, keeps its queue and token in a
 //! temporary folder (deleted at the end), and exits on its own.
 
-#![allow(clippy::print_stdout)]
+#![allow(clippy::print_stdout, reason = "an example says what it does")]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -75,7 +75,8 @@ impl Queue {
 
     /// The same queue read with another clock (tests use a
     /// [`ManualClock`](slothqueue_core::ManualClock)); workers made from
-    /// it run with that clock too.
+    /// it with [`Worker::new`](super::Worker::new) run with that clock too.
+    /// A new handle: pushes through it wake only the workers made from it.
     pub fn with_clock(self, clock: Arc<dyn Clock>) -> Queue {
         let inner = &self.inner;
         Queue {

@@ -95,8 +95,9 @@ impl Worker {
     /// A worker on `queue` with a runner configuration of the caller's
     /// (gates, slots, lanes served, heartbeats; see [`RunnerConfig`]), for
     /// example `slothqueue::http::DrainWorker::config` for a server's
-    /// worker. Its mode is what [`Worker::into_runner`]
-    /// gives the runner; the `run_*` methods set their own.
+    /// worker. Its mode is what [`Worker::into_runner`] gives the runner;
+    /// the `run_*` methods set their own. Its clock is the
+    /// configuration's, not the queue's.
     pub fn with_config(queue: &Queue, config: RunnerConfig) -> Worker {
         Worker {
             queue: queue.clone(),
@@ -158,7 +159,10 @@ impl Worker {
     }
 
     /// Also runs `shell` jobs (commands added with `slothqueue add`), as
-    /// `slothqueue run` does; off by default.
+    /// `slothqueue run` does; off by default. Their logs go to the
+    /// configuration's `log_dir`: beside the queue file, or, for a queue
+    /// over a bare store, `slothqueue.logs` in the temporary folder unless
+    /// [`Worker::configure`] names another.
     pub fn shell(mut self, yes: bool) -> Self {
         self.shell = yes;
         self
