@@ -116,6 +116,7 @@ pub async fn bind(store: Arc<dyn Store>, config: ServeConfig) -> Result<Bound, H
 
 /// What [`serve`] tells its caller once it listens.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Listening<'a> {
     /// The address bound.
     pub addr: SocketAddr,
