@@ -4,9 +4,11 @@
 //! One story, end to end, against the real binary on a free port and a
 //! temporary queue: open the one-time login link `serve` printed, see a
 //! job appear after `slothqueue add`, open it, watch its log tail grow,
-//! cancel it, see its state change; a spent link refused and the token
-//! form used instead. Screenshots of the list and the job page are saved
-//! under `target/screenshots/` for a reviewer to look at.
+//! cancel it, see its state change; a queue paused from the list, a job
+//! waiting on it held and released from its page, the page saying why it
+//! waits; a spent link refused and the token form used instead.
+//! Screenshots of the list and the job page are saved under
+//! `target/screenshots/` for a reviewer to look at.
 //!
 //! Without `chromium` and `chromedriver` on the PATH the test says
 //! `SKIPPED` loudly and passes, except under CI (`CI` set), where `.ci/run`
@@ -121,6 +123,13 @@ async fn wait_text(client: &Client, selector: &str, needle: &str) -> String {
             panic!("`{selector}` never said {needle:?} within {WAIT:?}: {other:?}\n{page}")
         }
     }
+}
+
+/// Clicks the element `selector` finds.
+async fn click(client: &Client, selector: &str) {
+    let found = client.find(Locator::Css(selector)).await;
+    let element = found.unwrap_or_else(|e| panic!("no `{selector}`: {e}"));
+    element.click().await.unwrap_or_else(|e| panic!("cannot click `{selector}`: {e}"));
 }
 
 /// A Chrome DevTools call through chromedriver (`goog/cdp/execute`): how
@@ -314,8 +323,32 @@ async fn the_page_shows_the_queue_follows_a_log_and_cancels_a_job() {
     screenshot(&client, &shots, "job-dark.png").await;
     color_scheme(&client, "light").await;
 
-    // The list at a phone's width.
+    // Why a job waits, and the buttons that make it wait or not: its
+    // queue paused from the list, the job held and released on its page.
+    // (A job due in an hour gives the queue its row in the list.)
     client.goto(&format!("{}/#/", listening_url(&listening))).await.expect("back to the list");
+    let out = slothqueue(&db, &["add", "--delay", "1h", "echo in an hour"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_text(&client, "tr[data-queue='default']", "open").await;
+    click(&client, "tr[data-queue='default'] button").await;
+    wait_text(&client, "tr[data-queue='default']", "paused").await;
+    let out = slothqueue(&db, &["add", "echo after the pause"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_text(&client, "tr[data-id='4']", "pending").await;
+    click(&client, "a[href='#/job/4']").await;
+    wait_text(&client, "#job-why", "Its queue default is paused").await;
+    click(&client, "#act-hold").await;
+    wait_text(&client, "#job-why", "Held by http 127.0.0.1").await;
+    wait_text(&client, "#job-title", "held").await;
+    click(&client, "#act-release").await;
+    wait_text(&client, "#job-why", "Its queue default is paused").await;
+    client.goto(&format!("{}/#/", listening_url(&listening))).await.expect("back to the list");
+    wait_text(&client, "tr[data-queue='default']", "paused").await;
+    click(&client, "tr[data-queue='default'] button").await;
+    wait_text(&client, "tr[data-id='4']", "done").await;
+    wait_text(&client, "tr[data-queue='default']", "open").await;
+
+    // The list at a phone's width.
     client.set_window_size(390, 844).await.expect("phone width");
     wait_text(&client, "tr[data-id='2']", "cancelled").await;
     client
@@ -329,6 +362,7 @@ async fn the_page_shows_the_queue_follows_a_log_and_cancels_a_job() {
     // pasted into the form logs in instead.
     client.goto(&link).await.expect("open the spent link");
     wait_text(&client, "#notice", "already used").await;
+    screenshot(&client, &shots, "login-spent-link.png").await;
     let form = client.find(Locator::Id("token")).await.expect("the token field");
     form.send_keys(token.trim()).await.expect("type the token");
     client
