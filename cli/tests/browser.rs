@@ -71,6 +71,30 @@ impl Drop for Reaped {
     }
 }
 
+/// Kills, when the test ends however it ends, every process whose command
+/// line names this test's own browser profile: the browser chromedriver
+/// started, which a test that panicked before closing its session would
+/// leave behind.
+struct BrowserReaper(String);
+
+impl Drop for BrowserReaper {
+    fn drop(&mut self) {
+        let Ok(entries) = std::fs::read_dir("/proc") else { return };
+        for entry in entries.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+            let mine = cmdline
+                .split(|b| *b == 0)
+                .any(|arg| arg == format!("--user-data-dir={}", self.0).as_bytes());
+            if let (true, Some(pid)) = (mine, rustix::process::Pid::from_raw(pid)) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+    }
+}
+
 /// The next line of `lines` that satisfies `pick`, each waited for at
 /// most `WAIT`.
 fn line_matching(lines: &mpsc::Receiver<String>, pick: impl Fn(&str) -> bool) -> String {
@@ -237,6 +261,7 @@ async fn the_page_shows_the_queue_follows_a_log_and_cancels_a_job() {
         .unwrap_or_else(|| panic!("no port in {started:?}"));
 
     let profile = dir.path().join("chromium-profile");
+    let _browser = BrowserReaper(profile.display().to_string());
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".to_owned(),
@@ -245,7 +270,8 @@ async fn the_page_shows_the_queue_follows_a_log_and_cancels_a_job() {
             "args": [
                 "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1280,900",
+                "--disable-dev-shm-usage", "--disable-breakpad", "--disable-crash-reporter",
+                "--window-size=1280,900",
                 format!("--user-data-dir={}", profile.display()),
             ],
         }),
