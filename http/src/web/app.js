@@ -313,6 +313,7 @@
     if (text.length > LOG_KEEP) text = text.slice(text.length - LOG_KEEP);
     if (text !== pre.textContent) pre.textContent = text;
     view.log.offset = chunk.next_offset;
+    view.log.size = chunk.size;
     $("log-note").textContent = chunk.exists ? "(" + chunk.size + " bytes)" : "(no log yet)";
     if (atBottom) pre.scrollTop = pre.scrollHeight;
   }
@@ -325,7 +326,12 @@
     ]);
     if (view.jobId !== id) return;
     renderJob(job, queues, runners.runners);
+    // A finished job's log is read to its end once, then left alone (a
+    // retry makes it pending again, and it is followed again).
+    const finished = ["done", "failed", "cancelled"].includes(job.state);
+    if (finished && view.log && view.log.id === id && view.log.complete) return;
     await followLog(id);
+    if (view.log && view.log.id === id) view.log.complete = finished && view.log.offset >= view.log.size;
   }
 
   // ---- actions -------------------------------------------------------------
