@@ -56,12 +56,17 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
         config,
         Some(worker),
         async move { signals.requested().await },
-        |addr, token| {
+        |at| {
+            let mut out = io::stdout().lock();
             let _ = writeln!(
-                io::stdout().lock(),
-                "listening on http://{addr} (token in {})",
-                token.display()
+                out,
+                "listening on http://{} (token in {})",
+                at.addr,
+                at.token_path.display()
             );
+            // A one-time code, not the token: useless once opened.
+            let _ = writeln!(out, "web page: {} (this link works once)", at.login_link);
+            let _ = out.flush();
         },
     )
     .await?;
