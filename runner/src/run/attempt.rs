@@ -45,24 +45,32 @@ impl Ending {
         let failure = match (stopped, outcome) {
             (Some(StopReason::Shutdown), ExecOutcome::Stopped { detail }) => match self_stop {
                 None => return Ending::Release,
-                Some(why) => Failure { error: format!("{why} ({detail})"), exit_code: None },
+                Some(why) => Failure {
+                    error: format!("{why} ({detail})"),
+                    exit_code: None,
+                    permanent: false,
+                },
             },
             (_, ExecOutcome::Success { result, exit_code }) => {
                 return Ending::Settle(Settlement::Complete(Completion { result, exit_code }));
             }
-            (_, ExecOutcome::Failure { error, exit_code }) => Failure { error, exit_code },
+            (_, ExecOutcome::Failure { error, exit_code }) => {
+                Failure { error, exit_code, permanent: false }
+            }
             (Some(StopReason::Timeout), ExecOutcome::Stopped { detail }) => Failure {
                 error: format!(
                     "timeout: exceeded max runtime of {} ({detail})",
                     format_duration(job.max_runtime.unwrap_or_default())
                 ),
                 exit_code: None,
+                permanent: false,
             },
             (Some(StopReason::Cancelled), ExecOutcome::Stopped { detail }) => {
-                Failure { error: format!("cancelled while running ({detail})"), exit_code: None }
+                let error = format!("cancelled while running ({detail})");
+                Failure { error, exit_code: None, permanent: false }
             }
             (Some(StopReason::LeaseLost) | None, ExecOutcome::Stopped { detail }) => {
-                Failure { error: detail, exit_code: None }
+                Failure { error: detail, exit_code: None, permanent: false }
             }
         };
         Ending::Settle(Settlement::Fail(failure))
