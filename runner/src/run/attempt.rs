@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use slothqueue_core::machine::NOT_RETRIED;
 use slothqueue_core::{Claimed, Completion, Failure, Fence, Job, JobId, JobState, Settlement};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -54,8 +55,11 @@ impl Ending {
             (_, ExecOutcome::Success { result, exit_code }) => {
                 return Ending::Settle(Settlement::Complete(Completion { result, exit_code }));
             }
-            (_, ExecOutcome::Failure { error, exit_code }) => {
-                Failure { error, exit_code, permanent: false }
+            // The executor's word on whether another attempt could do
+            // better stands (a cancel requested meanwhile still wins:
+            // `machine::fail` ends the job `cancelled`).
+            (_, ExecOutcome::Failure { error, exit_code, permanent }) => {
+                Failure { error, exit_code, permanent }
             }
             (Some(StopReason::Timeout), ExecOutcome::Stopped { detail }) => Failure {
                 error: format!(
@@ -255,10 +259,13 @@ impl Worker {
             return;
         }
         self.tally(|s| s.failed += 1);
-        let reason = match failure.exit_code {
+        let mut reason = match failure.exit_code {
             Some(code) => format!("exit code {code}"),
             None => failure.error.clone(),
         };
+        if failure.permanent && after.state == JobState::Failed {
+            reason = format!("{reason}; {NOT_RETRIED}");
+        }
         let retry = (after.state == JobState::Pending).then(|| RetryPlan {
             attempt: after.attempts,
             max_attempts: after.max_attempts,
