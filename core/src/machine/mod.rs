@@ -349,7 +349,7 @@ pub struct Failure {
 
 /// What the `failed` event of a [`Failure::permanent`] says after the
 /// error (`exit code 2: bad input; permanent failure, not retried`): the
-/// job ended `failed` though attempts were left, or would have been.
+/// job ended `failed` without a retry, whatever attempts it had left.
 pub const NOT_RETRIED: &str = "permanent failure, not retried";
 
 /// The owner finished the job.
