@@ -1,7 +1,9 @@
 //! A typed job from start to end: define it, push a few (with a key, a
 //! parent and a priority), run the queue until it is idle, print what each
-//! job became. One of them was pushed by an "older build" with a payload
-//! this one no longer reads, and fails saying so.
+//! job became. One asks for more than the image has and fails for good;
+//! another was pushed by an "older build" with a payload this one no
+//! longer reads, and fails saying so. Neither is retried: another attempt
+//! would fail the same way.
 //!
 //! ```sh
 //! cargo run -p slothqueue --example typed_job
@@ -35,8 +37,8 @@ struct Resized {
 
 impl Job for Resize {
     const KIND: &'static str = "resize";
-    // A failure is retried after a backoff; here one try is enough.
-    const MAX_ATTEMPTS: Option<u32> = Some(1);
+    // An error is retried after a backoff, 3 attempts in all (the queue's
+    // default), unless it is permanent.
     type Output = Resized;
 
     async fn run(self, ctx: JobContext) -> Result<Resized, JobError> {
@@ -47,10 +49,12 @@ impl Job for Resize {
             .and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)))
             .ok_or_else(|| JobError::new(format!("{}: not WIDTHxHEIGHT", self.path.display())))?;
         if self.width == 0 || self.width > w {
+            // The image will not grow: no point in trying again.
             return Err(JobError::new(format!(
                 "cannot resize a {w} px wide image to {} px",
                 self.width
-            )));
+            ))
+            .permanent());
         }
         let height = u32::try_from(u64::from(h) * u64::from(self.width) / u64::from(w))?;
         let stem = self.path.file_stem().map(|s| s.to_string_lossy().into_owned());
@@ -79,7 +83,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let too_wide = queue.push(Resize { path: photo.clone(), width: 8000 }).await?;
     // What an older build pushed: its `Resize` called the field `size`.
     let old = NewJob::new("resize", serde_json::json!({ "path": photo, "size": 300 }));
-    let old = queue.store().push(old.max_attempts(1), queue.clock().now()).await?.job.id;
+    let old = queue.store().push(old, queue.clock().now()).await?.job.id;
 
     println!(
         "pushed #{}, #{} (after #{}), #{} and #{old}",
@@ -102,7 +106,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 out.height,
                 out.path.display()
             ),
-            None => println!("#{id} {}: {}", job.state, job.last_error.unwrap_or_default()),
+            None => println!(
+                "#{id} {} at attempt {} of {}: {}",
+                job.state,
+                job.attempts,
+                job.max_attempts,
+                job.last_error.unwrap_or_default()
+            ),
+        }
+        if job.state == slothqueue::JobState::Failed && job.attempts != 1 {
+            return Err(format!("#{id} was retried: {} attempts", job.attempts).into());
         }
     }
     if (summary.done, summary.failed) != (2, 2) {

@@ -62,15 +62,18 @@
 //! - **How an attempt ends.** `Ok(output)` completes the job (the output
 //!   is its result: a string as it is, anything else as JSON, read back
 //!   with [`Queue::output`](typed::Queue::output)); `Err` fails the
-//!   attempt with the error's message; a panic fails it naming the kind; a
+//!   attempt with the error's message, retried while attempts are left,
+//!   or not at all when it is [permanent](typed::JobError::permanent)
+//!   (another attempt would fail the same way); a panic fails it naming
+//!   the kind; a
 //!   stop the runner asks for (shutdown, cancel, max runtime) is
 //!   [`JobContext::stopped`](typed::JobContext::stopped).
 //! - **Old payloads.** A job outlives the build that pushed it. A payload
-//!   that no longer decodes fails its attempts with an error naming the
-//!   kind, the type and serde's message (`cannot decode the payload of
-//!   this `resize` job as app::Resize: missing field `width``), until its
-//!   attempts are used up; `#[serde(default)]` on new fields keeps old
-//!   jobs readable.
+//!   that no longer decodes fails the job at once, not retried (every
+//!   attempt would read the same bytes), with an error naming the kind,
+//!   the type and serde's message (`cannot decode the payload of this
+//!   `resize` job as app::Resize: missing field `width``);
+//!   `#[serde(default)]` on new fields keeps old jobs readable.
 //! - **Everything else** is the [`Store`] ([`Queue::store`](typed::Queue::store)):
 //!   list, cancel, retry, lanes, schedules. The CLI sees typed jobs like
 //!   any other (`slothqueue show 3`), and another program can push one as

@@ -102,6 +102,7 @@ enum Op {
         owner: usize,
         job: usize,
         stale: bool,
+        permanent: bool,
     },
     Release {
         owner: usize,
@@ -161,7 +162,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => owner.clone().prop_map(|owner| Op::Claim { owner }),
         2 => (owner.clone(), job.clone(), prop::bool::weighted(0.2)).prop_map(|(owner, job, stale)| Op::Heartbeat { owner, job, stale }),
         2 => (owner.clone(), job.clone(), prop::bool::weighted(0.2)).prop_map(|(owner, job, stale)| Op::Complete { owner, job, stale }),
-        2 => (owner.clone(), job.clone(), prop::bool::weighted(0.2)).prop_map(|(owner, job, stale)| Op::Fail { owner, job, stale }),
+        2 => (owner.clone(), job.clone(), prop::bool::weighted(0.2), prop::bool::weighted(0.2)).prop_map(|(owner, job, stale, permanent)| Op::Fail { owner, job, stale, permanent }),
         1 => (owner.clone(), job.clone(), prop::bool::weighted(0.2)).prop_map(|(owner, job, stale)| Op::Release { owner, job, stale }),
         1 => job.clone().prop_map(|job| Op::Cancel { job }),
         1 => job.clone().prop_map(|job| Op::Retry { job }),
@@ -351,14 +352,14 @@ impl World {
                 let r = machine::complete(&self.jobs[job].0, &fence, &Completion::default(), now);
                 self.owner_write(job, &fence, r.map(|t| (t, JobState::Done)), None);
             }
-            Op::Fail { owner, job, stale } if job < self.jobs.len() => {
+            Op::Fail { owner, job, stale, permanent } if job < self.jobs.len() => {
                 let fence = self.fence_of(owner, job, stale);
-                let failure = Failure { error: "boom".into(), exit_code: Some(1) };
+                let failure = Failure { error: "boom".into(), exit_code: Some(1), permanent };
                 let r = machine::fail(&self.jobs[job].0, &fence, &failure, now, &self.policy);
                 let m = &self.models[job];
                 let next = if m.cancel_requested {
                     JobState::Cancelled
-                } else if m.attempts >= m.max_attempts {
+                } else if permanent || m.attempts >= m.max_attempts {
                     JobState::Failed
                 } else {
                     JobState::Pending

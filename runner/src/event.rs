@@ -66,7 +66,8 @@ pub enum RunnerEvent {
         job: JobId,
         /// How long the attempt took.
         elapsed: Duration,
-        /// The short reason: `exit code 3`, or the error.
+        /// The short reason: `exit code 3`, or the error; a permanent
+        /// failure's ends with `; permanent failure, not retried`.
         reason: String,
         /// Set when the job will be tried again.
         retry: Option<RetryPlan>,

@@ -146,6 +146,11 @@ pub enum ExecOutcome {
         error: String,
         /// The process's exit code, if it exited.
         exit_code: Option<i32>,
+        /// Another attempt would fail the same way (say, a payload the
+        /// handler cannot read): the job ends `failed` now instead of
+        /// being retried (`slothqueue_core::Failure::permanent`). The
+        /// shell executor never says so: a command is retried.
+        permanent: bool,
     },
     /// The executor stopped the job because the runner asked; the runner
     /// knows why and words it (`timeout: exceeded max runtime of 2s
@@ -162,9 +167,15 @@ impl ExecOutcome {
         ExecOutcome::Success { result: Some(result.into()), exit_code: None }
     }
 
-    /// A failure with an error.
+    /// A failure with an error, retried while the job has attempts left.
     pub fn failure(error: impl Into<String>) -> Self {
-        ExecOutcome::Failure { error: error.into(), exit_code: None }
+        ExecOutcome::Failure { error: error.into(), exit_code: None, permanent: false }
+    }
+
+    /// A failure that another attempt would repeat: the job ends `failed`
+    /// at once, whatever attempts it has left.
+    pub fn permanent_failure(error: impl Into<String>) -> Self {
+        ExecOutcome::Failure { error: error.into(), exit_code: None, permanent: true }
     }
 }
 
@@ -442,8 +453,8 @@ pub(crate) async fn run_process(job: &Job, spec: ProcessSpec, mut ctx: ExecConte
     let how = How { cwd: spec.cwd, env, stdin: spec.stdin, limits: spec.limits };
     let (outcome, log_error) = spawn_and_wait(job, cmd, how, header, &mut ctx).await;
     match (outcome, log_error) {
-        (ExecOutcome::Failure { error, exit_code }, Some(w)) => {
-            ExecOutcome::Failure { error: format!("{error} ({w})"), exit_code }
+        (ExecOutcome::Failure { error, exit_code, permanent }, Some(w)) => {
+            ExecOutcome::Failure { error: format!("{error} ({w})"), exit_code, permanent }
         }
         // The job did its work, but its log is incomplete: said in its
         // result, not dropped.
@@ -652,10 +663,12 @@ async fn spawn_and_wait(
                         None => format!("exit code {code}"),
                     },
                     exit_code: Some(code),
+                    permanent: false,
                 },
                 (None, Some(sig)) => ExecOutcome::Failure {
                     error: format!("killed by signal {sig}"),
                     exit_code: None,
+                    permanent: false,
                 },
                 (None, None) => ExecOutcome::failure(format!("ended with {status}")),
             }
@@ -665,7 +678,7 @@ async fn spawn_and_wait(
     // the kernel killed a process of the attempt for going over it.
     let outcome = match (outcome, containment.as_ref().and_then(|c| c.memory_exceeded())) {
         (ExecOutcome::Failure { .. }, Some(limit)) => {
-            ExecOutcome::Failure { error: crate::contain::memory_exceeded(limit), exit_code: None }
+            ExecOutcome::failure(crate::contain::memory_exceeded(limit))
         }
         (o, _) => o,
     };

@@ -1403,7 +1403,7 @@ mod tests {
                         .fail(
                             c.job.id,
                             &c.fence,
-                            Failure { error: "x".into(), exit_code: None },
+                            Failure { error: "x".into(), exit_code: None, permanent: false },
                             t(2),
                         )
                         .await,

@@ -6,6 +6,7 @@
 
 use std::fmt::Write as _;
 
+use slothqueue::core::machine::NOT_RETRIED;
 use slothqueue::core::{LaneScope, LaneSettings, LaneVerdict, QueuesReport, Schedule, Stamp};
 use slothqueue::{Event, EventKind, Job, JobState, Stats, Timestamp};
 
@@ -71,6 +72,9 @@ pub fn event_line(e: &Event, now: Timestamp) -> String {
                 Some(t) => {
                     let _ = write!(line, "; retry at {}", local(t, now));
                 }
+                // A permanent failure's message already says it was not
+                // retried (`machine::NOT_RETRIED`), attempts left or not.
+                None if e.message.as_deref().is_some_and(|m| m.ends_with(NOT_RETRIED)) => {}
                 None => line.push_str("; no attempts left"),
             }
             return line;
@@ -828,6 +832,25 @@ mod tests {
         e.kind = EventKind::Edited;
         e.message = Some("changed command".into());
         assert!(event_line(&e, at).ends_with(" edited: changed command"));
+    }
+
+    /// A failure with no retry says why: no attempts left, or (its
+    /// message says so) a permanent failure, not retried.
+    #[test]
+    fn a_failed_event_says_why_it_is_not_retried() {
+        let at = Timestamp::from_millis(0);
+        let mut e = Event::new(5, EventKind::Failed, at);
+        e.attempt = Some(3);
+        e.message = Some("exit code 1".into());
+        let line = event_line(&e, at);
+        assert!(line.ends_with(" failed (attempt 3): exit code 1; no attempts left"), "{line}");
+        e.attempt = Some(1);
+        e.message = Some(format!("bad input; {NOT_RETRIED}"));
+        let line = event_line(&e, at);
+        assert!(
+            line.ends_with(" failed (attempt 1): bad input; permanent failure, not retried"),
+            "{line}"
+        );
     }
 
     #[test]

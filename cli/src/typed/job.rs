@@ -44,10 +44,10 @@ use super::queue::Queue;
 /// The payload outlives the program that pushed it: a job pushed by an
 /// older build is decoded by the newer one that runs it. A payload that
 /// no longer decodes (a field added without `#[serde(default)]`, a renamed
-/// one) fails its attempt with an error naming the kind and serde's
-/// message, and is retried like any failure until its attempts are used up
-/// (set [`Job::MAX_ATTEMPTS`] or [`Push::max_attempts`](super::Push::max_attempts)
-/// to bound that); add serde defaults to keep old payloads readable.
+/// one) fails the job at once, not retried (another attempt would read the
+/// same bytes), with an error naming the kind and serde's message; add
+/// serde defaults to keep old payloads readable (`slothqueue retry` runs
+/// such a job again once a build reads it).
 pub trait Job: Serialize + DeserializeOwned + Send + 'static {
     /// The job's kind in the queue: a plain name (letters, digits, `-`,
     /// `_`, `.`), unique among the program's job types, not `shell`.
@@ -73,7 +73,9 @@ pub trait Job: Serialize + DeserializeOwned + Send + 'static {
 
     /// Runs one attempt. An `Ok` completes the job with its output as the
     /// result; an `Err` fails the attempt with the error's message, and
-    /// the job is retried after a backoff until its attempts are used up.
+    /// the job is retried after a backoff until its attempts are used up,
+    /// unless the error is [`permanent`](JobError::permanent): then the
+    /// job ends `failed` at once.
     ///
     /// Implement it as an `async fn`; the future must be `Send` (it runs
     /// on the runner's tokio runtime). Watch [`JobContext::stopped`] in
@@ -141,14 +143,46 @@ impl JobContext {
 /// Any error converts into it with `?` (its message is the error's
 /// `Display` followed by its sources), so it does not implement
 /// [`std::error::Error`] itself, as `anyhow::Error` does not.
+///
+/// An error is retried after a backoff while the job has attempts left,
+/// unless it is [`permanent`](JobError::permanent): an input the handler
+/// will never accept fails the job at once.
+///
+/// ```
+/// use slothqueue::typed::JobError;
+///
+/// fn parse_width(text: &str) -> Result<u32, JobError> {
+///     // A width that is not a number will not become one on retry.
+///     text.parse::<u32>().map_err(|e| JobError::from(e).permanent())
+/// }
+/// assert!(parse_width("wide").unwrap_err().is_permanent());
+/// assert!(!JobError::new("the server is busy").is_permanent());
+/// ```
 pub struct JobError {
     message: String,
+    permanent: bool,
 }
 
 impl JobError {
-    /// An error with this message.
+    /// An error with this message, retried while attempts are left.
     pub fn new(message: impl Into<String>) -> Self {
-        JobError { message: message.into() }
+        JobError { message: message.into(), permanent: false }
+    }
+
+    /// The same error, marked permanent: another attempt would fail the
+    /// same way (a malformed input, a record that does not exist), so the
+    /// job ends `failed` at once, whatever attempts it has left, and its
+    /// trail says it was not retried. `slothqueue retry` still runs it
+    /// again.
+    #[must_use]
+    pub fn permanent(mut self) -> Self {
+        self.permanent = true;
+        self
+    }
+
+    /// Whether the error is [`permanent`](JobError::permanent).
+    pub fn is_permanent(&self) -> bool {
+        self.permanent
     }
 
     /// The message stored as the job's error.
@@ -169,7 +203,7 @@ impl<E: std::error::Error> From<E> for JobError {
             }
             source = cause.source();
         }
-        JobError { message }
+        JobError { message, permanent: false }
     }
 }
 
@@ -181,7 +215,12 @@ impl fmt::Display for JobError {
 
 impl fmt::Debug for JobError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("JobError").field(&self.message).finish()
+        let mut d = f.debug_tuple("JobError");
+        d.field(&self.message);
+        if self.permanent {
+            d.field(&"permanent");
+        }
+        d.finish()
     }
 }
 

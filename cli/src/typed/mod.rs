@@ -40,12 +40,13 @@
 //!
 //! How an attempt ends: `Ok(output)` completes the job with the output as
 //! its result; `Err(JobError)` fails the attempt with the error's message,
-//! retried after a backoff until the job's attempts are used up; a panic
-//! is a failure naming the kind; a payload that no longer decodes as the
-//! type fails the attempt with serde's message (so a payload no build can
-//! read ends `failed` once its attempts are used, and stays readable in
-//! `slothqueue show`); a stop the runner asks for (shutdown, cancel, max
-//! runtime) reaches the handler through [`JobContext::stopped`].
+//! retried after a backoff until the job's attempts are used up, or not at
+//! all when the handler says the error is permanent
+//! ([`JobError::permanent`]); a panic is a failure naming the kind; a
+//! payload that no longer decodes as the type fails the job at once, not
+//! retried, with serde's message (it stays readable in `slothqueue show`);
+//! a stop the runner asks for (shutdown, cancel, max runtime) reaches the
+//! handler through [`JobContext::stopped`].
 //! Delivery is at least once, as for every job: an attempt whose program
 //! died runs again.
 

@@ -190,6 +190,7 @@ impl Job for Fail {
                 Ok(())
             }
             "panic" => panic!("kaboom"),
+            "for good" => Err(JobError::new("asked to fail for good").permanent()),
             other => Err(JobError::new(format!("asked to fail: {other}"))),
         }
     }
@@ -218,8 +219,26 @@ async fn an_error_or_a_panic_is_the_attempts_failure() {
 }
 
 #[tokio::test]
-async fn a_payload_that_no_longer_decodes_fails_with_the_kind_and_serdes_message_until_its_attempts_are_used()
- {
+async fn a_permanent_error_ends_the_job_at_once_and_a_plain_one_is_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = queue_in(&dir);
+    let good = queue.push(Fail { how: "for good".into() }).max_attempts(3).await.unwrap();
+    let again = queue.push(Fail { how: "again".into() }).max_attempts(3).await.unwrap();
+    let summary = Worker::new(&queue).handle::<Fail>().run_until_idle().await.unwrap();
+    assert_eq!((summary.done, summary.failed), (0, 2));
+    let job = queue.get(good.id).await.unwrap();
+    assert_eq!((job.state, job.attempts), (JobState::Failed, 1), "not retried");
+    assert_eq!(job.last_error.as_deref(), Some("asked to fail for good"));
+    let trail = queue.store().events(good.id).await.unwrap();
+    let last = trail.last().unwrap();
+    assert_eq!(last.retry_at, None);
+    assert!(last.message.as_deref().unwrap().ends_with("; permanent failure, not retried"));
+    let job = queue.get(again.id).await.unwrap();
+    assert_eq!((job.state, job.attempts), (JobState::Pending, 1), "retried after a backoff");
+}
+
+#[tokio::test]
+async fn a_payload_that_no_longer_decodes_fails_the_job_at_once_with_the_kind_and_serdes_message() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_700_000_000_000)));
     let queue = queue_in(&dir).with_clock(clock.clone());
@@ -231,19 +250,24 @@ async fn a_payload_that_no_longer_decodes_fails_with_the_kind_and_serdes_message
     let summary = Worker::new(&queue).handle::<Add>().run_until_idle().await.unwrap();
     assert_eq!((summary.done, summary.failed), (1, 1), "the next job still ran");
     let job = queue.get(old).await.unwrap();
-    assert_eq!(job.state, JobState::Pending, "retried like any failure");
+    assert_eq!((job.state, job.attempts), (JobState::Failed, 1), "not retried");
     let error = job.last_error.unwrap();
     assert!(error.contains("`add` job"), "{error}");
     assert!(error.contains("missing field `b`"), "{error}");
+    let trail = queue.store().events(old).await.unwrap();
+    let last = trail.last().unwrap();
+    assert_eq!(last.retry_at, None);
+    assert_eq!(
+        last.message.as_deref(),
+        Some(format!("{error}; permanent failure, not retried").as_str())
+    );
     assert_eq!(queue.output::<Add>(good.id).await.unwrap(), Some(2));
 
-    // Its retry comes due, fails the same way, and the job ends failed.
+    // Nothing is left to run, however long one waits.
     clock.advance(Duration::from_secs(3600));
     let summary = Worker::new(&queue).handle::<Add>().run_until_idle().await.unwrap();
-    assert_eq!((summary.done, summary.failed), (0, 1));
-    let job = queue.get(old).await.unwrap();
-    assert_eq!((job.state, job.attempts), (JobState::Failed, 2));
-    assert!(job.last_error.unwrap().contains("missing field `b`"));
+    assert_eq!((summary.done, summary.failed), (0, 0));
+    assert_eq!(queue.get(old).await.unwrap().attempts, 1);
 }
 
 /// Works until the runner asks it to stop.

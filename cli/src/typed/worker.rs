@@ -274,13 +274,15 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// One attempt of a `J`: decode, run on a task of its own (a panic is the
-/// attempt's failure, not the runner's), and obey a stop.
+/// One attempt of a `J`: decode (a payload that does not decode fails
+/// the job permanently: every attempt would read the same bytes), run on a
+/// task of its own (a panic is the attempt's failure, not the runner's),
+/// and obey a stop.
 async fn attempt<J: Job>(queue: Queue, job: slothqueue_core::Job, ctx: ExecContext) -> ExecOutcome {
     let value: J = match serde_json::from_value(job.payload.clone()) {
         Ok(value) => value,
         Err(e) => {
-            return ExecOutcome::failure(format!(
+            return ExecOutcome::permanent_failure(format!(
                 "cannot decode the payload of this `{}` job as {}: {e}",
                 J::KIND,
                 type_name::<J>()
@@ -317,6 +319,7 @@ async fn attempt<J: Job>(queue: Queue, job: slothqueue_core::Job, ctx: ExecConte
 fn outcome<J: Job>(ended: Result<Result<J::Output, JobError>, JoinError>) -> ExecOutcome {
     match ended {
         Ok(Ok(output)) => success::<J>(&output),
+        Ok(Err(e)) if e.is_permanent() => ExecOutcome::permanent_failure(e.to_string()),
         Ok(Err(e)) => ExecOutcome::failure(e.to_string()),
         Err(e) => ExecOutcome::failure(ended_badly::<J>(e)),
     }

@@ -27,7 +27,7 @@ async fn run_fail(h: &Harness, s: &dyn Store, id: JobId, now: Timestamp) -> Job 
 }
 
 async fn fail_held(s: &dyn Store, c: &Claimed, now: Timestamp) -> Job {
-    let failure = Failure { error: "boom".into(), exit_code: Some(1) };
+    let failure = Failure { error: "boom".into(), exit_code: Some(1), permanent: false };
     s.fail(c.job.id, &c.fence, failure, now).await.expect("fail")
 }
 
@@ -201,7 +201,7 @@ pub async fn a_cancelled_parent_cancels_its_dependents(h: &Harness) {
     s.cancel(running.id, asked).await.expect("request a cancel");
     assert_waiting(&*s, c.id, 1).await;
     let ended = h.at(secs(3));
-    let failure = Failure { error: "killed".into(), exit_code: None };
+    let failure = Failure { error: "killed".into(), exit_code: None, permanent: false };
     let r = s.fail(running.id, &held.fence, failure, ended).await.expect("the owner ends it");
     assert_eq!(r.state, JobState::Cancelled);
     let why = format!("dependency #{} cancelled", running.id);
@@ -435,7 +435,8 @@ pub async fn settle_and_claim_hands_out_the_child_it_made_ready(h: &Harness) {
     s.complete(child.id, &claimed.fence, Completion::default(), now).await.expect("complete");
     assert_waiting(&*s, orphan.id, 1).await;
     let held = h.claim_expect(&*s, "w1", now, doomed.id).await;
-    let failure = Settlement::Fail(Failure { error: "boom".into(), exit_code: Some(1) });
+    let failure =
+        Settlement::Fail(Failure { error: "boom".into(), exit_code: Some(1), permanent: false });
     let got =
         s.settle_and_claim(doomed.id, &held.fence, failure, &next, now).await.expect("settle");
     assert_eq!(got.settled.state, JobState::Failed);

@@ -49,7 +49,12 @@ pub async fn cancel_running_job_is_seen_by_the_owner_and_ends_cancelled(h: &Harn
     let ack = s.heartbeat(j.id, &c.fence, None, h.at(secs(4))).await.expect("heartbeat");
     assert!(ack.cancel_requested, "the owner must learn of the cancel");
     let end = h.at(secs(5));
-    let f = s.fail(j.id, &c.fence, Failure { error: "killed".into(), exit_code: None }, end);
+    let f = s.fail(
+        j.id,
+        &c.fence,
+        Failure { error: "killed".into(), exit_code: None, permanent: false },
+        end,
+    );
     let f = f.await.expect("the owner fails the job");
     assert_eq!(f.state, JobState::Cancelled);
     assert_eq!(f.finished_at, Some(end));

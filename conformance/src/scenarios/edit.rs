@@ -179,7 +179,7 @@ pub async fn an_invalid_edit_changes_nothing(h: &Harness) {
     let t = h.start();
     let j = h.push(&*s, shell("echo x").max_attempts(3), t).await;
     let c = h.claim_expect(&*s, "w1", t, j.id).await;
-    let failure = Failure { error: "boom".into(), exit_code: Some(1) };
+    let failure = Failure { error: "boom".into(), exit_code: Some(1), permanent: false };
     let retrying = s.fail(j.id, &c.fence, failure, t).await.expect("fail, to retry");
     assert_eq!((retrying.state, retrying.attempts), (JobState::Pending, 1));
 
@@ -318,7 +318,7 @@ pub async fn clone_of_a_failed_job_is_a_new_pending_job_tied_both_ways(h: &Harne
         .max_runtime(Some(Duration::from_secs(30)));
     let f = h.push(&*s, new, t).await;
     let fc = h.claim_expect(&*s, "w1", t, f.id).await;
-    let failure = Failure { error: "exit code 1".into(), exit_code: Some(1) };
+    let failure = Failure { error: "exit code 1".into(), exit_code: Some(1), permanent: false };
     s.fail(f.id, &fc.fence, failure, t).await.expect("fail");
     let failed = job(&*s, f.id).await;
     assert_eq!(failed.state, JobState::Failed);

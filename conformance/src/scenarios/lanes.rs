@@ -316,7 +316,8 @@ pub async fn settle_and_claim_honours_a_limit(h: &Harness) {
     assert_eq!(next.job.id, d2.id);
     assert_eq!(next.job, job(&*s, d2.id).await);
 
-    let failed = Settlement::Fail(Failure { error: "boom".into(), exit_code: Some(1) });
+    let failed =
+        Settlement::Fail(Failure { error: "boom".into(), exit_code: Some(1), permanent: false });
     let got = s
         .settle_and_claim(d2.id, &next.fence, failed, &h.request("a"), h.at(secs(2)))
         .await
@@ -439,7 +440,7 @@ pub async fn running_jobs_of_a_paused_lane_go_on(h: &Harness) {
     assert_eq!(got.settled.state, JobState::Done);
     assert_eq!(got.next, None, "j4 is due, but its lane is paused");
 
-    let failure = Failure { error: "boom".into(), exit_code: Some(1) };
+    let failure = Failure { error: "boom".into(), exit_code: Some(1), permanent: false };
     let retried = s.fail(j2.id, &c2.fence, failure, h.at(secs(33))).await.expect("fail");
     assert_eq!(retried.state, JobState::Pending);
     let released = s.release(j3.id, &c3.fence, h.at(secs(34))).await.expect("release");
@@ -688,7 +689,7 @@ pub async fn cancel_of_a_held_job_ends_it_and_clears_the_hold(h: &Harness) {
     let child = h.push(&*s, shell("echo child").after(parent.id), t).await;
     s.hold(child.id, stamp("ana", t), t).await.expect("hold");
     let c = h.claim_expect(&*s, "w1", h.at(secs(3)), parent.id).await;
-    let failure = Failure { error: "boom".into(), exit_code: Some(1) };
+    let failure = Failure { error: "boom".into(), exit_code: Some(1), permanent: false };
     s.fail(parent.id, &c.fence, failure, h.at(secs(3))).await.expect("fail");
     let child_now = job(&*s, child.id).await;
     assert_eq!(

@@ -9,7 +9,7 @@ use slothqueue_core::{Completion, EventKind, Failure, Fence, JobState, Liveness,
 use crate::{Harness, assert_trail_consistent, event_kinds, job, secs, shell, snapshot};
 
 fn failure(msg: &str) -> Failure {
-    Failure { error: msg.to_owned(), exit_code: Some(1) }
+    Failure { error: msg.to_owned(), exit_code: Some(1), permanent: false }
 }
 
 /// A dead worker's job is recovered once its lease expires (`until < now`;

@@ -60,6 +60,7 @@ macro_rules! __with_scenarios {
             settle::settle_and_claim_claims_nothing_when_nothing_is_due,
             retry::failures_back_off_2_4_8_seconds_then_fail,
             retry::backoff_caps_at_300_seconds,
+            retry::a_permanent_failure_ends_the_job_failed_without_retry,
             retry::retry_puts_a_failed_job_back_with_attempts_reset,
             retry::retry_puts_a_cancelled_job_back,
             retry::retry_of_a_live_or_done_job_is_refused,

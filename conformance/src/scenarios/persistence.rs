@@ -26,7 +26,7 @@ async fn populate(h: &Harness, s: &dyn Store, t: Timestamp) {
     let done = Completion { result: Some("ok".into()), exit_code: Some(0) };
     s.complete(d, &dc.fence, done, h.at(secs(2))).await.expect("complete");
     let fc = h.claim_expect(s, "w1", t, f).await;
-    let failure = Failure { error: "boom".into(), exit_code: Some(2) };
+    let failure = Failure { error: "boom".into(), exit_code: Some(2), permanent: false };
     s.fail(f, &fc.fence, failure.clone(), h.at(secs(3))).await.expect("fail");
     h.claim_expect(s, "w2", t, cr).await;
     s.cancel(cr, h.at(secs(4))).await.expect("cancel running");

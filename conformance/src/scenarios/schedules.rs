@@ -859,7 +859,7 @@ pub async fn overlap_skip_reads_the_previous_job_as_it_is_now(h: &Harness) {
     let third = created_job(the_tick(&fire(&*s, t(hours(3))).await, "hourly"));
 
     let c = h.claim_expect(&*s, "worker", t(hours(3) + minutes(1)), third).await;
-    let failure = Failure { error: "exit 1".into(), exit_code: Some(1) };
+    let failure = Failure { error: "exit 1".into(), exit_code: Some(1), permanent: false };
     let failed = s.fail(third, &c.fence, failure, t(hours(3) + minutes(2))).await.expect("fail");
     assert_eq!(failed.state, JobState::Pending, "attempts left: back to pending for a retry");
     let ticks = fire(&*s, t(hours(4))).await;

@@ -27,7 +27,7 @@ fn done(result: &str) -> Settlement {
 }
 
 fn failed(error: &str) -> Settlement {
-    Settlement::Fail(Failure { error: error.to_owned(), exit_code: Some(1) })
+    Settlement::Fail(Failure { error: error.to_owned(), exit_code: Some(1), permanent: false })
 }
 
 /// Completing one job and claiming the next in one call leaves the first

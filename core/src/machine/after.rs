@@ -423,7 +423,7 @@ mod tests {
                 } else {
                     let mut j = j.clone();
                     j.attempts = j.max_attempts;
-                    let f = Failure { error: "boom".into(), exit_code: Some(1) };
+                    let f = Failure { error: "boom".into(), exit_code: Some(1), permanent: false };
                     machine::fail(&j, &fence, &f, T0, &p).expect("fail")
                 }
             })

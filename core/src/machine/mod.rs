@@ -339,7 +339,18 @@ pub struct Failure {
     pub error: String,
     /// The process's exit code, if it exited.
     pub exit_code: Option<i32>,
+    /// Another attempt would fail the same way (a payload that does not
+    /// decode, an input the handler refuses): [`fail`] ends the job
+    /// `failed` at once, whatever attempts it has left. Only this failure
+    /// is not retried; the job keeps its `max_attempts`, and a user's
+    /// `retry` runs it again as usual.
+    pub permanent: bool,
 }
+
+/// What the `failed` event of a [`Failure::permanent`] says after the
+/// error (`exit code 2: bad input; permanent failure, not retried`): the
+/// job ended `failed` without a retry, whatever attempts it had left.
+pub const NOT_RETRIED: &str = "permanent failure, not retried";
 
 /// The owner finished the job.
 pub fn complete(
@@ -362,8 +373,10 @@ pub fn complete(
 }
 
 /// The owner's attempt failed: retry after `backoff(attempts)`, or end in
-/// `failed` when no attempts are left, or in `cancelled` when a cancel was
-/// requested (the owner killed the job because of it).
+/// `failed` when no attempts are left or the failure is
+/// [`permanent`](Failure::permanent) (its event's message then ends with
+/// [`NOT_RETRIED`]), or in `cancelled` when a cancel was requested (the
+/// owner killed the job because of it), permanent or not.
 pub fn fail(
     job: &Job,
     fence: &Fence,
@@ -384,6 +397,10 @@ pub fn fail(
         next.state = JobState::Cancelled;
         next.finished_at = Some(now);
         event.kind = EventKind::Cancelled;
+    } else if failure.permanent {
+        next.state = JobState::Failed;
+        next.finished_at = Some(now);
+        event.message = Some(format!("{}; {NOT_RETRIED}", failure.error));
     } else if job.attempts >= job.max_attempts {
         next.state = JobState::Failed;
         next.finished_at = Some(now);
@@ -700,7 +717,7 @@ mod tests {
             let t = fail(
                 &job,
                 &fence(&job),
-                &Failure { error: "boom".into(), exit_code: Some(1) },
+                &Failure { error: "boom".into(), exit_code: Some(1), permanent: false },
                 now,
                 &p,
             )
@@ -715,7 +732,7 @@ mod tests {
         let t = fail(
             &job,
             &fence(&job),
-            &Failure { error: "boom".into(), exit_code: Some(1) },
+            &Failure { error: "boom".into(), exit_code: Some(1), permanent: false },
             now,
             &p,
         )
@@ -725,6 +742,31 @@ mod tests {
         assert_eq!(t.events[0].retry_at, None);
         // The third delay would have been 8 s: check the formula directly.
         assert_eq!(p.backoff(1, 3), secs(8));
+    }
+
+    #[test]
+    fn a_permanent_failure_ends_failed_at_once_unless_cancelled() {
+        let p = Policy::default();
+        let job = claimed(&pushed(1), "a", T0);
+        assert_eq!((job.attempts, job.max_attempts), (1, 3));
+        let failure = Failure { error: "bad input".into(), exit_code: Some(2), permanent: true };
+        let t = fail(&job, &fence(&job), &failure, T0, &p).expect("owner fails");
+        assert_eq!(t.job.state, JobState::Failed);
+        assert_eq!(t.job.attempts, 1);
+        assert_eq!(t.job.finished_at, Some(T0));
+        assert_eq!(t.job.not_before, job.not_before, "no retry time");
+        assert_eq!(t.job.last_error.as_deref(), Some("bad input"));
+        assert_eq!(t.job.exit_code, Some(2));
+        assert_eq!(kinds(&t), vec![EventKind::Failed]);
+        assert_eq!(t.events[0].retry_at, None);
+        let says = format!("bad input; {NOT_RETRIED}");
+        assert_eq!(t.events[0].message.as_deref(), Some(says.as_str()));
+        assert_eq!(replay(&t.events), Some(JobState::Failed));
+
+        let flagged = cancel(&job, T0).expect("flag").job;
+        let t = fail(&flagged, &fence(&flagged), &failure, T0, &p).expect("owner fails");
+        assert_eq!(t.job.state, JobState::Cancelled, "a cancel request wins");
+        assert_eq!(t.events[0].message.as_deref(), Some("bad input"));
     }
 
     #[test]
@@ -759,7 +801,7 @@ mod tests {
         let ended = fail(
             &t.job,
             &fence(&t.job),
-            &Failure { error: "cancelled".into(), exit_code: None },
+            &Failure { error: "cancelled".into(), exit_code: None, permanent: false },
             T0,
             &Policy::default(),
         )

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use slothqueue_core::machine::NOT_RETRIED;
 use slothqueue_core::{Claimed, Completion, Failure, Fence, Job, JobId, JobState, Settlement};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -45,24 +46,35 @@ impl Ending {
         let failure = match (stopped, outcome) {
             (Some(StopReason::Shutdown), ExecOutcome::Stopped { detail }) => match self_stop {
                 None => return Ending::Release,
-                Some(why) => Failure { error: format!("{why} ({detail})"), exit_code: None },
+                Some(why) => Failure {
+                    error: format!("{why} ({detail})"),
+                    exit_code: None,
+                    permanent: false,
+                },
             },
             (_, ExecOutcome::Success { result, exit_code }) => {
                 return Ending::Settle(Settlement::Complete(Completion { result, exit_code }));
             }
-            (_, ExecOutcome::Failure { error, exit_code }) => Failure { error, exit_code },
+            // The executor's word on whether another attempt could do
+            // better stands (a cancel requested meanwhile still wins:
+            // `machine::fail` ends the job `cancelled`).
+            (_, ExecOutcome::Failure { error, exit_code, permanent }) => {
+                Failure { error, exit_code, permanent }
+            }
             (Some(StopReason::Timeout), ExecOutcome::Stopped { detail }) => Failure {
                 error: format!(
                     "timeout: exceeded max runtime of {} ({detail})",
                     format_duration(job.max_runtime.unwrap_or_default())
                 ),
                 exit_code: None,
+                permanent: false,
             },
             (Some(StopReason::Cancelled), ExecOutcome::Stopped { detail }) => {
-                Failure { error: format!("cancelled while running ({detail})"), exit_code: None }
+                let error = format!("cancelled while running ({detail})");
+                Failure { error, exit_code: None, permanent: false }
             }
             (Some(StopReason::LeaseLost) | None, ExecOutcome::Stopped { detail }) => {
-                Failure { error: detail, exit_code: None }
+                Failure { error: detail, exit_code: None, permanent: false }
             }
         };
         Ending::Settle(Settlement::Fail(failure))
@@ -247,10 +259,13 @@ impl Worker {
             return;
         }
         self.tally(|s| s.failed += 1);
-        let reason = match failure.exit_code {
+        let mut reason = match failure.exit_code {
             Some(code) => format!("exit code {code}"),
             None => failure.error.clone(),
         };
+        if failure.permanent && after.state == JobState::Failed {
+            reason = format!("{reason}; {NOT_RETRIED}");
+        }
         let retry = (after.state == JobState::Pending).then(|| RetryPlan {
             attempt: after.attempts,
             max_attempts: after.max_attempts,

@@ -202,6 +202,36 @@ async fn rust_handlers_run_and_obey_max_runtime() {
 }
 
 #[tokio::test]
+async fn a_handlers_permanent_failure_ends_the_job_at_once_and_a_plain_one_is_retried() {
+    let env = env();
+    let push = |kind: &str| NewJob::new(kind, serde_json::json!({})).max_attempts(3);
+    let bad = env.store.push(push("refuse").priority(1), env.now()).await.unwrap().job.id;
+    let flaky = env.store.push(push("flaky"), env.now()).await.unwrap().job.id;
+    let mut runner = env.runner(env.config());
+    runner.register(
+        "refuse",
+        handler_fn(|_, _| async { ExecOutcome::permanent_failure("no such account: 42") }),
+    );
+    runner.register("flaky", handler_fn(|_, _| async { ExecOutcome::failure("try later") }));
+    let (summary, lines) = env.drain(runner).await;
+    assert_eq!((summary.done, summary.failed), (0, 2), "{lines:?}");
+
+    let job = env.job(bad).await;
+    assert_eq!((job.state, job.attempts), (JobState::Failed, 1), "not retried");
+    assert_eq!(job.last_error.as_deref(), Some("no such account: 42"));
+    let said = format!("s (no such account: 42; {})", slothqueue_core::machine::NOT_RETRIED);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&format!("job #{bad} FAILED in ")) && l.ends_with(&said)),
+        "{lines:?}"
+    );
+    let job = env.job(flaky).await;
+    assert_eq!((job.state, job.attempts), (JobState::Pending, 1), "retried after its backoff");
+    assert!(lines.iter().any(|l| l.contains("retry 1/3")), "{lines:?}");
+}
+
+#[tokio::test]
 async fn only_registered_kinds_and_served_queues_are_claimed() {
     let env = env();
     let foreign = env

@@ -120,7 +120,7 @@ impl Queue {
     }
 
     async fn fail(&self, c: &Claimed) {
-        let failure = Failure { error: "exit code 3".into(), exit_code: Some(3) };
+        let failure = Failure { error: "exit code 3".into(), exit_code: Some(3), permanent: false };
         self.writer.fail(c.job.id, &c.fence, failure, self.now()).await.unwrap();
     }
 

@@ -209,7 +209,8 @@ async fn a_failed_parent_cancels_its_waiting_children_out_of_every_index() {
     s.push(sh("echo child").after(1), T).await.unwrap();
     s.push(sh("echo grandchild").after(2), T).await.unwrap();
     let c = claim(&s, T).await.unwrap();
-    let boom = slothqueue_core::Failure { error: "boom".into(), exit_code: Some(1) };
+    let boom =
+        slothqueue_core::Failure { error: "boom".into(), exit_code: Some(1), permanent: false };
     s.fail(1, &c.fence, boom, at(1)).await.unwrap();
     for id in [2, 3] {
         let job = s.get(id).await.unwrap();

@@ -175,7 +175,7 @@ async fn workload(image: &Image) -> Vec<(u64, String)> {
             .unwrap()
             .unwrap()
     );
-    let boom = Failure { error: "boom".into(), exit_code: Some(1) };
+    let boom = Failure { error: "boom".into(), exit_code: Some(1), permanent: false };
     step!(s.fail(a.job.id, &a.fence, boom, at(5)).await.unwrap());
     step!(s.cancel(3, at(6)).await.unwrap());
     step!(s.push(sh("echo a2").key("k1"), at(7)).await.unwrap());

@@ -77,7 +77,7 @@ async fn write_v1_fixture() {
     s.complete(3, &c.fence, ok, at(2)).await.unwrap();
     s.push(sh("echo failed").priority(7).max_attempts(1), at(2)).await.unwrap(); // #4
     let c = claim("w1", at(2)).await;
-    let boom = Failure { error: "boom".into(), exit_code: Some(2) };
+    let boom = Failure { error: "boom".into(), exit_code: Some(2), permanent: false };
     s.fail(4, &c.fence, boom.clone(), at(3)).await.unwrap();
     s.push(sh("echo cancel-requested").priority(6), at(3)).await.unwrap(); // #5
     claim("w2", at(3)).await;

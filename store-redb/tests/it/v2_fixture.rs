@@ -71,7 +71,7 @@ async fn write_v2_fixture() {
             s.claim(&request, now).await.unwrap().unwrap()
         }
     };
-    let boom = Failure { error: "boom".into(), exit_code: Some(2) };
+    let boom = Failure { error: "boom".into(), exit_code: Some(2), permanent: false };
     s.push(sh("echo later").key("nightly").not_before(at(100)), T).await.unwrap(); // #1
     s.push(sh("echo running").priority(9), T).await.unwrap(); // #2
     let c = claim("w1", "default", T).await;

@@ -88,7 +88,7 @@ async fn write_v3_fixture() {
     s.complete(3, &c.fence, ok, at(2)).await.unwrap();
     s.push(sh("echo failed").queue("build").max_attempts(1), at(2)).await.unwrap(); // #4
     let c = claim("w2", "build", at(2)).await;
-    let boom = Failure { error: "boom".into(), exit_code: Some(2) };
+    let boom = Failure { error: "boom".into(), exit_code: Some(2), permanent: false };
     s.fail(4, &c.fence, boom, at(3)).await.unwrap();
     s.push(sh("echo held parent").queue("build").key("parent"), at(3)).await.unwrap(); // #5
     s.hold(5, Stamp::new("ana@laptop", at(4)), at(4)).await.unwrap();

@@ -116,7 +116,7 @@ async fn a_failure_cancels_a_chain_and_a_retry_brings_it_back() {
         .collect();
     s.push_many(jobs, t(0)).await.unwrap();
     let c = s.claim(&request(), t(1)).await.unwrap().unwrap();
-    let failure = Failure { error: "boom".into(), exit_code: Some(1) };
+    let failure = Failure { error: "boom".into(), exit_code: Some(1), permanent: false };
     s.fail(c.job.id, &c.fence, failure, t(2)).await.unwrap();
 
     let stats = s.stats(t(2)).await.unwrap();

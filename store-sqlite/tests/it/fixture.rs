@@ -86,7 +86,8 @@ async fn build(path: &Path, version: u32) {
     let a = owner_a();
     let b = Owner::named("runner-b");
     let any = ClaimFilter::default();
-    let failure = |e: &str, code| Failure { error: e.into(), exit_code: Some(code) };
+    let failure =
+        |e: &str, code| Failure { error: e.into(), exit_code: Some(code), permanent: false };
 
     // #1 running under a's lease, with its child's process group.
     s.push(NewJob::shell("sleep 600", "/home/u"), t(0)).await.unwrap();

@@ -432,7 +432,11 @@ async fn a_held_job_cancelled_by_its_parent_is_no_longer_held() {
     let child = s.push(NewJob::shell("child", "/").after(1), t(0)).await.unwrap().job;
     s.hold(child.id, ana(t(1)), t(1)).await.unwrap();
     let c = s.claim(&request("r"), t(2)).await.unwrap().unwrap();
-    let failure = slothqueue_core::Failure { error: "exit code 1".into(), exit_code: Some(1) };
+    let failure = slothqueue_core::Failure {
+        error: "exit code 1".into(),
+        exit_code: Some(1),
+        permanent: false,
+    };
     s.fail(c.job.id, &c.fence, failure, t(3)).await.unwrap();
     let cancelled = s.get(child.id).await.unwrap();
     assert_eq!((cancelled.state, cancelled.held.clone()), (JobState::Cancelled, None));

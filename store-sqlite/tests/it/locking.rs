@@ -103,7 +103,7 @@ async fn every_write_waits_for_the_busy_timeout_then_says_busy() {
     .await;
     assert_waits_then_busy("heartbeat", s.heartbeat(id, &fence, Some(7), t(2))).await;
     assert_waits_then_busy("complete", s.complete(id, &fence, Completion::default(), t(2))).await;
-    let failure = Failure { error: "boom".into(), exit_code: Some(1) };
+    let failure = Failure { error: "boom".into(), exit_code: Some(1), permanent: false };
     assert_waits_then_busy("fail", s.fail(id, &fence, failure, t(2))).await;
     assert_waits_then_busy("release", s.release(id, &fence, t(2))).await;
     assert_waits_then_busy("cancel", s.cancel(id, t(2))).await;
