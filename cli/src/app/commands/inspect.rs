@@ -340,13 +340,8 @@ async fn jobs_ahead(
     // A runner serving this job's queue may serve others too; count jobs
     // in every queue such a runner takes (all queues if any serves all, or
     // if none is recorded).
-    let runs = |r: &RunnerRecord, kind: &str| {
-        r.kinds.as_ref().is_none_or(|ks| ks.iter().any(|k| k == kind))
-    };
-    let serving: Vec<&RunnerRecord> = runners
-        .iter()
-        .filter(|r| (r.queues.is_empty() || r.queues.contains(&job.queue)) && runs(r, &job.kind))
-        .collect();
+    let serving: Vec<&RunnerRecord> =
+        runners.iter().filter(|r| r.serves_queue(&job.queue) && r.runs_kind(&job.kind)).collect();
     let all_queues = serving.is_empty() || serving.iter().any(|r| r.queues.is_empty());
     let filter = ListFilter {
         state: Some(JobState::Pending),
@@ -363,7 +358,7 @@ async fn jobs_ahead(
         .filter(|j| j.id != job.id && j.is_due(now) && j.claim_order() < mine)
         .filter(|j| all_queues || serving.iter().any(|r| r.queues.contains(&j.queue)))
         // Only jobs a runner that could take this one would take instead.
-        .filter(|j| serving.is_empty() || serving.iter().any(|r| runs(r, &j.kind)))
+        .filter(|j| serving.is_empty() || serving.iter().any(|r| r.runs_kind(&j.kind)))
         .count();
     Ok(ahead)
 }
