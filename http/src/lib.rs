@@ -8,13 +8,13 @@
 //! | `POST /api/tasks/enqueue` | adds a job (201), or finds the identical one with the same idempotency key (200); `after` names the jobs it runs after |
 //! | `POST /api/tasks/enqueue/batch` | adds an array of such jobs in one transaction, all or none (a refused one is named by `index`) |
 //! | `GET /api/tasks/outbox` | jobs, newest first, filtered by `state`, `kind`, `queue`, paged by `limit` and `cursor`; secret-looking env values masked unless `?show_secrets=true` |
-//! | `GET /api/tasks/outbox/{id}` | one job with its event trail; `?wait=SECONDS` (at most 120) answers once it is finished or the time is up; `?show_secrets=true` as for the list |
+//! | `GET /api/tasks/outbox/{id}` | one job with its event trail, and `waiting` when no live runner can run it (`no handler for kind download`); `?wait=SECONDS` (at most 120) answers once it is finished or the time is up; `?show_secrets=true` as for the list |
 //! | `POST /api/tasks/outbox/{id}/cancel` | cancels a job |
 //! | `POST /api/tasks/outbox/{id}/hold` | holds a pending job: no runner starts it until released |
 //! | `POST /api/tasks/outbox/{id}/release` | releases a held job |
 //! | `PATCH /api/tasks/outbox/{id}` | changes a pending or held job (only the fields given; 409 once a runner took it) |
 //! | `POST /api/tasks/outbox/{id}/clone` | adds a new pending job from any job, with changes (201) |
-//! | `GET /api/tasks/outbox/stats` | counts per state, `due_now`, `next_due` |
+//! | `GET /api/tasks/outbox/stats` | counts per state, `due_now`, `next_due`, and `unserved`: pending jobs no live runner can run (`no handler for kind download`) |
 //! | `GET /api/queues` | every queue's counts, limit and pause |
 //! | `PUT /api/queues/{queue}/limit` | `{"limit": N}`: at most N of the queue's jobs run at once (0 lifts it) |
 //! | `POST /api/queues/{queue}/pause`, `.../resume` | pauses (no job of it starts) or resumes one queue |
@@ -24,6 +24,7 @@
 //! | `GET /api/schedules/{key}`, `DELETE /api/schedules/{key}` | one schedule; removes it (its jobs stay) |
 //! | `POST /api/schedules/{key}/pause`, `.../resume` | no tick fires until resumed; resumed, it fires from its next slot after now |
 //! | `GET /api/openapi.json` | the OpenAPI 3.1 document |
+//! | `GET /metrics` | the queue in the Prometheus text format (OpenMetrics 1.0) |
 //! | `GET /healthz` | `{"ok": true}`, without a token |
 //!
 //! # Why it is this strict
@@ -52,7 +53,9 @@ mod error;
 mod extract;
 mod guard;
 mod mask;
+mod metrics;
 mod server;
+mod serving;
 mod token;
 mod worker;
 
@@ -89,6 +92,8 @@ pub struct ApiState {
     watch: Arc<QueueWatch>,
     /// Set when the server begins to shut down: long polls answer at once.
     closing: watch::Sender<bool>,
+    /// The drain worker's counts, for `/metrics`.
+    counters: metrics::WorkerCounters,
 }
 
 /// How often a `?wait=` looks at a queue whose file is not known (routes
@@ -123,6 +128,7 @@ impl ApiState {
             server_addr: None,
             watch: Arc::new(QueueWatch::polling(UNWATCHED_POLL)),
             closing: watch::channel(false).0,
+            counters: metrics::WorkerCounters::default(),
         }
     }
 
@@ -173,6 +179,12 @@ impl ApiState {
     /// document's `servers` ([`bind`] sets it).
     pub fn with_server_addr(mut self, addr: std::net::SocketAddr) -> Self {
         self.server_addr = Some(addr);
+        self
+    }
+
+    /// The drain worker's counts that `/metrics` reports.
+    pub(crate) fn with_counters(mut self, counters: metrics::WorkerCounters) -> Self {
+        self.counters = counters;
         self
     }
 

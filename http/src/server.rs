@@ -169,7 +169,7 @@ impl Bound {
         let Bound { listener, store, mut state, .. } = self;
         let mut worker_task: Option<(WorkerStop, JoinHandle<Result<(), HttpError>>)> = None;
         if let Some(worker) = worker {
-            state = state.with_waker(worker.waker());
+            state = state.with_waker(worker.waker()).with_counters(worker.counters());
             let (stop, run) = worker.start();
             worker_task = Some((stop, tokio::spawn(run)));
         }
