@@ -101,6 +101,11 @@ pub fn coverage<'a>(
     }
 }
 
+/// The most pending jobs (in claim order) a look reads to find those no
+/// live runner can run (`status`, the HTTP stats and `/metrics`): such a
+/// look stays cheap on a long queue.
+pub const UNSERVED_SCAN: usize = 1000;
+
 /// Pending jobs of one queue and kind that no live runner can run.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Unserved {

@@ -798,7 +798,8 @@ async fn resume_all(State(app): State<AppState>) -> Result<Json<LanesView>, Http
 }
 
 /// The counts, and the pending jobs no live runner can run (among the
-/// first [`serving::UNSERVED_SCAN`] in claim order), by queue and kind.
+/// first [`slothqueue_core::serving::UNSERVED_SCAN`] in claim order), by
+/// queue and kind.
 async fn stats(State(app): State<AppState>) -> Result<Json<StatsAnswer>, HttpError> {
     let now = app.api.clock.now();
     let stats = app.store.stats(now).await?;

@@ -2,15 +2,11 @@
 //! the store's runner records judged here, the rule in
 //! `slothqueue_core::serving`.
 
-use slothqueue_core::serving::{self, Coverage, Unserved};
+use slothqueue_core::serving::{self, Coverage, UNSERVED_SCAN, Unserved};
 use slothqueue_core::{Job, JobState, ListFilter, ListOrder, RunnerRecord, Store, Timestamp};
 use slothqueue_runner::ProcJudge;
 
 use crate::HttpError;
-
-/// The most pending jobs (in claim order) that `stats` and `/metrics` look
-/// at for kinds no runner can run: a look stays cheap on a long queue.
-pub(crate) const UNSERVED_SCAN: usize = 1000;
 
 /// The runner records of the queue file whose runners are alive now.
 pub(crate) async fn live_runners(
