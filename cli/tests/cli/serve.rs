@@ -11,7 +11,7 @@ use std::time::Duration;
 use rustix::process::Signal;
 use serde_json::{Value, json};
 
-use crate::support::{Backend, TestContext, signal, wait_child};
+use crate::support::{Backend, TestContext, signal, wait_child, wait_for};
 
 /// A served `slothqueue serve`: its address and token.
 struct Served {
@@ -63,6 +63,10 @@ fn serve_with_handlers(backend: Backend) {
         handlers.to_str().unwrap(),
         "--load-file",
         load,
+        "--queue",
+        "default",
+        "--on-finish",
+        "echo \"$SLOTHQUEUE_JOB_ID $SLOTHQUEUE_STATE\" >> finished",
     ]);
     let mut line = String::new();
     std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
@@ -93,8 +97,22 @@ fn serve_with_handlers(backend: Backend) {
     let (_, job) = served.json("GET", &format!("/api/tasks/outbox/{lonely}"), None);
     assert_eq!(job["state"], "pending");
     assert_eq!(job["waiting"], "no handler for kind resize", "{job}");
+    // `--queue default`: a job of another queue waits for a runner of it.
+    let (_, other) = served.json(
+        "POST",
+        "/api/tasks/enqueue",
+        Some(&json!({"kind": "download", "payload": {}, "queue": "other"})),
+    );
+    let other = other["job"]["id"].as_i64().unwrap();
+    let (_, job) = served.json("GET", &format!("/api/tasks/outbox/{other}"), None);
+    assert_eq!(job["waiting"], "no live runner serves queue other", "{job}");
     let (_, stats) = served.json("GET", "/api/tasks/outbox/stats", None);
     assert_eq!(stats["unserved"][0]["why"], "no handler for kind resize", "{stats}");
+    assert_eq!(stats["unserved"][1]["why"], "no live runner serves queue other", "{stats}");
+    // `--on-finish` runs after the job, as `run`'s does.
+    let finished = || std::fs::read_to_string(ctx.path("finished")).unwrap_or_default();
+    wait_for("the --on-finish command", Duration::from_secs(30), || !finished().is_empty());
+    assert_eq!(finished(), format!("{id} done\n"));
     // Another process looking at the file says it too.
     let show = ctx.ok(&["show", &lonely.to_string()]);
     assert!(show.contains("why:          no handler for kind resize"), "{show}");
@@ -121,7 +139,7 @@ fn serve_with_handlers(backend: Backend) {
             .unwrap_or_else(|| panic!("no {name} in {text}"))
     };
     assert_eq!(value("slothqueue_jobs", Some(("state", "done"))), 1.0);
-    assert_eq!(value("slothqueue_jobs", Some(("state", "pending"))), 1.0);
+    assert_eq!(value("slothqueue_jobs", Some(("state", "pending"))), 2.0);
     assert_eq!(value("slothqueue_unserved_jobs", Some(("kind", "resize"))), 1.0);
     assert_eq!(value("slothqueue_attempts_total", Some(("outcome", "done"))), 1.0);
     assert_eq!(value("slothqueue_runners_alive", None), 1.0);
