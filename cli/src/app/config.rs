@@ -228,7 +228,7 @@ impl Default for SlotConfig {
 }
 
 /// `serve`, validated.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct ServeConfig {
     /// Where to listen.
     pub addr: std::net::SocketAddr,
