@@ -5,7 +5,6 @@
 //! lines (`reclaimed …`, `finished: …`), as in the seed's transcript.
 
 use std::io::{self, Write};
-
 use std::sync::Arc;
 
 use slothqueue::Store;
