@@ -185,7 +185,7 @@ pub(crate) const ROUTES: &[RouteSpec] = &[
     },
     RouteSpec {
         method: "GET",
-        path: "/metrics",
+        path: crate::metrics::PATH,
         handler: || get(crate::metrics::metrics),
         operation: crate::metrics::op_metrics,
     },

@@ -12,6 +12,7 @@ use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::metrics::PATH as METRICS;
 use crate::token::constant_time_eq;
 use crate::{AppState, HttpError};
 
@@ -66,7 +67,7 @@ fn check(app: &AppState, req: &Request) -> Result<(), HttpError> {
             return Err(HttpError::Forbidden("cross-origin requests are not allowed".to_owned()));
         }
     }
-    if req.uri().path() == HEALTHZ {
+    if req.uri().path() == HEALTHZ || (api.metrics_public && req.uri().path() == METRICS) {
         return Ok(());
     }
     if !authorized(req.headers(), &api.token) {

@@ -24,7 +24,7 @@
 //! | `GET /api/schedules/{key}`, `DELETE /api/schedules/{key}` | one schedule; removes it (its jobs stay) |
 //! | `POST /api/schedules/{key}/pause`, `.../resume` | no tick fires until resumed; resumed, it fires from its next slot after now |
 //! | `GET /api/openapi.json` | the OpenAPI 3.1 document |
-//! | `GET /metrics` | the queue in the Prometheus text format (OpenMetrics 1.0) |
+//! | `GET /metrics` | the queue in the Prometheus text format (OpenMetrics 1.0); also alone and without the token on [`ServeConfig::metrics_addr`] |
 //! | `GET /healthz` | `{"ok": true}`, without a token |
 //!
 //! # Why it is this strict
@@ -94,6 +94,9 @@ pub struct ApiState {
     closing: watch::Sender<bool>,
     /// The drain worker's counts, for `/metrics`.
     counters: metrics::WorkerCounters,
+    /// `/metrics` needs no token: the routes of `--metrics-addr`, which
+    /// serve nothing else.
+    metrics_public: bool,
 }
 
 /// How often a `?wait=` looks at a queue whose file is not known (routes
@@ -129,6 +132,7 @@ impl ApiState {
             watch: Arc::new(QueueWatch::polling(UNWATCHED_POLL)),
             closing: watch::channel(false).0,
             counters: metrics::WorkerCounters::default(),
+            metrics_public: false,
         }
     }
 
@@ -236,6 +240,20 @@ pub fn router(store: Arc<dyn Store>, state: ApiState) -> Router {
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             axum::response::IntoResponse::into_response(HttpError::Internal)
         }))
+        .layer(axum::middleware::map_response(error::json_refusals))
+        .with_state(app)
+}
+
+/// `GET /metrics` alone, without the token (the `Host` and `Origin`
+/// checks still apply): what [`ServeConfig::metrics_addr`] serves.
+pub(crate) fn metrics_router(store: Arc<dyn Store>, mut state: ApiState) -> Router {
+    state.metrics_public = true;
+    let app = AppState { store, api: state };
+    Router::new()
+        .route(metrics::PATH, axum::routing::get(metrics::metrics))
+        .fallback(api::no_route)
+        .method_not_allowed_fallback(api::wrong_method)
+        .layer(axum::middleware::from_fn_with_state(app.clone(), guard::guard))
         .layer(axum::middleware::map_response(error::json_refusals))
         .with_state(app)
 }

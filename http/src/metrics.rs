@@ -25,6 +25,9 @@ use slothqueue_runner::RunnerEvent;
 use crate::serving::{live_runners, unserved};
 use crate::{AppState, HttpError};
 
+/// Where the exposition is served.
+pub(crate) const PATH: &str = "/metrics";
+
 /// The content type of the exposition.
 pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 

@@ -13,10 +13,15 @@ use std::time::Duration;
 use common::{Backend, Server, start_with};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
-use slothqueue_http::DrainWorker;
+use slothqueue_core::NewJob;
+use slothqueue_http::{DrainWorker, HttpError, ServeConfig, Token};
 use slothqueue_runner::{HandlerDirExecutor, Runner};
 
-on_both_backends!(metrics_parse_and_count_a_small_queue, a_kind_without_a_handler_is_named);
+on_both_backends!(
+    metrics_parse_and_count_a_small_queue,
+    a_kind_without_a_handler_is_named,
+    a_metrics_addr_serves_metrics_alone_without_the_token,
+);
 
 /// A handlers folder with an executable `download` that reads its payload
 /// and prints what it fetched.
@@ -171,4 +176,59 @@ async fn a_kind_without_a_handler_is_named(backend: Backend) {
     let (_, held) = s.get(&format!("/api/tasks/outbox/{lonely}")).await;
     assert!(held.get("waiting").is_none(), "{held}");
     s.stop().await.unwrap();
+}
+
+async fn a_metrics_addr_serves_metrics_alone_without_the_token(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, queue) = common::open_store(backend, dir.path());
+    let mut config = ServeConfig::new(Token::Generate { beside_queue: queue.clone() });
+    config.addr = "127.0.0.1:0".parse().unwrap();
+    config.metrics_addr = Some("10.1.2.3:9100".parse().unwrap());
+    let refused = slothqueue_http::bind(store.clone(), config.clone()).await.unwrap_err();
+    assert!(matches!(refused, HttpError::NotLoopback { .. }), "{refused}");
+    assert!(
+        !dir.path().join("queue.db.token").exists()
+            && !dir.path().join("queue.redb.token").exists()
+    );
+    config.metrics_addr = Some("127.0.0.1:0".parse().unwrap());
+    let bound = slothqueue_http::bind(store.clone(), config).await.unwrap();
+    let (api, metrics) = (bound.local_addr(), bound.metrics_addr().unwrap());
+    assert_ne!(api, metrics);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(bound.run(None, async move {
+        let _ = stopped.await;
+    }));
+    store.push(NewJob::new("resize", json!({})), store_now()).await.unwrap();
+    let get = |addr: std::net::SocketAddr, path: &str, host: &str| {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        common::raw_request(addr, request.into_bytes())
+    };
+    let (status, text) = get(metrics, "/metrics", "127.0.0.1").await;
+    assert_eq!(status, 200, "{text}");
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    let pending = scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == "slothqueue_jobs" && s.labels.get("state") == Some("pending"))
+        .unwrap();
+    assert_eq!(pending.value, prometheus_parse::Value::Gauge(1.0));
+    // Nothing else is open there (the token rule holds for the rest, and
+    // no other route is served), and the Host rule still holds.
+    let (status, body) = get(metrics, "/api/tasks/outbox/stats", "127.0.0.1").await;
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = get(metrics, "/metrics", "evil.example").await;
+    assert_eq!(status, 403, "{body}");
+    // On the API's address /metrics still needs the token.
+    let (status, body) = get(api, "/metrics", "127.0.0.1").await;
+    assert_eq!(status, 401, "{body}");
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(30), task).await.unwrap().unwrap().unwrap();
+    // The metrics listener closed with the server.
+    assert!(tokio::net::TcpStream::connect(metrics).await.is_err());
+}
+
+/// Now, as the stores take it.
+fn store_now() -> slothqueue_core::Timestamp {
+    use slothqueue_core::Clock as _;
+    slothqueue_core::SystemClock.now()
 }

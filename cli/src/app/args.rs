@@ -420,6 +420,12 @@ pub struct ServeArgs {
     #[arg(long)]
     pub allow_remote: bool,
 
+    /// Also answer GET /metrics (and nothing else) on this address without
+    /// the token, for a scraper without credentials; loopback unless
+    /// --allow-remote. /metrics on --addr needs the token either way.
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+
     /// What the drain worker runs and how, exactly as `run` takes it.
     #[command(flatten)]
     pub runner: RunnerArgs,

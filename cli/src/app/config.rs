@@ -236,6 +236,8 @@ pub struct ServeConfig {
     pub token_file: Option<PathBuf>,
     /// Accept non-loopback addresses and headers.
     pub allow_remote: bool,
+    /// Where `/metrics` is also served without the token.
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// What the drain worker runs and how, as `run` takes it.
     pub runner: RunnerOptions,
 }
@@ -427,6 +429,7 @@ impl Config {
                 addr: a.addr,
                 token_file: a.token_file,
                 allow_remote: a.allow_remote,
+                metrics_addr: a.metrics_addr,
                 runner: runner_options(a.runner)?,
             }),
             args::Command::Parallel(p) => {

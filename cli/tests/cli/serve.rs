@@ -22,29 +22,40 @@ struct Served {
 impl Served {
     /// One request on its own connection; the status and the body.
     fn request(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
-        let mut stream = TcpStream::connect(&self.addr).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        let body = body.map(Value::to_string).unwrap_or_default();
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            self.addr,
-            self.token,
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).unwrap();
-        stream.write_all(body.as_bytes()).unwrap();
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).unwrap();
-        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-        (status, body.to_owned())
+        request(&self.addr, Some(&self.token), method, path, body)
     }
 
     fn json(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         let (status, text) = self.request(method, path, body);
         (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}")))
     }
+}
+
+/// One request to `addr` on its own connection, with the token if given;
+/// the status and the body.
+fn request(
+    addr: &str,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, body.to_owned())
 }
 
 fn serve_with_handlers(backend: Backend) {
@@ -67,9 +78,14 @@ fn serve_with_handlers(backend: Backend) {
         "default",
         "--on-finish",
         "echo \"$SLOTHQUEUE_JOB_ID $SLOTHQUEUE_STATE\" >> finished",
+        "--metrics-addr",
+        "localhost:0",
     ]);
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    stdout.read_line(&mut line).unwrap();
+    let mut metrics_line = String::new();
+    stdout.read_line(&mut metrics_line).unwrap();
     // listening on http://127.0.0.1:PORT (token in PATH)
     let rest = line.strip_prefix("listening on http://").unwrap_or_else(|| panic!("{line:?}"));
     let (addr, token_file) =
@@ -124,6 +140,16 @@ fn serve_with_handlers(backend: Backend) {
 
     let (status, text) = served.request("GET", "/metrics", None);
     assert_eq!(status, 200, "{text}");
+    // The same exposition, without the token, on --metrics-addr.
+    let metrics_addr = metrics_line
+        .strip_prefix("metrics on http://")
+        .and_then(|l| l.strip_suffix("/metrics (no token)\n"))
+        .unwrap_or_else(|| panic!("{metrics_line:?}"));
+    let (status, open) = request(metrics_addr, None, "GET", "/metrics", None);
+    assert_eq!(status, 200, "{open}");
+    assert!(open.contains("slothqueue_unserved_jobs{"), "{open}");
+    let (status, _) = request(&served.addr, None, "GET", "/metrics", None);
+    assert_eq!(status, 401, "the API's address wants the token");
     let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
     let value = |name: &str, label: Option<(&str, &str)>| {
         scrape

@@ -15,11 +15,12 @@ use crate::app::exit::{Code, usage};
 
 /// Serves until SIGTERM or SIGINT, then hands back the running job.
 pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
-    if !sc.allow_remote && !sc.addr.ip().is_loopback() {
-        return Err(usage(format!(
-            "--addr {}: not a loopback address; pass --allow-remote to listen there",
-            sc.addr
-        )));
+    for (flag, addr) in [("--addr", Some(sc.addr)), ("--metrics-addr", sc.metrics_addr)] {
+        if let Some(addr) = addr.filter(|a| !sc.allow_remote && !a.ip().is_loopback()) {
+            return Err(usage(format!(
+                "{flag} {addr}: not a loopback address; pass --allow-remote to listen there"
+            )));
+        }
     }
     let token = match sc.token_file {
         Some(f) => Token::File(f),
@@ -28,6 +29,7 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
     let mut config = HttpConfig::new(token);
     config.addr = sc.addr;
     config.allow_remote = sc.allow_remote;
+    config.metrics_addr = sc.metrics_addr;
     // Watched for `?wait=` long polls, whichever way the token comes.
     config.queue_file = Some(ctx.db.clone());
     // The worker is the runner `run --follow` would be, with the same
@@ -45,20 +47,16 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
         }
     });
     let mut signals = unix_signals()?;
-    slothqueue_http::serve(
-        store,
-        config,
-        Some(worker),
-        async move { signals.requested().await },
-        |addr, token| {
-            let _ = writeln!(
-                io::stdout().lock(),
-                "listening on http://{addr} (token in {})",
-                token.display()
-            );
-        },
-    )
-    .await?;
+    let bound = slothqueue_http::bind(store, config).await?;
+    {
+        let mut out = io::stdout().lock();
+        let (addr, token) = (bound.local_addr(), bound.token_path().display());
+        let _ = writeln!(out, "listening on http://{addr} (token in {token})");
+        if let Some(metrics) = bound.metrics_addr() {
+            let _ = writeln!(out, "metrics on http://{metrics}/metrics (no token)");
+        }
+    }
+    bound.run(Some(worker), async move { signals.requested().await }).await?;
     // A server stopped on request has done its job: exit 0, unlike `run`,
     // whose 130 tells a script that due work was left undone.
     Ok(Code::Success)
