@@ -3,8 +3,87 @@
 //! This crate is the facade a program embeds: it re-exports the job model
 //! and the [`Store`] trait from [`core`], the storage backends the Cargo
 //! features enable (`sqlite` and `redb`, both on by default), the
-//! [`runner`], and [`open()`], which opens a queue file without the caller
-//! knowing its backend. The `slothqueue` binary is built on exactly this.
+//! [`runner`], the HTTP API (`http`, on by default), [`open()`], which
+//! opens a queue file without the caller knowing its backend, and
+//! [`typed`], jobs as Rust types. The `slothqueue` binary is built on
+//! exactly this.
+//!
+//! # Guide: jobs as Rust types
+//!
+//! A job is a serde type that implements [`typed::Job`]: its fields are
+//! the payload, `KIND` names it in the queue, `run` does the work.
+//!
+//! ```no_run
+//! use serde::{Deserialize, Serialize};
+//! use slothqueue::typed::{Job, JobContext, JobError, Queue, Worker};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Resize {
+//!     path: std::path::PathBuf,
+//!     width: u32,
+//! }
+//!
+//! impl Job for Resize {
+//!     const KIND: &'static str = "resize";
+//!     type Output = String; // stored as the job's result
+//!
+//!     async fn run(self, ctx: JobContext) -> Result<String, JobError> {
+//!         // `?` takes any error; its message becomes the job's error.
+//!         let size = std::fs::metadata(&self.path)?.len();
+//!         Ok(format!("{} ({size} bytes) resized to {} px", self.path.display(), self.width))
+//!     }
+//! }
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let queue = Queue::open("queue.db")?;
+//! // A push is a builder: `.key()`, `.after()`, `.priority()`, `.queue()`,
+//! // `.max_attempts()`, `.max_runtime()`, `.delay()`, then `.await`.
+//! let big = queue.push(Resize { path: "cat.png".into(), width: 1024 }).key("cat-1024").await?;
+//! let small = queue.push(Resize { path: "cat.png".into(), width: 64 }).after(big.id).await?;
+//!
+//! // Run what is due, then return (or `.follow(shutdown)`, `.run_once()`).
+//! let summary = Worker::new(&queue)
+//!     .handle::<Resize>()
+//!     .on_event(|event| println!("{event}"))
+//!     .run_until_idle()
+//!     .await?;
+//! println!("{} done; #{} says {:?}", summary.done, small.id, queue.output::<Resize>(small.id).await?);
+//! # Ok(()) }
+//! ```
+//!
+//! - **Where it runs.** A [`typed::Worker`] is the crate's
+//!   [`Runner`](runner::Runner) with one executor per registered kind, so
+//!   every rule of a `slothqueue run` holds: leases and heartbeats, a
+//!   retry after a backoff until the job's attempts are used up, max
+//!   runtime, cancel, lanes, `after`. Run it in a program until idle, once,
+//!   in follow mode until a shutdown future resolves
+//!   ([`Worker::follow`](typed::Worker::follow)), or hand its runner to the
+//!   HTTP server's drain worker (`http::DrainWorker::from_runner`).
+//! - **How an attempt ends.** `Ok(output)` completes the job (the output
+//!   is its result: a string as it is, anything else as JSON, read back
+//!   with [`Queue::output`](typed::Queue::output)); `Err` fails the
+//!   attempt with the error's message; a panic fails it naming the kind; a
+//!   stop the runner asks for (shutdown, cancel, max runtime) is
+//!   [`JobContext::stopped`](typed::JobContext::stopped).
+//! - **Old payloads.** A job outlives the build that pushed it. A payload
+//!   that no longer decodes fails its attempts with an error naming the
+//!   kind, the type and serde's message (`cannot decode the payload of
+//!   this `resize` job as app::Resize: missing field `width``), until its
+//!   attempts are used up; `#[serde(default)]` on new fields keeps old
+//!   jobs readable.
+//! - **Everything else** is the [`Store`] ([`Queue::store`](typed::Queue::store)):
+//!   list, cancel, retry, lanes, schedules. The CLI sees typed jobs like
+//!   any other (`slothqueue show 3`), and another program can push one as
+//!   JSON (`slothqueue add` takes shell commands; the HTTP enqueue takes
+//!   `{"kind": "resize", "payload": {…}}`).
+//!
+//! `cli/examples/` has three programs that run as they are:
+//! `typed_job.rs` (define, push, run until idle, print the results),
+//! `embedded_runner.rs` (a follow-mode worker inside a program, stopped
+//! when its work is done) and `server_with_handler.rs` (the HTTP server
+//! with a drain worker whose typed handler runs a job enqueued over HTTP).
+//!
+//! # The store directly
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -20,6 +99,7 @@
 //! Idempotency keys (`NewJob::key`) make pushes safe to repeat.
 
 mod open;
+pub mod typed;
 
 pub use open::{Backend, OpenError, OpenOptions, detect, open};
 pub use slothqueue_core as core;
@@ -28,6 +108,8 @@ pub use slothqueue_core::{
     Owner, Policy, PurgeFilter, RunnerActivity, RunnerRecord, Stats, Store, StoreError,
     SystemClock, Timestamp,
 };
+#[cfg(feature = "http")]
+pub use slothqueue_http as http;
 pub use slothqueue_runner as runner;
 #[cfg(feature = "redb")]
 pub use slothqueue_store_redb as redb;

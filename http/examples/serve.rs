@@ -29,8 +29,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         config,
         Some(worker),
         async move { signals.requested().await },
-        |addr, token| {
-            println!("listening on http://{addr} (token in {})", token.display());
+        |at| {
+            println!("listening on http://{} (token in {})", at.addr, at.token_path.display());
+            println!("web page: {} (this link works once)", at.login_link);
         },
     )
     .await?;

@@ -1,6 +1,8 @@
 //! The routes: one table drives both the router and the OpenAPI document,
 //! so the document cannot drift from what is served.
 
+mod logs;
+mod runners;
 mod schedules;
 
 use std::collections::BTreeMap;
@@ -100,6 +102,18 @@ pub(crate) const ROUTES: &[RouteSpec] = &[
     },
     RouteSpec {
         method: "POST",
+        path: "/api/tasks/outbox/{id}/retry",
+        handler: || post(retry),
+        operation: op_retry,
+    },
+    RouteSpec {
+        method: "GET",
+        path: "/api/tasks/outbox/{id}/log",
+        handler: || get(logs::log),
+        operation: logs::op_log,
+    },
+    RouteSpec {
+        method: "POST",
         path: "/api/tasks/outbox/{id}/hold",
         handler: || post(hold),
         operation: op_hold,
@@ -111,6 +125,12 @@ pub(crate) const ROUTES: &[RouteSpec] = &[
         operation: op_release,
     },
     RouteSpec { method: "GET", path: "/api/queues", handler: || get(queues), operation: op_queues },
+    RouteSpec {
+        method: "GET",
+        path: "/api/runners",
+        handler: || get(runners::runners),
+        operation: runners::op_runners,
+    },
     RouteSpec {
         method: "PUT",
         path: "/api/queues/{queue}/limit",
@@ -665,6 +685,15 @@ async fn cancel(State(app): State<AppState>, IdParam(id): IdParam) -> Result<Jso
     Ok(Json(mask::job(job, Secrets::Masked)))
 }
 
+/// Runs a failed or cancelled job again: pending now, its attempts
+/// counted afresh; the jobs a dependency's failure cancelled come back
+/// with it.
+async fn retry(State(app): State<AppState>, IdParam(id): IdParam) -> Result<Json<Job>, HttpError> {
+    let job = app.store.retry(id, app.api.clock.now()).await.map_err(refusal)?;
+    app.api.wake_worker();
+    Ok(Json(mask::job(job, Secrets::Masked)))
+}
+
 /// The edit a body asks of job `id`. A whole payload needs the job's kind
 /// (a shell payload is completed as an enqueue's); the kind never
 /// changes, so reading it before the write is safe.
@@ -1002,6 +1031,15 @@ fn op_cancel() -> Value {
         "summary": "cancel a pending job, or ask the runner to stop a running one (it then ends cancelled)",
         "parameters": [id_param()],
         "responses": responses(&[("200", ok_json("the job after the cancel", "Job"))], &["400", "401", "403", "404", "405", "409", "413", "415", "503"])
+    })
+}
+
+fn op_retry() -> Value {
+    json!({
+        "operationId": "retryJob",
+        "summary": "run a failed or cancelled job again: pending now, with its attempts counted afresh; the jobs its failure cancelled come back with it (409 for a pending, running or done job)",
+        "parameters": [id_param()],
+        "responses": responses(&[("200", ok_json("the job after the retry", "Job"))], &["400", "401", "403", "404", "405", "409", "413", "415", "503"])
     })
 }
 

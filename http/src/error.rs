@@ -100,6 +100,10 @@ pub enum HttpError {
         /// What is wrong with it.
         detail: String,
     },
+    /// The kernel's random bytes (for a login code or a session) could
+    /// not be read.
+    #[error("cannot read random bytes: {0}")]
+    Random(#[source] std::io::Error),
     /// Accepting connections failed.
     #[error("serving: {0}")]
     Serve(#[source] std::io::Error),
@@ -142,6 +146,7 @@ impl HttpError {
             | HttpError::TokenIo { .. }
             | HttpError::TokenUnusable { .. }
             | HttpError::Serve(_)
+            | HttpError::Random(_)
             | HttpError::Worker(_)
             | HttpError::WorkerStopped(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -187,7 +192,14 @@ pub(crate) async fn json_refusals(response: Response) -> Response {
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(crate::guard::is_json_content_type);
-    if !(status.is_client_error() || status.is_server_error()) || is_json {
+    // The web page's own refusals (a spent login link) are HTML for a
+    // person, and stay so.
+    let is_html = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/html"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json || is_html {
         return response;
     }
     let reason = status.canonical_reason().unwrap_or("refused").to_lowercase();

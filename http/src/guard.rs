@@ -4,11 +4,21 @@
 //!
 //! They run in that order so that a client without the token learns nothing
 //! but "401" about the rest of the request.
+//!
+//! The web page's session cookie stands in for the token (`web::session`):
+//! a request that carries no bearer token but a live session's cookie is
+//! let through, and one that changes anything (any method but `GET` and
+//! `HEAD`) must also carry that session's CSRF token. The page's own paths
+//! (`/`, `/login`, its assets) pass the `Host` and `Origin` checks here and
+//! check the session themselves.
+//!
+//! (This file uses `web/session.rs` alone, never the page's handlers,
+//! which use the extractors that use this file.)
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -70,8 +80,22 @@ fn check(app: &AppState, req: &Request) -> Result<(), HttpError> {
     if req.uri().path() == HEALTHZ || (api.metrics_public && req.uri().path() == METRICS) {
         return Ok(());
     }
+    if crate::web::session::is_page(req.uri().path()) {
+        // The login form posts JSON like the API; the rest are GETs.
+        return check_body_headers(req.headers(), api.body_limit);
+    }
     if !authorized(req.headers(), &api.token) {
-        return Err(HttpError::Unauthorized);
+        match crate::web::session::session_of(api, req.headers()) {
+            None => return Err(HttpError::Unauthorized),
+            Some(session) => {
+                let safe = matches!(*req.method(), Method::GET | Method::HEAD);
+                if !safe && !session.csrf_ok(req.headers()) {
+                    return Err(HttpError::Forbidden(
+                        "missing or wrong x-csrf-token header (reload the page)".to_owned(),
+                    ));
+                }
+            }
+        }
     }
     check_body_headers(req.headers(), api.body_limit)
 }
@@ -95,7 +119,7 @@ fn authorized(headers: &HeaderMap, token: &str) -> bool {
 /// bodies cross-site without a preflight; they cannot send JSON), and a
 /// declared length over the limit is refused before anything is read. A
 /// chunked body over the limit is caught while it is read.
-fn check_body_headers(headers: &HeaderMap, limit: usize) -> Result<(), HttpError> {
+pub(crate) fn check_body_headers(headers: &HeaderMap, limit: usize) -> Result<(), HttpError> {
     let has_body = headers.contains_key(header::TRANSFER_ENCODING)
         || headers
             .get(header::CONTENT_LENGTH)

@@ -10,12 +10,15 @@
 //! | `GET /api/tasks/outbox` | jobs, newest first, filtered by `state`, `kind`, `queue`, paged by `limit` and `cursor`; secret-looking env values masked unless `?show_secrets=true` |
 //! | `GET /api/tasks/outbox/{id}` | one job with its event trail, and `waiting` when no live runner can run it (`no handler for kind download`); `?wait=SECONDS` (at most 120) answers once it is finished or the time is up; `?show_secrets=true` as for the list |
 //! | `POST /api/tasks/outbox/{id}/cancel` | cancels a job |
+//! | `POST /api/tasks/outbox/{id}/retry` | runs a failed or cancelled job again |
+//! | `GET /api/tasks/outbox/{id}/log` | a piece of the job's log from `?offset=` (its tail without), to follow it as it grows |
 //! | `POST /api/tasks/outbox/{id}/hold` | holds a pending job: no runner starts it until released |
 //! | `POST /api/tasks/outbox/{id}/release` | releases a held job |
 //! | `PATCH /api/tasks/outbox/{id}` | changes a pending or held job (only the fields given; 409 once a runner took it) |
 //! | `POST /api/tasks/outbox/{id}/clone` | adds a new pending job from any job, with changes (201) |
 //! | `GET /api/tasks/outbox/stats` | counts per state, `due_now`, `next_due`, and `unserved`: pending jobs no live runner can run (`no handler for kind download`) |
 //! | `GET /api/queues` | every queue's counts, limit and pause |
+//! | `GET /api/runners` | the runners recorded in the queue file, each judged alive or not |
 //! | `PUT /api/queues/{queue}/limit` | `{"limit": N}`: at most N of the queue's jobs run at once (0 lifts it) |
 //! | `POST /api/queues/{queue}/pause`, `.../resume` | pauses (no job of it starts) or resumes one queue |
 //! | `POST /api/pause`, `POST /api/resume` | pauses or resumes every queue |
@@ -26,6 +29,15 @@
 //! | `GET /api/openapi.json` | the OpenAPI 3.1 document |
 //! | `GET /metrics` | the queue in the Prometheus text format (OpenMetrics 1.0); also alone and without the token on [`ServeConfig::metrics_addr`] |
 //! | `GET /healthz` | `{"ok": true}`, without a token |
+//!
+//! Beside them, the web page (module `web`): `GET /` for a person at the
+//! same machine, its login at `/login` (a one-time code from
+//! [`Bound::login_link`], or the token pasted in), which sets an
+//! `HttpOnly`, `SameSite=Strict` session cookie. The API routes take that
+//! cookie in place of the bearer token; a request so authenticated that
+//! changes anything must also carry the session's CSRF token in
+//! `X-CSRF-Token`. The loopback `Host` and `Origin` checks apply to the
+//! page as to the API.
 //!
 //! # Why it is this strict
 //!
@@ -57,6 +69,7 @@ mod metrics;
 mod server;
 mod serving;
 mod token;
+mod web;
 mod worker;
 
 use std::fmt;
@@ -70,7 +83,7 @@ use slothqueue_runner::QueueWatch;
 use tokio::sync::{Notify, watch};
 
 pub use error::HttpError;
-pub use server::{Bound, DEFAULT_ADDR, ServeConfig, bind, serve};
+pub use server::{Bound, DEFAULT_ADDR, Listening, ServeConfig, bind, serve};
 pub use token::{Token, token_path_beside};
 pub use worker::{DrainWorker, WORKER_HEARTBEAT, log_dir_beside};
 
@@ -97,6 +110,10 @@ pub struct ApiState {
     /// `/metrics` needs no token: the routes of `--metrics-addr`, which
     /// serve nothing else.
     metrics_public: bool,
+    /// Where the worker writes job logs (`GET .../log` reads there).
+    log_dir: Option<PathBuf>,
+    /// The web page's login codes and sessions.
+    sessions: Arc<web::Sessions>,
 }
 
 /// How often a `?wait=` looks at a queue whose file is not known (routes
@@ -133,7 +150,24 @@ impl ApiState {
             closing: watch::channel(false).0,
             counters: metrics::WorkerCounters::default(),
             metrics_public: false,
+            log_dir: None,
+            sessions: Arc::new(web::Sessions::default()),
         }
+    }
+
+    /// Where job logs are kept (`<queue>.logs`, [`log_dir_beside`]): `GET
+    /// /api/tasks/outbox/{id}/log` reads `<id>.log` there. Without one that
+    /// route answers 404. [`bind`] sets it beside the configured queue file.
+    pub fn with_log_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.log_dir = Some(dir.into());
+        self
+    }
+
+    /// A new one-time login code for the web page: good once, for ten
+    /// minutes, and not the API token. The page's link is
+    /// `http://ADDR/login?code=CODE` ([`Bound::login_link`] makes it).
+    pub fn login_code(&self) -> Result<String, HttpError> {
+        self.sessions.issue_code(self.clock.now()).map_err(HttpError::Random)
     }
 
     /// What wakes a `GET /api/tasks/outbox/{id}?wait=` long poll: a watch
@@ -232,7 +266,7 @@ pub fn router(store: Arc<dyn Store>, state: ApiState) -> Router {
         }
         router = router.route(spec.path, methods);
     }
-    router
+    web::routes(router)
         .fallback(api::no_route)
         .method_not_allowed_fallback(api::wrong_method)
         .layer(DefaultBodyLimit::max(limit))

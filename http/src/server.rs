@@ -117,7 +117,9 @@ pub async fn bind(store: Arc<dyn Store>, config: ServeConfig) -> Result<Bound, H
         .with_body_limit(config.body_limit)
         .with_server_addr(local_addr);
     if let Some(queue) = &config.queue_file {
-        state = state.with_queue_watch(Arc::new(QueueWatch::new(queue)));
+        state = state
+            .with_queue_watch(Arc::new(QueueWatch::new(queue)))
+            .with_log_dir(crate::log_dir_beside(queue));
     }
     let metrics = match config.metrics_addr {
         Some(addr) => {
@@ -131,18 +133,41 @@ pub async fn bind(store: Arc<dyn Store>, config: ServeConfig) -> Result<Bound, H
     Ok(Bound { listener, local_addr, token_path, store, state, metrics })
 }
 
-/// Binds, calls `on_listening` with the bound address and the token file
-/// (so the CLI can print `listening on http://127.0.0.1:7878 (token in …)`),
-/// then runs as [`Bound::run`] does.
+/// What [`serve`] tells its caller once it listens.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Listening<'a> {
+    /// The address bound.
+    pub addr: SocketAddr,
+    /// The file the token was read from or written to.
+    pub token_path: &'a Path,
+    /// A one-time link that logs a browser in to the web page
+    /// ([`Bound::login_link`]).
+    pub login_link: &'a str,
+    /// Where `GET /metrics` answers without the token
+    /// ([`ServeConfig::metrics_addr`]), if asked for.
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// Binds, calls `on_listening` with the bound address, the token file and
+/// a one-time login link for the web page (so the CLI can print
+/// `listening on http://127.0.0.1:7878 (token in …)`), then runs as
+/// [`Bound::run`] does.
 pub async fn serve(
     store: Arc<dyn Store>,
     config: ServeConfig,
     worker: Option<DrainWorker>,
     shutdown: impl Future<Output = ()> + Send,
-    on_listening: impl FnOnce(SocketAddr, &Path),
+    on_listening: impl FnOnce(&Listening<'_>),
 ) -> Result<(), HttpError> {
     let bound = bind(store, config).await?;
-    on_listening(bound.local_addr(), bound.token_path());
+    let login_link = bound.login_link()?;
+    on_listening(&Listening {
+        addr: bound.local_addr(),
+        token_path: bound.token_path(),
+        login_link: &login_link,
+        metrics_addr: bound.metrics_addr(),
+    });
     bound.run(worker, shutdown).await
 }
 
@@ -155,6 +180,23 @@ impl Bound {
     /// The file the token was read from or written to.
     pub fn token_path(&self) -> &Path {
         &self.token_path
+    }
+
+    /// A link that logs a browser in to the web page once:
+    /// `http://127.0.0.1:7878/login?code=…`, with a new random code that
+    /// works one time within ten minutes (it is not the API token, and is
+    /// useless once used). A server bound to every address (`0.0.0.0`)
+    /// names loopback.
+    pub fn login_link(&self) -> Result<String, HttpError> {
+        let code = self.state.login_code()?;
+        let mut addr = self.local_addr;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr.ip() {
+                std::net::IpAddr::V4(_) => std::net::IpAddr::V4(Ipv4Addr::LOCALHOST),
+                std::net::IpAddr::V6(_) => std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+            });
+        }
+        Ok(format!("http://{addr}/login?code={code}"))
     }
 
     /// Where `GET /metrics` is served without the token, when
@@ -170,7 +212,10 @@ impl Bound {
         let allow_remote = self.state.allow_remote;
         let body_limit = self.state.body_limit;
         let server_addr = self.state.server_addr;
+        let sessions = self.state.sessions.clone();
         let mut state = f(self.state);
+        // Login links already handed out keep working.
+        state.sessions = sessions;
         state.server_addr = server_addr;
         state.token = token;
         state.allow_remote = allow_remote;

@@ -118,7 +118,7 @@ fn create_token_file(path: &Path) -> std::io::Result<String> {
 }
 
 /// `n` bytes from the kernel's CSPRNG, as lower-case hex.
-fn random_hex(n: usize) -> std::io::Result<String> {
+pub(crate) fn random_hex(n: usize) -> std::io::Result<String> {
     let mut bytes = vec![0u8; n];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())

@@ -34,7 +34,8 @@ const COMMANDS: &[Command] = &[
         args: "",
         help: "everything CI checks: formatting, clippy with warnings as errors, the layering \
                rules, each backend feature alone, docs, every test of the workspace (the tidy \
-               rules included), the conformance table, a quick bench and a quick torture run",
+               rules included), the embedding examples, the conformance table, a quick bench and a \
+               quick torture run",
         run: |args| no_args("ci", args).and_then(|()| ci()),
     },
     Command {
@@ -122,6 +123,13 @@ fn no_args(name: &str, args: &[String]) -> Result<(), String> {
     }
 }
 
+/// The programs of `cli/examples/`, each run by `ci` as a user would
+/// (`cargo run -p slothqueue --example NAME`): each works in a temporary
+/// folder, checks what it printed came true, and exits on its own, so a
+/// change that breaks the embedding API or its guide fails CI. A tidy rule
+/// keeps this list and the folder the same.
+pub const EXAMPLES: &[&str] = &["typed_job", "embedded_runner", "server_with_handler"];
+
 /// The proptest seed CI uses (see `ci`).
 pub const CI_PROPTEST_SEED: &str = "1";
 
@@ -150,6 +158,9 @@ fn ci() -> Result<(), String> {
     // on any machine; `cargo test` on a developer's machine and the full
     // `cargo xtask torture` keep drawing new seeds.
     run::cargo_env(&["test", "--workspace"], &[("PROPTEST_RNG_SEED", CI_PROPTEST_SEED)])?;
+    for example in EXAMPLES {
+        run::cargo(&["run", "-p", "slothqueue", "--example", example])?;
+    }
     conformance::run(&[])?;
     // Keeps the bench harness alive; asserts nothing about speed. The dev
     // profile reuses the test build instead of a release one.

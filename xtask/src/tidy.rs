@@ -3,7 +3,8 @@
 //! whitespace, no wall clock inside `core`, every conformance scenario is
 //! in the one list that runs them, the declared `rust-version` covers the
 //! syntax the code uses, every cited torture scenario is documented in
-//! `docs/reliability.md`, and nothing points outside the repository.
+//! `docs/reliability.md`, nothing points outside the repository, and
+//! every example is one `cargo xtask ci` runs.
 //!
 //! Plain `cargo test` does not run them: the workspace's default member is
 //! `cli`. `cargo tidy` (an alias for `cargo test -p xtask`, in
@@ -461,4 +462,17 @@ fn no_import_cycle_between_the_files_of_a_crate() {
     }
     let rings: Vec<String> = cycles.into_iter().map(|(_, r)| r.join(" -> ")).collect();
     assert!(rings.is_empty(), "files that import each other in a loop: {rings:#?}");
+}
+
+#[test]
+fn every_example_is_run_by_ci_and_every_one_ci_runs_exists() {
+    let mut found: Vec<String> =
+        files_under(&project_root().join("cli/examples"), &[], |name| name.ends_with(".rs"))
+            .iter()
+            .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .collect();
+    found.sort();
+    let mut listed: Vec<String> = crate::EXAMPLES.iter().map(|s| (*s).to_owned()).collect();
+    listed.sort();
+    assert_eq!(found, listed, "cli/examples/ and xtask's EXAMPLES differ");
 }

@@ -72,6 +72,8 @@ pub struct Server {
     pub addr: std::net::SocketAddr,
     pub token: String,
     pub token_path: PathBuf,
+    /// A one-time login link for the web page, issued at the start.
+    pub login_link: String,
     pub queue_path: PathBuf,
     pub store: Arc<dyn Store>,
     pub client: reqwest::Client,
@@ -118,6 +120,7 @@ pub async fn start_configured(
     let addr = bound.local_addr();
     let token_path = bound.token_path().to_owned();
     let token = std::fs::read_to_string(&token_path).unwrap().trim().to_owned();
+    let login_link = bound.login_link().unwrap();
     let worker = make_worker(store.clone(), queue_path.clone());
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(bound.run(worker, async move {
@@ -128,6 +131,7 @@ pub async fn start_configured(
         addr,
         token,
         token_path,
+        login_link,
         queue_path,
         store,
         client: reqwest::Client::builder().no_proxy().build().unwrap(),

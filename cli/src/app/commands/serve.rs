@@ -47,16 +47,28 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
         }
     });
     let mut signals = unix_signals()?;
-    let bound = slothqueue_http::bind(store, config).await?;
-    {
-        let mut out = io::stdout().lock();
-        let (addr, token) = (bound.local_addr(), bound.token_path().display());
-        let _ = writeln!(out, "listening on http://{addr} (token in {token})");
-        if let Some(metrics) = bound.metrics_addr() {
-            let _ = writeln!(out, "metrics on http://{metrics}/metrics (no token)");
-        }
-    }
-    bound.run(Some(worker), async move { signals.requested().await }).await?;
+    slothqueue_http::serve(
+        store,
+        config,
+        Some(worker),
+        async move { signals.requested().await },
+        |at| {
+            let mut out = io::stdout().lock();
+            let _ = writeln!(
+                out,
+                "listening on http://{} (token in {})",
+                at.addr,
+                at.token_path.display()
+            );
+            // A one-time code, not the token: useless once opened.
+            let _ = writeln!(out, "web page: {} (this link works once)", at.login_link);
+            if let Some(metrics) = at.metrics_addr {
+                let _ = writeln!(out, "metrics on http://{metrics}/metrics (no token)");
+            }
+            let _ = out.flush();
+        },
+    )
+    .await?;
     // A server stopped on request has done its job: exit 0, unlike `run`,
     // whose 130 tells a script that due work was left undone.
     Ok(Code::Success)

@@ -1,0 +1,93 @@
+//! `GET /api/runners`: the runners recorded in the queue file, each judged
+//! alive or not as `status` judges them (the process on this host, or a
+//! record heard from lately on another).
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use serde::Serialize;
+use serde_json::{Value, json};
+use slothqueue_core::{Liveness, RunnerRecord};
+use slothqueue_runner::ProcJudge;
+
+use crate::{AppState, HttpError};
+
+/// A runner on another host counts as alive while its record is younger
+/// than this (the CLI's `status` uses the same).
+const REMOTE_FRESH: Duration = Duration::from_secs(300);
+
+/// One runner as the route answers it.
+#[derive(Debug, Serialize)]
+pub(crate) struct SeenRunner {
+    #[serde(flatten)]
+    record: RunnerRecord,
+    /// Whether it is alive: its process runs (on this host), or it wrote
+    /// its record in the last five minutes (elsewhere).
+    live: bool,
+}
+
+/// The answer.
+#[derive(Debug, Serialize)]
+pub(crate) struct Runners {
+    runners: Vec<SeenRunner>,
+}
+
+/// The handler.
+pub(crate) async fn runners(State(app): State<AppState>) -> Result<Json<Runners>, HttpError> {
+    let records = app.store.runners().await?;
+    let now = app.api.clock.now();
+    let judged = tokio::task::spawn_blocking(move || {
+        let judge = ProcJudge::new();
+        records
+            .into_iter()
+            .map(|record| {
+                let live = match judge.judge_owner(&record.owner) {
+                    Liveness::Alive => true,
+                    Liveness::Gone => false,
+                    Liveness::Unknown => now.duration_since(record.updated_at) < REMOTE_FRESH,
+                };
+                SeenRunner { record, live }
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .map_err(|_| HttpError::Internal)?;
+    Ok(Json(Runners { runners: judged }))
+}
+
+/// The OpenAPI operation.
+pub(crate) fn op_runners() -> Value {
+    json!({
+        "operationId": "runners",
+        "summary": "the runners recorded in the queue file (this server's worker among them), each with `live`: its process runs on this host, or (on another host) it was heard from in the last five minutes",
+        "responses": super::responses(
+            &[("200", json!({
+                "description": "the runners",
+                "content": { "application/json": { "schema": {
+                    "type": "object",
+                    "properties": { "runners": { "type": "array", "items": {
+                        "type": "object",
+                        "properties": {
+                            "owner": { "type": "object", "description": "host, pid, boot id and process start time" },
+                            "queues": { "type": "array", "items": { "type": "string" }, "description": "the queues it serves; empty for all" },
+                            "kinds": { "type": ["array", "null"], "items": { "type": "string" } },
+                            "started_at": { "type": "integer", "format": "int64" },
+                            "updated_at": { "type": "integer", "format": "int64" },
+                            "activity": {
+                                "type": "object",
+                                "description": "what it does: `activity` is `starting`, `running` (with `job`, and `also` for more slots), `gated` (with `reading` and `since`) or `idle` (with `until`)",
+                                "properties": { "activity": { "type": "string", "enum": ["starting", "running", "gated", "idle"] } },
+                                "required": ["activity"]
+                            },
+                            "live": { "type": "boolean" }
+                        },
+                        "required": ["owner", "queues", "started_at", "updated_at", "activity", "live"]
+                    } } },
+                    "required": ["runners"]
+                } } }
+            }))],
+            super::AUTHED,
+        )
+    })
+}

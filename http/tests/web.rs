@@ -1,0 +1,312 @@
+//! The web page's doors: the one-time login link, the token form, the
+//! session cookie standing in for the token on the API, the CSRF token on
+//! every change, the loopback checks on the page as on the API; and the
+//! routes the page added (a job's log from an offset, retry, runners).
+//! The page itself in a browser is `cli/tests/browser.rs`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test helpers panic on failure")]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Backend, Server, start, start_with};
+use reqwest::header::{CONTENT_TYPE, COOKIE, HOST, LOCATION, ORIGIN, SET_COOKIE};
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use slothqueue_http::DrainWorker;
+
+on_both_backends!(
+    the_login_link_works_once,
+    the_token_form_starts_a_session,
+    a_session_reads_and_changes_with_its_csrf_token,
+    the_page_keeps_the_loopback_checks,
+    logout_ends_the_session,
+    a_log_is_followed_from_an_offset,
+    retry_and_runners,
+);
+
+/// A client that shows redirects instead of following them, and sends no
+/// token unless told.
+fn browser() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// The `name=value` part of a response's `Set-Cookie`, with the whole
+/// header.
+fn cookie_of(resp: &reqwest::Response) -> (String, String) {
+    let set = resp.headers().get(SET_COOKIE).expect("a set-cookie").to_str().unwrap().to_owned();
+    (set.split(';').next().unwrap().to_owned(), set)
+}
+
+/// Logs in with the server's link; the session's cookie and CSRF token.
+async fn login(s: &Server) -> (String, String) {
+    let resp = browser().get(&s.login_link).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let (cookie, _) = cookie_of(&resp);
+    let page = browser().get(format!("{}/", s.url)).header(COOKIE, &cookie).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.unwrap();
+    let csrf = html
+        .split(r#"name="csrf-token" content=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the csrf meta")
+        .to_owned();
+    assert_eq!(csrf.len(), 64, "{csrf}");
+    (cookie, csrf)
+}
+
+async fn the_login_link_works_once(backend: Backend) {
+    let s = start(backend).await;
+    assert!(s.login_link.starts_with(&format!("{}/login?code=", s.url)), "{}", s.login_link);
+    assert!(!s.login_link.contains(&s.token), "the token is never in the link");
+    // Without a session the page sends to the login.
+    let resp = browser().get(format!("{}/", s.url)).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(resp.headers()[LOCATION], "/login");
+    let resp = browser().get(&s.login_link).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let (cookie, header) = cookie_of(&resp);
+    assert!(cookie.starts_with(&format!("slothqueue_session_{}=", s.addr.port())), "{header}");
+    for part in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(header.contains(part), "{header}");
+    }
+    assert_eq!(resp.headers()["referrer-policy"], "no-referrer");
+    assert!(
+        resp.headers()["content-security-policy"].to_str().unwrap().contains("script-src 'self'")
+    );
+    let body = resp.text().await.unwrap();
+    assert!(body.contains(r#"http-equiv="refresh" content="0; url=/""#), "{body}");
+    // Spent: the same link is refused, with the form, and no cookie.
+    let again = browser().get(&s.login_link).send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::FORBIDDEN);
+    assert!(again.headers().get(SET_COOKIE).is_none());
+    assert!(again.headers()[CONTENT_TYPE].to_str().unwrap().starts_with("text/html"));
+    assert!(again.text().await.unwrap().contains("already used"));
+    let forged = browser().get(format!("{}/login?code={}", s.url, s.token)).send().await.unwrap();
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN, "the token is no login code");
+    // The cookie opens the page, and the page names no token.
+    let page = browser().get(format!("{}/", s.url)).header(COOKIE, &cookie).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert_eq!(page.headers()["cache-control"], "no-store");
+    let html = page.text().await.unwrap();
+    assert!(html.contains("<script src=\"/app.js\""), "{html}");
+    assert!(!html.contains(&s.token));
+    // A cookie from nowhere opens nothing.
+    let name = cookie.split('=').next().unwrap();
+    let fake = format!("{name}={}", "ab".repeat(32));
+    let resp = browser().get(format!("{}/", s.url)).header(COOKIE, &fake).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    for asset in ["/app.js", "/app.css"] {
+        let resp = browser().get(format!("{}{asset}", s.url)).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{asset}");
+        assert_eq!(resp.headers()["x-content-type-options"], "nosniff");
+    }
+}
+
+async fn the_token_form_starts_a_session(backend: Backend) {
+    let s = start(backend).await;
+    let form = browser().get(format!("{}/login", s.url)).send().await.unwrap();
+    assert_eq!(form.status(), StatusCode::OK);
+    assert!(form.text().await.unwrap().contains(r#"id="token""#));
+    let post = |token: &str| {
+        browser().post(format!("{}/login", s.url)).json(&json!({ "token": token })).send()
+    };
+    let wrong = post("0123456789abcdef0123456789abcdef").await.unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(wrong.headers().get(SET_COOKIE).is_none());
+    let right = post(&s.token).await.unwrap();
+    assert_eq!(right.status(), StatusCode::NO_CONTENT);
+    let (cookie, _) = cookie_of(&right);
+    let (status, _) =
+        s.send(browser().get(format!("{}/api/queues", s.url)).header(COOKIE, &cookie)).await;
+    assert_eq!(status, StatusCode::OK);
+    // A form post (no preflight from another site) is refused as on the API.
+    let resp = browser()
+        .post(format!("{}/login", s.url))
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("token={}", s.token))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+}
+
+async fn a_session_reads_and_changes_with_its_csrf_token(backend: Backend) {
+    let s = start(backend).await;
+    let (cookie, csrf) = login(&s).await;
+    let job = s.enqueue(json!({ "kind": "shell", "payload": { "command": "true" } })).await;
+    let id = job["job"]["id"].as_i64().unwrap();
+    let with_cookie = |m: Method, path: &str| {
+        browser().request(m, format!("{}{path}", s.url)).header(COOKIE, &cookie)
+    };
+    let (status, body) = s.send(with_cookie(Method::GET, &format!("/api/tasks/outbox/{id}"))).await;
+    assert_eq!((status, body["state"].as_str()), (StatusCode::OK, Some("pending")));
+    let hold = format!("/api/tasks/outbox/{id}/hold");
+    let (status, body) = s.send(with_cookie(Method::POST, &hold)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "no csrf token: {body}");
+    assert!(body["error"].as_str().unwrap().contains("x-csrf-token"), "{body}");
+    let (status, _) =
+        s.send(with_cookie(Method::POST, &hold).header("x-csrf-token", "0".repeat(64))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "a wrong one");
+    // Another session's token is no good either.
+    let (_, other_csrf) = login_by_token(&s).await;
+    let (status, _) =
+        s.send(with_cookie(Method::POST, &hold).header("x-csrf-token", &other_csrf)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "another session's");
+    let (status, body) =
+        s.send(with_cookie(Method::POST, &hold).header("x-csrf-token", &csrf)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["held"]["by"], "http 127.0.0.1");
+    // Without cookie or token: 401, as ever; the bearer token alone still works.
+    let (status, _) = s.send(browser().get(format!("{}/api/queues", s.url))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = s.get("/api/queues").await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+/// A second session, through the token form; its cookie and CSRF token.
+async fn login_by_token(s: &Server) -> (String, String) {
+    let resp = browser()
+        .post(format!("{}/login", s.url))
+        .json(&json!({ "token": s.token }))
+        .send()
+        .await
+        .unwrap();
+    let (cookie, _) = cookie_of(&resp);
+    let html = browser()
+        .get(format!("{}/", s.url))
+        .header(COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let csrf = html.split(r#"name="csrf-token" content=""#).nth(1).unwrap();
+    (cookie, csrf.split('"').next().unwrap().to_owned())
+}
+
+async fn the_page_keeps_the_loopback_checks(backend: Backend) {
+    let s = start(backend).await;
+    let (cookie, csrf) = login(&s).await;
+    for path in ["/", "/login", "/app.js"] {
+        let resp = browser()
+            .get(format!("{}{path}", s.url))
+            .header(HOST, "evil.example")
+            .header(COOKIE, &cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{path}: a rebound name");
+    }
+    let resp = browser()
+        .post(format!("{}/login", s.url))
+        .header(ORIGIN, "http://evil.example")
+        .json(&json!({ "token": s.token }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN, "a login posted from another site");
+    let (status, _) = s
+        .send(
+            browser()
+                .post(format!("{}/api/pause", s.url))
+                .header(COOKIE, &cookie)
+                .header("x-csrf-token", &csrf)
+                .header(ORIGIN, "http://evil.example"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "a change from another site, token and all");
+    let (status, body) = s
+        .send(
+            browser()
+                .post(format!("{}/api/pause", s.url))
+                .header(COOKIE, &cookie)
+                .header("x-csrf-token", &csrf)
+                .header(ORIGIN, &s.url),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "from the page itself: {body}");
+}
+
+async fn logout_ends_the_session(backend: Backend) {
+    let s = start(backend).await;
+    let (cookie, csrf) = login(&s).await;
+    let resp =
+        browser().post(format!("{}/logout", s.url)).header(COOKIE, &cookie).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN, "not without the csrf token");
+    let resp = browser()
+        .post(format!("{}/logout", s.url))
+        .header(COOKIE, &cookie)
+        .header("x-csrf-token", &csrf)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    assert!(cookie_of(&resp).1.contains("Max-Age=0"));
+    let (status, _) =
+        s.send(browser().get(format!("{}/api/queues", s.url)).header(COOKIE, &cookie)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+async fn a_log_is_followed_from_an_offset(backend: Backend) {
+    let s = start_with(backend, |store, queue| {
+        Some(DrainWorker::new(store, DrainWorker::config(&queue), |_event| {}))
+    })
+    .await;
+    let job = s
+        .enqueue(json!({ "kind": "shell", "payload": { "command": "printf 'one\\ntwo\\n'" } }))
+        .await;
+    let id = job["job"]["id"].as_i64().unwrap();
+    s.wait_for(id, Duration::from_secs(20), |j| j["state"] == "done").await;
+    let (status, all) = s.get(&format!("/api/tasks/outbox/{id}/log")).await;
+    assert_eq!(status, StatusCode::OK, "{all}");
+    assert_eq!(all["exists"], true);
+    let text = all["text"].as_str().unwrap();
+    assert!(text.starts_with(&format!("--- job #{id} attempt 1/")), "{text}");
+    assert!(text.contains("one\ntwo\n"), "{text}");
+    assert_eq!(all["size"], all["next_offset"]);
+    let end = all["next_offset"].as_u64().unwrap();
+    let (_, rest) = s.get(&format!("/api/tasks/outbox/{id}/log?offset={end}")).await;
+    assert_eq!((rest["text"].as_str(), rest["start"].as_u64()), (Some(""), Some(end)));
+    let (_, piece) = s.get(&format!("/api/tasks/outbox/{id}/log?offset=0&limit=3")).await;
+    assert_eq!((piece["text"].as_str(), piece["next_offset"].as_u64()), (Some("---"), Some(3)));
+    let (status, _) = s.get("/api/tasks/outbox/999/log").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    for bad in ["offset=-1", "offset=x", "limit=0x10", "limit=99999999", "follow=1"] {
+        let (status, body) = s.get(&format!("/api/tasks/outbox/{id}/log?{bad}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+    // A job not yet run has no log: empty, not an error.
+    let later = s
+        .enqueue(json!({ "kind": "shell", "payload": { "command": "true" }, "scheduled_for": "2099-01-01T00:00:00Z" }))
+        .await;
+    let later = later["job"]["id"].as_i64().unwrap();
+    let (status, none) = s.get(&format!("/api/tasks/outbox/{later}/log")).await;
+    assert_eq!((status, none["exists"].as_bool()), (StatusCode::OK, Some(false)));
+}
+
+async fn retry_and_runners(backend: Backend) {
+    let s = start(backend).await;
+    let job = s
+        .enqueue(json!({ "kind": "shell", "payload": { "command": "true" }, "scheduled_for": "2099-01-01T00:00:00Z" }))
+        .await;
+    let id = job["job"]["id"].as_i64().unwrap();
+    let (status, _) = s.post_empty(&format!("/api/tasks/outbox/{id}/retry")).await;
+    assert_eq!(status, StatusCode::CONFLICT, "a pending job is not retried");
+    let (status, _) = s.post_empty(&format!("/api/tasks/outbox/{id}/cancel")).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = s.post_empty(&format!("/api/tasks/outbox/{id}/retry")).await;
+    assert_eq!((status, body["state"].as_str()), (StatusCode::OK, Some("pending")), "{body}");
+    let (status, _) = s.post_empty("/api/tasks/outbox/999/retry").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) = s.get("/api/runners").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body["runners"].as_array().is_some_and(Vec::is_empty), "no worker here: {body}");
+}
