@@ -14,11 +14,16 @@ pub(crate) async fn live_runners(
     now: Timestamp,
 ) -> Result<Vec<RunnerRecord>, HttpError> {
     let records = store.runners().await?;
-    let judge = ProcJudge::new();
-    Ok(records
-        .into_iter()
-        .filter(|r| serving::is_live(r, judge.judge_owner(&r.owner), now))
-        .collect())
+    // The judge reads /proc: off the async workers.
+    tokio::task::spawn_blocking(move || {
+        let judge = ProcJudge::new();
+        records
+            .into_iter()
+            .filter(|r| serving::is_live(r, judge.judge_owner(&r.owner), now))
+            .collect()
+    })
+    .await
+    .map_err(|_| HttpError::Internal)
 }
 
 /// Why no runner takes this pending job, when that is so: `no handler for

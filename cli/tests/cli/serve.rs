@@ -84,8 +84,12 @@ fn serve_with_handlers(backend: Backend) {
     let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
+    // Then the web page's login link, then where the metrics are.
     let mut metrics_line = String::new();
-    stdout.read_line(&mut metrics_line).unwrap();
+    while !metrics_line.starts_with("metrics on ") {
+        metrics_line.clear();
+        assert_ne!(stdout.read_line(&mut metrics_line).unwrap(), 0, "no metrics line");
+    }
     // listening on http://127.0.0.1:PORT (token in PATH)
     let rest = line.strip_prefix("listening on http://").unwrap_or_else(|| panic!("{line:?}"));
     let (addr, token_file) =
