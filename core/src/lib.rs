@@ -14,6 +14,7 @@ pub mod liveness;
 pub mod machine;
 pub mod policy;
 pub mod schedule;
+pub mod serving;
 pub mod shell;
 pub mod store;
 pub mod time;
@@ -35,6 +36,7 @@ pub use policy::{Policy, splitmix64};
 pub use schedule::{
     CatchUp, NewSchedule, Overlap, Schedule, ScheduleChange, Spec, Tick, TickOutcome, Ticks,
 };
+pub use serving::{Coverage, Unserved};
 pub use shell::{EnvMode, IoClass, Limits};
 pub use store::{
     ListFilter, ListOrder, PurgeFilter, Pushed, PutSchedule, RunnerActivity, RunnerRecord,

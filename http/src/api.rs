@@ -17,13 +17,14 @@ use serde_json::{Value, json};
 use slothqueue_core::{
     DEFAULT_MAX_RUNTIME, DEFAULT_QUEUE, Event, Job, JobEdit, JobId, JobState, LaneChange,
     LaneScope, Lanes, ListFilter, ListOrder, NewJob, Parent, Pushed, QueuesReport, SHELL_KIND,
-    Stamp, Stats, StoreError, machine,
+    Stamp, Stats, StoreError, Unserved, machine,
 };
 use slothqueue_runner::RunnerError;
 use slothqueue_runner::wait::{WaitTarget, wait};
 
 use crate::extract::{IdParam, JsonBody, MaybeJsonBody, QueryParams, QueueParam, Who, parse_id};
 use crate::mask::{self, Secrets};
+use crate::serving;
 use crate::{AppState, HttpError};
 
 /// Jobs per page of the outbox when the client does not say.
@@ -201,6 +202,12 @@ pub(crate) const ROUTES: &[RouteSpec] = &[
         path: "/api/openapi.json",
         handler: || get(openapi),
         operation: op_openapi,
+    },
+    RouteSpec {
+        method: "GET",
+        path: crate::metrics::PATH,
+        handler: || get(crate::metrics::metrics),
+        operation: crate::metrics::op_metrics,
     },
     RouteSpec {
         method: "GET",
@@ -407,6 +414,19 @@ struct JobWithEvents {
     #[serde(flatten)]
     job: Job,
     events: Vec<Event>,
+    /// Why no live runner takes this pending job (`no handler for kind
+    /// download`); absent when one can.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiting: Option<String>,
+}
+
+/// The answer of `GET /api/tasks/outbox/stats`: the store's counts and
+/// the pending jobs no live runner can run.
+#[derive(Debug, Serialize)]
+struct StatsAnswer {
+    #[serde(flatten)]
+    stats: Stats,
+    unserved: Vec<Unserved>,
 }
 
 fn bad(msg: impl Into<String>) -> HttpError {
@@ -649,7 +669,13 @@ async fn show(
     }
     let job = app.store.get(id).await?;
     let events = app.store.events(id).await?;
-    Ok(Json(JobWithEvents { job: mask::job(job, secrets), events }))
+    let waiting = if job.state == JobState::Pending {
+        let live = serving::live_runners(app.store.as_ref(), app.api.clock.now()).await?;
+        serving::waiting(&job, &live)
+    } else {
+        None
+    };
+    Ok(Json(JobWithEvents { job: mask::job(job, secrets), events, waiting }))
 }
 
 async fn cancel(State(app): State<AppState>, IdParam(id): IdParam) -> Result<Json<Job>, HttpError> {
@@ -800,8 +826,15 @@ async fn resume_all(State(app): State<AppState>) -> Result<Json<LanesView>, Http
     Ok(Json(LanesView::from(&lanes)))
 }
 
-async fn stats(State(app): State<AppState>) -> Result<Json<Stats>, HttpError> {
-    Ok(Json(app.store.stats(app.api.clock.now()).await?))
+/// The counts, and the pending jobs no live runner can run (among the
+/// first [`slothqueue_core::serving::UNSERVED_SCAN`] in claim order), by
+/// queue and kind.
+async fn stats(State(app): State<AppState>) -> Result<Json<StatsAnswer>, HttpError> {
+    let now = app.api.clock.now();
+    let stats = app.store.stats(now).await?;
+    let live = serving::live_runners(app.store.as_ref(), now).await?;
+    let unserved = serving::unserved(app.store.as_ref(), &live).await?;
+    Ok(Json(StatsAnswer { stats, unserved }))
 }
 
 async fn openapi(State(app): State<AppState>) -> Json<Value> {
@@ -966,7 +999,7 @@ fn op_list() -> Value {
 fn op_stats() -> Value {
     json!({
         "operationId": "stats",
-        "summary": "counts per state, how many are due now, and when the next one is due",
+        "summary": "counts per state, how many are due now, when the next one is due, and the pending jobs no live runner can run",
         "responses": responses(&[("200", ok_json("the counts", "Stats"))], AUTHED)
     })
 }
@@ -1296,7 +1329,10 @@ fn schemas() -> Value {
         "JobWithEvents": {
             "allOf": [
                 { "$ref": "#/components/schemas/Job" },
-                { "type": "object", "properties": { "events": { "type": "array", "items": { "$ref": "#/components/schemas/Event" } } }, "required": ["events"] }
+                { "type": "object", "properties": {
+                    "events": { "type": "array", "items": { "$ref": "#/components/schemas/Event" } },
+                    "waiting": { "type": "string", "description": "why no live runner takes this pending job: `no handler for kind download` (the runners of its queue have no handler for its kind) or `no live runner serves queue Q`; absent when one can, and for a job held or waiting on parents" }
+                }, "required": ["events"] }
             ]
         },
         "JobPage": {
@@ -1318,9 +1354,23 @@ fn schemas() -> Value {
                 "failed": { "type": "integer" },
                 "cancelled": { "type": "integer" },
                 "due_now": { "type": "integer" },
-                "next_due": opt_ts
+                "next_due": opt_ts,
+                "unserved": {
+                    "type": "array",
+                    "description": "pending jobs no live runner can run, by queue and kind (among the first 1000 pending jobs in claim order)",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "queue": { "type": "string" },
+                            "kind": { "type": "string" },
+                            "pending": { "type": "integer", "minimum": 1 },
+                            "why": { "type": "string", "description": "`no handler for kind download`, or `no live runner serves queue Q`" }
+                        },
+                        "required": ["queue", "kind", "pending", "why"]
+                    }
+                }
             },
-            "required": ["pending", "running", "done", "failed", "cancelled", "due_now", "next_due"]
+            "required": ["pending", "running", "done", "failed", "cancelled", "due_now", "next_due", "unserved"]
         }
     });
     let schedule_schemas = schedules::schemas(&all["EnqueueRequest"]);

@@ -22,6 +22,7 @@ use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::metrics::PATH as METRICS;
 use crate::token::constant_time_eq;
 use crate::{AppState, HttpError};
 
@@ -76,7 +77,7 @@ fn check(app: &AppState, req: &Request) -> Result<(), HttpError> {
             return Err(HttpError::Forbidden("cross-origin requests are not allowed".to_owned()));
         }
     }
-    if req.uri().path() == HEALTHZ {
+    if req.uri().path() == HEALTHZ || (api.metrics_public && req.uri().path() == METRICS) {
         return Ok(());
     }
     if crate::web::session::is_page(req.uri().path()) {

@@ -8,7 +8,7 @@
 //! | `POST /api/tasks/enqueue` | adds a job (201), or finds the identical one with the same idempotency key (200); `after` names the jobs it runs after |
 //! | `POST /api/tasks/enqueue/batch` | adds an array of such jobs in one transaction, all or none (a refused one is named by `index`) |
 //! | `GET /api/tasks/outbox` | jobs, newest first, filtered by `state`, `kind`, `queue`, paged by `limit` and `cursor`; secret-looking env values masked unless `?show_secrets=true` |
-//! | `GET /api/tasks/outbox/{id}` | one job with its event trail; `?wait=SECONDS` (at most 120) answers once it is finished or the time is up; `?show_secrets=true` as for the list |
+//! | `GET /api/tasks/outbox/{id}` | one job with its event trail, and `waiting` when no live runner can run it (`no handler for kind download`); `?wait=SECONDS` (at most 120) answers once it is finished or the time is up; `?show_secrets=true` as for the list |
 //! | `POST /api/tasks/outbox/{id}/cancel` | cancels a job |
 //! | `POST /api/tasks/outbox/{id}/retry` | runs a failed or cancelled job again |
 //! | `GET /api/tasks/outbox/{id}/log` | a piece of the job's log from `?offset=` (its tail without), to follow it as it grows |
@@ -16,7 +16,7 @@
 //! | `POST /api/tasks/outbox/{id}/release` | releases a held job |
 //! | `PATCH /api/tasks/outbox/{id}` | changes a pending or held job (only the fields given; 409 once a runner took it) |
 //! | `POST /api/tasks/outbox/{id}/clone` | adds a new pending job from any job, with changes (201) |
-//! | `GET /api/tasks/outbox/stats` | counts per state, `due_now`, `next_due` |
+//! | `GET /api/tasks/outbox/stats` | counts per state, `due_now`, `next_due`, and `unserved`: pending jobs no live runner can run (`no handler for kind download`) |
 //! | `GET /api/queues` | every queue's counts, limit and pause |
 //! | `GET /api/runners` | the runners recorded in the queue file, each judged alive or not |
 //! | `PUT /api/queues/{queue}/limit` | `{"limit": N}`: at most N of the queue's jobs run at once (0 lifts it) |
@@ -27,6 +27,7 @@
 //! | `GET /api/schedules/{key}`, `DELETE /api/schedules/{key}` | one schedule; removes it (its jobs stay) |
 //! | `POST /api/schedules/{key}/pause`, `.../resume` | no tick fires until resumed; resumed, it fires from its next slot after now |
 //! | `GET /api/openapi.json` | the OpenAPI 3.1 document |
+//! | `GET /metrics` | the queue in the Prometheus text format (OpenMetrics 1.0); also alone and without the token on [`ServeConfig::metrics_addr`] |
 //! | `GET /healthz` | `{"ok": true}`, without a token |
 //!
 //! Beside them, the web page (module `web`): `GET /` for a person at the
@@ -64,7 +65,9 @@ mod error;
 mod extract;
 mod guard;
 mod mask;
+mod metrics;
 mod server;
+mod serving;
 mod token;
 mod web;
 mod worker;
@@ -102,6 +105,11 @@ pub struct ApiState {
     watch: Arc<QueueWatch>,
     /// Set when the server begins to shut down: long polls answer at once.
     closing: watch::Sender<bool>,
+    /// The drain worker's counts, for `/metrics`.
+    counters: metrics::WorkerCounters,
+    /// `/metrics` needs no token: the routes of `--metrics-addr`, which
+    /// serve nothing else.
+    metrics_public: bool,
     /// Where the worker writes job logs (`GET .../log` reads there).
     log_dir: Option<PathBuf>,
     /// The web page's login codes and sessions.
@@ -140,6 +148,8 @@ impl ApiState {
             server_addr: None,
             watch: Arc::new(QueueWatch::polling(UNWATCHED_POLL)),
             closing: watch::channel(false).0,
+            counters: metrics::WorkerCounters::default(),
+            metrics_public: false,
             log_dir: None,
             sessions: Arc::new(web::Sessions::default()),
         }
@@ -210,6 +220,12 @@ impl ApiState {
         self
     }
 
+    /// The drain worker's counts that `/metrics` reports.
+    pub(crate) fn with_counters(mut self, counters: metrics::WorkerCounters) -> Self {
+        self.counters = counters;
+        self
+    }
+
     /// Answers every long poll now and every later one at once: the
     /// server is going away.
     pub(crate) fn close(&self) {
@@ -258,6 +274,20 @@ pub fn router(store: Arc<dyn Store>, state: ApiState) -> Router {
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             axum::response::IntoResponse::into_response(HttpError::Internal)
         }))
+        .layer(axum::middleware::map_response(error::json_refusals))
+        .with_state(app)
+}
+
+/// `GET /metrics` alone, without the token (the `Host` and `Origin`
+/// checks still apply): what [`ServeConfig::metrics_addr`] serves.
+pub(crate) fn metrics_router(store: Arc<dyn Store>, mut state: ApiState) -> Router {
+    state.metrics_public = true;
+    let app = AppState { store, api: state };
+    Router::new()
+        .route(metrics::PATH, axum::routing::get(metrics::metrics))
+        .fallback(api::no_route)
+        .method_not_allowed_fallback(api::wrong_method)
+        .layer(axum::middleware::from_fn_with_state(app.clone(), guard::guard))
         .layer(axum::middleware::map_response(error::json_refusals))
         .with_state(app)
 }

@@ -50,6 +50,11 @@ pub struct ServeConfig {
     /// finish. [`ServeConfig::new`] takes it from a [`Token::Generate`];
     /// `None` polls every [`crate::UNWATCHED_POLL`].
     pub queue_file: Option<PathBuf>,
+    /// Also answer `GET /metrics`, and nothing else, on this address
+    /// without the token (for a Prometheus that scrapes without
+    /// credentials); loopback unless `allow_remote`, like `addr`. `None`
+    /// (the default): `/metrics` only on `addr`, behind the token.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl ServeConfig {
@@ -65,6 +70,7 @@ impl ServeConfig {
             allow_remote: false,
             body_limit: DEFAULT_BODY_LIMIT,
             queue_file,
+            metrics_addr: None,
         }
     }
 }
@@ -77,6 +83,8 @@ pub struct Bound {
     token_path: PathBuf,
     store: Arc<dyn Store>,
     state: ApiState,
+    /// The `metrics_addr` listener and the address it is bound to.
+    metrics: Option<(TcpListener, SocketAddr)>,
 }
 
 impl std::fmt::Debug for Bound {
@@ -93,8 +101,10 @@ impl std::fmt::Debug for Bound {
 /// Refuses a non-loopback address unless `config.allow_remote`, before
 /// touching the token or the network.
 pub async fn bind(store: Arc<dyn Store>, config: ServeConfig) -> Result<Bound, HttpError> {
-    if !config.allow_remote && !config.addr.ip().is_loopback() {
-        return Err(HttpError::NotLoopback { addr: config.addr });
+    for addr in std::iter::once(config.addr).chain(config.metrics_addr) {
+        if !config.allow_remote && !addr.ip().is_loopback() {
+            return Err(HttpError::NotLoopback { addr });
+        }
     }
     let (token, token_path) = config.token.load()?;
     let listener = TcpListener::bind(config.addr)
@@ -111,7 +121,16 @@ pub async fn bind(store: Arc<dyn Store>, config: ServeConfig) -> Result<Bound, H
             .with_queue_watch(Arc::new(QueueWatch::new(queue)))
             .with_log_dir(crate::log_dir_beside(queue));
     }
-    Ok(Bound { listener, local_addr, token_path, store, state })
+    let metrics = match config.metrics_addr {
+        Some(addr) => {
+            let listener =
+                TcpListener::bind(addr).await.map_err(|source| HttpError::Bind { addr, source })?;
+            let bound = listener.local_addr().map_err(|source| HttpError::Bind { addr, source })?;
+            Some((listener, bound))
+        }
+        None => None,
+    };
+    Ok(Bound { listener, local_addr, token_path, store, state, metrics })
 }
 
 /// What [`serve`] tells its caller once it listens.
@@ -125,6 +144,9 @@ pub struct Listening<'a> {
     /// A one-time link that logs a browser in to the web page
     /// ([`Bound::login_link`]).
     pub login_link: &'a str,
+    /// Where `GET /metrics` answers without the token
+    /// ([`ServeConfig::metrics_addr`]), if asked for.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// Binds, calls `on_listening` with the bound address, the token file and
@@ -144,6 +166,7 @@ pub async fn serve(
         addr: bound.local_addr(),
         token_path: bound.token_path(),
         login_link: &login_link,
+        metrics_addr: bound.metrics_addr(),
     });
     bound.run(worker, shutdown).await
 }
@@ -174,6 +197,12 @@ impl Bound {
             });
         }
         Ok(format!("http://{addr}/login?code={code}"))
+    }
+
+    /// Where `GET /metrics` is served without the token, when
+    /// [`ServeConfig::metrics_addr`] asked for it.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|(_, addr)| *addr)
     }
 
     /// Replaces the route settings (default `cwd`, clock, …); the token and
@@ -207,14 +236,18 @@ impl Bound {
         worker: Option<DrainWorker>,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), HttpError> {
-        let Bound { listener, store, mut state, .. } = self;
+        let Bound { listener, store, mut state, metrics, .. } = self;
         let mut worker_task: Option<(WorkerStop, JoinHandle<Result<(), HttpError>>)> = None;
         if let Some(worker) = worker {
-            state = state.with_waker(worker.waker());
+            state = state.with_waker(worker.waker()).with_counters(worker.counters());
             let (stop, run) = worker.start();
             worker_task = Some((stop, tokio::spawn(run)));
         }
         let closing = state.clone();
+        let metrics_task = metrics.map(|(listener, _)| {
+            let app = crate::metrics_router(store.clone(), state.clone());
+            tokio::spawn(serve_metrics(listener, app, state.closing.subscribe()))
+        });
         let app = router(store, state);
         let graceful = GracefulShutdown::new();
         let mut shutdown = pin!(shutdown);
@@ -269,8 +302,12 @@ impl Bound {
             }
         };
         drop(listener);
-        // Long polls answer now rather than hold the shutdown up.
+        // Long polls answer now rather than hold the shutdown up (and the
+        // metrics listener closes).
         closing.close();
+        if let Some(task) = metrics_task {
+            let _ = task.await;
+        }
         if worker_ended.is_some() {
             // Its task is finished and must not be awaited again.
             worker_task = None;
@@ -287,5 +324,34 @@ impl Bound {
             None => Ok(()),
         };
         worker_ended.unwrap_or(stopped)
+    }
+}
+
+/// Answers `GET /metrics` on its own listener until the server closes:
+/// each connection as the API's are (HTTP/1.1, a header timeout).
+async fn serve_metrics(
+    listener: TcpListener,
+    app: axum::Router,
+    mut closing: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = async { let _ = closing.wait_for(|closing| *closing).await; } => return,
+            accepted = listener.accept() => {
+                let Ok((stream, _peer)) = accepted else {
+                    // Out of descriptors and the like: a scrape can wait.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let mut builder = hyper::server::conn::http1::Builder::new();
+                builder.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+                let service = TowerToHyperService::new(app.clone());
+                let conn = builder.serve_connection(TokioIo::new(stream), service);
+                tokio::spawn(async move {
+                    // A scraper that hangs up mid-request is its own problem.
+                    let _ = conn.await;
+                });
+            }
+        }
     }
 }

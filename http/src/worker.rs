@@ -9,10 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use slothqueue_core::Store;
-use slothqueue_runner::{Mode, Reporter, Runner, RunnerConfig, ShutdownSignal, ShutdownTrigger};
+use slothqueue_runner::{
+    Mode, Reporter, Runner, RunnerConfig, RunnerEvent, ShutdownSignal, ShutdownTrigger,
+};
 use tokio::sync::Notify;
 
 use crate::HttpError;
+use crate::metrics::WorkerCounters;
 
 /// How often the worker's running job heartbeats, and so how soon a cancel
 /// sent through the API stops it. The runner's default (a third of the
@@ -28,6 +31,7 @@ type RunFn = Box<dyn FnOnce(ShutdownSignal) -> RunFuture + Send>;
 pub struct DrainWorker {
     waker: Arc<Notify>,
     run: RunFn,
+    counters: WorkerCounters,
 }
 
 impl fmt::Debug for DrainWorker {
@@ -85,22 +89,41 @@ impl DrainWorker {
     /// A worker from a runner built by the caller (to register handlers).
     /// The runner must be in [`Mode::Follow`]; one that stops by itself
     /// stops the server with an error.
+    /// Its attempts, retries and failures are counted for `GET /metrics`.
     pub fn from_runner(runner: Runner, reporter: impl Reporter + 'static) -> Self {
         let waker = runner.waker();
-        DrainWorker::custom(waker, move |shutdown| async move {
+        let counters = WorkerCounters::default();
+        let seen = counters.clone();
+        let reporter = move |event: RunnerEvent| {
+            seen.count(&event);
+            reporter.report(event);
+        };
+        let mut worker = DrainWorker::custom(waker, move |shutdown| async move {
             runner.run(reporter, shutdown).await.map(|_summary| ()).map_err(HttpError::Worker)
-        })
+        });
+        worker.counters = counters;
+        worker
     }
 
     /// A worker from any loop: `run` must work until the signal it is given
     /// fires, then hand back its job and return; `waker` is notified after
-    /// every enqueue and cancel.
+    /// every enqueue and cancel. Its attempts are not counted in
+    /// `GET /metrics` (the loop reports to nobody the server knows).
     pub fn custom<F, Fut>(waker: Arc<Notify>, run: F) -> Self
     where
         F: FnOnce(ShutdownSignal) -> Fut + Send + 'static,
         Fut: Future<Output = Result<(), HttpError>> + Send + 'static,
     {
-        DrainWorker { waker, run: Box::new(move |signal| Box::pin(run(signal))) }
+        DrainWorker {
+            waker,
+            run: Box::new(move |signal| Box::pin(run(signal))),
+            counters: WorkerCounters::default(),
+        }
+    }
+
+    /// What `/metrics` counts of it.
+    pub(crate) fn counters(&self) -> WorkerCounters {
+        self.counters.clone()
     }
 
     /// What enqueue notifies.

@@ -538,6 +538,7 @@ async fn openapi_matches_routes(backend: Backend) {
         ("POST", "/api/schedules/{key}/pause"),
         ("POST", "/api/schedules/{key}/resume"),
         ("GET", "/api/openapi.json"),
+        ("GET", "/metrics"),
         ("GET", "/healthz"),
     ]
     .into_iter()
@@ -550,6 +551,12 @@ async fn openapi_matches_routes(backend: Backend) {
         let path =
             path.replace("{id}", "1").replace("{queue}", "default").replace("{key}", "nightly");
         let method: Method = method.parse().unwrap();
+        if path == "/metrics" {
+            // Prometheus text, not JSON (tests/metrics.rs reads it).
+            let resp = s.req(method.clone(), &path).send().await.unwrap();
+            assert_eq!(resp.status(), StatusCode::OK, "{method} {path}");
+            continue;
+        }
         let mut req = s.req(method.clone(), &path);
         if method == Method::POST {
             req = req.json(&shell("true"));

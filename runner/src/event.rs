@@ -231,7 +231,11 @@ fn ids(jobs: &[JobId]) -> String {
 impl fmt::Display for SkipReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SkipReason::NoHandler { kind } => write!(f, "no handler for kind `{kind}`"),
+            // The words every presenter uses for it (`core::serving`).
+            SkipReason::NoHandler { kind } => {
+                let words = slothqueue_core::Coverage::NoHandler { kind: kind.clone() };
+                fmt::Display::fmt(&words, f)
+            }
             SkipReason::QueueNotServed { queue } => write!(f, "queue `{queue}` not served"),
             SkipReason::Paused { queue } => write!(f, "queue `{queue}` paused"),
         }

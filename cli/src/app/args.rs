@@ -420,18 +420,15 @@ pub struct ServeArgs {
     #[arg(long)]
     pub allow_remote: bool,
 
-    /// Start a shell job only while the 1-minute load average is below this
-    /// (default: the number of CPUs).
-    #[arg(long, value_name = "F", allow_hyphen_values = true, value_parser = parse_ceiling)]
-    pub load_ceiling: Option<f64>,
+    /// Also answer GET /metrics (and nothing else) on this address without
+    /// the token, for a scraper without credentials; loopback unless
+    /// --allow-remote. /metrics on --addr needs the token either way.
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 
-    /// Slots and gates of the drain worker.
+    /// What the drain worker runs and how, exactly as `run` takes it.
     #[command(flatten)]
-    pub slots: SlotArgs,
-
-    /// The drain worker's limits for jobs that set none.
-    #[command(flatten)]
-    pub limits: LimitArgs,
+    pub runner: RunnerArgs,
 }
 
 /// `add`.
@@ -532,6 +529,15 @@ pub struct RunArgs {
     #[arg(long)]
     pub follow: bool,
 
+    /// What the runner runs and how.
+    #[command(flatten)]
+    pub runner: RunnerArgs,
+}
+
+/// What a runner runs and how: the options `run` and `serve` (its drain
+/// worker) share, with the same meaning.
+#[derive(Debug, Args)]
+pub struct RunnerArgs {
     /// Start a job only while the 1-minute load average is below this
     /// (default: the number of CPUs).
     #[arg(long, value_name = "F", allow_hyphen_values = true, value_parser = parse_ceiling)]

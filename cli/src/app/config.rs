@@ -228,7 +228,7 @@ impl Default for SlotConfig {
 }
 
 /// `serve`, validated.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug, PartialEq)]
 pub struct ServeConfig {
     /// Where to listen.
     pub addr: std::net::SocketAddr,
@@ -236,12 +236,10 @@ pub struct ServeConfig {
     pub token_file: Option<PathBuf>,
     /// Accept non-loopback addresses and headers.
     pub allow_remote: bool,
-    /// The drain worker's load ceiling; `None` is the number of CPUs.
-    pub load_ceiling: Option<f64>,
-    /// The drain worker's slots and other gates.
-    pub slots: SlotConfig,
-    /// The drain worker's limits for jobs that set none (`--nice`, …).
-    pub limits: Limits,
+    /// Where `/metrics` is also served without the token.
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// What the drain worker runs and how, as `run` takes it.
+    pub runner: RunnerOptions,
 }
 
 /// `add --stdin`: the flags, checked, as the defaults of every line (the
@@ -285,6 +283,14 @@ pub enum RunMode {
 pub struct RunConfig {
     /// How long to go on.
     pub mode: RunMode,
+    /// What the runner runs and how.
+    pub runner: RunnerOptions,
+}
+
+/// What a runner runs and how, validated: `run`'s options, which `serve`'s
+/// drain worker takes with the same meaning.
+#[derive(Debug, PartialEq)]
+pub struct RunnerOptions {
     /// The load ceiling; `None` is the number of CPUs.
     pub load_ceiling: Option<f64>,
     /// A loadavg-format file to read instead of the system's.
@@ -423,9 +429,8 @@ impl Config {
                 addr: a.addr,
                 token_file: a.token_file,
                 allow_remote: a.allow_remote,
-                load_ceiling: a.load_ceiling,
-                slots: slot_config(a.slots)?,
-                limits: a.limits.limits(),
+                metrics_addr: a.metrics_addr,
+                runner: runner_options(a.runner)?,
             }),
             args::Command::Parallel(p) => {
                 let queue = p.queue.unwrap_or_else(|| DEFAULT_QUEUE.to_owned());
@@ -790,6 +795,23 @@ fn parse_env_pair(pair: &str) -> anyhow::Result<(String, String)> {
 }
 
 fn run_config(r: args::RunArgs) -> anyhow::Result<RunConfig> {
+    let runner = runner_options(r.runner)?;
+    if r.once && runner.slots.slots > 1 {
+        return Err(usage("--once runs one job: --slots cannot be more than 1 with it"));
+    }
+    let mode = if r.once {
+        RunMode::Once
+    } else if r.follow {
+        RunMode::Follow
+    } else {
+        RunMode::Drain
+    };
+    Ok(RunConfig { mode, runner })
+}
+
+/// The runner's options, as `run` and `serve` take them, checked: the
+/// files and folders they name must be there now.
+fn runner_options(r: args::RunnerArgs) -> anyhow::Result<RunnerOptions> {
     for q in &r.queue {
         plain_name("--queue", q)?;
     }
@@ -819,19 +841,7 @@ fn run_config(r: args::RunArgs) -> anyhow::Result<RunConfig> {
             ));
         }
     }
-    let slots = slot_config(r.slots)?;
-    if r.once && slots.slots > 1 {
-        return Err(usage("--once runs one job: --slots cannot be more than 1 with it"));
-    }
-    let mode = if r.once {
-        RunMode::Once
-    } else if r.follow {
-        RunMode::Follow
-    } else {
-        RunMode::Drain
-    };
-    Ok(RunConfig {
-        mode,
+    Ok(RunnerOptions {
         load_ceiling: r.load_ceiling,
         load_file: r.load_file,
         cooldown: r.cooldown,
@@ -840,7 +850,7 @@ fn run_config(r: args::RunArgs) -> anyhow::Result<RunConfig> {
         handlers: r.handlers,
         on_finish: r.on_finish,
         lease: r.lease,
-        slots,
+        slots: slot_config(r.slots)?,
         limits: r.limits.limits(),
     })
 }
@@ -1035,14 +1045,16 @@ mod tests {
     }
 
     #[test]
-    fn slots_and_gates_fill_the_run_config() {
+    fn run_and_serve_take_the_same_runner_options_with_the_same_checks() {
         let dir = tempfile::tempdir().unwrap();
         let psi = dir.path().join("cpu");
         std::fs::write(&psi, "some avg10=12.00 avg60=3.00 avg300=1.00 total=5\n").unwrap();
         let psi = psi.to_str().unwrap();
         let power = dir.path().to_str().unwrap();
-        let c = config(&[
-            "run",
+        let not_psi = dir.path().join("loadavg");
+        std::fs::write(&not_psi, "0.1 0.1 0.1 1/1 1\n").unwrap();
+        let not_psi = not_psi.to_str().unwrap();
+        let flags = [
             "--slots",
             "3",
             "--max-cpu-pressure",
@@ -1053,43 +1065,89 @@ mod tests {
             "--power-supply-dir",
             power,
             "--suspend-when-gated",
-        ])
-        .unwrap();
-        let Command::Run(r) = c.command else { panic!("not run") };
-        assert_eq!(r.slots.slots, 3);
-        assert_eq!(r.slots.max_cpu_pressure, Some(30.0));
-        assert!(r.slots.require_ac_power && r.slots.suspend_when_gated);
-        let Command::Run(d) = config(&["run"]).unwrap().command else { panic!("not run") };
-        assert_eq!(d.slots, SlotConfig::default());
-        let Command::Serve(s) = config(&["serve", "--slots", "2"]).unwrap().command else {
-            panic!("not serve")
+            "--handlers",
+            power,
+            "-q",
+            "disk",
+            "--queue",
+            "net",
+            "--on-finish",
+            "echo done",
+            "--load-ceiling",
+            "2.5",
+            "--load-file",
+            not_psi,
+            "--cooldown",
+            "2s",
+            "--check-interval",
+            "5s",
+            "--lease",
+            "30s",
+            "--nice",
+            "5",
+        ];
+        let options = |command: &'static str| -> RunnerOptions {
+            let mut argv = vec![command];
+            argv.extend_from_slice(&flags);
+            match config(&argv).unwrap().command {
+                Command::Run(r) => r.runner,
+                Command::Serve(s) => s.runner,
+                other => panic!("not run or serve: {other:?}"),
+            }
         };
-        assert_eq!(s.slots.slots, 2);
-        let not_psi = dir.path().join("loadavg");
-        std::fs::write(&not_psi, "0.1 0.1 0.1 1/1 1\n").unwrap();
-        let not_psi = not_psi.to_str().unwrap();
-        for (argv, fragment) in [
-            (&["run", "--slots", "0"][..], "not a number of slots from 1 to 64"),
-            (&["run", "--slots", "65"][..], "not a number of slots from 1 to 64"),
-            (&["run", "--slots", "2", "--once"][..], "--once runs one job"),
-            (&["run", "--max-cpu-pressure", "0"][..], "not a cpu pressure ceiling"),
-            (&["run", "--max-cpu-pressure", "101"][..], "not a cpu pressure ceiling"),
-            (&["run", "--pressure-file", psi][..], "--max-cpu-pressure"),
-            (
-                &["run", "--max-cpu-pressure", "5", "--pressure-file", "/nonexistent/cpu"][..],
-                "cannot read it",
-            ),
-            (
-                &["run", "--max-cpu-pressure", "5", "--pressure-file", not_psi][..],
-                "not in PSI format",
-            ),
-            (&["run", "--power-supply-dir", power][..], "--require-ac-power"),
-            (&["run", "--require-ac-power", "--power-supply-dir", psi][..], "is not a directory"),
-            (&["serve", "--slots", "99"][..], "not a number of slots"),
-        ] {
-            let err = config(argv).expect_err(fragment);
-            assert!(format!("{err:#}").contains(fragment), "{argv:?}: {err:#}");
+        let run = options("run");
+        assert_eq!(run.slots.slots, 3);
+        assert_eq!(run.slots.max_cpu_pressure, Some(30.0));
+        assert!(run.slots.require_ac_power && run.slots.suspend_when_gated);
+        assert_eq!(run.queues, ["disk", "net"]);
+        assert_eq!(run.handlers.as_deref(), Some(Path::new(power)));
+        assert_eq!(run.on_finish.as_deref(), Some("echo done"));
+        assert_eq!(run.load_ceiling, Some(2.5));
+        assert_eq!(run.cooldown, Some(Duration::from_secs(2)));
+        assert_eq!(run.check_interval, Some(Duration::from_secs(5)));
+        assert_eq!(run.lease, Some(Duration::from_secs(30)));
+        assert_eq!(run.limits.nice, Some(5));
+        assert_eq!(options("serve"), run, "serve's drain worker takes run's options");
+        let Command::Run(d) = config(&["run"]).unwrap().command else { panic!("not run") };
+        assert_eq!(d.runner.slots, SlotConfig::default());
+        let Command::Serve(s) = config(&["serve"]).unwrap().command else { panic!("not serve") };
+        assert_eq!(s.runner, d.runner, "the same defaults");
+        let file = not_psi;
+        for command in ["run", "serve"] {
+            for (argv, fragment) in [
+                (&["--slots", "0"][..], "not a number of slots from 1 to 64"),
+                (&["--slots", "65"][..], "not a number of slots from 1 to 64"),
+                (&["--max-cpu-pressure", "0"][..], "not a cpu pressure ceiling"),
+                (&["--max-cpu-pressure", "101"][..], "not a cpu pressure ceiling"),
+                (&["--pressure-file", psi][..], "--max-cpu-pressure"),
+                (
+                    &["--max-cpu-pressure", "5", "--pressure-file", "/nonexistent/cpu"][..],
+                    "cannot read it",
+                ),
+                (&["--max-cpu-pressure", "5", "--pressure-file", not_psi][..], "not in PSI format"),
+                (&["--power-supply-dir", power][..], "--require-ac-power"),
+                (&["--require-ac-power", "--power-supply-dir", psi][..], "is not a directory"),
+                (&["--handlers", file][..], "--handlers"),
+                (&["--handlers", "/nonexistent/handlers"][..], "is not a directory"),
+                (&["--queue", "a/b"][..], "--queue `a/b`"),
+                (&["--load-file", power][..], "is not a file"),
+                (&["--check-interval", "0s"][..], "--check-interval must be more than 0s"),
+                (&["--on-finish", " "][..], "--on-finish is empty"),
+                (&["--lease", "1s"][..], "--lease must be from 3s to 24h"),
+                (&["--load-ceiling", "0"][..], "not a load ceiling"),
+            ] {
+                let mut full = vec![command];
+                full.extend_from_slice(argv);
+                let err = config(&full).expect_err(fragment);
+                let text = match err.downcast_ref::<clap::Error>() {
+                    Some(clap) => clap.render().to_string(),
+                    None => format!("{err:#}"),
+                };
+                assert!(text.contains(fragment), "{full:?}: {text}");
+            }
         }
+        let err = config(&["run", "--slots", "2", "--once"]).expect_err("--once");
+        assert!(format!("{err:#}").contains("--once runs one job"), "{err:#}");
     }
 
     #[test]

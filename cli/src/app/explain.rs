@@ -8,6 +8,7 @@
 //! the liveness judge said. A job that a dependency's failure cancelled
 //! gets a line too: why, and which `retry` brings it back.
 
+use slothqueue::core::serving::{self, Coverage};
 use slothqueue::core::{LaneVerdict, Lanes, Liveness};
 use slothqueue::{Job, JobState, RunnerActivity, RunnerRecord, Timestamp};
 
@@ -25,26 +26,10 @@ pub struct SeenRunner<'a> {
 }
 
 impl SeenRunner<'_> {
-    /// Alive, or on another host and recently heard from.
+    /// Alive, or on another host and recently heard from
+    /// (`core::serving::is_live`).
     pub fn is_live(&self, now: Timestamp) -> bool {
-        match self.liveness {
-            Liveness::Alive => true,
-            Liveness::Gone => false,
-            Liveness::Unknown => {
-                now.duration_since(self.record.updated_at) < std::time::Duration::from_secs(300)
-            }
-        }
-    }
-
-    /// Whether it would take jobs of `queue`.
-    pub fn serves(&self, queue: &str) -> bool {
-        self.record.queues.is_empty() || self.record.queues.iter().any(|q| q == queue)
-    }
-
-    /// Whether it can run jobs of `kind` (has an executor for it). A
-    /// record that names no kinds (an older runner) is taken to run all.
-    pub fn runs_kind(&self, kind: &str) -> bool {
-        self.record.kinds.as_ref().is_none_or(|ks| ks.iter().any(|k| k == kind))
+        slothqueue::core::serving::is_live(self.record, self.liveness, now)
     }
 
     /// `pid 4242` on this host, `pid 4242 on host` elsewhere.
@@ -173,18 +158,20 @@ fn pending(s: &Situation<'_>) -> String {
     if let Some(line) = render::lane_reason(&job.queue, &s.lane, s.lanes, s.now) {
         return line;
     }
-    let serving: Vec<&SeenRunner<'_>> =
-        s.runners.iter().filter(|r| r.is_live(s.now) && r.serves(&job.queue)).collect();
-    let live: Vec<&SeenRunner<'_>> =
-        serving.iter().copied().filter(|r| r.runs_kind(&job.kind)).collect();
+    let alive: Vec<&SeenRunner<'_>> = s.runners.iter().filter(|r| r.is_live(s.now)).collect();
+    let live: Vec<&SeenRunner<'_>> = alive
+        .iter()
+        .copied()
+        .filter(|r| r.record.serves_queue(&job.queue) && r.record.runs_kind(&job.kind))
+        .collect();
     let ahead = match s.ahead {
         0 => String::new(),
         n => format!("waiting behind {n} due job(s) of higher priority"),
     };
-    if live.is_empty() && !serving.is_empty() {
+    let coverage = serving::coverage(&job.queue, &job.kind, alive.iter().map(|r| r.record));
+    if let Coverage::NoHandler { kind } = &coverage {
         return format!(
-            "no live runner has a handler for kind `{}`: start one with --handlers DIR, where DIR/{} is an executable",
-            job.kind, job.kind
+            "{coverage}: no live runner of its queue has one; start one with --handlers DIR, where DIR/{kind} is an executable"
         );
     }
     if live.is_empty() {
@@ -287,7 +274,7 @@ mod tests {
         let seen = [SeenRunner { record: &shell_only, liveness: Liveness::Alive }];
         assert_eq!(
             why_of(&download, 0, &seen),
-            "no live runner has a handler for kind `download`: start one with --handlers DIR, where DIR/download is an executable"
+            "no handler for kind download: no live runner of its queue has one; start one with --handlers DIR, where DIR/download is an executable"
         );
         let mut both = shell_only.clone();
         both.kinds = Some(vec!["download".into(), "shell".into()]);

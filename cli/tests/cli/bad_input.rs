@@ -136,6 +136,12 @@ const CASES: &[Case] = &[
     case(&["frobnicate"], 2, "unrecognized subcommand"),
     #[cfg(feature = "http")]
     case(&["serve", "--addr", "10.1.2.3:7878"], 2, "not a loopback address"),
+    #[cfg(feature = "http")]
+    case(
+        &["serve", "--metrics-addr", "10.1.2.3:9100"],
+        2,
+        "--metrics-addr 10.1.2.3:9100: not a loopback",
+    ),
     #[cfg(not(feature = "http"))]
     case(&["serve"], 2, "built without the \"http\" feature"),
     case(&["serve", "--addr", "localhost"], 2, "invalid value 'localhost'"),

@@ -22,6 +22,8 @@
 //!   (issue #17).
 //! - `limits`: `run`'s niceness, I/O class and ceilings, and what `show`
 //!   says is in force (issue #17).
+//! - `serve`: `serve --handlers DIR` runs a handler job enqueued over
+//!   HTTP; a kind without a handler is named; `/metrics` parses (issue #18).
 //! - `schedules`: `every`, its pause, resume and removal, `schedules`,
 //!   `show` of a tick's job, schedules through export/import (issue #19).
 #![allow(
@@ -43,6 +45,8 @@ mod read_only;
 mod read_only_disk;
 mod revise;
 mod schedules;
+#[cfg(feature = "http")]
+mod serve;
 mod signals;
 mod snapshots;
 pub mod support;

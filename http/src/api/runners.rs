@@ -2,20 +2,15 @@
 //! alive or not as `status` judges them (the process on this host, or a
 //! record heard from lately on another).
 
-use std::time::Duration;
-
 use axum::Json;
 use axum::extract::State;
 use serde::Serialize;
 use serde_json::{Value, json};
-use slothqueue_core::{Liveness, RunnerRecord};
+use slothqueue_core::RunnerRecord;
+use slothqueue_core::serving;
 use slothqueue_runner::ProcJudge;
 
 use crate::{AppState, HttpError};
-
-/// A runner on another host counts as alive while its record is younger
-/// than this (the CLI's `status` uses the same).
-const REMOTE_FRESH: Duration = Duration::from_secs(300);
 
 /// One runner as the route answers it.
 #[derive(Debug, Serialize)]
@@ -42,11 +37,7 @@ pub(crate) async fn runners(State(app): State<AppState>) -> Result<Json<Runners>
         records
             .into_iter()
             .map(|record| {
-                let live = match judge.judge_owner(&record.owner) {
-                    Liveness::Alive => true,
-                    Liveness::Gone => false,
-                    Liveness::Unknown => now.duration_since(record.updated_at) < REMOTE_FRESH,
-                };
+                let live = serving::is_live(&record, judge.judge_owner(&record.owner), now);
                 SeenRunner { record, live }
             })
             .collect::<Vec<_>>()

@@ -100,6 +100,12 @@ pub(crate) struct View {
     pub next_tick: Option<Option<Timestamp>>,
     /// When the next tick must be read again, while it is known.
     pub tick_recheck: Option<Instant>,
+    /// Read with the lanes after a claim took nothing though jobs were
+    /// due (jobs of a kind this runner has no handler for, of a queue it
+    /// does not serve): when the next pending job not yet due becomes due,
+    /// the next chance a claim takes something. Without it a follow runner
+    /// would sleep to its next poll past another job's retry.
+    pub later_due: Option<Timestamp>,
 }
 
 /// A wait: until `until` (if any), a wake-up (if `wake`), an attempt's end
@@ -295,13 +301,14 @@ pub(crate) fn decide(v: &View) -> Step {
                 return Step::SweepBeforeEnd;
             }
             if v.running == 0 {
-                return v.idle(None);
+                return v.idle(v.later_due);
             }
             let poll = at + v.poll_interval;
-            if poll <= v.now {
+            if poll <= v.now || v.later_due.is_some_and(|t| t <= v.wall_now) {
                 return Step::Claim;
             }
-            v.wait(Some(poll), true)
+            let until = v.later_due.map_or(poll, |t| v.instant_of(t).min(poll));
+            v.wait(Some(until), true)
         }
         ClaimState::Lanes { at, blocked: blocked @ (Blocked::Full | Blocked::PausedOnly) } => {
             // A paused lane opens only when resumed: a drain with nothing
@@ -376,6 +383,7 @@ mod tests {
             poll_interval: 5 * SEC,
             sweep_due: false,
             claim: ClaimState::Fresh,
+            later_due: None,
             suspend_when_gated: false,
             suspended: false,
             next_tick: Some(None),
@@ -789,6 +797,43 @@ mod tests {
                 Step::Idle { next_due: None, next_tick: None },
             ),
             (
+                "follow, nothing claimed, another job due in 3s: idle until then",
+                Box::new(move |v| {
+                    v.mode = Mode::Follow;
+                    v.next_due = due();
+                    v.gates = open;
+                    v.claim = lanes(Blocked::None, 0);
+                    v.later_due = later(3).flatten();
+                }),
+                Step::Idle { next_due: later(3).flatten(), next_tick: None },
+            ),
+            (
+                "follow with attempts running, nothing claimed, another job due in 3s: wait for it",
+                Box::new(move |v| {
+                    v.mode = Mode::Follow;
+                    v.slots = 2;
+                    v.running = 1;
+                    v.next_due = due();
+                    v.gates = open;
+                    v.claim = lanes(Blocked::None, 0);
+                    v.later_due = later(3).flatten();
+                }),
+                wait(Some(now + 3 * SEC), true),
+            ),
+            (
+                "follow with attempts running, nothing claimed, another job due since: claim",
+                Box::new(move |v| {
+                    v.mode = Mode::Follow;
+                    v.slots = 2;
+                    v.running = 1;
+                    v.next_due = due();
+                    v.gates = open;
+                    v.claim = lanes(Blocked::None, 0);
+                    v.later_due = Some(T0);
+                }),
+                Step::Claim,
+            ),
+            (
                 "follow with attempts running, nothing to claim: wait a poll",
                 Box::new(move |v| {
                     v.mode = Mode::Follow;
@@ -1110,7 +1155,7 @@ mod tests {
     }
 
     /// How many rows [`the_decision_table`] has.
-    const ROWS: usize = 76;
+    const ROWS: usize = 79;
 
     #[test]
     fn the_chain_table() {

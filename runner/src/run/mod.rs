@@ -205,6 +205,9 @@ pub(crate) struct Run {
     /// Since when a gate or the lanes hold the next start.
     waiting_since: Option<Timestamp>,
     claim: ClaimState,
+    /// When the next pending job not yet due becomes due, read with the
+    /// lanes after a claim took nothing ([`View::later_due`]).
+    later_due: Option<Timestamp>,
     /// What the last lanes report since the last change said.
     seen: Option<lanes::Sight>,
     /// The last lanes report, for the skipped report at a drain's end.
@@ -264,6 +267,7 @@ impl Run {
             gate_reading: String::new(),
             waiting_since: None,
             claim: ClaimState::Fresh,
+            later_due: None,
             seen: None,
             last_report: None,
             lanes_warned: false,
@@ -340,6 +344,7 @@ impl Run {
                 .filter(|(_, at)| at.elapsed() < cfg.poll_interval)
                 .map(|(t, _)| t),
             tick_recheck: self.next_tick.map(|(_, at)| at + cfg.poll_interval),
+            later_due: self.later_due,
         }
     }
 
@@ -400,6 +405,7 @@ impl Run {
         self.next_due = None;
         self.claim = ClaimState::Fresh;
         self.seen = None;
+        self.later_due = None;
     }
 
     /// Start: says so in the runner record and takes back what dead owners
@@ -726,6 +732,12 @@ impl Run {
                 self.claim = ClaimState::Lanes { at: now, blocked: Blocked::None };
                 return;
             }
+        };
+        // Due jobs the claim passed over (no handler for their kind, a
+        // queue not served) must not hide the next job that becomes due.
+        self.later_due = match self.w.store.stats(self.w.now()).await {
+            Ok(stats) => stats.next_due,
+            Err(_) => None,
         };
         let blocks = lanes::blocks(&report, &self.w.cfg.queues);
         let sight = lanes::Sight::of(&report, &self.w.cfg.queues, &blocks);

@@ -110,7 +110,7 @@ async fn a_drain_says_which_due_jobs_it_skipped_and_why() {
     assert_eq!(
         skipped,
         &format!(
-            "skipped 2 due job(s) this runner cannot run: #{} (no handler for kind `download`), #{backup} (queue `backups` not served)",
+            "skipped 2 due job(s) this runner cannot run: #{} (no handler for kind download), #{backup} (queue `backups` not served)",
             download.job.id
         )
     );

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use slothqueue::core::serving;
 use slothqueue::core::{LaneCheck, LaneVerdict, Lanes, Liveness, LivenessJudge, QueuesReport};
 use slothqueue::runner::ProcJudge;
 use slothqueue::{
@@ -42,6 +43,7 @@ pub async fn status(ctx: &Ctx) -> Outcome {
             v["schedules"] = 0.into();
             v["next_tick"] = serde_json::Value::Null;
             v["runners"] = serde_json::json!([]);
+            v["unserved"] = serde_json::json!([]);
             print_json(&mut out, &v)?;
         } else {
             writeln!(out, "no queue at {} yet (add a job to create it)", ctx.db.display())?;
@@ -63,6 +65,21 @@ pub async fn status(ctx: &Ctx) -> Outcome {
         .map(|r| SeenRunner { record: r, liveness: judge_owner(&judge, &r.owner) })
         .collect();
     let live: Vec<&SeenRunner<'_>> = seen.iter().filter(|r| r.is_live(now)).collect();
+    // Pending jobs the live runners cannot run (a kind none has a handler
+    // for); with no runner alive, `runners: none alive` says it for all.
+    let unserved = if live.is_empty() {
+        Vec::new()
+    } else {
+        let filter = ListFilter {
+            state: Some(JobState::Pending),
+            order: ListOrder::DueFirst,
+            limit: Some(serving::UNSERVED_SCAN),
+            ..ListFilter::default()
+        };
+        let pending = store.list(&filter).await.context("cannot list pending jobs")?;
+        let records: Vec<&RunnerRecord> = live.iter().map(|r| r.record).collect();
+        serving::unserved(&pending, &records)
+    };
     if ctx.json {
         let mut v = serde_json::to_value(&stats)?;
         v["exists"] = true.into();
@@ -71,6 +88,7 @@ pub async fn status(ctx: &Ctx) -> Outcome {
         v["next_tick"] = next_tick
             .map_or(serde_json::Value::Null, |(t, s)| serde_json::json!({ "key": s.key, "at": t }));
         v["runners"] = serde_json::to_value(live.iter().map(|r| r.record).collect::<Vec<_>>())?;
+        v["unserved"] = serde_json::to_value(&unserved)?;
         print_json(&mut out, &v)?;
         return Ok(Code::Success);
     }
@@ -93,6 +111,10 @@ pub async fn status(ctx: &Ctx) -> Outcome {
         for r in live {
             writeln!(out, "  {}: {}", r.name(&host), explain::activity(r.record, now))?;
         }
+    }
+    for u in &unserved {
+        let jobs = if u.pending == 1 { "job" } else { "jobs" };
+        writeln!(out, "{}: {} pending {jobs} in queue {}", u.why, u.pending, u.queue)?;
     }
     Ok(Code::Success)
 }
@@ -340,13 +362,8 @@ async fn jobs_ahead(
     // A runner serving this job's queue may serve others too; count jobs
     // in every queue such a runner takes (all queues if any serves all, or
     // if none is recorded).
-    let runs = |r: &RunnerRecord, kind: &str| {
-        r.kinds.as_ref().is_none_or(|ks| ks.iter().any(|k| k == kind))
-    };
-    let serving: Vec<&RunnerRecord> = runners
-        .iter()
-        .filter(|r| (r.queues.is_empty() || r.queues.contains(&job.queue)) && runs(r, &job.kind))
-        .collect();
+    let serving: Vec<&RunnerRecord> =
+        runners.iter().filter(|r| r.serves_queue(&job.queue) && r.runs_kind(&job.kind)).collect();
     let all_queues = serving.is_empty() || serving.iter().any(|r| r.queues.is_empty());
     let filter = ListFilter {
         state: Some(JobState::Pending),
@@ -363,7 +380,7 @@ async fn jobs_ahead(
         .filter(|j| j.id != job.id && j.is_due(now) && j.claim_order() < mine)
         .filter(|j| all_queues || serving.iter().any(|r| r.queues.contains(&j.queue)))
         // Only jobs a runner that could take this one would take instead.
-        .filter(|j| serving.is_empty() || serving.iter().any(|r| runs(r, &j.kind)))
+        .filter(|j| serving.is_empty() || serving.iter().any(|r| r.runs_kind(&j.kind)))
         .count();
     Ok(ahead)
 }

@@ -5,7 +5,9 @@
 //! lines (`reclaimed …`, `finished: …`), as in the seed's transcript.
 
 use std::io::{self, Write};
+use std::sync::Arc;
 
+use slothqueue::Store;
 use slothqueue::runner::{
     AcPowerGate, Gate, HandlerDirExecutor, LaneHold, LoadGate, Mode, PressureGate, RunSummary,
     Runner, RunnerConfig, RunnerEvent, inherited_ignores, unix_signals_with,
@@ -13,51 +15,21 @@ use slothqueue::runner::{
 
 use super::Ctx;
 use crate::app::Outcome;
-use crate::app::config::{RunConfig, RunMode, SlotConfig, log_dir};
+use crate::app::config::{RunConfig, RunMode, RunnerOptions, SlotConfig, log_dir};
 use crate::app::exit::{Code, usage};
 use crate::app::render::red;
 
 /// Runs jobs until the mode says stop or a signal arrives.
 pub async fn run(ctx: &Ctx, rc: RunConfig) -> Outcome {
-    // Build everything that can refuse before the queue file is created.
-    let gate = match &rc.load_file {
-        Some(path) => LoadGate::from_file(path, rc.load_ceiling)
-            .map_err(|e| usage(format!("--load-file: {e}")))?,
-        None => LoadGate::system(rc.load_ceiling),
-    };
-    let mut gates: Vec<Box<dyn Gate>> = vec![Box::new(gate)];
-    gates.extend(more_gates(&rc.slots)?);
-    let handlers = match &rc.handlers {
-        Some(dir) => {
-            Some(HandlerDirExecutor::open(dir).map_err(|e| usage(format!("--handlers: {e}")))?)
-        }
-        None => None,
-    };
-    let store = ctx.open_for_runner(rc.lease)?;
-    let mut config = RunnerConfig::new(log_dir(&ctx.db));
-    config.mode = match rc.mode {
+    let mut base = RunnerConfig::new(log_dir(&ctx.db));
+    base.mode = match rc.mode {
         RunMode::Drain => Mode::Drain,
         RunMode::Once => Mode::Once,
         RunMode::Follow => Mode::Follow,
     };
     // A job another process adds wakes `run --follow` at once.
-    config.watch_file = Some(ctx.db.clone());
-    config.queues = rc.queues;
-    config.gates = gates;
-    config.slots = rc.slots.slots;
-    config.suspend_when_gated = rc.slots.suspend_when_gated;
-    if let Some(c) = rc.cooldown {
-        config.cooldown = c;
-    }
-    if let Some(c) = rc.check_interval {
-        config.check_interval = c;
-    }
-    config.on_finish = rc.on_finish;
-    config.limits = rc.limits;
-    let mut runner = Runner::new(store, config);
-    if let Some(dir) = handlers {
-        runner.register_handlers(dir);
-    }
+    base.watch_file = Some(ctx.db.clone());
+    let (_store, mut runner) = runner_from(ctx, rc.runner, base)?;
     // TERM, INT, HUP, QUIT and the other fatal signals stop the run cleanly
     // (those inherited as ignored, as under `nohup`, stay ignored); Ctrl-Z
     // stops the job's processes with the runner and CONT continues them.
@@ -74,10 +46,55 @@ pub async fn run(ctx: &Ctx, rc: RunConfig) -> Outcome {
     })
 }
 
+/// The runner the options describe, over the queue file opened for it,
+/// from `base` (the mode, the log folder and what `serve`'s worker sets):
+/// the one place `run` and `serve` turn their shared options into a
+/// [`Runner`]. Everything that can refuse (a gate's file, a kernel without
+/// PSI, the handler folder) is built before the queue file is opened or
+/// created.
+pub(super) fn runner_from(
+    ctx: &Ctx,
+    opts: RunnerOptions,
+    mut base: RunnerConfig,
+) -> anyhow::Result<(Arc<dyn Store>, Runner)> {
+    let gate = match &opts.load_file {
+        Some(path) => LoadGate::from_file(path, opts.load_ceiling)
+            .map_err(|e| usage(format!("--load-file: {e}")))?,
+        None => LoadGate::system(opts.load_ceiling),
+    };
+    let mut gates: Vec<Box<dyn Gate>> = vec![Box::new(gate)];
+    gates.extend(more_gates(&opts.slots)?);
+    let handlers = match &opts.handlers {
+        Some(dir) => {
+            Some(HandlerDirExecutor::open(dir).map_err(|e| usage(format!("--handlers: {e}")))?)
+        }
+        None => None,
+    };
+    // A runner checks the whole file once at its start.
+    let store = ctx.open_for_runner(opts.lease)?;
+    base.queues = opts.queues;
+    base.gates = gates;
+    base.slots = opts.slots.slots;
+    base.suspend_when_gated = opts.slots.suspend_when_gated;
+    if let Some(c) = opts.cooldown {
+        base.cooldown = c;
+    }
+    if let Some(c) = opts.check_interval {
+        base.check_interval = c;
+    }
+    base.on_finish = opts.on_finish;
+    base.limits = opts.limits;
+    let mut runner = Runner::new(store.clone(), base);
+    if let Some(dir) = handlers {
+        runner.register_handlers(dir);
+    }
+    Ok((store, runner))
+}
+
 /// The gates after the load gate, in the order they are read: CPU
 /// pressure, then AC power. Built before the queue is opened, so a kernel
 /// without PSI is refused (exit 2) before anything is written.
-pub(super) fn more_gates(sc: &SlotConfig) -> anyhow::Result<Vec<Box<dyn Gate>>> {
+fn more_gates(sc: &SlotConfig) -> anyhow::Result<Vec<Box<dyn Gate>>> {
     let mut gates: Vec<Box<dyn Gate>> = Vec::new();
     if let Some(ceiling) = sc.max_cpu_pressure {
         let gate = match &sc.pressure_file {

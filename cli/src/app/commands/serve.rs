@@ -4,26 +4,24 @@
 
 use std::io::{self, Write};
 
-use slothqueue::runner::{LoadGate, RunnerEvent, unix_signals};
+use slothqueue::runner::{RunnerEvent, unix_signals};
 use slothqueue_http::{DrainWorker, ServeConfig as HttpConfig, Token};
 
 use super::Ctx;
-use super::run::{more_gates, print_event};
+use super::run::{print_event, runner_from};
 use crate::app::Outcome;
 use crate::app::config::ServeConfig;
 use crate::app::exit::{Code, usage};
 
 /// Serves until SIGTERM or SIGINT, then hands back the running job.
 pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
-    if !sc.allow_remote && !sc.addr.ip().is_loopback() {
-        return Err(usage(format!(
-            "--addr {}: not a loopback address; pass --allow-remote to listen there",
-            sc.addr
-        )));
+    for (flag, addr) in [("--addr", Some(sc.addr)), ("--metrics-addr", sc.metrics_addr)] {
+        if let Some(addr) = addr.filter(|a| !sc.allow_remote && !a.ip().is_loopback()) {
+            return Err(usage(format!(
+                "{flag} {addr}: not a loopback address; pass --allow-remote to listen there"
+            )));
+        }
     }
-    let gates = more_gates(&sc.slots)?;
-    // Its worker is a runner: the whole file is checked once at the start.
-    let store = ctx.open_for_runner(None)?;
     let token = match sc.token_file {
         Some(f) => Token::File(f),
         None => Token::Generate { beside_queue: ctx.db.clone() },
@@ -31,17 +29,15 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
     let mut config = HttpConfig::new(token);
     config.addr = sc.addr;
     config.allow_remote = sc.allow_remote;
+    config.metrics_addr = sc.metrics_addr;
     // Watched for `?wait=` long polls, whichever way the token comes.
     config.queue_file = Some(ctx.db.clone());
-    let mut runner_config = DrainWorker::config(&ctx.db);
-    runner_config.gates = vec![Box::new(LoadGate::system(sc.load_ceiling))];
-    runner_config.gates.extend(gates);
-    runner_config.slots = sc.slots.slots;
-    runner_config.suspend_when_gated = sc.slots.suspend_when_gated;
-    runner_config.limits = sc.limits;
+    // The worker is the runner `run --follow` would be, with the same
+    // options, in the worker's settings (heartbeats, woken by enqueues).
+    let (store, runner) = runner_from(ctx, sc.runner, DrainWorker::config(&ctx.db))?;
     let (json, color) = (ctx.json, ctx.color);
     let gate_lines = std::sync::Mutex::new(GateLines::default());
-    let worker = DrainWorker::new(store.clone(), runner_config, move |event: RunnerEvent| {
+    let worker = DrainWorker::from_runner(runner, move |event: RunnerEvent| {
         let show = gate_lines
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -66,6 +62,9 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
             );
             // A one-time code, not the token: useless once opened.
             let _ = writeln!(out, "web page: {} (this link works once)", at.login_link);
+            if let Some(metrics) = at.metrics_addr {
+                let _ = writeln!(out, "metrics on http://{metrics}/metrics (no token)");
+            }
             let _ = out.flush();
         },
     )

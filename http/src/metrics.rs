@@ -1,0 +1,221 @@
+//! `GET /metrics`: the queue in the Prometheus text exposition format
+//! (OpenMetrics 1.0, as the official Rust client `prometheus-client`
+//! writes it).
+//!
+//! Gauges are read from the queue file at each scrape, so they hold for
+//! every process on it; counters are this server's drain worker's, from
+//! its events since the server started (a restart starts them at 0, which
+//! Prometheus' `rate()` expects of a counter). docs/metrics.md says what
+//! each one means.
+
+use std::sync::atomic::AtomicU64;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+use slothqueue_core::{JobState, ListFilter, ListOrder};
+use slothqueue_runner::RunnerEvent;
+
+use crate::serving::{live_runners, unserved};
+use crate::{AppState, HttpError};
+
+/// Where the exposition is served.
+pub(crate) const PATH: &str = "/metrics";
+
+/// The content type of the exposition.
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A label set: `(name, value)` pairs.
+type Labels = Vec<(&'static str, String)>;
+
+/// The outcomes `slothqueue_attempts_total` counts, each present from the
+/// start (at 0).
+const OUTCOMES: [&str; 5] = ["done", "failed", "cancelled", "lease_lost", "released"];
+
+/// What the drain worker did since the server started, counted from its
+/// events. Cloning shares the counts.
+#[derive(Clone, Debug)]
+pub(crate) struct WorkerCounters {
+    /// Attempts that ended, by outcome.
+    attempts: Family<Labels, Counter>,
+    /// Failed attempts that will be tried again.
+    retries: Counter,
+    /// Jobs that failed for good (no attempt left).
+    failures: Counter,
+}
+
+impl Default for WorkerCounters {
+    fn default() -> Self {
+        let attempts = Family::<Labels, Counter>::default();
+        for outcome in OUTCOMES {
+            let _ = attempts.get_or_create(&vec![("outcome", outcome.to_owned())]);
+        }
+        WorkerCounters { attempts, retries: Counter::default(), failures: Counter::default() }
+    }
+}
+
+impl WorkerCounters {
+    /// Counts one of the worker's events.
+    pub(crate) fn count(&self, event: &RunnerEvent) {
+        let outcome = match event {
+            RunnerEvent::Done { .. } => "done",
+            RunnerEvent::Failed { retry, .. } => {
+                if retry.is_some() {
+                    self.retries.inc();
+                } else {
+                    self.failures.inc();
+                }
+                "failed"
+            }
+            RunnerEvent::Cancelled { .. } => "cancelled",
+            RunnerEvent::LeaseLost { .. } => "lease_lost",
+            RunnerEvent::Released { .. } => "released",
+            _ => return,
+        };
+        self.attempts.get_or_create(&vec![("outcome", outcome.to_owned())]).inc();
+    }
+}
+
+/// One gauge per label set, set once.
+fn gauges(values: impl IntoIterator<Item = (Labels, i64)>) -> Family<Labels, Gauge> {
+    let family = Family::<Labels, Gauge>::default();
+    for (labels, value) in values {
+        family.get_or_create(&labels).set(value);
+    }
+    family
+}
+
+fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The exposition: read the queue file now, add the worker's counters.
+pub(crate) async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, HttpError> {
+    let store = app.store.as_ref();
+    let now = app.api.clock.now();
+    let stats = store.stats(now).await?;
+    let lanes = store.queue_counts(now).await?;
+    let live = live_runners(store, now).await?;
+    let unserved = unserved(store, &live).await?;
+    let schedules = store.schedules().await?;
+    let oldest = store
+        .list(&ListFilter {
+            state: Some(JobState::Pending),
+            order: ListOrder::Oldest,
+            limit: Some(1),
+            ..ListFilter::default()
+        })
+        .await?;
+
+    let mut registry = Registry::with_prefix("slothqueue");
+    let states = [
+        ("pending", stats.pending),
+        ("running", stats.running),
+        ("done", stats.done),
+        ("failed", stats.failed),
+        ("cancelled", stats.cancelled),
+    ];
+    registry.register(
+        "jobs",
+        "Jobs in the queue file by state",
+        gauges(states.map(|(s, n)| (vec![("state", s.to_owned())], count(n)))),
+    );
+    let due = Gauge::<i64>::default();
+    due.set(count(stats.due_now));
+    registry.register(
+        "jobs_due",
+        "Pending jobs a runner could start now (due, no parent left, not held)",
+        due,
+    );
+    let per_lane = lanes.iter().flat_map(|l| {
+        [
+            ("pending", l.pending),
+            ("due", l.due),
+            ("held", l.held),
+            ("waiting_on_parents", l.waiting_on_parents),
+            ("running", l.running),
+        ]
+        .map(|(s, n)| (vec![("queue", l.queue.clone()), ("state", s.to_owned())], count(n)))
+    });
+    registry.register(
+        "queue_jobs",
+        "Pending (and of them due, held, waiting on parents) and running jobs by queue",
+        gauges(per_lane),
+    );
+    let oldest_age = oldest.first().map_or(0.0, |j| now.duration_since(j.created_at).as_secs_f64());
+    let age = Gauge::<f64, AtomicU64>::default();
+    age.set(oldest_age);
+    registry.register(
+        "oldest_pending_age_seconds",
+        "Seconds since the oldest pending job was added (0 when none is pending)",
+        age,
+    );
+    let runners = Gauge::<i64>::default();
+    runners.set(i64::try_from(live.len()).unwrap_or(i64::MAX));
+    registry.register(
+        "runners_alive",
+        "Runners alive on the queue file (this server's worker among them)",
+        runners,
+    );
+    registry.register(
+        "unserved_jobs",
+        "Pending jobs no live runner can run (no handler for their kind, or no runner of their queue), by queue and kind",
+        gauges(unserved.iter().map(|u| {
+            (vec![("queue", u.queue.clone()), ("kind", u.kind.clone())], count(u.pending))
+        })),
+    );
+    let lag = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    for s in schedules.iter().filter(|s| s.paused.is_none()) {
+        let behind =
+            s.next_fire().filter(|t| *t < now).map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+        lag.get_or_create(&vec![("schedule", s.key.clone())]).set(behind);
+    }
+    registry.register(
+        "schedule_lag_seconds",
+        "How long a schedule's next tick is overdue (0 while it is not yet due), by schedule; paused ones left out",
+        lag,
+    );
+    let counters = &app.api.counters;
+    registry.register(
+        "attempts",
+        "Attempts this server's drain worker ended since it started, by outcome",
+        counters.attempts.clone(),
+    );
+    registry.register(
+        "retries",
+        "Failed attempts of this server's drain worker that will be tried again",
+        counters.retries.clone(),
+    );
+    registry.register(
+        "failures",
+        "Jobs this server's drain worker failed for good (no attempt left)",
+        counters.failures.clone(),
+    );
+    let mut text = String::new();
+    encode(&mut text, &registry).map_err(|_| HttpError::Internal)?;
+    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text))
+}
+
+/// The OpenAPI operation of `GET /metrics`.
+pub(crate) fn op_metrics() -> Value {
+    json!({
+        "operationId": "metrics",
+        "summary": "the queue in the Prometheus text format (OpenMetrics 1.0): jobs by state and by queue, the oldest pending job's age, runners alive, jobs no runner can run, schedule lag, and the drain worker's attempts, retries and failures (docs/metrics.md)",
+        "responses": {
+            "200": {
+                "description": "the exposition",
+                "content": { CONTENT_TYPE: { "schema": { "type": "string" } } }
+            },
+            "401": { "$ref": "#/components/responses/Error" },
+            "403": { "$ref": "#/components/responses/Error" },
+            "405": { "$ref": "#/components/responses/Error" },
+            "503": { "$ref": "#/components/responses/Error" }
+        }
+    })
+}
