@@ -152,6 +152,8 @@
         return "Its queue " + job.queue + " is full: " + q.running + " of at most " + q.limit + " jobs running.";
       }
     }
+    // Who can run it is the server's rule (core::serving), given as `waiting`.
+    if (job.waiting) return job.waiting.charAt(0).toUpperCase() + job.waiting.slice(1) + ".";
     if (runners) {
       const fit = runners.filter((r) => r.live &&
         (r.queues.length === 0 || r.queues.includes(job.queue)) &&
