@@ -464,15 +464,36 @@ fn no_import_cycle_between_the_files_of_a_crate() {
     assert!(rings.is_empty(), "files that import each other in a loop: {rings:#?}");
 }
 
+/// CI runs the embedding examples through `cargo test --workspace`: each
+/// file of `cli/examples/` must be declared in `cli/Cargo.toml` with
+/// `test = true` and `harness = false` (its `main` is the test), and every
+/// declared example must exist.
 #[test]
-fn every_example_is_run_by_ci_and_every_one_ci_runs_exists() {
+fn every_example_is_run_by_cargo_test() {
     let mut found: Vec<String> =
         files_under(&project_root().join("cli/examples"), &[], |name| name.ends_with(".rs"))
             .iter()
             .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
             .collect();
     found.sort();
-    let mut listed: Vec<String> = crate::EXAMPLES.iter().map(|s| (*s).to_owned()).collect();
-    listed.sort();
-    assert_eq!(found, listed, "cli/examples/ and xtask's EXAMPLES differ");
+    let manifest = std::fs::read_to_string(project_root().join("cli/Cargo.toml"))
+        .unwrap_or_else(|e| panic!("cannot read cli/Cargo.toml: {e}"));
+    let mut declared = Vec::new();
+    for block in manifest.split("[[example]]").skip(1) {
+        let block = block.split("\n[").next().unwrap_or(block);
+        let name = block
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("name = "))
+            .map(|n| n.trim_matches('"').to_owned())
+            .unwrap_or_else(|| panic!("an [[example]] without a name in cli/Cargo.toml"));
+        let has = |line: &str| block.lines().any(|l| l.trim() == line);
+        assert!(
+            has("test = true") && has("harness = false"),
+            "cli/Cargo.toml: example `{name}` needs `test = true` and `harness = false`, \
+             or `cargo test` (and so CI) never runs it"
+        );
+        declared.push(name);
+    }
+    declared.sort();
+    assert_eq!(found, declared, "cli/examples/ and cli/Cargo.toml's [[example]] entries differ");
 }
