@@ -85,7 +85,7 @@ pub use event::{
 pub use exec::{ExecContext, ExecOutcome, Executor, HandlerDirExecutor, ShellExecutor, handler_fn};
 pub use fmt::{format_duration, format_timestamp};
 pub use gate::{AcPowerGate, Gate, GateReading, LoadGate, LoadProbe, PressureGate};
-pub use logfile::{log_dir_for, log_path};
+pub use logfile::{log_dir_for, log_file_name, log_path};
 pub use owner::{ProcJudge, this_process_owner};
 pub use process::group::group_members;
 pub use runner::Runner;

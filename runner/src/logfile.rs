@@ -24,7 +24,14 @@ const MAX_SUMMARY: usize = 500;
 /// The log file of job `id` in the log directory `dir`. `slothqueue logs`
 /// reads what the runner wrote here, so both must use this.
 pub fn log_path(dir: &Path, id: JobId) -> PathBuf {
-    dir.join(format!("{id}.log"))
+    dir.join(log_file_name(id))
+}
+
+/// The name of job `id`'s log file inside the log directory, for a reader
+/// that opens it relative to the directory's descriptor (the HTTP log
+/// route, which follows no symlink).
+pub fn log_file_name(id: JobId) -> String {
+    format!("{id}.log")
 }
 
 /// The log directory beside a queue file: `queue.db` → `queue.db.logs`,

@@ -9,7 +9,7 @@
 //! and a FIFO cannot hang it.
 
 use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use axum::Json;
 use axum::extract::State;
@@ -97,7 +97,7 @@ fn open_log(dir: &Path, id: JobId) -> std::io::Result<Option<std::fs::File>> {
         Err(rustix::io::Errno::NOENT) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let name = PathBuf::from(format!("{id}.log"));
+    let name = slothqueue_runner::log_file_name(id);
     let fd = match rustix::fs::openat(&dirfd, &name, flags | OFlags::NONBLOCK, Mode::empty()) {
         Ok(fd) => fd,
         Err(rustix::io::Errno::NOENT) => return Ok(None),
