@@ -255,6 +255,11 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// The database server could not be reached, or the connection to it
+    /// was lost (a server backend: PostgreSQL). The message names the
+    /// server and the cause.
+    #[error("cannot reach the database server: {0}")]
+    Unreachable(String),
     /// A backend failure with no better mapping.
     #[error("storage error: {0}")]
     Backend(String),
@@ -263,7 +268,10 @@ pub enum StoreError {
 impl StoreError {
     /// Whether trying the same call again later may succeed.
     pub fn is_temporary(&self) -> bool {
-        matches!(self, StoreError::Busy { .. } | StoreError::DiskFull(_))
+        matches!(
+            self,
+            StoreError::Busy { .. } | StoreError::DiskFull(_) | StoreError::Unreachable(_)
+        )
     }
 }
 
@@ -568,4 +576,21 @@ pub trait Store: Send + Sync {
 
     /// Every recorded runner, live or not (the caller judges).
     async fn runners(&self) -> Result<Vec<RunnerRecord>, StoreError>;
+
+    /// Calls `wake` after commits to this queue by any process or host,
+    /// for as long as the returned guard lives: for a backend with
+    /// notifications of its own (PostgreSQL's `LISTEN`). `None`, the
+    /// default, for a store in a file, which the file's watch serves
+    /// (`slothqueue_runner::QueueWatch`). Like a file's notifications,
+    /// these may be missed (a lost connection): waiters still poll.
+    fn watch_changes(&self, wake: ChangeWaker) -> Option<ChangeGuard> {
+        let _ = wake;
+        None
+    }
 }
+
+/// What [`Store::watch_changes`] calls after a commit.
+pub type ChangeWaker = std::sync::Arc<dyn Fn() + Send + Sync>;
+
+/// Keeps a [`Store::watch_changes`] subscription alive; dropping it ends it.
+pub type ChangeGuard = Box<dyn std::any::Any + Send + Sync>;

@@ -118,7 +118,7 @@ pub async fn bind(store: Arc<dyn Store>, config: ServeConfig) -> Result<Bound, H
         .with_server_addr(local_addr);
     if let Some(queue) = &config.queue_file {
         state = state
-            .with_queue_watch(Arc::new(QueueWatch::new(queue)))
+            .with_queue_watch(Arc::new(QueueWatch::for_store(queue, store.as_ref())))
             .with_log_dir(crate::log_dir_beside(queue));
     }
     let metrics = match config.metrics_addr {

@@ -103,7 +103,7 @@ impl Runner {
         let suspended = Arc::new(Suspended::default());
         let control = self.job_control.map(|s| job_control::spawn(s, suspended.clone()));
         let mut config = self.config;
-        let watching = watch_queue(&mut config, &self.waker, &*reporter);
+        let watching = watch_queue(&mut config, &*self.store, &self.waker, &*reporter);
         let ended =
             Run::new(self.store, config, self.executors, self.waker, reporter, shutdown, suspended)
                 .until_done()
@@ -121,11 +121,12 @@ impl Runner {
 /// why and leaves the poll as it is.
 fn watch_queue(
     config: &mut RunnerConfig,
+    store: &dyn Store,
     waker: &Arc<Notify>,
     reporter: &dyn Reporter,
 ) -> Option<JoinHandle<()>> {
     let file = config.watch_file.as_ref().filter(|_| config.mode == Mode::Follow)?;
-    let watch = QueueWatch::new(file);
+    let watch = QueueWatch::for_store(file, store);
     if let Some(why) = watch.unwatched() {
         reporter.report(RunnerEvent::Warning {
             message: format!(

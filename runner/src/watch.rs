@@ -17,10 +17,12 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use notify::event::{AccessKind, AccessMode, ModifyKind};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use slothqueue_core::{ChangeGuard, ChangeWaker, Store};
 use tokio::sync::watch;
 
 /// How often a wait looks again although no notification came: they can
@@ -37,12 +39,22 @@ pub const UNNOTIFIED_POLL: Duration = Duration::from_secs(1);
 pub struct QueueWatch {
     /// Bumped on every relevant change; waiters hold receivers.
     generation: watch::Sender<u64>,
-    /// Kept alive for as long as the watch: dropping it stops the thread.
-    _watcher: Option<RecommendedWatcher>,
+    /// Kept alive for as long as the watch: dropping it stops the file
+    /// watcher's thread, or the store's subscription.
+    _watcher: Option<Notifier>,
     poll: Duration,
     notice: Option<String>,
     /// Why the watch could not be made, as the error said it.
     unwatched: Option<String>,
+}
+
+/// Where the notifications come from; held only to keep them coming.
+#[allow(dead_code, reason = "the fields are held, never read")]
+enum Notifier {
+    /// The queue's folder, watched by the `notify` crate.
+    File(RecommendedWatcher),
+    /// The store's own ([`Store::watch_changes`]: PostgreSQL's `LISTEN`).
+    Store(ChangeGuard),
 }
 
 impl std::fmt::Debug for QueueWatch {
@@ -69,7 +81,7 @@ impl QueueWatch {
         match watch_files(queue, generation.clone()) {
             Ok(watcher) => QueueWatch {
                 generation,
-                _watcher: Some(watcher),
+                _watcher: Some(Notifier::File(watcher)),
                 poll: NOTIFIED_POLL,
                 notice: None,
                 unwatched: None,
@@ -85,6 +97,25 @@ impl QueueWatch {
                 )),
                 unwatched: Some(e.to_string()),
             },
+        }
+    }
+
+    /// Changes to the queue `store` holds: the store's own notifications
+    /// where it has them ([`Store::watch_changes`], a queue on a server),
+    /// else the file `queue`'s, as [`QueueWatch::new`].
+    pub fn for_store(queue: &Path, store: &dyn Store) -> QueueWatch {
+        let (generation, _) = watch::channel(0u64);
+        let sender = generation.clone();
+        let waker: ChangeWaker = Arc::new(move || bump(&sender));
+        match store.watch_changes(waker) {
+            Some(guard) => QueueWatch {
+                generation,
+                _watcher: Some(Notifier::Store(guard)),
+                poll: NOTIFIED_POLL,
+                notice: None,
+                unwatched: None,
+            },
+            None => QueueWatch::new(queue),
         }
     }
 

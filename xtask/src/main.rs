@@ -13,6 +13,7 @@
 
 mod bench;
 mod conformance;
+mod pg;
 mod run;
 mod torture;
 
@@ -59,6 +60,14 @@ const COMMANDS: &[Command] = &[
                clock jumps, full disks, hostile files) against the real binary (see torture/ \
                and docs/reliability.md); the summary lines come last",
         run: torture::run,
+    },
+    Command {
+        name: "pg",
+        args: "[-- command…]",
+        help: "starts a throwaway PostgreSQL cluster (the distribution's server binaries, a \
+               temporary folder, a unix socket), runs the command with SLOTHQUEUE_PG_URL set, \
+               and stops it; without a command, prints the address and waits for Enter",
+        run: pg::run,
     },
     Command { name: "help", args: "", help: "this list", run: |_| help() },
 ];
@@ -131,6 +140,14 @@ pub const CI_PROPTEST_SEED: &str = "1";
 fn ci() -> Result<(), String> {
     run::cargo(&["fmt", "--all", "--check"])?;
     layering()?;
+    // The Postgres store's tests, conformance and torture run against a
+    // real server of their own, installed from the distribution's
+    // packages when missing; it is stopped when `ci` returns.
+    let cluster = pg::Cluster::start(true)?;
+    run::set_cargo_env(vec![
+        (pg::URL_ENV.to_owned(), cluster.url().to_owned()),
+        (pg::REQUIRED_ENV.to_owned(), "1".to_owned()),
+    ])?;
     run::cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
     for feature in ["sqlite", "redb"] {
         run::cargo(&[

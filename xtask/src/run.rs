@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 /// The workspace root: xtask lives one level below it.
 pub fn project_root() -> PathBuf {
@@ -9,8 +10,22 @@ pub fn project_root() -> PathBuf {
     here.parent().map(PathBuf::from).unwrap_or(here)
 }
 
+/// Environment every later cargo command gets (`ci` names its throwaway
+/// PostgreSQL cluster here), set once.
+static EXTRA_ENV: OnceLock<Vec<(String, String)>> = OnceLock::new();
+
+/// Gives every cargo command run from now on these variables; a second
+/// call is refused.
+pub fn set_cargo_env(env: Vec<(String, String)>) -> Result<(), String> {
+    EXTRA_ENV.set(env).map_err(|_| "the cargo environment was set already".to_owned())
+}
+
 fn cargo_command() -> Command {
-    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()));
+    if let Some(env) = EXTRA_ENV.get() {
+        command.envs(env.iter().map(|(k, v)| (k, v)));
+    }
+    command
 }
 
 /// Runs `cargo <args>` with inherited output; an error if it fails.
