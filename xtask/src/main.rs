@@ -144,10 +144,7 @@ fn ci() -> Result<(), String> {
     // real server of their own, installed from the distribution's
     // packages when missing; it is stopped when `ci` returns.
     let cluster = pg::Cluster::start(true)?;
-    run::set_cargo_env(vec![
-        (pg::URL_ENV.to_owned(), cluster.url().to_owned()),
-        (pg::REQUIRED_ENV.to_owned(), "1".to_owned()),
-    ])?;
+    run::set_cargo_env(cluster.env())?;
     run::cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
     for feature in ["sqlite", "redb"] {
         run::cargo(&[

@@ -24,6 +24,13 @@ pub const URL_ENV: &str = "SLOTHQUEUE_PG_URL";
 /// Set to `1`: a missing server fails the Postgres tests instead of
 /// skipping them.
 pub const REQUIRED_ENV: &str = "SLOTHQUEUE_PG_REQUIRED";
+/// The cluster's data folder, for a test that restarts the server
+/// (`runuser -u $SLOTHQUEUE_PG_USER -- $SLOTHQUEUE_PG_BIN/pg_ctl -D … restart`).
+pub const DATA_ENV: &str = "SLOTHQUEUE_PG_DATA";
+/// The folder of the server's binaries (`pg_ctl`).
+pub const BIN_ENV: &str = "SLOTHQUEUE_PG_BIN";
+/// The user the server runs as, when not the caller (`nobody` under root).
+pub const USER_ENV: &str = "SLOTHQUEUE_PG_USER";
 /// The database the cluster makes for the tests.
 const DATABASE: &str = "slothqueue_test";
 /// The superuser role `initdb` makes.
@@ -99,6 +106,22 @@ impl Cluster {
         &self.url
     }
 
+    /// What a test needs to reach, and to restart, the server:
+    /// [`URL_ENV`], [`REQUIRED_ENV`], [`DATA_ENV`], [`BIN_ENV`] and
+    /// [`USER_ENV`].
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env = vec![
+            (URL_ENV.to_owned(), self.url.clone()),
+            (REQUIRED_ENV.to_owned(), "1".to_owned()),
+            (DATA_ENV.to_owned(), self.root.join("data").display().to_string()),
+            (BIN_ENV.to_owned(), self.bin.display().to_string()),
+        ];
+        if let Some(user) = self.run_as {
+            env.push((USER_ENV.to_owned(), user.to_owned()));
+        }
+        env
+    }
+
     /// Runs one of the server's binaries, as the cluster's user.
     fn server_command(
         &self,
@@ -147,7 +170,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
     };
     let cluster = Cluster::start(false)?;
     let Some((program, rest)) = command.split_first() else {
-        println!("export {URL_ENV}='{}'", cluster.url());
+        for (key, value) in cluster.env() {
+            println!("export {key}='{value}'");
+        }
         println!("(press Enter to stop the cluster)");
         let mut line = String::new();
         let _ = std::io::stdin().read_line(&mut line);
@@ -156,8 +181,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     println!("$ {}", command.join(" "));
     let status = Command::new(program)
         .args(rest)
-        .env(URL_ENV, cluster.url())
-        .env(REQUIRED_ENV, "1")
+        .envs(cluster.env())
         .status()
         .map_err(|e| format!("cannot run {program}: {e}"))?;
     if status.success() {
@@ -171,7 +195,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
 /// newest `/usr/lib/postgresql/<version>/bin` (Debian's layout, not on
 /// PATH), else the folder on PATH that holds `initdb`.
 fn server_bin() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("SLOTHQUEUE_PG_BIN") {
+    if let Some(dir) = std::env::var_os(BIN_ENV) {
         return Some(PathBuf::from(dir));
     }
     let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
