@@ -151,6 +151,14 @@ crate::__with_scenarios!(__scenario_names {});
 /// test. `conformance_suite!(open, variant)` puts the same inside
 /// `mod variant`, so a backend can run the suite again under another
 /// configuration. `open` must be a function of type [`OpenFn`].
+///
+/// A backend that needs something the machine may not have (a database
+/// server) adds a precondition, a `fn() -> bool` checked at the start of
+/// every generated test, which returns at once (passing) when it is false:
+/// `conformance_suite!(open, when = server_available)` (or
+/// `conformance_suite!(open, variant, when = server_available)`). The
+/// precondition says why it skips, or panics where skipping is not
+/// allowed.
 #[macro_export]
 macro_rules! conformance_suite {
     ($open:path $(,)?) => {
@@ -162,12 +170,44 @@ macro_rules! conformance_suite {
             $crate::child_entry($open)
         }
     };
+    ($open:path, when = $when:path $(,)?) => {
+        $crate::__with_scenarios!(__emit_tests_when { $open, $when });
+
+        /// Does nothing unless started by a multi-process scenario.
+        #[test]
+        fn __child_entry() {
+            $crate::child_entry($open)
+        }
+    };
+    ($open:path, $variant:ident, when = $when:path $(,)?) => {
+        mod $variant {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::conformance_suite!($open, when = $when);
+        }
+    };
     ($open:path, $variant:ident $(,)?) => {
         mod $variant {
             #[allow(unused_imports)]
             use super::*;
             $crate::conformance_suite!($open);
         }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __emit_tests_when {
+    ({ $open:path, $when:path } [ $( $area:ident :: $name:ident ),* $(,)? ]) => {
+        $(
+            #[test]
+            fn $name() {
+                if !$when() {
+                    return;
+                }
+                $crate::run_scenario($open, module_path!(), $crate::scenarios::$area::$name)
+            }
+        )*
     };
 }
 

@@ -1,0 +1,548 @@
+//! How the store talks to PostgreSQL: the options, the URL (and its
+//! `schema` parameter), the store's private runtime and its small pool of
+//! connections, the synchronous face the operations use ([`Db`]), the one
+//! transaction runner every call goes through ([`Db::transaction`]), and
+//! the clock offset to the server ([`ServerClock`]).
+//!
+//! The operations are written as plain synchronous code (the core's
+//! dependency rule reads through a synchronous `Graph`), run on the
+//! runtime's blocking threads, each statement a `block_on` of a
+//! tokio-postgres future whose connection task runs on the same runtime.
+//! So the store can be opened without a runtime and awaited from any.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use slothqueue_core::{Clock, Policy, StoreError, SystemClock, Timestamp};
+use tokio::runtime::Handle;
+use tokio_postgres::config::Host;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls, Row, Statement};
+
+use crate::error::Error;
+
+/// The host's wall clock, as [`PgOptions::host_clock`] takes it.
+pub type HostClock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// How to open a queue on a PostgreSQL server.
+#[derive(Clone)]
+pub struct PgOptions {
+    /// Lease, backoff and attempt settings for every transition.
+    pub policy: Policy,
+    /// How many connections one store keeps at most (each call holds one
+    /// for its transaction). Small: many stores may share one server.
+    pub pool_size: usize,
+    /// How long a call waits for a lock (the queue's advisory lock, a
+    /// job's row) before giving up with `StoreError::Busy`: PostgreSQL's
+    /// `lock_timeout` on every connection.
+    pub busy_timeout: Duration,
+    /// How long connecting may take before `StoreError::Unreachable`
+    /// (unless the URL sets `connect_timeout`).
+    pub connect_timeout: Duration,
+    /// This host's wall clock, which the `now` given to every call is read
+    /// from; `None` for the system clock. Tests inject a wrong one (see
+    /// the crate docs, "One clock").
+    pub host_clock: Option<HostClock>,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            policy: Policy::default(),
+            pool_size: 4,
+            busy_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            host_clock: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for PgOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgOptions")
+            .field("policy", &self.policy)
+            .field("pool_size", &self.pool_size)
+            .field("busy_timeout", &self.busy_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("host_clock", &self.host_clock.as_ref().map(|_| "injected"))
+            .finish()
+    }
+}
+
+/// The schema a URL without `?schema=` names.
+pub const DEFAULT_SCHEMA: &str = "slothqueue";
+
+/// Where a queue lives: the connection settings for tokio-postgres, the
+/// schema, and how errors name it.
+#[derive(Clone, Debug)]
+pub(crate) struct Target {
+    pub config: tokio_postgres::Config,
+    pub schema: String,
+    /// `postgres://user@host/db?schema=NAME`, without a password.
+    pub name: String,
+    /// The server(s) alone: `host:port` or the socket directory.
+    pub server: String,
+}
+
+/// Whether `name` may name a queue's schema: a plain lowercase identifier
+/// (letters, digits, `_`, not starting with a digit, at most 63 bytes),
+/// so it never needs quoting and is the same name in every tool.
+pub fn valid_schema_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    let Some(first) = chars.next() else { return false };
+    name.len() <= 63
+        && (first.is_ascii_lowercase() || first == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !name.starts_with("pg_")
+}
+
+/// Parses a `postgres://` (or `postgresql://`) URL: its `schema` query
+/// parameter is the queue's schema (default [`DEFAULT_SCHEMA`]) and is
+/// removed before the rest goes to tokio-postgres, which refuses
+/// parameters it does not know.
+pub(crate) fn parse_url(url: &str) -> Result<Target, StoreError> {
+    let invalid = |m: String| StoreError::InvalidInput(m);
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let mut schema = DEFAULT_SCHEMA.to_owned();
+    let mut kept: Vec<&str> = Vec::new();
+    for pair in query.into_iter().flat_map(|q| q.split('&')).filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("schema", v)) => schema = v.to_owned(),
+            _ => kept.push(pair),
+        }
+    }
+    if !valid_schema_name(&schema) {
+        return Err(invalid(format!(
+            "`{schema}` cannot name a queue's schema: use lowercase letters, digits and `_` \
+             (at most 63, not starting with a digit or pg_)"
+        )));
+    }
+    let rest = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
+    let config = tokio_postgres::Config::from_str(&rest).map_err(|e| {
+        invalid(format!("not a PostgreSQL URL ({e}): postgres://USER@HOST/DB?schema=NAME"))
+    })?;
+    let ports = config.get_ports();
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match h {
+                Host::Tcp(name) => format!("{name}:{port}"),
+                Host::Unix(dir) => format!("{}/.s.PGSQL.{port}", dir.display()),
+            }
+        })
+        .collect();
+    let server = if hosts.is_empty() { "localhost:5432".to_owned() } else { hosts.join(",") };
+    let user = config.get_user().unwrap_or("");
+    let db = config.get_dbname().unwrap_or(user);
+    let name = format!("postgres://{user}@{server}/{db}?schema={schema}");
+    Ok(Target { config, schema, name, server })
+}
+
+/// A 64-bit FNV-1a hash: the advisory lock keys and test schema names,
+/// stable across builds and machines (std's hasher is not).
+pub(crate) fn fnv64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// The names derived from the schema: the keys of its two advisory locks
+/// and its notification channel.
+#[derive(Clone, Debug)]
+pub(crate) struct Keys {
+    /// The queue's lock, taken by the writes that need one consistent view
+    /// (see the crate docs).
+    pub queue: i64,
+    /// The lock around creating and migrating the schema.
+    pub create: i64,
+    /// The `LISTEN`/`NOTIFY` channel.
+    pub channel: String,
+}
+
+impl Keys {
+    pub fn new(schema: &str) -> Keys {
+        let key = |what: &str| fnv64(format!("slothqueue:{what}:{schema}").as_bytes()) as i64;
+        let mut channel = format!("slothqueue_{schema}");
+        channel.truncate(63);
+        Keys { queue: key("queue"), create: key("create"), channel }
+    }
+}
+
+/// The settings of every connection of a store: its schema first in the
+/// search path, the lock timeout, read-only when asked.
+pub(crate) fn connection_config(
+    target: &Target,
+    options: &PgOptions,
+    read_only: bool,
+) -> tokio_postgres::Config {
+    let mut config = target.config.clone();
+    let mut settings = config.get_options().unwrap_or("").to_owned();
+    settings.push_str(&format!(
+        " -c search_path={} -c lock_timeout={}",
+        target.schema,
+        options.busy_timeout.as_millis().max(1)
+    ));
+    if read_only {
+        settings.push_str(" -c default_transaction_read_only=on");
+    }
+    config.options(settings.trim());
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(options.connect_timeout);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("slothqueue");
+    }
+    config
+}
+
+// ---------------------------------------------------------------------------
+// Connections
+
+/// One connection, with its prepared statements by SQL text.
+pub(crate) struct Conn {
+    client: Client,
+    stmts: RefCell<HashMap<String, Statement>>,
+}
+
+/// Connects on the store's runtime (its I/O is registered there) and
+/// spawns the connection's task on it. Called from a thread outside any
+/// runtime's async context.
+pub(crate) fn connect(rt: &Handle, config: &tokio_postgres::Config) -> Result<Conn, Error> {
+    let config = config.clone();
+    let spawner = rt.clone();
+    let client = rt.block_on(async move {
+        let (client, connection) = config.connect(NoTls).await?;
+        spawner.spawn(async move {
+            // Ends when the client is dropped or the server goes away;
+            // the client then reports itself closed.
+            let _ = connection.await;
+        });
+        Ok::<_, tokio_postgres::Error>(client)
+    })?;
+    Ok(Conn { client, stmts: RefCell::new(HashMap::new()) })
+}
+
+/// A few connections, opened on demand and kept while they work.
+pub(crate) struct Pool {
+    config: tokio_postgres::Config,
+    rt: Handle,
+    idle: Mutex<Vec<Conn>>,
+    permits: tokio::sync::Semaphore,
+}
+
+impl Pool {
+    pub fn new(
+        config: tokio_postgres::Config,
+        rt: Handle,
+        size: usize,
+        first: Option<Conn>,
+    ) -> Pool {
+        Pool {
+            config,
+            rt,
+            idle: Mutex::new(first.into_iter().collect()),
+            permits: tokio::sync::Semaphore::new(size.max(1)),
+        }
+    }
+
+    /// A connection for one call, waiting for one to be free; a new one
+    /// when none idle is still open.
+    pub fn get(&self) -> Result<Pooled<'_>, Error> {
+        let permit = self
+            .rt
+            .block_on(self.permits.acquire())
+            .map_err(|_| Error::Decode("the connection pool is closed".into()))?;
+        let reused = loop {
+            let next = self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
+            match next {
+                Some(c) if c.client.is_closed() => continue,
+                other => break other,
+            }
+        };
+        let conn = match reused {
+            Some(c) => c,
+            None => connect(&self.rt, &self.config)?,
+        };
+        Ok(Pooled { pool: self, conn: Some(conn), broken: false, _permit: permit })
+    }
+}
+
+/// A connection lent by the [`Pool`]; back to it on drop unless broken.
+pub(crate) struct Pooled<'p> {
+    pool: &'p Pool,
+    conn: Option<Conn>,
+    pub broken: bool,
+    _permit: tokio::sync::SemaphorePermit<'p>,
+}
+
+impl Pooled<'_> {
+    pub fn db<'a>(&'a self, writes: bool) -> Db<'a> {
+        #[expect(clippy::unwrap_used, reason = "set until drop")]
+        let conn = self.conn.as_ref().unwrap();
+        Db { conn, rt: &self.pool.rt, writes }
+    }
+}
+
+impl Drop for Pooled<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if !self.broken && !conn.client.is_closed() {
+                self.pool.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(conn);
+            }
+        }
+    }
+}
+
+/// Parameters of a statement.
+pub(crate) type Params<'a> = [&'a (dyn ToSql + Sync)];
+
+/// One connection seen synchronously: every call blocks this (blocking)
+/// thread on the store's runtime. `writes` is set inside write
+/// transactions: the job reads there lock their rows (`FOR UPDATE`).
+pub(crate) struct Db<'a> {
+    conn: &'a Conn,
+    rt: &'a Handle,
+    pub writes: bool,
+}
+
+/// How a transaction serializes with the others on the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lock {
+    /// Only row locks (`FOR UPDATE` on the rows it writes).
+    Rows,
+    /// The queue's advisory lock, shared: several such transactions at
+    /// once, none with an exclusive one.
+    Shared,
+    /// The queue's advisory lock, exclusive.
+    Exclusive,
+}
+
+impl<'a> Db<'a> {
+    /// `conn` seen synchronously through `rt`.
+    pub fn on(conn: &'a Conn, rt: &'a Handle, writes: bool) -> Db<'a> {
+        Db { conn, rt, writes }
+    }
+
+    fn statement(&self, sql: &str) -> Result<Statement, Error> {
+        if let Some(s) = self.conn.stmts.borrow().get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.rt.block_on(self.conn.client.prepare(sql))?;
+        self.conn.stmts.borrow_mut().insert(sql.to_owned(), s.clone());
+        Ok(s)
+    }
+
+    /// Every row of a query.
+    pub fn query(&self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>, Error> {
+        let stmt = self.statement(sql)?;
+        Ok(self.rt.block_on(self.conn.client.query(&stmt, params))?)
+    }
+
+    /// The first row of a query, if any.
+    pub fn query_opt(&self, sql: &str, params: &Params<'_>) -> Result<Option<Row>, Error> {
+        Ok(self.query(sql, params)?.into_iter().next())
+    }
+
+    /// Runs a statement; the number of rows it changed.
+    pub fn execute(&self, sql: &str, params: &Params<'_>) -> Result<u64, Error> {
+        let stmt = self.statement(sql)?;
+        Ok(self.rt.block_on(self.conn.client.execute(&stmt, params))?)
+    }
+
+    /// Runs statements without parameters (the simple protocol).
+    pub fn batch(&self, sql: &str) -> Result<(), Error> {
+        Ok(self.rt.block_on(self.conn.client.batch_execute(sql))?)
+    }
+
+    /// ` FOR UPDATE` inside a write transaction, else nothing.
+    pub fn for_update(&self) -> &'static str {
+        if self.writes { " FOR UPDATE" } else { "" }
+    }
+
+    /// Runs `f` in one transaction (`READ COMMITTED`: every statement
+    /// sees what committed before it, so what a lock holder reads after
+    /// taking the lock includes every earlier holder's writes), with the
+    /// queue's advisory lock as `lock` says, and a notification on
+    /// `keys.channel` when `notify`, sent if and when it commits. A
+    /// serialization failure or deadlock runs it again (a few times, then
+    /// it is the caller's `Busy`); any other error rolls it back.
+    pub fn transaction<T>(
+        &self,
+        keys: &Keys,
+        lock: Lock,
+        notify: bool,
+        f: &mut dyn FnMut(&Db<'_>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let key = match lock {
+            Lock::Rows => None,
+            Lock::Shared => Some((keys.queue, true)),
+            Lock::Exclusive => Some((keys.queue, false)),
+        };
+        self.run_tx(key, notify.then_some(keys.channel.as_str()), f)
+    }
+
+    /// [`Db::transaction`] under the exclusive advisory lock `key`, no
+    /// notification (creation and migration).
+    pub fn transaction_with_key<T>(
+        &self,
+        key: i64,
+        f: &mut dyn FnMut(&Db<'_>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        self.run_tx(Some((key, false)), None, f)
+    }
+
+    fn run_tx<T>(
+        &self,
+        lock: Option<(i64, bool)>,
+        channel: Option<&str>,
+        f: &mut dyn FnMut(&Db<'_>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        const TRIES: u32 = 8;
+        let mut tries = 0;
+        loop {
+            self.batch("BEGIN")?;
+            let out = self.attempt(lock, channel, f);
+            match out {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    self.batch("ROLLBACK")?;
+                    tries += 1;
+                    if !e.is_retryable() || tries >= TRIES {
+                        return Err(e);
+                    }
+                    nap_blocking(Duration::from_millis(1 + u64::from(tries) * 3));
+                }
+            }
+        }
+    }
+
+    fn attempt<T>(
+        &self,
+        lock: Option<(i64, bool)>,
+        channel: Option<&str>,
+        f: &mut dyn FnMut(&Db<'_>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        match lock {
+            None => {}
+            Some((key, true)) => {
+                self.execute("SELECT 1 FROM pg_advisory_xact_lock_shared($1)", &[&key])?;
+            }
+            Some((key, false)) => {
+                self.execute("SELECT 1 FROM pg_advisory_xact_lock($1)", &[&key])?;
+            }
+        }
+        let v = f(self)?;
+        if let Some(channel) = channel {
+            self.execute("SELECT 1 FROM pg_notify($1, '')", &[&channel])?;
+        }
+        self.batch("COMMIT")?;
+        Ok(v)
+    }
+
+    /// Runs `f` in a read-only transaction, so its queries see one
+    /// snapshot (`REPEATABLE READ`).
+    pub fn read<T>(&self, f: impl FnOnce(&Db<'_>) -> Result<T, Error>) -> Result<T, Error> {
+        self.batch("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
+        let out = f(self);
+        let end = self.batch(if out.is_ok() { "COMMIT" } else { "ROLLBACK" });
+        let v = out?;
+        end?;
+        Ok(v)
+    }
+}
+
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a retry's pause on the store's own blocking thread, not a test's wait"
+)]
+pub(crate) fn nap_blocking(d: Duration) {
+    std::thread::sleep(d);
+}
+
+// ---------------------------------------------------------------------------
+// One clock
+
+/// Below this, an offset between the host's clock and the server's is
+/// taken for noise (round trips, hosts synced by NTP) and treated as 0, so
+/// the times a caller passes go through exactly.
+pub(crate) const NEGLIGIBLE_OFFSET_MS: i64 = 250;
+
+/// How often the offset is measured again.
+pub(crate) const REMEASURE_EVERY_MS: i64 = 60_000;
+
+/// The offset of the server's clock from this host's, measured at open
+/// and again every minute: every call is judged at `now + offset`.
+pub(crate) struct ServerClock {
+    host: HostClock,
+    /// (offset in ms, host time it was measured at).
+    state: Mutex<(i64, Option<Timestamp>)>,
+}
+
+impl ServerClock {
+    pub fn new(host: Option<HostClock>) -> ServerClock {
+        let host = host.unwrap_or_else(|| Arc::new(|| SystemClock.now()));
+        ServerClock { host, state: Mutex::new((0, None)) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (i64, Option<Timestamp>)> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The offset now in force, in milliseconds (0 when negligible).
+    pub fn offset_ms(&self) -> i64 {
+        self.lock().0
+    }
+
+    /// `now` of the host's clock on the server's.
+    pub fn judge(&self, now: Timestamp) -> Timestamp {
+        Timestamp::from_millis(now.as_millis().saturating_add(self.offset_ms()))
+    }
+
+    /// A time of the server's clock on the host's.
+    pub fn to_host(&self, t: Timestamp) -> Timestamp {
+        Timestamp::from_millis(t.as_millis().saturating_sub(self.offset_ms()))
+    }
+
+    /// Whether the last measure is older than [`REMEASURE_EVERY_MS`].
+    pub fn stale(&self) -> bool {
+        let at = self.lock().1;
+        at.is_none_or(|at| ((self.host)().as_millis() - at.as_millis()).abs() >= REMEASURE_EVERY_MS)
+    }
+
+    /// Measures the offset on `db`: a few `clock_timestamp()` samples, the
+    /// one with the shortest round trip, its midpoint.
+    pub fn measure(&self, db: &Db<'_>) -> Result<i64, Error> {
+        let mut best: Option<(i64, i64)> = None;
+        for _ in 0..5 {
+            let before = (self.host)().as_millis();
+            let row =
+                db.query_opt("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT", &[])?;
+            let after = (self.host)().as_millis();
+            let Some(row) = row else { continue };
+            let server: i64 = row.try_get(0)?;
+            let rtt = after - before;
+            let offset = server - (before + rtt / 2);
+            if best.is_none_or(|(r, _)| rtt < r) {
+                best = Some((rtt, offset));
+            }
+        }
+        let offset = match best {
+            Some((_, o)) if o.abs() >= NEGLIGIBLE_OFFSET_MS => o,
+            _ => 0,
+        };
+        *self.lock() = (offset, Some((self.host)()));
+        Ok(offset)
+    }
+}
