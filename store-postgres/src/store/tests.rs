@@ -1,1 +1,210 @@
-//! Unit tests of the store on a live server.
+//! Unit tests of the store on a live server (skipped, loudly, without
+//! `SLOTHQUEUE_PG_URL`): the claim's plan, the open's refusals, the
+//! read-only store, notifications, errors.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use slothqueue_core::{ClockOnly, Owner};
+
+use super::*;
+use crate::rows::candidate_sql;
+use crate::testing::{schema_url_for_path, url_from_env};
+
+fn t(secs: i64) -> Timestamp {
+    Timestamp::from_millis(1_700_000_000_000 + secs * 1000)
+}
+
+/// A fresh queue's URL, and the directory whose path names it.
+fn fresh(name: &str) -> Option<(String, tempfile::TempDir)> {
+    let base = url_from_env()?;
+    let dir = tempfile::tempdir().unwrap();
+    Some((schema_url_for_path(&base, &dir.path().join(name)), dir))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+/// The plan of `sql` (with `params`) after `ANALYZE`, one line per step.
+fn explain(store: &PgStore, sql: &str, params: Vec<Box<dyn ToSql + Sync + Send>>) -> String {
+    let sql = format!("EXPLAIN {sql}");
+    store
+        .inner
+        .run(false, move |db, _| {
+            db.batch("ANALYZE jobs")?;
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect();
+            let rows = db.query(&sql, &refs)?;
+            rows.iter().map(|r| Ok(r.try_get::<_, String>(0)?)).collect::<Result<Vec<_>, Error>>()
+        })
+        .unwrap()
+        .join("\n")
+}
+
+/// A claim reads its candidate through the claim index, in claim order,
+/// never by scanning the jobs: O(log n) in the backlog.
+#[test]
+fn the_claim_reads_its_candidate_through_the_index() {
+    let Some((url, _dir)) = fresh("explain") else { return };
+    let store = PgStore::open(&url, PgOptions::default()).unwrap();
+    let jobs: Vec<NewJob> = (0..5_000)
+        .map(|i| {
+            NewJob::shell("true", "/")
+                .queue(["a", "b", "c"][i % 3])
+                .priority((i % 5) as i32)
+                .not_before(t((i % 7) as i64 - 3))
+        })
+        .collect();
+    runtime().block_on(store.push_many(jobs, t(0))).unwrap();
+    let now = || Box::new(t(1).as_millis()) as Box<dyn ToSql + Sync + Send>;
+    let all = explain(&store, &candidate_sql(false, false, false), vec![now()]);
+    assert!(!all.contains("Seq Scan on jobs"), "{all}");
+    assert!(all.contains("Index Scan using jobs_pending on jobs"), "{all}");
+    assert!(all.contains("LockRows"), "{all}");
+    let by_queue =
+        explain(&store, &candidate_sql(true, false, false), vec![now(), Box::new("b".to_owned())]);
+    assert!(!by_queue.contains("Seq Scan on jobs"), "{by_queue}");
+    assert!(by_queue.contains("jobs_pending_queue"), "{by_queue}");
+    let kinds: Vec<String> = vec!["shell".into()];
+    let closed: Vec<String> = vec!["a".into()];
+    let filtered = explain(
+        &store,
+        &candidate_sql(false, true, true),
+        vec![now(), Box::new(kinds), Box::new(closed)],
+    );
+    assert!(!filtered.contains("Seq Scan on jobs"), "{filtered}");
+    let request = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly));
+    let claimed = runtime().block_on(store.claim(&request, t(1))).unwrap().unwrap();
+    assert_eq!(claimed.job.priority, 4, "the highest priority due first");
+}
+
+#[test]
+fn a_newer_schema_is_refused_untouched() {
+    let Some((url, _dir)) = fresh("newer") else { return };
+    let store = PgStore::open(&url, PgOptions::default()).unwrap();
+    store
+        .inner
+        .run(true, |db, _| db.batch("UPDATE meta SET value = 99 WHERE name = 'schema_version'"))
+        .unwrap();
+    let err = PgStore::open(&url, PgOptions::default()).unwrap_err();
+    assert!(matches!(err, StoreError::SchemaTooNew { found: 99, supported: 1, .. }), "{err:?}");
+    let err = PgStore::open_read_only(&url, PgOptions::default()).unwrap_err();
+    assert!(matches!(err, StoreError::SchemaTooNew { found: 99, .. }), "{err:?}");
+    let version = store
+        .inner
+        .run(false, |db, _| {
+            let row = db.query_opt("SELECT value FROM meta WHERE name = 'schema_version'", &[])?;
+            Ok(row.map(|r| r.get::<_, i64>(0)))
+        })
+        .unwrap();
+    assert_eq!(version, Some(99), "untouched");
+}
+
+#[test]
+fn a_schema_of_other_tables_is_refused() {
+    let Some((url, _dir)) = fresh("foreign") else { return };
+    let schema = url.rsplit_once("schema=").unwrap().1.to_owned();
+    let other = crate::testing::with_schema(&url, "public");
+    let store = PgStore::open(&other, PgOptions::default());
+    // Make a schema with a table of someone else's, through any store.
+    let store = store.unwrap();
+    store
+        .inner
+        .run(true, move |db, _| {
+            db.batch(&format!("CREATE SCHEMA {schema}; CREATE TABLE {schema}.theirs (x INT)"))
+        })
+        .unwrap();
+    drop(store);
+    let err = PgStore::open(&url, PgOptions::default()).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Corrupt { detail, .. } if detail.contains("theirs")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_read_only_store_creates_nothing_and_writes_nothing() {
+    let Some((url, _dir)) = fresh("read-only") else { return };
+    let err = PgStore::open_read_only(&url, PgOptions::default()).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+        "{err:?}"
+    );
+    let rt = runtime();
+    let writer = PgStore::open(&url, PgOptions::default()).unwrap();
+    rt.block_on(writer.push(NewJob::shell("true", "/"), t(0))).unwrap();
+    let reader = PgStore::open_read_only(&url, PgOptions::default()).unwrap();
+    assert_eq!(rt.block_on(reader.stats(t(1))).unwrap().pending, 1);
+    let err = rt.block_on(reader.push(NewJob::shell("true", "/"), t(0))).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::ReadOnlyFilesystem),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn many_openers_of_a_fresh_schema_all_succeed() {
+    let Some((url, _dir)) = fresh("racing-open") else { return };
+    std::thread::scope(|s| {
+        let opens: Vec<_> =
+            (0..6).map(|_| s.spawn(|| PgStore::open(&url, PgOptions::default()))).collect();
+        for o in opens {
+            o.join().unwrap().unwrap();
+        }
+    });
+}
+
+#[test]
+fn a_server_not_there_is_unreachable() {
+    let err = PgStore::open(
+        "postgres://nobody@localhost/db?host=/nonexistent-socket-dir&schema=q",
+        PgOptions { connect_timeout: Duration::from_secs(1), ..PgOptions::default() },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Unreachable(m) if m.contains("/nonexistent-socket-dir")),
+        "{err:?}"
+    );
+    assert!(err.is_temporary());
+}
+
+#[test]
+fn a_bad_schema_name_is_refused() {
+    for bad in ["Upper", "1x", "a-b", "pg_x", ""] {
+        let url = format!("postgres://u@localhost/db?schema={bad}");
+        let err = PgStore::open(&url, PgOptions::default()).unwrap_err();
+        assert!(matches!(err, StoreError::InvalidInput(_)), "{bad}: {err:?}");
+    }
+}
+
+/// A push through one handle wakes a listener on another, and the
+/// listener is called once when it starts listening.
+#[test]
+fn a_commit_elsewhere_wakes_a_listener() {
+    let Some((url, _dir)) = fresh("listen") else { return };
+    let rt = runtime();
+    let listener = PgStore::open(&url, PgOptions::default()).unwrap();
+    let writer = PgStore::open(&url, PgOptions::default()).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let _guard = listener.on_change(Box::new(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+    }));
+    let wait_for = |n: usize| {
+        for _ in 0..500 {
+            if calls.load(Ordering::SeqCst) >= n {
+                return true;
+            }
+            crate::txn::nap_blocking(Duration::from_millis(10));
+        }
+        false
+    };
+    assert!(wait_for(1), "called once when listening starts");
+    let before = calls.load(Ordering::SeqCst);
+    rt.block_on(writer.push(NewJob::shell("true", "/"), t(0))).unwrap();
+    assert!(wait_for(before + 1), "woken by the push");
+    // A heartbeat-free claim of nothing wakes nobody, and never errs.
+    let request = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly));
+    assert!(rt.block_on(writer.claim(&request, t(1))).unwrap().is_some());
+}
