@@ -1,16 +1,19 @@
 //! `slothqueue-bench`: every figure of slothqueue's performance, each as a
 //! ratio against the raw storage limit measured in the same run. Run it
-//! through `cargo xtask bench [--quick] [--backend sqlite|redb]`, which
-//! builds it and the `slothqueue` binary and passes the latter's path.
+//! through `cargo xtask bench [--quick] [--backend sqlite|redb|postgres]`,
+//! which builds it and the `slothqueue` binary and passes the latter's
+//! path, and finds or starts a PostgreSQL server.
 //!
 //! ```text
-//! slothqueue-bench [--quick] [--backend sqlite|redb] [--slothqueue PATH]
+//! slothqueue-bench [--quick] [--backend sqlite|redb|postgres] [--slothqueue PATH]
 //!                  [--out DIR] [--benchmarks-md PATH]
 //!                  [--durability default|fast] [--only STEP,...]
+//!                  [--pg-skipped WHY]
 //! ```
 //!
-//! Per backend, the default and (SQLite only: redb has one) the fast
-//! durability setting are measured in this process (raw_commit, push, cycle, push_many, claim_scaling,
+//! Per backend, the default and (SQLite only: redb and PostgreSQL have
+//! one) the fast durability setting are measured in this process
+//! (raw_commit, push, cycle, push_many, claim_scaling, claim_concurrency,
 //! chain, fan_out, drain, slots, bytes_per_job); the figures only the binary can give (add_ratio,
 //! add_scaling, add_floor_ratio, import, status_100k, idle, wait_idle, rss) are measured on it,
 //! under the default setting, the only one the CLI has. `add_floor_ratio` times this program
@@ -18,9 +21,13 @@
 //! one `add`, a process that opens FILE with the bare engine and the store's settings,
 //! commits one row and exits (`raw::add_once`). Results: a markdown table on stdout, and
 //! `results.json` and `results.md` in `--out` (default `target/bench`). A
-//! full run of both backends also rewrites the generated section of
+//! full run of every backend also rewrites the generated section of
 //! `--benchmarks-md`. Speed is reported, never asserted: the exit code says
 //! only whether every measurement could be taken.
+//!
+//! PostgreSQL is measured on the server of `SLOTHQUEUE_PG_URL` (see
+//! `pg.rs`); without one its column is skipped, loudly, and says why
+//! (`--pg-skipped`, from xtask, which could not start a server either).
 
 #![allow(clippy::disallowed_methods, reason = "a benchmark measures real time")]
 #![allow(
@@ -32,6 +39,7 @@
 mod cli;
 mod deps;
 mod inproc;
+mod pg;
 mod procfs;
 mod raw;
 mod report;
@@ -59,6 +67,8 @@ pub struct Sizes {
     pub backlogs: [usize; 3],
     /// claim+complete samples per backlog.
     pub claim_samples: usize,
+    /// Pending jobs claim_concurrency keeps in its queue.
+    pub concurrency_backlog: usize,
     /// `true` jobs drained by the in-process runner.
     pub drain_jobs: usize,
     /// `true` jobs drained with one slot, and as many with two (`slots`).
@@ -93,6 +103,7 @@ impl Sizes {
             slice: Duration::from_secs(1),
             backlogs: [1_000, 100_000, 1_000_000],
             claim_samples: 301,
+            concurrency_backlog: 100_000,
             drain_jobs: 1_000,
             slots_jobs: 1_000,
             idle_window: Duration::from_secs(30),
@@ -115,6 +126,7 @@ impl Sizes {
             slice: Duration::from_millis(150),
             backlogs: [100, 2_000, 10_000],
             claim_samples: 21,
+            concurrency_backlog: 2_000,
             drain_jobs: 40,
             slots_jobs: 40,
             idle_window: Duration::from_secs(2),
@@ -131,11 +143,13 @@ impl Sizes {
 
     fn describe(&self, quick: bool) -> String {
         format!(
-            "{} (slices {} × {:.2} s; backlogs {:?}; drain {} jobs; slots {} jobs per count; idle {:.0} s; status on {} jobs; add on {} / {} jobs; import {} jobs; chain and fan-out of {})",
+            "{} (slices {} × {:.2} s; backlogs {:?}; claimers {:?} on {} jobs; drain {} jobs; slots {} jobs per count; idle {:.0} s; status on {} jobs; add on {} / {} jobs; import {} jobs; chain and fan-out of {})",
             if quick { "--quick" } else { "full" },
             self.rounds,
             self.slice.as_secs_f64(),
             self.backlogs,
+            inproc::CLAIMERS,
+            self.concurrency_backlog,
             self.drain_jobs,
             self.slots_jobs,
             self.idle_window.as_secs_f64(),
@@ -165,12 +179,15 @@ struct Args {
     child_slots: bool,
     /// Internal: be the floor of one `add` (`raw::add_once`) on this file.
     raw_add: Option<(Backend, PathBuf)>,
+    /// Why there is no PostgreSQL server (xtask could not start one).
+    pg_skipped: Option<String>,
 }
 
 /// The steps `--only` can name.
-pub const STEPS: [&str; 13] = [
+pub const STEPS: [&str; 14] = [
     "rounds",
     "scaling",
+    "concurrency",
     "graph",
     "drain",
     "slots",
@@ -203,6 +220,7 @@ fn parse_args() -> Result<Args> {
         child_drain: false,
         child_slots: false,
         raw_add: None,
+        pg_skipped: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -219,6 +237,7 @@ fn parse_args() -> Result<Args> {
                 args.backends = vec![value("--backend")?.parse().map_err(anyhow::Error::msg)?]
             }
             "--slothqueue" => args.slothqueue = Some(value("--slothqueue")?.into()),
+            "--pg-skipped" => args.pg_skipped = Some(value("--pg-skipped")?),
             "--out" => args.out = value("--out")?.into(),
             "--benchmarks-md" => args.benchmarks_md = Some(value("--benchmarks-md")?.into()),
             "--only" => {
@@ -238,9 +257,9 @@ fn parse_args() -> Result<Args> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: slothqueue-bench [--quick] [--backend sqlite|redb] [--slothqueue PATH] \
-                     [--out DIR] [--benchmarks-md PATH] [--durability default|fast] \
-                     [--only STEP,...]\nsteps: {}",
+                    "usage: slothqueue-bench [--quick] [--backend sqlite|redb|postgres] \
+                     [--slothqueue PATH] [--out DIR] [--benchmarks-md PATH] \
+                     [--durability default|fast] [--only STEP,...] [--pg-skipped WHY]\nsteps: {}",
                     STEPS.join(",")
                 );
                 std::process::exit(0);
@@ -318,7 +337,37 @@ fn run() -> Result<bool> {
 
     let mut results: Results = Vec::new();
     let mut failures: Vec<String> = Vec::new();
+    // Columns not measured, and CLI figures not taken, with why: in the
+    // report under the table, and a full run with any is not complete.
+    let mut skipped: Vec<String> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    let mut pg_server: Option<String> = None;
     for &backend in &args.backends {
+        if backend == Backend::Postgres {
+            if pg::server_url().is_none() {
+                let why = args.pg_skipped.clone().unwrap_or_else(|| {
+                    format!("{} is not set (`cargo xtask bench` sets it)", pg::URL_ENV)
+                });
+                eprintln!(
+                    "\n*** bench: postgres/default SKIPPED: no PostgreSQL server: {why}\n\
+                     *** (set {} to a server's URL, or install the server binaries for \
+                     `cargo xtask bench` to start one)\n",
+                    pg::URL_ENV
+                );
+                skipped.push(format!("postgres/default: SKIPPED, no PostgreSQL server: {why}"));
+                results.push(("postgres/default".to_owned(), Figures::new()));
+                continue;
+            }
+            match runtime.block_on(pg::describe()) {
+                Ok(d) => pg_server = Some(d),
+                Err(e) => {
+                    eprintln!("bench: postgres/default: FAILED: {e:#}");
+                    failures.push(format!("postgres/default: {e:#}"));
+                    results.push(("postgres/default".to_owned(), Figures::new()));
+                    continue;
+                }
+            }
+        }
         for fast in [false, true] {
             if args.durability.is_some_and(|d| d != fast) || (fast && !backend.has_fast_setting()) {
                 continue;
@@ -340,7 +389,11 @@ fn run() -> Result<bool> {
                     Some(bin) => {
                         let dir = scratch.0.join(format!("{}-cli", backend.as_str()));
                         match runtime.block_on(cli::measure(bin, backend, &sizes, &dir, &args)) {
-                            Ok(f) => figures.extend(f),
+                            Ok(Some(f)) => figures.extend(f),
+                            Ok(None) => notes.push(format!(
+                                "{setting}: CLI figures skipped: the `slothqueue` binary cannot \
+                                 open a postgres:// queue"
+                            )),
                             Err(e) => {
                                 eprintln!("bench: {setting} (CLI): FAILED: {e:#}");
                                 failures.push(format!("{setting} (CLI): {e:#}"));
@@ -353,12 +406,20 @@ fn run() -> Result<bool> {
             }
             results.push((setting.to_string(), figures));
         }
+        if backend == Backend::Postgres {
+            match runtime.block_on(pg::drop_run_schemas()) {
+                Ok(n) => eprintln!("bench: postgres: dropped this run's {n} schemas"),
+                Err(e) => eprintln!("bench: postgres: cannot drop this run's schemas: {e:#}"),
+            }
+        }
     }
     drop(runtime);
     machine.load_after = report::loadavg();
     let elapsed = started.elapsed().as_secs_f64();
 
-    let md = markdown(&results, &machine, profile, &sizes.describe(args.quick), elapsed, &args);
+    notes.splice(0..0, skipped.iter().cloned());
+    let run = Run { profile, sizes: sizes.describe(args.quick), elapsed, pg_server, notes };
+    let md = markdown(&results, &machine, &run, &args);
     println!("\n{md}");
     for f in &failures {
         println!("FAILED: {f}");
@@ -371,6 +432,7 @@ fn run() -> Result<bool> {
         args.out.join("results.json").display()
     );
     let complete = failures.is_empty()
+        && skipped.is_empty()
         && args.backends.len() == Backend::ALL.len()
         && args.only.is_empty()
         && args.durability.is_none();
@@ -386,22 +448,38 @@ fn run() -> Result<bool> {
     Ok(failures.is_empty())
 }
 
-fn markdown(
-    results: &Results,
-    machine: &Machine,
-    profile: &str,
-    sizes: &str,
+/// What the report says about the run besides the figures.
+struct Run {
+    profile: &'static str,
+    sizes: String,
     elapsed: f64,
-    args: &Args,
-) -> String {
+    /// The PostgreSQL server measured (`pg::describe`).
+    pg_server: Option<String>,
+    /// Skipped columns and figures, each with why.
+    notes: Vec<String>,
+}
+
+fn markdown(results: &Results, machine: &Machine, run: &Run, args: &Args) -> String {
     let mut settings = String::new();
     for (label, _) in results {
         if let Some((b, d)) = label.split_once('/') {
             if let Ok(backend) = b.parse::<Backend>() {
                 let setting = Setting { backend, fast: d == "fast" };
-                settings.push_str(&format!("- `{label}`: {}\n", setting.describe()));
+                settings.push_str(&format!("- `{label}`: {}", setting.describe()));
+                match (&run.pg_server, backend) {
+                    (Some(server), Backend::Postgres) => {
+                        settings.push_str(&format!("; server: {server}"))
+                    }
+                    (None, Backend::Postgres) => settings.push_str("; no server"),
+                    _ => {}
+                }
+                settings.push('\n');
             }
         }
+    }
+    let mut notes = String::new();
+    for note in &run.notes {
+        notes.push_str(&format!("**{note}**\n\n"));
     }
     let cli_note = if args.slothqueue.is_some() {
         "CLI figures (idle, wait_idle, status_100k, add_ratio, add_scaling, add_floor_ratio, import, \
@@ -411,10 +489,11 @@ fn markdown(
         "CLI figures skipped: no `slothqueue` binary given."
     };
     format!(
-        "{}\n{settings}\n{}\n{}\n{cli_note} The whole run took {elapsed:.0} s.\n",
-        machine.markdown(profile, sizes),
+        "{}\n{settings}\n{}\n{notes}{}\n{cli_note} The whole run took {:.0} s.\n",
+        machine.markdown(run.profile, &run.sizes),
         report::table(results),
         report::targets(results),
+        run.elapsed,
     )
 }
 
