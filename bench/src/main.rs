@@ -141,6 +141,30 @@ impl Sizes {
         }
     }
 
+    /// [`Sizes::quick`] for PostgreSQL, with fewer jobs to push: each
+    /// push is two round trips to the server per job (about 750 jobs/s in
+    /// a dev build), and the quick run must add at most ~30 s to CI.
+    fn quick_postgres() -> Sizes {
+        Sizes {
+            backlogs: [100, 1_000, 3_000],
+            concurrency_backlog: 500,
+            status_jobs: 1_000,
+            add_scaling_jobs: [100, 1_000],
+            import_jobs: 500,
+            graph_jobs: 100,
+            ..Sizes::quick()
+        }
+    }
+
+    /// The sizes of a run of `backend`.
+    fn of(quick: bool, backend: Backend) -> Sizes {
+        match (quick, backend) {
+            (false, _) => Sizes::full(),
+            (true, Backend::Postgres) => Sizes::quick_postgres(),
+            (true, _) => Sizes::quick(),
+        }
+    }
+
     fn describe(&self, quick: bool) -> String {
         format!(
             "{} (slices {} × {:.2} s; backlogs {:?}; claimers {:?} on {} jobs; drain {} jobs; slots {} jobs per count; idle {:.0} s; status on {} jobs; add on {} / {} jobs; import {} jobs; chain and fan-out of {})",
@@ -298,11 +322,11 @@ fn run() -> Result<bool> {
         raw::add_once(*backend, path)?;
         return Ok(true);
     }
-    let sizes = if args.quick { Sizes::quick() } else { Sizes::full() };
     if args.child_drain || args.child_slots {
         let (Some(fast), [backend]) = (args.durability, args.backends.as_slice()) else {
             bail!("--child-drain and --child-slots need one --backend and a --durability");
         };
+        let sizes = Sizes::of(args.quick, *backend);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -316,6 +340,12 @@ fn run() -> Result<bool> {
         println!("{}", serde_json::json!(figures));
         return Ok(true);
     }
+    // The sizes the header names: the one backend's, else the file
+    // backends' (PostgreSQL's quick sizes are named in a note).
+    let sizes = match args.backends.as_slice() {
+        [backend] => Sizes::of(args.quick, *backend),
+        _ => Sizes::of(args.quick, Backend::Sqlite),
+    };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let scratch = Scratch(args.out.join(format!("scratch-{}", std::process::id())));
@@ -343,6 +373,10 @@ fn run() -> Result<bool> {
     let mut notes: Vec<String> = Vec::new();
     let mut pg_server: Option<String> = None;
     for &backend in &args.backends {
+        let sizes = Sizes::of(args.quick, backend);
+        if args.quick && backend == Backend::Postgres && args.backends.len() > 1 {
+            notes.push(format!("postgres/default sizes: {}", sizes.describe(true)));
+        }
         if backend == Backend::Postgres {
             if pg::server_url().is_none() {
                 let why = args.pg_skipped.clone().unwrap_or_else(|| {
