@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 
-use crate::inproc::{fill, remove_queue};
+use crate::inproc::{fill, remove_queue, settled};
 use crate::procfs;
 use crate::setting::{Backend, QueueFile as _, Setting};
 use crate::stats::{Figures, median};
@@ -289,6 +289,7 @@ impl Cli {
         let queue = backend.file(&self.dir, stem);
         let store = Setting { backend, fast: false }.open(&queue)?;
         fill(store.as_ref(), n, &self.dir).await?;
+        settled(&queue).await?;
         Ok(queue)
     }
 

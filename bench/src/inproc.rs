@@ -92,6 +92,15 @@ pub(crate) async fn fill(store: &dyn Store, n: usize, cwd: &Path) -> Result<f64>
     Ok(secs)
 }
 
+/// On PostgreSQL, brings a queue just filled to the state autovacuum
+/// leaves it in within a minute (`pg::analyze`); nothing on a file.
+pub(crate) async fn settled(path: &Path) -> Result<()> {
+    if pg::is_url(path) {
+        pg::analyze(path).await?;
+    }
+    Ok(())
+}
+
 /// Every in-process figure for `setting`, using `dir` as scratch space.
 pub async fn measure(setting: Setting, sizes: &Sizes, dir: &Path, args: &Args) -> Result<Figures> {
     let mut f = Figures::new();
@@ -249,8 +258,15 @@ async fn claim_scaling(setting: Setting, sizes: &Sizes, dir: &Path, f: &mut Figu
             // One call: the batch fits in a single push_many.
             f.insert("push_many", n as f64 / secs);
             f.insert("push_many_jobs", n as f64);
+            // The first claim on the queue as push_many left it (on
+            // PostgreSQL: before any ANALYZE; see `settled`).
+            let (_, fresh) = claim_complete_timed(store.as_ref(), &owner).await?;
+            f.insert("claim_fresh_ms", fresh);
         }
         stores.push(store);
+    }
+    for &n in &sizes.backlogs {
+        settled(&setting.backend.file(dir, &format!("backlog-{n}"))).await?;
     }
     for store in &stores {
         for _ in 0..10 {
@@ -301,6 +317,7 @@ async fn claim_concurrency(
         (0..max).map(|_| setting.open(&path)).collect::<Result<_>>()?;
     let owners: Vec<Owner> = (0..max).map(|i| Owner::named(format!("bench-{i}"))).collect();
     fill(stores[0].as_ref(), sizes.concurrency_backlog + max, dir).await?;
+    settled(&path).await?;
     // Untimed: every handle's first call (a PostgreSQL store connects its
     // pool's connections on demand).
     for (store, owner) in stores.iter().zip(&owners) {
@@ -453,6 +470,7 @@ pub async fn drain(setting: Setting, sizes: &Sizes, dir: &Path) -> Result<Figure
     let path = setting.backend.file(dir, "drain");
     let store = setting.open(&path)?;
     fill(store.as_ref(), n, dir).await?;
+    settled(&path).await?;
     let before = plain_loop(n / 2)?;
     let mut config = RunnerConfig::new(logs_for(&path, dir));
     config.mode = Mode::Drain;
@@ -511,6 +529,7 @@ pub async fn slots(setting: Setting, sizes: &Sizes, dir: &Path) -> Result<Figure
         let part = if queue == 2 { warm_up } else { part };
         let (store, path) = &queues[queue];
         fill(store.as_ref(), part, dir).await?;
+        settled(path).await?;
         let mut config = RunnerConfig::new(logs_for(path, dir));
         config.mode = Mode::Drain;
         config.slots = slots;
