@@ -8,8 +8,34 @@ use crate::run;
 
 /// The backends and the package whose `tests/conformance.rs` instantiates
 /// the suite for each.
-const BACKENDS: &[(&str, &str)] =
-    &[("sqlite", "slothqueue-store-sqlite"), ("redb", "slothqueue-store-redb")];
+pub const BACKENDS: &[(&str, &str)] = &[
+    ("sqlite", "slothqueue-store-sqlite"),
+    ("redb", "slothqueue-store-redb"),
+    ("postgres", "slothqueue-store-postgres"),
+];
+
+/// The integration tests of a store's package but its conformance suite:
+/// `tests/<name>.rs` and `tests/<name>/main.rs`.
+pub fn other_tests(package: &str) -> Result<Vec<String>, String> {
+    let folder = package.strip_prefix("slothqueue-").unwrap_or(package);
+    let tests = run::project_root().join(folder).join("tests");
+    let entries =
+        std::fs::read_dir(&tests).map_err(|e| format!("cannot list {}: {e}", tests.display()))?;
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let path = entry.path();
+            let name = if path.is_dir() {
+                path.join("main.rs").is_file().then(|| entry.file_name())?
+            } else {
+                path.extension().filter(|e| *e == "rs").and(path.file_stem())?.to_owned()
+            };
+            name.into_string().ok().filter(|n| n != "conformance")
+        })
+        .collect();
+    names.sort();
+    Ok(names)
+}
 
 struct Outcome {
     passed: usize,
@@ -23,9 +49,21 @@ pub fn run(args: &[String]) -> Result<(), String> {
         [] => None,
         [flag, name] if flag == "--store" => match BACKENDS.iter().find(|(b, _)| b == name) {
             Some(b) => Some(b.0),
-            None => return Err(format!("unknown store `{name}` (expected sqlite or redb)")),
+            None => {
+                return Err(format!("unknown store `{name}` (expected sqlite, redb or postgres)"));
+            }
         },
-        _ => return Err("usage: cargo xtask conformance [--store sqlite|redb]".to_owned()),
+        _ => return Err("usage: cargo xtask conformance [--store sqlite|redb|postgres]".to_owned()),
+    };
+    // The Postgres suite needs a server: the caller's (`ci`'s), else a
+    // throwaway one of our own for as long as the run.
+    let wants_postgres = only.is_none_or(|o| o == "postgres");
+    let _cluster = if wants_postgres && !run::cargo_env_has(crate::pg::URL_ENV) {
+        let cluster = crate::pg::Cluster::start(false)?;
+        run::set_cargo_env(cluster.env())?;
+        Some(cluster)
+    } else {
+        None
     };
     let mut results = BTreeMap::new();
     let mut scenarios: BTreeMap<String, BTreeMap<&str, bool>> = BTreeMap::new();
