@@ -209,12 +209,38 @@ fn ci() -> Result<(), String> {
 /// depends on another store or on the runner.
 fn layering() -> Result<(), String> {
     let forbidden: &[(&str, &[&str])] = &[
-        ("slothqueue-core", &["rusqlite", "redb", "tokio", "slothqueue-runner"]),
-        ("slothqueue-store-sqlite", &["redb", "slothqueue-store-redb", "slothqueue-runner"]),
-        ("slothqueue-store-redb", &["rusqlite", "slothqueue-store-sqlite", "slothqueue-runner"]),
+        ("slothqueue-core", &["rusqlite", "redb", "tokio", "tokio-postgres", "slothqueue-runner"]),
+        (
+            "slothqueue-store-sqlite",
+            &["redb", "slothqueue-store-redb", "slothqueue-store-postgres", "slothqueue-runner"],
+        ),
+        (
+            "slothqueue-store-redb",
+            &[
+                "rusqlite",
+                "slothqueue-store-sqlite",
+                "slothqueue-store-postgres",
+                "slothqueue-runner",
+            ],
+        ),
+        (
+            "slothqueue-store-postgres",
+            &[
+                "rusqlite",
+                "redb",
+                "slothqueue-store-sqlite",
+                "slothqueue-store-redb",
+                "slothqueue-runner",
+            ],
+        ),
         (
             "slothqueue-conformance",
-            &["slothqueue-store-sqlite", "slothqueue-store-redb", "slothqueue-runner"],
+            &[
+                "slothqueue-store-sqlite",
+                "slothqueue-store-redb",
+                "slothqueue-store-postgres",
+                "slothqueue-runner",
+            ],
         ),
     ];
     for (package, banned) in forbidden {
