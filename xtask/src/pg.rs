@@ -115,7 +115,7 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// The URL the tests connect with.
+    /// The URL the cluster answers at (the bench's `SLOTHQUEUE_PG_URL`).
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -184,6 +184,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     };
     let cluster = Cluster::start(false)?;
     let Some((program, rest)) = command.split_first() else {
+        println!("(the cluster answers at {})", cluster.url);
         for (key, value) in cluster.env() {
             println!("export {key}='{value}'");
         }
