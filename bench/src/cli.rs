@@ -29,11 +29,6 @@ const POLL_INTERVAL: Duration = slothqueue_runner::WATCHED_POLL;
 /// (`slothqueue_runner::watch::NOTIFIED_POLL`).
 const WAIT_POLL: Duration = slothqueue_runner::watch::NOTIFIED_POLL;
 
-/// How long an idle command is left to settle before it is watched: its
-/// start, its last looks after its own writes (a runner's wake-ups as each
-/// commit settles, up to 0.8 s after it).
-const SETTLE: Duration = Duration::from_secs(3);
-
 /// How `run` is started: a load gate that never closes, so that a busy
 /// benchmark machine measures the runner and not the gate's patience.
 const RUN_FLAGS: [&str; 2] = ["--load-ceiling", "1000"];
@@ -79,7 +74,7 @@ pub async fn measure(
         eprintln!(
             "bench: {}/default: idle ({} s of run --follow)",
             backend.as_str(),
-            sizes.idle_window.as_secs_f64() + SETTLE.as_secs_f64()
+            sizes.idle_window.as_secs_f64() + sizes.settle.as_secs_f64()
         );
         cli.idle(backend, sizes, &mut f)?;
     }
@@ -87,7 +82,7 @@ pub async fn measure(
         eprintln!(
             "bench: {}/default: wait_idle ({} s of wait on a job nobody runs)",
             backend.as_str(),
-            sizes.idle_window.as_secs_f64() + SETTLE.as_secs_f64()
+            sizes.idle_window.as_secs_f64() + sizes.settle.as_secs_f64()
         );
         cli.wait_idle(backend, sizes, &mut f).await?;
     }
@@ -333,7 +328,7 @@ impl Cli {
     }
 
     /// `run --follow` on an empty queue: its CPU time and context switches
-    /// over the window (after it settles, [`SETTLE`]), scaled to 10 s,
+    /// over the window (after it settles, `Sizes::settle`), scaled to 10 s,
     /// and in how many separate bursts it woke (switches sampled every
     /// 100 ms; consecutive busy samples are one burst). Then, the same
     /// runner still asleep, `wake_latency`.
@@ -406,7 +401,7 @@ impl Cli {
     }
 
     /// Starts `cmd` (which must not exit by itself), lets it settle for
-    /// [`SETTLE`], then watches it for the idle window; returns it still
+    /// `Sizes::settle`, then watches it for the idle window; returns it still
     /// running (killed when dropped).
     fn watch_idle(&self, mut cmd: Command, name: &str, sizes: &Sizes) -> Result<(Idle, Reaped)> {
         let (err_path, err) = self.stderr_file(name)?;
@@ -417,7 +412,7 @@ impl Cli {
             .spawn()
             .with_context(|| format!("cannot start {cmd:?}"))?;
         let mut child = Reaped(child);
-        pause(SETTLE);
+        pause(sizes.settle);
         if let Some(status) = child.0.try_wait()? {
             let text = std::fs::read_to_string(&err_path).unwrap_or_default();
             bail!("{cmd:?} exited at once ({status}): {}", text.trim());

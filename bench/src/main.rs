@@ -75,6 +75,10 @@ pub struct Sizes {
     pub slots_jobs: usize,
     /// How long the idle runner is watched.
     pub idle_window: Duration,
+    /// How long an idle command is left to settle before it is watched:
+    /// its start, its last looks after its own writes (a runner's wake-ups
+    /// as each commit settles, up to 0.8 s after it).
+    pub settle: Duration,
     /// Jobs in the queue `status` reads.
     pub status_jobs: usize,
     /// Timed `status` calls.
@@ -107,6 +111,7 @@ impl Sizes {
             drain_jobs: 1_000,
             slots_jobs: 1_000,
             idle_window: Duration::from_secs(30),
+            settle: Duration::from_secs(3),
             status_jobs: 100_000,
             status_runs: 21,
             add_runs: 41,
@@ -130,6 +135,9 @@ impl Sizes {
             drain_jobs: 40,
             slots_jobs: 40,
             idle_window: Duration::from_secs(2),
+            // Past the runner's last look (0.8 s); the quick run measures
+            // nothing, and CI waits for every second of it.
+            settle: Duration::from_secs(1),
             status_jobs: 5_000,
             status_runs: 5,
             add_runs: 7,
@@ -141,12 +149,12 @@ impl Sizes {
         }
     }
 
-    /// [`Sizes::quick`] for PostgreSQL, with fewer jobs to push: each
-    /// push is two round trips to the server per job (about 750 jobs/s in
-    /// a dev build), and the quick run must add at most ~30 s to CI.
+    /// [`Sizes::quick`] for PostgreSQL, with fewer jobs to push: each job
+    /// of a `push_many` is two round trips to the server (about 750 jobs/s
+    /// in a dev build), and the quick run must add at most ~30 s to CI.
     fn quick_postgres() -> Sizes {
         Sizes {
-            backlogs: [100, 1_000, 3_000],
+            backlogs: [100, 500, 2_000],
             concurrency_backlog: 500,
             status_jobs: 1_000,
             add_scaling_jobs: [100, 1_000],
@@ -373,6 +381,7 @@ fn run() -> Result<bool> {
     let mut notes: Vec<String> = Vec::new();
     let mut pg_server: Option<String> = None;
     for &backend in &args.backends {
+        let backend_started = Instant::now();
         let sizes = Sizes::of(args.quick, backend);
         if args.quick && backend == Backend::Postgres && args.backends.len() > 1 {
             notes.push(format!("postgres/default sizes: {}", sizes.describe(true)));
@@ -446,6 +455,8 @@ fn run() -> Result<bool> {
                 Err(e) => eprintln!("bench: postgres: cannot drop this run's schemas: {e:#}"),
             }
         }
+        // What each backend adds to a run (CI's quick run has a budget).
+        eprintln!("bench: {backend} took {:.0} s", backend_started.elapsed().as_secs_f64());
     }
     drop(runtime);
     machine.load_after = report::loadavg();
