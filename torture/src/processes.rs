@@ -366,7 +366,9 @@ pub fn s22_child_inherits(ctx: &mut Ctx) -> Result<Status> {
         ctx.backend.name()
     );
     let mut sh = Command::new("sh");
-    sh.args(["-c", &launcher]).env("SLOTHQUEUE_DB", &db).current_dir(&dir);
+    // HOME as `ctx.sq` gives it: a queue on a server keeps its job logs
+    // under it, where `logs` below looks.
+    sh.args(["-c", &launcher]).env("SLOTHQUEUE_DB", &db).env("HOME", &dir).current_dir(&dir);
     let e = crate::util::run_capture(
         "runner (signals ignored)",
         sh,
@@ -415,7 +417,8 @@ pub fn s22_child_inherits(ctx: &mut Ctx) -> Result<Status> {
         if !["0", "1", "2"].contains(&fd.as_str()) {
             ctx.problem(format!("the job inherited descriptor {fd} -> {target}"));
         }
-        if target.contains(ctx.backend.file_name()) || target.contains("socket:") {
+        let queue_file = ctx.backend.file_name().is_some_and(|name| target.contains(name));
+        if queue_file || target.contains("socket:") {
             ctx.problem(format!("the job inherited {fd} -> {target}"));
         }
     }
