@@ -55,10 +55,11 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "torture",
-        args: "[--quick] [--backend sqlite|redb] [--seed N] [--only S03,S04] [--keep]",
+        args: "[--quick] [--backend sqlite|redb|postgres|all] [--seed N] [--only S03,S04] [--keep]",
         help: "property tests, the fuzz targets and the torture scenarios (kill -9, contention, \
-               clock jumps, full disks, hostile files) against the real binary (see torture/ \
-               and docs/reliability.md); the summary lines come last",
+               clock jumps, full disks, hostile files, a database server restarted) against the \
+               real binary (see torture/ and docs/reliability.md); postgres runs on the server \
+               in SLOTHQUEUE_PG_URL, or on a throwaway one; the summary lines come last",
         run: torture::run,
     },
     Command {

@@ -1,4 +1,4 @@
-//! `cargo xtask torture [--quick] [--backend sqlite|redb] [--seed N] [--only S03,S04]`:
+//! `cargo xtask torture [--quick] [--backend sqlite|redb|postgres|all] [--seed N] [--only S03,S04]`:
 //! builds the `slothqueue` binary with its crash points (the `failpoints`
 //! feature, inert unless `SLOTHQUEUE_FAILPOINT` is set), runs the
 //! fuzz-style property tests for a bounded number of cases, the libFuzzer
@@ -6,11 +6,17 @@
 //! torture scenarios against that binary (`torture/`). The scenarios'
 //! summary lines come last; a fuzz failure is reported after them.
 //!
+//! The `postgres` backend runs on the server `SLOTHQUEUE_PG_URL` names;
+//! `--backend postgres` (or `all`) without it starts a throwaway cluster
+//! ([`crate::pg::Cluster`]) for the run. Without `--backend`, the scenarios
+//! run on PostgreSQL too when the variable is set (as `ci` sets it): with
+//! `--quick`, its kill loop and server restart only (S04, S25).
+//!
 //! redb and the bundled SQLite are compiled optimised even in this debug
 //! build: unoptimised redb is several times slower under contention, which
 //! would spend the time budget on waiting instead of on torture.
 
-use crate::run;
+use crate::{pg, run};
 
 /// Cargo settings for every build here (a separate set of artifacts from
 /// the plain debug build; cargo keeps both).
@@ -42,7 +48,20 @@ pub fn run(args: &[String]) -> Result<(), String> {
     torture.extend_from_slice(&CONFIG);
     torture.extend_from_slice(&["--", "--bin", &bin]);
     torture.extend(args.iter().map(String::as_str));
-    let tortured = run::cargo(&torture);
+    // Kept until the scenarios are done; stopped and deleted on drop.
+    let cluster = match flag(args, "--backend") {
+        Some("postgres" | "all") if std::env::var_os(pg::URL_ENV).is_none() => {
+            Some(pg::Cluster::start(false)?)
+        }
+        _ => None,
+    };
+    if let Some(c) = &cluster {
+        println!("xtask: the postgres scenarios run on a throwaway server, {}", c.url());
+    }
+    let env = cluster.as_ref().map(pg::Cluster::env).unwrap_or_default();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let tortured = run::cargo_env(&torture, &env);
+    drop(cluster);
     fuzzed.and(tortured)
 }
 
