@@ -19,6 +19,10 @@ use crate::util::{Procs, jitter, wait_for};
 /// it is down.
 const UNREACHABLE: &str = "cannot reach the database server";
 
+/// What a runner says when it hands back a job claimed by a call whose
+/// answer it lost (the commit landed, the server went before answering).
+const HANDED_BACK: &str = "answer was lost; handed back";
+
 /// How `StoreError::Backend` reads: a failure with no better mapping,
 /// which a runner does not retry. Met while the server restarts, it is a
 /// lost connection the store did not recognise.
@@ -26,7 +30,7 @@ const UNMAPPED: &str = "storage error:";
 
 /// S25: runners work through a batch while the server is restarted with
 /// `pg_ctl restart -m immediate` (every connection dropped, crash recovery
-/// on the way up), twice (three times in a full run), at random points;
+/// on the way up), twice (five times in a full run), at random points;
 /// an enqueuer adds a few jobs around each restart. The runners must wait
 /// the outage out, never exit, and every job must end done, run exactly
 /// once, never reclaimed, no two runs of a job overlapping.
@@ -40,8 +44,11 @@ pub fn s25_server_restart(ctx: &mut Ctx) -> Result<Status> {
     let db = ctx.db(&dir);
     let hist = History::new(&dir)?;
     let mut procs = Procs::new(&dir, &ctx.tag("s25"))?;
-    let batch: usize = ctx.pick(60, 200);
-    let restarts: usize = ctx.pick(2, 3);
+    let batch: usize = ctx.pick(60, 300);
+    let restarts: usize = ctx.pick(2, 5);
+    // Short jobs: the more transitions are in flight when the server
+    // goes, the likelier a commit whose answer is lost.
+    let (shortest, longest) = ctx.pick((50, 400), (10, 400));
     let runners = 3;
     // The batch, pushed through the store (a process per `add` would
     // spend the scenario's time on starting processes).
@@ -51,7 +58,7 @@ pub fn s25_server_restart(ctx: &mut Ctx) -> Result<Status> {
         let rt = queue::runtime()?;
         let cwd = dir.to_string_lossy().into_owned();
         for _ in 0..batch {
-            let job = NewJob::shell(hist.sleeper(ctx.rng.range(100, 600)), cwd.clone());
+            let job = NewJob::shell(hist.sleeper(ctx.rng.range(shortest, longest)), cwd.clone());
             let added = rt.block_on(store.push(job, SystemClock.now())).context("cannot push")?;
             pushed.insert(added.job.id);
         }
@@ -126,7 +133,7 @@ pub fn s25_server_restart(ctx: &mut Ctx) -> Result<Status> {
         }
     }
     let ended = std::mem::take(&mut procs.ended);
-    let mut warnings = 0;
+    let (mut warnings, mut handed_back) = (0, 0);
     for e in &ended {
         // Observed already, as each ended.
         if !e.name.starts_with("runner") {
@@ -135,6 +142,8 @@ pub fn s25_server_restart(ctx: &mut Ctx) -> Result<Status> {
         for line in e.stdout.lines().chain(e.stderr.lines()) {
             if line.contains(UNREACHABLE) {
                 warnings += 1;
+            } else if line.contains(HANDED_BACK) {
+                handed_back += 1;
             } else if line.contains(UNMAPPED) {
                 ctx.problem(format!("{}: a lost server not told as one: {line}", e.name));
             }
@@ -145,7 +154,7 @@ pub fn s25_server_restart(ctx: &mut Ctx) -> Result<Status> {
     let snap = queue::snapshot(ctx.backend, &db)?;
     let v = history::check(&hist.read()?, &all, &snap, Expect::ExactlyOnce);
     let summary = format!(
-        "{restarts} restarts ({}), {batch} jobs pushed + {} added ({refused} adds refused while the server was down), {} jobs, {} executions, {warnings} runner warnings of a lost server",
+        "{restarts} restarts ({}), {batch} jobs pushed + {} added ({refused} adds refused while the server was down), {} jobs, {} executions, {warnings} runner warnings of a lost server, {handed_back} unheard claim(s) handed back",
         took.join(", "),
         added.len(),
         v.jobs,
