@@ -247,8 +247,17 @@ pub fn s04_kill_loop(ctx: &mut Ctx) -> Result<Status> {
             let victim = rpids[i];
             // Mostly kill -9; one in four a SIGHUP (a closed terminal),
             // which must stop the runner cleanly: its job handed back,
-            // exit 130.
+            // exit 130. Only once the runner is at work (it has recorded
+            // itself, after listening for signals): a runner still opening
+            // its queue (on a server, a connection and a few round trips)
+            // dies of the signal's default action, having touched nothing.
             let hup = ctx.rng.chance(1, 4);
+            if hup {
+                let pid = u32::try_from(victim).context("a negative pid")?;
+                wait_for(Duration::from_secs(30), "the runner to record itself", || {
+                    Ok(queue::runner_pids(ctx.backend, &db)?.contains(&pid).then_some(()))
+                })?;
+            }
             procs.signal(victim, if hup { Signal::HUP } else { Signal::KILL })?;
             let e = procs.wait(victim, Duration::from_secs(30))?;
             ctx.observe(&e, false);

@@ -266,6 +266,14 @@ pub fn stats(backend: Backend, path: &Path) -> Result<slothqueue_core::Stats> {
     runtime()?.block_on(async move { store.stats(now).await.context("cannot read stats") })
 }
 
+/// The pids of the runners that have recorded themselves in the queue.
+pub fn runner_pids(backend: Backend, path: &Path) -> Result<Vec<u32>> {
+    let opened = open(backend, path).with_context(|| format!("cannot open {}", path.display()))?;
+    let store = opened.store();
+    let records = runtime()?.block_on(async move { store.runners().await })?;
+    Ok(records.iter().filter_map(|r| r.owner.pid).collect())
+}
+
 /// One job, from a short-lived handle.
 pub fn get(backend: Backend, path: &Path, id: JobId) -> Result<Job> {
     let opened = open(backend, path).with_context(|| format!("cannot open {}", path.display()))?;
