@@ -124,13 +124,14 @@ async fn rounds(setting: Setting, sizes: &Sizes, dir: &Path, f: &mut Figures) ->
         Ok(match b {
             Backend::Sqlite => Box::new(RawSqlite::open(&path, setting.fast, tables)?),
             Backend::Redb => Box::new(RawRedb::open(&path, true, tables)?),
+            Backend::Postgres => anyhow::bail!("no raw commit on postgres yet"),
         })
     };
     let mut raw1 = raw("raw", 1)?;
     let mut raw_push = raw("raw_push", PUSH_TABLES)?;
     let mut exclusive = match b {
         Backend::Redb => Some(RawRedb::open(&b.file(dir, "raw-exclusive"), false, 1)?),
-        Backend::Sqlite => None,
+        Backend::Sqlite | Backend::Postgres => None,
     };
     let push_store = setting.open(&b.file(dir, "push"))?;
     let cycle_path = b.file(dir, "cycle");

@@ -49,6 +49,7 @@ pub fn add_once(backend: Backend, path: &Path) -> Result<()> {
     match backend {
         Backend::Sqlite => RawSqlite::open(path, false, 1)?.commit_one(),
         Backend::Redb => RawRedb::open(path, true, 1)?.commit_one(),
+        Backend::Postgres => anyhow::bail!("no raw add on postgres"),
     }
     .with_context(|| format!("raw {}: cannot commit a row to {}", backend.as_str(), path.display()))
 }

@@ -30,6 +30,7 @@ impl QueueFile for Backend {
         match self {
             Backend::Sqlite => dir.join(format!("{stem}.db")),
             Backend::Redb => dir.join(format!("{stem}.redb")),
+            Backend::Postgres => dir.join(stem),
         }
     }
 
@@ -62,6 +63,7 @@ impl Setting {
                 "Durability::Immediate, ConcurrencyMode::MultiWriter (the default)"
             }
             (Backend::Redb, true) => "no such setting (redb has one durability)",
+            (Backend::Postgres, _) => "not measured yet",
         }
     }
 
@@ -79,6 +81,7 @@ impl Setting {
                 }
                 Arc::new(RedbStore::open(path, RedbOptions::default())?)
             }
+            Backend::Postgres => anyhow::bail!("postgres is not measured yet"),
         };
         Ok(store)
     }

@@ -22,17 +22,21 @@ pub enum Backend {
     Sqlite,
     /// redb.
     Redb,
+    /// PostgreSQL: a queue on a server, named by a `postgres://` URL as
+    /// `--db`, shared by runners on several hosts.
+    Postgres,
 }
 
 impl Backend {
     /// Every backend, compiled in or not.
-    pub const ALL: [Backend; 2] = [Backend::Sqlite, Backend::Redb];
+    pub const ALL: [Backend; 3] = [Backend::Sqlite, Backend::Redb, Backend::Postgres];
 
     /// The lower-case name, which is also the Cargo feature's name.
     pub fn as_str(self) -> &'static str {
         match self {
             Backend::Sqlite => "sqlite",
             Backend::Redb => "redb",
+            Backend::Postgres => "postgres",
         }
     }
 
@@ -41,6 +45,7 @@ impl Backend {
         match self {
             Backend::Sqlite => cfg!(feature = "sqlite"),
             Backend::Redb => cfg!(feature = "redb"),
+            Backend::Postgres => cfg!(feature = "postgres"),
         }
     }
 
@@ -75,6 +80,31 @@ impl Backend {
     }
 }
 
+/// Whether `--db` names a queue on a PostgreSQL server
+/// (`postgres://…` or `postgresql://…`) rather than a file.
+pub fn is_server_url(db: &Path) -> bool {
+    db.to_str().is_some_and(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
+}
+
+/// `--db` as messages show it: a server's URL without its password
+/// (`postgres://jobs:secret@db/q` → `postgres://jobs@db/q`), a file's path
+/// as it is.
+pub fn shown(db: &Path) -> String {
+    let text = db.to_string_lossy();
+    if !is_server_url(db) {
+        return text.into_owned();
+    }
+    let Some((scheme, rest)) = text.split_once("://") else { return text.into_owned() };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((user, host)) => {
+            let user = user.split_once(':').map_or(user, |(name, _)| name);
+            format!("{scheme}://{user}@{host}{path}")
+        }
+        None => text.into_owned(),
+    }
+}
+
 /// The first bytes of a SQLite file, for builds without the `sqlite`
 /// feature: they still recognise the file and can say what they lack.
 #[cfg(not(feature = "sqlite"))]
@@ -97,7 +127,8 @@ impl FromStr for Backend {
         match s {
             "sqlite" => Ok(Backend::Sqlite),
             "redb" => Ok(Backend::Redb),
-            other => Err(format!("unknown backend `{other}` (expected sqlite or redb)")),
+            "postgres" => Ok(Backend::Postgres),
+            other => Err(format!("unknown backend `{other}` (expected sqlite, redb or postgres)")),
         }
     }
 }
@@ -186,6 +217,13 @@ pub enum OpenError {
         .0.display()
     )]
     Foreign(PathBuf),
+    /// `--backend postgres` with a file path: the server's queue is named
+    /// by its URL.
+    #[error(
+        "{}: the postgres backend takes the server's URL as --db (postgres://user@host/database)",
+        .0.display()
+    )]
+    NotAUrl(PathBuf),
     /// The new file's folder does not exist (and is not created).
     #[error(
         "cannot create {}: the folder {} does not exist (create it first, or check --db for a typo)",
@@ -236,6 +274,9 @@ pub enum OpenError {
 /// else the explicit choice, else the extension. A header neither backend
 /// knows is a foreign file.
 pub fn detect(path: &Path, backend: Option<Backend>) -> Result<Backend, OpenError> {
+    if is_server_url(path) {
+        return Ok(Backend::Postgres);
+    }
     let new_file = || backend.unwrap_or_else(|| new_file_backend(path));
     match read_header(path)? {
         None => Ok(new_file()),
@@ -261,6 +302,15 @@ fn new_file_backend(path: &Path) -> Backend {
 /// and nothing is created. A build without the file's backend fails with a
 /// message naming the Cargo feature it needs.
 pub fn open(path: &Path, options: OpenOptions) -> Result<Arc<dyn Store>, OpenError> {
+    if is_server_url(path) {
+        if !Backend::Postgres.is_compiled_in() {
+            return Err(OpenError::BackendNotBuilt { backend: Backend::Postgres });
+        }
+        return open_backend(path, Backend::Postgres, &options);
+    }
+    if options.backend == Some(Backend::Postgres) {
+        return Err(OpenError::NotAUrl(path.into()));
+    }
     // Looked at before anything opens it: opening a FIFO blocks forever.
     let exists = vet(path)?;
     if !exists && (!options.create || options.read_only) {
@@ -453,6 +503,29 @@ fn open_backend(
                 RedbStore::open(path, redb)?
             }))
         }
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => {
+            use slothqueue_store_postgres::{PgOptions, PgStore};
+            let url = path.to_str().ok_or_else(|| OpenError::NotAUrl(shown(path).into()))?;
+            let pg = PgOptions { policy, ..PgOptions::default() };
+            // A schema nobody made yet is a missing queue: looking, or a
+            // command that does not create, leaves the server as it was.
+            let missing = |e: StoreError| match e {
+                StoreError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => {
+                    OpenError::Missing(shown(path).into())
+                }
+                e => e.into(),
+            };
+            let store = if options.read_only {
+                PgStore::open_read_only(url, pg).map_err(missing)?
+            } else if options.create {
+                PgStore::open(url, pg)?
+            } else {
+                drop(PgStore::open_read_only(url, pg.clone()).map_err(missing)?);
+                PgStore::open(url, pg)?
+            };
+            Ok(Arc::new(store))
+        }
         #[allow(unreachable_patterns, reason = "reached only in builds without a backend")]
         other => Err(OpenError::BackendNotBuilt { backend: other }),
     }
@@ -491,6 +564,33 @@ fn read_header(path: &Path) -> Result<Option<Vec<u8>>, OpenError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_url_is_shown_without_its_password() {
+        let shown_as = |s: &str| shown(Path::new(s));
+        assert_eq!(
+            shown_as("postgres://jobs:secret@db/q?schema=a"),
+            "postgres://jobs@db/q?schema=a"
+        );
+        assert_eq!(shown_as("postgresql://jobs@db/q"), "postgresql://jobs@db/q");
+        assert_eq!(shown_as("postgres://db/q?host=/run/pg"), "postgres://db/q?host=/run/pg");
+        assert_eq!(shown_as("/home/u/q:secret@x.db"), "/home/u/q:secret@x.db");
+        assert!(is_server_url(Path::new("postgres://db/q")));
+        assert!(!is_server_url(Path::new("./postgres://db")));
+        assert_eq!(detect(Path::new("postgres://db/q"), None).unwrap(), Backend::Postgres);
+    }
+
+    #[test]
+    fn the_postgres_backend_wants_a_url() {
+        let options = OpenOptions { backend: Some(Backend::Postgres), ..OpenOptions::default() };
+        let err = open(Path::new("/tmp/q.db"), options).err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some(
+                "/tmp/q.db: the postgres backend takes the server's URL as --db (postgres://user@host/database)"
+            )
+        );
+    }
 
     #[test]
     fn the_name_decides_for_new_files() {

@@ -187,10 +187,17 @@ mod tests {
     async fn a_watched_follow_runner_is_woken_by_a_write_and_polls_only_as_a_fallback() {
         let dir = tempfile::tempdir().unwrap();
         let waker = Arc::new(Notify::new());
+        // A store in a file has no notifications of its own: the file's
+        // watch serves it.
+        let store = slothqueue_store_sqlite::SqliteStore::open(
+            &dir.path().join("other.db"),
+            slothqueue_store_sqlite::SqliteOptions::default(),
+        )
+        .unwrap();
         let mut cfg = RunnerConfig::new(dir.path());
         cfg.mode = Mode::Follow;
         cfg.watch_file = Some(dir.path().join("q.db"));
-        let task = watch_queue(&mut cfg, &waker, &|_: RunnerEvent| {}).unwrap();
+        let task = watch_queue(&mut cfg, &store, &waker, &|_: RunnerEvent| {}).unwrap();
         assert_eq!(cfg.poll_interval, WATCHED_POLL);
         std::fs::write(dir.path().join("q.db-wal"), b"x").unwrap();
         tokio::time::timeout(Duration::from_secs(10), waker.notified())
@@ -201,7 +208,7 @@ mod tests {
         // A drain ends by itself: nothing to watch, the poll as it was.
         let mut cfg = RunnerConfig::new(dir.path());
         cfg.watch_file = Some(dir.path().join("q.db"));
-        assert!(watch_queue(&mut cfg, &waker, &|_: RunnerEvent| {}).is_none());
+        assert!(watch_queue(&mut cfg, &store, &waker, &|_: RunnerEvent| {}).is_none());
         assert_eq!(cfg.poll_interval, Duration::from_secs(5));
     }
 }

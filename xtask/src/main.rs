@@ -42,8 +42,9 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "conformance",
-        args: "[--store sqlite|redb]",
-        help: "the shared Store suite on each backend, printed side by side",
+        args: "[--store sqlite|redb|postgres]",
+        help: "the shared Store suite on each backend, printed side by side (Postgres on the \
+               server in SLOTHQUEUE_PG_URL, else on a throwaway cluster of its own)",
         run: conformance::run,
     },
     Command {
@@ -178,7 +179,22 @@ fn ci() -> Result<(), String> {
     // CI explores one fixed proptest seed so that a red run is reproducible
     // on any machine; `cargo test` on a developer's machine and the full
     // `cargo xtask torture` keep drawing new seeds.
-    run::cargo_env(&["test", "--workspace"], &[("PROPTEST_RNG_SEED", CI_PROPTEST_SEED)])?;
+    // Every test once: the stores' conformance suites run in the table
+    // below, so the workspace run leaves the stores out and their other
+    // tests run here.
+    let mut test = vec!["test", "--workspace"];
+    for (_, package) in conformance::BACKENDS {
+        test.extend(["--exclude", package]);
+    }
+    run::cargo_env(&test, &[("PROPTEST_RNG_SEED", CI_PROPTEST_SEED)])?;
+    for (_, package) in conformance::BACKENDS {
+        let others = conformance::other_tests(package)?;
+        let mut test = vec!["test", "-p", package, "--lib"];
+        for name in &others {
+            test.extend(["--test", name.as_str()]);
+        }
+        run::cargo(&test)?;
+    }
     conformance::run(&[])?;
     // Keeps the bench harness alive; asserts nothing about speed. The dev
     // profile reuses the test build instead of a release one.
@@ -194,12 +210,38 @@ fn ci() -> Result<(), String> {
 /// depends on another store or on the runner.
 fn layering() -> Result<(), String> {
     let forbidden: &[(&str, &[&str])] = &[
-        ("slothqueue-core", &["rusqlite", "redb", "tokio", "slothqueue-runner"]),
-        ("slothqueue-store-sqlite", &["redb", "slothqueue-store-redb", "slothqueue-runner"]),
-        ("slothqueue-store-redb", &["rusqlite", "slothqueue-store-sqlite", "slothqueue-runner"]),
+        ("slothqueue-core", &["rusqlite", "redb", "tokio", "tokio-postgres", "slothqueue-runner"]),
+        (
+            "slothqueue-store-sqlite",
+            &["redb", "slothqueue-store-redb", "slothqueue-store-postgres", "slothqueue-runner"],
+        ),
+        (
+            "slothqueue-store-redb",
+            &[
+                "rusqlite",
+                "slothqueue-store-sqlite",
+                "slothqueue-store-postgres",
+                "slothqueue-runner",
+            ],
+        ),
+        (
+            "slothqueue-store-postgres",
+            &[
+                "rusqlite",
+                "redb",
+                "slothqueue-store-sqlite",
+                "slothqueue-store-redb",
+                "slothqueue-runner",
+            ],
+        ),
         (
             "slothqueue-conformance",
-            &["slothqueue-store-sqlite", "slothqueue-store-redb", "slothqueue-runner"],
+            &[
+                "slothqueue-store-sqlite",
+                "slothqueue-store-redb",
+                "slothqueue-store-postgres",
+                "slothqueue-runner",
+            ],
         ),
     ];
     for (package, banned) in forbidden {

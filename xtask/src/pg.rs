@@ -101,11 +101,6 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// The URL the tests connect with.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
     /// What a test needs to reach, and to restart, the server:
     /// [`URL_ENV`], [`REQUIRED_ENV`], [`DATA_ENV`], [`BIN_ENV`] and
     /// [`USER_ENV`].
@@ -170,6 +165,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     };
     let cluster = Cluster::start(false)?;
     let Some((program, rest)) = command.split_first() else {
+        println!("(the cluster answers at {})", cluster.url);
         for (key, value) in cluster.env() {
             println!("export {key}='{value}'");
         }

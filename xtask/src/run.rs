@@ -20,6 +20,13 @@ pub fn set_cargo_env(env: Vec<(String, String)>) -> Result<(), String> {
     EXTRA_ENV.set(env).map_err(|_| "the cargo environment was set already".to_owned())
 }
 
+/// Whether cargo commands get `key`, from our own environment or from
+/// [`set_cargo_env`].
+pub fn cargo_env_has(key: &str) -> bool {
+    std::env::var_os(key).is_some()
+        || EXTRA_ENV.get().is_some_and(|env| env.iter().any(|(k, _)| k == key))
+}
+
 fn cargo_command() -> Command {
     let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()));
     if let Some(env) = EXTRA_ENV.get() {

@@ -34,15 +34,17 @@ The queue file: --db, else $SLOTHQUEUE_DB, else $XDG_DATA_HOME/slothqueue/queue.
 
 /// A durable background-job queue for one machine.
 ///
-/// Jobs wait in one file (SQLite or redb); `slothqueue run` starts them one
+/// Jobs wait in one file (SQLite or redb), or on a PostgreSQL server
+/// shared by several hosts (`--db postgres://…`); `slothqueue run` starts them one
 /// at a time, in priority order, only while the machine is quiet enough,
 /// and a crashed runner's job is picked up again by the next one. Delivery
 /// is at least once.
 #[derive(Debug, Parser)]
 #[command(name = "slothqueue", version, after_long_help = EXIT_CODES, max_term_width = 100)]
 pub struct Cli {
-    /// The queue file (created on first `add` or `run`).
-    #[arg(long, global = true, value_name = "PATH", env = "SLOTHQUEUE_DB")]
+    /// The queue file (created on first `add` or `run`), or a queue on a
+    /// PostgreSQL server: `postgres://USER@HOST/DB?schema=NAME`.
+    #[arg(long, global = true, value_name = "PATH|URL", env = "SLOTHQUEUE_DB")]
     pub db: Option<PathBuf>,
 
     /// Storage engine for a new queue file; an existing file's own header
@@ -717,9 +719,10 @@ fn parse_priority(s: &str) -> Result<i32, String> {
 }
 
 /// `--backend`: the names offered to shell completion (not file names).
+/// Only the file backends: a queue on a server is named by its URL.
 fn backend_parser() -> impl clap::builder::TypedValueParser<Value = Backend> {
     use clap::builder::TypedValueParser as _;
-    clap::builder::PossibleValuesParser::new(Backend::ALL.map(Backend::as_str))
+    clap::builder::PossibleValuesParser::new([Backend::Sqlite, Backend::Redb].map(Backend::as_str))
         .try_map(|s| s.parse::<Backend>())
 }
 

@@ -33,6 +33,11 @@ pub struct Config {
     /// `db` is the default one (no --db, no $SLOTHQUEUE_DB): only its
     /// folder is created when missing.
     pub default_db: bool,
+    /// Where this host keeps the queue's own files (job logs, the serve
+    /// token): the queue file itself for a file, whose logs go beside it;
+    /// for a queue on a server, a name in the data folder
+    /// ([`server_files`]).
+    pub files: PathBuf,
     /// The backend asked for, if any.
     pub backend: Option<Backend>,
     /// JSON output instead of text.
@@ -458,8 +463,11 @@ impl Config {
                 Command::Wait { target, timeout: w.timeout }
             }
         };
+        let files =
+            if slothqueue::is_server_url(&db) { server_files(&db, env)? } else { db.clone() };
         Ok(Config {
             db,
+            files,
             default_db: is_default,
             backend: cli.backend,
             json: cli.json,
@@ -481,6 +489,32 @@ pub fn default_db(env: &Env) -> Option<PathBuf> {
             .map(|h| h.join(".local").join("share"))
     })?;
     Some(base.join("slothqueue").join("queue.db"))
+}
+
+/// Where this host keeps the files of a queue on a server: job logs stay
+/// on the host that ran the job, so each host has its own, in the data
+/// folder, named after the URL without its password:
+/// `postgres://ci:secret@db/jobs?schema=gpu` →
+/// `~/.local/share/slothqueue/postgres-ci@db_jobs_schema=gpu` (and its
+/// `.logs` folder beside it).
+pub fn server_files(url: &Path, env: &Env) -> anyhow::Result<PathBuf> {
+    let data =
+        default_db(env).and_then(|db| db.parent().map(Path::to_path_buf)).ok_or_else(|| {
+            usage("no place for the job logs of a queue on a server: set XDG_DATA_HOME or HOME")
+        })?;
+    let text = url.to_string_lossy();
+    let rest = text.split_once("://").map_or(&*text, |(_, rest)| rest);
+    // `user:password@host` keeps `user@host`.
+    let rest = match rest.split_once('@') {
+        Some((user, host)) => format!("{}@{host}", user.split(':').next().unwrap_or(user)),
+        None => rest.to_owned(),
+    };
+    let name: String = rest
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "@.=-".contains(c) { c } else { '_' })
+        .take(120)
+        .collect();
+    Ok(data.join(format!("postgres-{name}")))
 }
 
 /// A leading `~/` (or a lone `~`) is `$HOME`, as a shell would have made

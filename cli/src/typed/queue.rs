@@ -127,7 +127,7 @@ impl Queue {
         timeout: Option<Duration>,
     ) -> Result<WaitOutcome, QueueError> {
         let watch = match self.path() {
-            Some(path) => QueueWatch::new(path),
+            Some(path) => QueueWatch::for_store(path, self.inner.store.as_ref()),
             None => QueueWatch::polling(BARE_STORE_POLL),
         };
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);

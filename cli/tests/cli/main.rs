@@ -26,6 +26,10 @@
 //!   HTTP; a kind without a handler is named; `/metrics` parses (issue #18).
 //! - `schedules`: `every`, its pause, resume and removal, `schedules`,
 //!   `show` of a tick's job, schedules through export/import (issue #19).
+//! - `postgres`: the commands on a queue on a PostgreSQL server, and a
+//!   queue moved from a file to the server by export and import;
+//!   `postgres_hosts`: runners on several hosts sharing it, judged by
+//!   lease (issue #20). Both need `SLOTHQUEUE_PG_URL` (`cargo xtask pg`).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -40,6 +44,10 @@ mod import;
 mod lanes;
 mod limits;
 mod namespaces;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_hosts;
 mod queue_files;
 mod read_only;
 mod read_only_disk;

@@ -28,9 +28,43 @@ impl TestContext {
         let name = match backend {
             Backend::Sqlite => "queue.db",
             Backend::Redb => "queue.redb",
+            Backend::Postgres => panic!("a queue on a server: use TestContext::postgres"),
         };
         let db = dir.path().join(name);
         TestContext { dir, db, backend }
+    }
+
+    /// A context whose queue is a fresh schema on the test server
+    /// (`SLOTHQUEUE_PG_URL`, which `cargo xtask pg` and `cargo xtask ci`
+    /// set). Without a server: `None`, after saying loudly that the test
+    /// was skipped, unless `SLOTHQUEUE_PG_REQUIRED=1` (CI), which fails.
+    pub fn postgres() -> Option<TestContext> {
+        let Some(url) = std::env::var("SLOTHQUEUE_PG_URL").ok().filter(|u| !u.is_empty()) else {
+            assert!(
+                std::env::var("SLOTHQUEUE_PG_REQUIRED").as_deref() != Ok("1"),
+                "SLOTHQUEUE_PG_REQUIRED=1 but SLOTHQUEUE_PG_URL is not set"
+            );
+            #[expect(clippy::print_stderr, reason = "a skipped test says so loudly")]
+            let () = eprintln!(
+                "SKIPPED: a PostgreSQL test, for want of a server; run it with \
+                 `cargo xtask pg -- cargo test -p slothqueue --test cli postgres`"
+            );
+            return None;
+        };
+        let dir = tempfile::Builder::new().prefix("sq-test-").tempdir().unwrap();
+        // The temporary folder's random part names the schema.
+        let suffix: String = dir
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<String>()
+            .to_ascii_lowercase();
+        let separator = if url.contains('?') { '&' } else { '?' };
+        let db = PathBuf::from(format!("{url}{separator}schema={suffix}"));
+        Some(TestContext { dir, db, backend: Backend::Postgres })
     }
 
     /// The binary with a cleared environment, `--db` set, run in the temp dir.

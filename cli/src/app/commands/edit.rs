@@ -132,7 +132,7 @@ pub async fn clear(ctx: &Ctx, include_pending: bool, older_than: Option<Duration
         if ctx.json {
             print_json(&mut out, &serde_json::json!({ "deleted": [] }))?;
         } else {
-            writeln!(out, "deleted 0 job(s) (no queue at {})", ctx.db.display())?;
+            writeln!(out, "deleted 0 job(s) (no queue at {})", slothqueue::shown(&ctx.db))?;
         }
         return Ok(Code::Success);
     };
@@ -142,7 +142,7 @@ pub async fn clear(ctx: &Ctx, include_pending: bool, older_than: Option<Duration
     let deleted = store.purge(&filter).await.context("cannot clear jobs")?;
     for id in &deleted {
         // Best effort: a log left behind is harmless, a failed clear is not.
-        let _ = std::fs::remove_file(log_file(&ctx.db, *id));
+        let _ = std::fs::remove_file(log_file(&ctx.files, *id));
     }
     if ctx.json {
         print_json(&mut out, &serde_json::json!({ "deleted": deleted }))?;

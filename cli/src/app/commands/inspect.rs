@@ -46,7 +46,11 @@ pub async fn status(ctx: &Ctx) -> Outcome {
             v["unserved"] = serde_json::json!([]);
             print_json(&mut out, &v)?;
         } else {
-            writeln!(out, "no queue at {} yet (add a job to create it)", ctx.db.display())?;
+            writeln!(
+                out,
+                "no queue at {} yet (add a job to create it)",
+                slothqueue::shown(&ctx.db)
+            )?;
             write!(out, "{}", render::stats(&Stats::default(), now))?;
             writeln!(out, "runners: none")?;
         }
@@ -93,7 +97,7 @@ pub async fn status(ctx: &Ctx) -> Outcome {
         return Ok(Code::Success);
     }
     let backend = slothqueue::detect(&ctx.db, ctx.backend).map_or("?", |b| b.as_str());
-    writeln!(out, "queue: {} ({backend})", ctx.db.display())?;
+    writeln!(out, "queue: {} ({backend})", slothqueue::shown(&ctx.db))?;
     write!(out, "{}", render::stats(&stats, now))?;
     if !lanes.is_default() {
         // Counted only when some lane has a setting: a file without any
@@ -127,7 +131,7 @@ pub async fn list(ctx: &Ctx, filter: ListFilter, show_secrets: bool) -> Outcome 
         if ctx.json {
             writeln!(out, "[]")?;
         } else {
-            writeln!(out, "no queue at {} yet: no jobs", ctx.db.display())?;
+            writeln!(out, "no queue at {} yet: no jobs", slothqueue::shown(&ctx.db))?;
         }
         return Ok(Code::Success);
     };
@@ -242,7 +246,7 @@ pub async fn show(ctx: &Ctx, id: JobId, show_secrets: bool) -> Outcome {
         let label = if job.state == JobState::Running { "now" } else { "why" };
         writeln!(out, "{label}:          {line}")?;
     }
-    if let Some(told) = contained_by(&log_dir(&ctx.db), id) {
+    if let Some(told) = contained_by(&log_dir(&ctx.files), id) {
         if let Some(mechanism) = &told.mechanism {
             writeln!(out, "contained:    {mechanism} (attempt {})", told.attempt)?;
         }
@@ -390,7 +394,7 @@ async fn jobs_ahead(
 pub async fn logs(ctx: &Ctx, id: JobId, follow: bool) -> Outcome {
     let store = ctx.open_read_only()?;
     let job = store.get(id).await?;
-    let path = slothqueue::runner::log_path(&log_dir(&ctx.db), id);
+    let path = slothqueue::runner::log_path(&log_dir(&ctx.files), id);
     let mut out = io::stdout().lock();
     if !follow {
         let mut file = match std::fs::File::open(&path) {

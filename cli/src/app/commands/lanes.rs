@@ -116,7 +116,7 @@ pub async fn queues(ctx: &Ctx) -> Outcome {
         if ctx.json {
             print_json(&mut out, &serde_json::json!({ "queues": [] }))?;
         } else {
-            writeln!(out, "no queue at {} yet: no queues", ctx.db.display())?;
+            writeln!(out, "no queue at {} yet: no queues", slothqueue::shown(&ctx.db))?;
         }
         return Ok(Code::Success);
     };

@@ -40,6 +40,9 @@ pub struct Ctx {
     pub db: PathBuf,
     /// It is the default one, whose folder may be created.
     pub default_db: bool,
+    /// Where this host keeps the queue's files: its job logs beside it,
+    /// the serve token (`Config::files`).
+    pub files: PathBuf,
     /// The backend asked for.
     pub backend: Option<Backend>,
     /// JSON output.
@@ -127,6 +130,7 @@ pub async fn execute(config: Config) -> Outcome {
     let ctx = Ctx {
         db: config.db,
         default_db: config.default_db,
+        files: config.files,
         backend: config.backend,
         json: config.json,
         color: config.color,

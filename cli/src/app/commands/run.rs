@@ -21,7 +21,7 @@ use crate::app::render::red;
 
 /// Runs jobs until the mode says stop or a signal arrives.
 pub async fn run(ctx: &Ctx, rc: RunConfig) -> Outcome {
-    let mut base = RunnerConfig::new(log_dir(&ctx.db));
+    let mut base = RunnerConfig::new(log_dir(&ctx.files));
     base.mode = match rc.mode {
         RunMode::Drain => Mode::Drain,
         RunMode::Once => Mode::Once,

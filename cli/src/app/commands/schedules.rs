@@ -100,7 +100,7 @@ pub async fn schedules(ctx: &Ctx) -> Outcome {
         if ctx.json {
             writeln!(out, "[]")?;
         } else {
-            writeln!(out, "no queue at {} yet: no schedules", ctx.db.display())?;
+            writeln!(out, "no queue at {} yet: no schedules", slothqueue::shown(&ctx.db))?;
         }
         return Ok(Code::Success);
     };

@@ -22,19 +22,29 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
             )));
         }
     }
+    if slothqueue::is_server_url(&ctx.db) {
+        // A queue on a server keeps this host's token and logs in the
+        // data folder, which may not exist yet.
+        if let Some(dir) = ctx.files.parent() {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        }
+    }
     let token = match sc.token_file {
         Some(f) => Token::File(f),
-        None => Token::Generate { beside_queue: ctx.db.clone() },
+        None => Token::Generate { beside_queue: ctx.files.clone() },
     };
     let mut config = HttpConfig::new(token);
     config.addr = sc.addr;
     config.allow_remote = sc.allow_remote;
     config.metrics_addr = sc.metrics_addr;
-    // Watched for `?wait=` long polls, whichever way the token comes.
-    config.queue_file = Some(ctx.db.clone());
+    // Watched for `?wait=` long polls, whichever way the token comes (a
+    // queue on a server is watched through the server's notifications),
+    // and where the job logs are.
+    config.queue_file = Some(ctx.files.clone());
     // The worker is the runner `run --follow` would be, with the same
     // options, in the worker's settings (heartbeats, woken by enqueues).
-    let (store, runner) = runner_from(ctx, sc.runner, DrainWorker::config(&ctx.db))?;
+    let (store, runner) = runner_from(ctx, sc.runner, DrainWorker::config(&ctx.files))?;
     let (json, color) = (ctx.json, ctx.color);
     let gate_lines = std::sync::Mutex::new(GateLines::default());
     let worker = DrainWorker::from_runner(runner, move |event: RunnerEvent| {

@@ -28,7 +28,7 @@ use crate::app::render::{one_line, red};
 /// Waits for `target`, at most `timeout` (awake time), then reports.
 pub async fn wait(ctx: &Ctx, target: WaitTarget, timeout: Option<Duration>) -> Outcome {
     let store = ctx.open_read_only()?;
-    let watch = QueueWatch::new(&ctx.db);
+    let watch = QueueWatch::for_store(&ctx.db, store.as_ref());
     if let Some(notice) = watch.notice() {
         eprintln!("note: {notice}");
     }
