@@ -212,10 +212,10 @@ fn torture(args: &[String]) -> Result<ExitCode> {
         }
         if !elsewhere.is_empty() {
             println!(
-                "torture: {}: {} not run (they concern {})",
+                "torture: {}: {} not run (not about {})",
                 backend.name(),
                 elsewhere.join(", "),
-                if backend.is_file() { "a queue on a server" } else { "queue files" }
+                if backend.is_file() { "a queue file" } else { "a queue on a server" }
             );
         }
         if !later.is_empty() {

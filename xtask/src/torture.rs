@@ -55,9 +55,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
         _ => None,
     };
-    if let Some(c) = &cluster {
-        println!("xtask: the postgres scenarios run on a throwaway server, {}", c.url());
-    }
     let env = cluster.as_ref().map(pg::Cluster::env).unwrap_or_default();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let tortured = run::cargo_env(&torture, &env);
