@@ -175,10 +175,11 @@ impl Ctx {
             .env("NO_COLOR", "1")
             .current_dir(dir)
             .arg("--db")
-            .arg(db)
-            .arg("--backend")
-            .arg(self.backend.name())
-            .args(args);
+            .arg(db);
+        if let Some(backend) = self.backend.cli_flag() {
+            cmd.arg("--backend").arg(backend);
+        }
+        cmd.args(args);
         cmd
     }
 

@@ -359,11 +359,11 @@ pub fn s22_child_inherits(ctx: &mut Ctx) -> Result<Status> {
     let cmd = "ls -l /proc/$$/fd/; echo \"pgid $(cut -d' ' -f5 /proc/$$/stat) pid $$\"; env";
     let env_job = add_job(ctx, &db, cmd, &[])?;
     let launcher = format!(
-        "trap '' INT TERM; exec 7>>{}; exec {} --db {} --backend {} run --load-ceiling 100000",
+        "trap '' INT TERM; exec 7>>{}; exec {} --db {}{} run --load-ceiling 100000",
         sh_quote(&dir.join("leaked").to_string_lossy()),
         sh_quote(&ctx.opts.bin.to_string_lossy()),
         sh_quote(&db.to_string_lossy()),
-        ctx.backend.name()
+        ctx.backend.cli_flag().map(|b| format!(" --backend {b}")).unwrap_or_default()
     );
     let mut sh = Command::new("sh");
     // HOME as `ctx.sq` gives it: a queue on a server keeps its job logs

@@ -42,6 +42,18 @@ impl Backend {
         }
     }
 
+    /// The `--backend` the binary is given: a file backend's name; none
+    /// for a queue on a server, which its URL names.
+    pub fn cli_flag(self) -> Option<&'static str> {
+        self.is_file().then(|| self.name())
+    }
+
+    /// The `--backend` the binary is given for the backend called `name`
+    /// (the harness's helper processes are told the name).
+    pub fn cli_flag_of(name: &str) -> Option<&str> {
+        (name != Backend::Postgres.name()).then_some(name)
+    }
+
     /// Whether the queue is a file (the scenarios about files, locks and
     /// disks concern only these).
     pub fn is_file(self) -> bool {
