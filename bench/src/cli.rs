@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 
-use crate::inproc::{fill, remove_queue};
+use crate::inproc::{fill, remove_queue, settled};
 use crate::procfs;
 use crate::setting::{Backend, QueueFile as _, Setting};
 use crate::stats::{Figures, median};
@@ -29,11 +29,6 @@ const POLL_INTERVAL: Duration = slothqueue_runner::WATCHED_POLL;
 /// (`slothqueue_runner::watch::NOTIFIED_POLL`).
 const WAIT_POLL: Duration = slothqueue_runner::watch::NOTIFIED_POLL;
 
-/// How long an idle command is left to settle before it is watched: its
-/// start, its last looks after its own writes (a runner's wake-ups as each
-/// commit settles, up to 0.8 s after it).
-const SETTLE: Duration = Duration::from_secs(3);
-
 /// How `run` is started: a load gate that never closes, so that a busy
 /// benchmark machine measures the runner and not the gate's patience.
 const RUN_FLAGS: [&str; 2] = ["--load-ceiling", "1000"];
@@ -45,10 +40,16 @@ pub async fn measure(
     sizes: &Sizes,
     dir: &Path,
     args: &Args,
-) -> Result<Figures> {
+) -> Result<Option<Figures>> {
     let mut f = Figures::new();
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let cli = Cli { bin: bin.to_owned(), dir: dir.to_owned() };
+    if backend == Backend::Postgres {
+        if let Err(e) = cli.can_open_postgres().await {
+            eprintln!("\n*** bench: postgres/default: CLI figures SKIPPED: {e:#}\n");
+            return Ok(None);
+        }
+    }
     if args.runs("add") {
         eprintln!("bench: {}/default: add_ratio", backend.as_str());
         cli.add_ratio(backend, sizes, &mut f)?;
@@ -73,7 +74,7 @@ pub async fn measure(
         eprintln!(
             "bench: {}/default: idle ({} s of run --follow)",
             backend.as_str(),
-            sizes.idle_window.as_secs_f64() + SETTLE.as_secs_f64()
+            sizes.idle_window.as_secs_f64() + sizes.settle.as_secs_f64()
         );
         cli.idle(backend, sizes, &mut f)?;
     }
@@ -81,7 +82,7 @@ pub async fn measure(
         eprintln!(
             "bench: {}/default: wait_idle ({} s of wait on a job nobody runs)",
             backend.as_str(),
-            sizes.idle_window.as_secs_f64() + SETTLE.as_secs_f64()
+            sizes.idle_window.as_secs_f64() + sizes.settle.as_secs_f64()
         );
         cli.wait_idle(backend, sizes, &mut f).await?;
     }
@@ -89,7 +90,7 @@ pub async fn measure(
         eprintln!("bench: {}/default: rss", backend.as_str());
         cli.rss(backend, sizes, &mut f).await?;
     }
-    Ok(f)
+    Ok(Some(f))
 }
 
 struct Cli {
@@ -182,8 +183,8 @@ impl Cli {
         f.insert("add_scaling", l / s);
         f.insert("add_scaling_small_jobs", small_jobs as f64);
         f.insert("add_scaling_large_jobs", large_jobs as f64);
-        remove_queue(&small);
-        remove_queue(&large);
+        remove_queue(&small).await;
+        remove_queue(&large).await;
         Ok(())
     }
 
@@ -208,7 +209,7 @@ impl Cli {
             let text = std::fs::read_to_string(&err_path).unwrap_or_default();
             bail!("slothqueue export failed ({status}): {}", text.trim());
         }
-        remove_queue(&source);
+        remove_queue(&source).await;
         let text = std::fs::read_to_string(&file)
             .with_context(|| format!("cannot read {}", file.display()))?;
         let lines = text.lines().filter(|l| !l.trim().is_empty()).count();
@@ -220,7 +221,7 @@ impl Cli {
         ensure!(pending == n as u64, "status counts {pending} pending jobs after importing {n}");
         f.insert("import_jobs_s", n as f64 / (ms / 1e3));
         f.insert("import_jobs", n as f64);
-        remove_queue(&queue);
+        remove_queue(&queue).await;
         let _ = std::fs::remove_file(&file);
         Ok(())
     }
@@ -259,12 +260,31 @@ impl Cli {
         Ok(())
     }
 
+    /// Whether the binary opens a `postgres://` queue: `status` on a new
+    /// one of one job, made in process, must count it (a binary that takes
+    /// the URL for a file path reads an empty queue). An error says why
+    /// not: a build without the `postgres` feature, or no such support.
+    async fn can_open_postgres(&self) -> Result<()> {
+        let queue = self.filled(Backend::Postgres, "probe", 1).await?;
+        let pending = self.pending(&queue);
+        remove_queue(&queue).await;
+        let pending = pending
+            .with_context(|| format!("{} cannot open a postgres:// queue", self.bin.display()))?;
+        ensure!(
+            pending == 1,
+            "{} counts {pending} pending jobs in a postgres:// queue of 1: it does not open it",
+            self.bin.display()
+        );
+        Ok(())
+    }
+
     /// A new queue `stem` of this backend holding `n` pending jobs (pushed
     /// in process, the store closed again).
     async fn filled(&self, backend: Backend, stem: &str, n: usize) -> Result<PathBuf> {
         let queue = backend.file(&self.dir, stem);
         let store = Setting { backend, fast: false }.open(&queue)?;
         fill(store.as_ref(), n, &self.dir).await?;
+        settled(&queue).await?;
         Ok(queue)
     }
 
@@ -308,7 +328,7 @@ impl Cli {
     }
 
     /// `run --follow` on an empty queue: its CPU time and context switches
-    /// over the window (after it settles, [`SETTLE`]), scaled to 10 s,
+    /// over the window (after it settles, `Sizes::settle`), scaled to 10 s,
     /// and in how many separate bursts it woke (switches sampled every
     /// 100 ms; consecutive busy samples are one burst). Then, the same
     /// runner still asleep, `wake_latency`.
@@ -381,7 +401,7 @@ impl Cli {
     }
 
     /// Starts `cmd` (which must not exit by itself), lets it settle for
-    /// [`SETTLE`], then watches it for the idle window; returns it still
+    /// `Sizes::settle`, then watches it for the idle window; returns it still
     /// running (killed when dropped).
     fn watch_idle(&self, mut cmd: Command, name: &str, sizes: &Sizes) -> Result<(Idle, Reaped)> {
         let (err_path, err) = self.stderr_file(name)?;
@@ -392,7 +412,7 @@ impl Cli {
             .spawn()
             .with_context(|| format!("cannot start {cmd:?}"))?;
         let mut child = Reaped(child);
-        pause(SETTLE);
+        pause(sizes.settle);
         if let Some(status) = child.0.try_wait()? {
             let text = std::fs::read_to_string(&err_path).unwrap_or_default();
             bail!("{cmd:?} exited at once ({status}): {}", text.trim());

@@ -1,10 +1,11 @@
 //! The figures measured in this process through the `Store` trait and the
 //! `Runner`: raw_commit, push, cycle (interleaved, so the ratios compare
-//! like with like on a noisy machine), push_many, claim_scaling, drain,
-//! slots and bytes_per_job; the dependency figures are in `deps.rs`.
+//! like with like on a noisy machine), push_many, claim_scaling,
+//! claim_concurrency, drain, slots and bytes_per_job; the dependency
+//! figures are in `deps.rs`.
 
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +17,8 @@ use slothqueue_core::{
 };
 use slothqueue_runner::{LoadGate, Mode, Runner, RunnerConfig, ShutdownSignal, log_dir_for};
 
-use crate::raw::{PUSH_TABLES, RawCommit, RawRedb, RawSqlite};
+use crate::pg;
+use crate::raw::{PUSH_TABLES, RawCommit, RawPg, RawRedb, RawSqlite};
 use crate::setting::{Backend, QueueFile as _, Setting};
 use crate::stats::{Figures, median};
 use crate::{Args, Sizes};
@@ -56,14 +58,21 @@ async fn cycle(store: &dyn Store, owner: &Owner, cwd: &Path) -> Result<()> {
 
 /// Claims the best due job and completes it.
 async fn claim_complete(store: &dyn Store, owner: &Owner) -> Result<()> {
+    claim_complete_timed(store, owner).await.map(|_| ())
+}
+
+/// [`claim_complete`], timed: milliseconds of the claim alone and of both.
+async fn claim_complete_timed(store: &dyn Store, owner: &Owner) -> Result<(f64, f64)> {
+    let start = Instant::now();
     let Some(claimed) =
         store.claim(&ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)), now()).await?
     else {
         bail!("a claim found nothing due");
     };
+    let claim = start.elapsed().as_secs_f64() * 1e3;
     let done = Completion { result: None, exit_code: Some(0) };
     store.complete(claimed.job.id, &claimed.fence, done, now()).await?;
-    Ok(())
+    Ok((claim, start.elapsed().as_secs_f64() * 1e3))
 }
 
 /// Pushes `n` `true` jobs in calls of at most 100,000; the seconds spent in
@@ -83,6 +92,15 @@ pub(crate) async fn fill(store: &dyn Store, n: usize, cwd: &Path) -> Result<f64>
     Ok(secs)
 }
 
+/// On PostgreSQL, brings a queue just filled to the state autovacuum
+/// leaves it in within a minute (`pg::analyze`); nothing on a file.
+pub(crate) async fn settled(path: &Path) -> Result<()> {
+    if pg::is_url(path) {
+        pg::analyze(path).await?;
+    }
+    Ok(())
+}
+
 /// Every in-process figure for `setting`, using `dir` as scratch space.
 pub async fn measure(setting: Setting, sizes: &Sizes, dir: &Path, args: &Args) -> Result<Figures> {
     let mut f = Figures::new();
@@ -94,6 +112,10 @@ pub async fn measure(setting: Setting, sizes: &Sizes, dir: &Path, args: &Args) -
     if args.runs("scaling") {
         step(setting, "push_many, claim_scaling");
         claim_scaling(setting, sizes, dir, &mut f).await?;
+    }
+    if args.runs("concurrency") {
+        step(setting, "claim_concurrency");
+        claim_concurrency(setting, sizes, dir, &mut f).await?;
     }
     if args.runs("graph") {
         step(setting, "chain, fan_out");
@@ -119,33 +141,35 @@ fn step(setting: Setting, what: &str) {
 /// cycle queue (every job in it done).
 async fn rounds(setting: Setting, sizes: &Sizes, dir: &Path, f: &mut Figures) -> Result<()> {
     let b = setting.backend;
-    let raw = |name: &str, tables: usize| -> Result<Box<dyn RawCommit>> {
-        let path = b.file(dir, name);
-        Ok(match b {
-            Backend::Sqlite => Box::new(RawSqlite::open(&path, setting.fast, tables)?),
-            Backend::Redb => Box::new(RawRedb::open(&path, true, tables)?),
-            Backend::Postgres => anyhow::bail!("no raw commit on postgres yet"),
-        })
-    };
-    let mut raw1 = raw("raw", 1)?;
-    let mut raw_push = raw("raw_push", PUSH_TABLES)?;
+    let mut raw1 = Raw::open(setting, &b.file(dir, "raw"), 1).await?;
+    let mut raw_push = Raw::open(setting, &b.file(dir, "raw_push"), PUSH_TABLES).await?;
     let mut exclusive = match b {
         Backend::Redb => Some(RawRedb::open(&b.file(dir, "raw-exclusive"), false, 1)?),
         Backend::Sqlite | Backend::Postgres => None,
+    };
+    // PostgreSQL also: the one-statement commit (autocommit), one round
+    // trip instead of BEGIN, INSERT, COMMIT.
+    let autocommit = match b {
+        Backend::Postgres => Some(RawPg::open(&b.file(dir, "raw-autocommit"), 1).await?),
+        Backend::Sqlite | Backend::Redb => None,
     };
     let push_store = setting.open(&b.file(dir, "push"))?;
     let cycle_path = b.file(dir, "cycle");
     let cycle_store = setting.open(&cycle_path)?;
     let owner = Owner::named("bench");
     let (mut raws, mut pushes, mut cycles, mut excl) = (vec![], vec![], vec![], vec![]);
+    let mut autocommits = vec![];
     let (mut raws_push, mut handoffs) = (vec![], vec![]);
     let (mut push_ratios, mut cycle_ratios) = (vec![], vec![]);
     let mut cycled = 0u64;
     for _ in 0..sizes.rounds {
-        let r = raw1.commit_for(sizes.slice)?;
-        raws_push.push(raw_push.commit_for(sizes.slice)?);
+        let r = raw1.commit_for(sizes.slice).await?;
+        raws_push.push(raw_push.commit_for(sizes.slice).await?);
         if let Some(x) = exclusive.as_mut() {
             excl.push(x.commit_for(sizes.slice)?);
+        }
+        if let Some(x) = autocommit.as_ref() {
+            autocommits.push(x.autocommit_for(sizes.slice).await?);
         }
         // What every store call pays to reach tokio's blocking pool and back.
         let (h, _) = rate_for(sizes.slice / 4, || async {
@@ -173,20 +197,52 @@ async fn rounds(setting: Setting, sizes: &Sizes, dir: &Path, f: &mut Figures) ->
     if !excl.is_empty() {
         f.insert("raw_commit_exclusive", median(&excl));
     }
+    if !autocommits.is_empty() {
+        f.insert("raw_commit_autocommit", median(&autocommits));
+    }
     f.insert("push", median(&pushes));
     f.insert("push_ratio", median(&push_ratios));
     f.insert("cycle", median(&cycles));
     f.insert("cycle_ratio", median(&cycle_ratios));
-    drop((raw1, raw_push, exclusive, push_store, cycle_store));
+    drop((raw1, raw_push, exclusive, autocommit, push_store, cycle_store));
 
     // bytes_per_job: the cycle queue's growth over an empty queue's size.
     let empty_path = b.file(dir, "empty");
     drop(setting.open(&empty_path)?);
-    let empty = setting.file_bytes(&empty_path)?;
-    let full = setting.file_bytes(&cycle_path)?;
+    let empty = setting.file_bytes(&empty_path).await?;
+    let full = setting.file_bytes(&cycle_path).await?;
     f.insert("bytes_per_job", full.saturating_sub(empty) as f64 / cycled.max(1) as f64);
     f.insert("bytes_per_job_jobs", cycled as f64);
+    for stem in ["raw", "raw_push", "raw-autocommit", "push", "cycle", "empty"] {
+        if b == Backend::Postgres {
+            remove_queue(&b.file(dir, stem)).await;
+        }
+    }
     Ok(())
+}
+
+/// The raw limit of a setting: the file engines' are synchronous, the
+/// PostgreSQL client is async.
+enum Raw {
+    File(Box<dyn RawCommit>),
+    Pg(RawPg),
+}
+
+impl Raw {
+    async fn open(setting: Setting, path: &Path, tables: usize) -> Result<Raw> {
+        Ok(match setting.backend {
+            Backend::Sqlite => Raw::File(Box::new(RawSqlite::open(path, setting.fast, tables)?)),
+            Backend::Redb => Raw::File(Box::new(RawRedb::open(path, true, tables)?)),
+            Backend::Postgres => Raw::Pg(RawPg::open(path, tables).await?),
+        })
+    }
+
+    async fn commit_for(&mut self, d: Duration) -> Result<f64> {
+        match self {
+            Raw::File(raw) => raw.commit_for(d),
+            Raw::Pg(raw) => raw.commit_for(d).await,
+        }
+    }
 }
 
 /// push_many (the middle backlog, pushed in one call into an empty queue)
@@ -202,8 +258,15 @@ async fn claim_scaling(setting: Setting, sizes: &Sizes, dir: &Path, f: &mut Figu
             // One call: the batch fits in a single push_many.
             f.insert("push_many", n as f64 / secs);
             f.insert("push_many_jobs", n as f64);
+            // The first claim on the queue as push_many left it (on
+            // PostgreSQL: before any ANALYZE; see `settled`).
+            let (_, fresh) = claim_complete_timed(store.as_ref(), &owner).await?;
+            f.insert("claim_fresh_ms", fresh);
         }
         stores.push(store);
+    }
+    for &n in &sizes.backlogs {
+        settled(&setting.backend.file(dir, &format!("backlog-{n}"))).await?;
     }
     for store in &stores {
         for _ in 0..10 {
@@ -211,11 +274,12 @@ async fn claim_scaling(setting: Setting, sizes: &Sizes, dir: &Path, f: &mut Figu
         }
     }
     let mut latencies = vec![Vec::new(); stores.len()];
+    let mut claims = vec![Vec::new(); stores.len()];
     for _ in 0..sizes.claim_samples {
         for (i, store) in stores.iter().enumerate() {
-            let start = Instant::now();
-            claim_complete(store.as_ref(), &owner).await?;
-            latencies[i].push(start.elapsed().as_secs_f64() * 1e3);
+            let (claim, both) = claim_complete_timed(store.as_ref(), &owner).await?;
+            claims[i].push(claim);
+            latencies[i].push(both);
         }
     }
     let m: Vec<f64> = latencies.iter().map(|l| median(l)).collect();
@@ -223,19 +287,116 @@ async fn claim_scaling(setting: Setting, sizes: &Sizes, dir: &Path, f: &mut Figu
     f.insert("claim_scaling_mid_ms", m[1]);
     f.insert("claim_scaling", m[2]);
     f.insert("claim_scaling_ratio", m[2] / m[0]);
+    f.insert("claim_only_small_ms", median(&claims[0]));
+    f.insert("claim_only_large_ms", median(&claims[2]));
     drop(stores);
     for &n in &sizes.backlogs {
-        remove_queue(&setting.backend.file(dir, &format!("backlog-{n}")));
+        remove_queue(&setting.backend.file(dir, &format!("backlog-{n}"))).await;
     }
     Ok(())
 }
 
-/// Deletes a queue file and whatever SQLite kept beside it.
-pub(crate) fn remove_queue(path: &Path) {
+/// How many claimers `claim_concurrency` runs at once, in turn.
+pub const CLAIMERS: [usize; 3] = [1, 4, 16];
+
+/// claim_concurrency: claim+complete jobs/s in total with 1, 4 and 16
+/// claimers at once, each a task looping over its own store handle (on
+/// PostgreSQL its own pool of connections, as separate runners would
+/// have), on one queue kept at `concurrency_backlog` pending jobs (topped
+/// up between slices, untimed). Slices of each count alternate, the order
+/// reversed each round (1, 4, 16, 16, 4, 1 …), medians.
+async fn claim_concurrency(
+    setting: Setting,
+    sizes: &Sizes,
+    dir: &Path,
+    f: &mut Figures,
+) -> Result<()> {
+    let path = setting.backend.file(dir, "concurrency");
+    let max = CLAIMERS[CLAIMERS.len() - 1];
+    let stores: Vec<Arc<dyn Store>> =
+        (0..max).map(|_| setting.open(&path)).collect::<Result<_>>()?;
+    let owners: Vec<Owner> = (0..max).map(|i| Owner::named(format!("bench-{i}"))).collect();
+    fill(stores[0].as_ref(), sizes.concurrency_backlog + max, dir).await?;
+    settled(&path).await?;
+    // Untimed: every handle's first call (a PostgreSQL store connects its
+    // pool's connections on demand).
+    for (store, owner) in stores.iter().zip(&owners) {
+        claim_complete(store.as_ref(), owner).await?;
+    }
+    let mut rates = vec![Vec::new(); CLAIMERS.len()];
+    for round in 0..sizes.rounds {
+        let mut order: Vec<usize> = (0..CLAIMERS.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let due = stores[0].stats(now()).await?.due_now as usize;
+            if due < sizes.concurrency_backlog {
+                fill(stores[0].as_ref(), sizes.concurrency_backlog - due, dir).await?;
+            }
+            let n = CLAIMERS[i];
+            rates[i].push(claim_race(&stores[..n], &owners[..n], sizes.slice).await?);
+        }
+    }
+    let m: Vec<f64> = rates.iter().map(|r| median(r)).collect();
+    f.insert("claim_concurrency_1", m[0]);
+    f.insert("claim_concurrency_4", m[1]);
+    f.insert("claim_concurrency_16", m[2]);
+    f.insert("claim_concurrency_ratio", m[2] / m[0]);
+    f.insert("claim_concurrency_backlog", sizes.concurrency_backlog as f64);
+    drop(stores);
+    remove_queue(&path).await;
+    Ok(())
+}
+
+/// Each store's claimer loops claim+complete until `d` has passed, all at
+/// once; jobs per second in total (the last one's end is the end).
+async fn claim_race(stores: &[Arc<dyn Store>], owners: &[Owner], d: Duration) -> Result<f64> {
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (store, owner) in stores.iter().zip(owners) {
+        let (store, owner) = (store.clone(), owner.clone());
+        tasks.spawn(async move {
+            let mut n = 0u64;
+            while start.elapsed() < d {
+                claim_complete(store.as_ref(), &owner).await?;
+                n += 1;
+            }
+            Ok::<u64, anyhow::Error>(n)
+        });
+    }
+    let mut total = 0u64;
+    while let Some(done) = tasks.join_next().await {
+        total += done.context("a claimer panicked")??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Deletes a queue: the file and whatever SQLite kept beside it, or the
+/// schema on the server.
+pub(crate) async fn remove_queue(path: &Path) {
+    if pg::is_url(path) {
+        if let Err(e) = pg::drop_queue(path).await {
+            eprintln!("bench: cannot drop {}: {e:#}", path.display());
+        }
+        return;
+    }
     for suffix in ["", "-wal", "-shm"] {
         let mut p = path.as_os_str().to_owned();
         p.push(suffix);
         let _ = std::fs::remove_file(p);
+    }
+}
+
+/// Where the runner of the queue `path` (in the scratch folder `dir`)
+/// writes its jobs' logs: beside the file, or for a queue on the server in
+/// the scratch folder.
+fn logs_for(path: &Path, dir: &Path) -> PathBuf {
+    if pg::is_url(path) {
+        let schema = pg::schema_of(path).unwrap_or_else(|_| "queue".to_owned());
+        dir.join(format!("{schema}.logs"))
+    } else {
+        log_dir_for(path)
     }
 }
 
@@ -273,6 +434,8 @@ fn in_child(
 ) -> Result<Figures> {
     let exe = std::env::current_exe().context("cannot find this program to re-run it")?;
     let mut cmd = Command::new(exe);
+    // Its queues on a server are this run's, dropped with them.
+    cmd.env(pg::RUN_ENV, pg::run_id());
     cmd.args([flag, "--backend", setting.backend.as_str(), "--durability"])
         .arg(if setting.fast { "fast" } else { "default" })
         .arg("--out")
@@ -307,8 +470,9 @@ pub async fn drain(setting: Setting, sizes: &Sizes, dir: &Path) -> Result<Figure
     let path = setting.backend.file(dir, "drain");
     let store = setting.open(&path)?;
     fill(store.as_ref(), n, dir).await?;
+    settled(&path).await?;
     let before = plain_loop(n / 2)?;
-    let mut config = RunnerConfig::new(log_dir_for(&path));
+    let mut config = RunnerConfig::new(logs_for(&path, dir));
     config.mode = Mode::Drain;
     // As the CLI does: a load gate, read before each job (never closed here).
     config.gates = vec![Box::new(LoadGate::system(Some(1e9)))];
@@ -365,7 +529,8 @@ pub async fn slots(setting: Setting, sizes: &Sizes, dir: &Path) -> Result<Figure
         let part = if queue == 2 { warm_up } else { part };
         let (store, path) = &queues[queue];
         fill(store.as_ref(), part, dir).await?;
-        let mut config = RunnerConfig::new(log_dir_for(path));
+        settled(path).await?;
+        let mut config = RunnerConfig::new(logs_for(path, dir));
         config.mode = Mode::Drain;
         config.slots = slots;
         config.gates = vec![Box::new(LoadGate::system(Some(1e9)))];

@@ -1,16 +1,19 @@
 //! `slothqueue-bench`: every figure of slothqueue's performance, each as a
 //! ratio against the raw storage limit measured in the same run. Run it
-//! through `cargo xtask bench [--quick] [--backend sqlite|redb]`, which
-//! builds it and the `slothqueue` binary and passes the latter's path.
+//! through `cargo xtask bench [--quick] [--backend sqlite|redb|postgres]`,
+//! which builds it and the `slothqueue` binary and passes the latter's
+//! path, and finds or starts a PostgreSQL server.
 //!
 //! ```text
-//! slothqueue-bench [--quick] [--backend sqlite|redb] [--slothqueue PATH]
+//! slothqueue-bench [--quick] [--backend sqlite|redb|postgres] [--slothqueue PATH]
 //!                  [--out DIR] [--benchmarks-md PATH]
 //!                  [--durability default|fast] [--only STEP,...]
+//!                  [--pg-skipped WHY]
 //! ```
 //!
-//! Per backend, the default and (SQLite only: redb has one) the fast
-//! durability setting are measured in this process (raw_commit, push, cycle, push_many, claim_scaling,
+//! Per backend, the default and (SQLite only: redb and PostgreSQL have
+//! one) the fast durability setting are measured in this process
+//! (raw_commit, push, cycle, push_many, claim_scaling, claim_concurrency,
 //! chain, fan_out, drain, slots, bytes_per_job); the figures only the binary can give (add_ratio,
 //! add_scaling, add_floor_ratio, import, status_100k, idle, wait_idle, rss) are measured on it,
 //! under the default setting, the only one the CLI has. `add_floor_ratio` times this program
@@ -18,9 +21,13 @@
 //! one `add`, a process that opens FILE with the bare engine and the store's settings,
 //! commits one row and exits (`raw::add_once`). Results: a markdown table on stdout, and
 //! `results.json` and `results.md` in `--out` (default `target/bench`). A
-//! full run of both backends also rewrites the generated section of
+//! full run of every backend also rewrites the generated section of
 //! `--benchmarks-md`. Speed is reported, never asserted: the exit code says
 //! only whether every measurement could be taken.
+//!
+//! PostgreSQL is measured on the server of `SLOTHQUEUE_PG_URL` (see
+//! `pg.rs`); without one its column is skipped, loudly, and says why
+//! (`--pg-skipped`, from xtask, which could not start a server either).
 
 #![allow(clippy::disallowed_methods, reason = "a benchmark measures real time")]
 #![allow(
@@ -32,6 +39,7 @@
 mod cli;
 mod deps;
 mod inproc;
+mod pg;
 mod procfs;
 mod raw;
 mod report;
@@ -59,12 +67,18 @@ pub struct Sizes {
     pub backlogs: [usize; 3],
     /// claim+complete samples per backlog.
     pub claim_samples: usize,
+    /// Pending jobs claim_concurrency keeps in its queue.
+    pub concurrency_backlog: usize,
     /// `true` jobs drained by the in-process runner.
     pub drain_jobs: usize,
     /// `true` jobs drained with one slot, and as many with two (`slots`).
     pub slots_jobs: usize,
     /// How long the idle runner is watched.
     pub idle_window: Duration,
+    /// How long an idle command is left to settle before it is watched:
+    /// its start, its last looks after its own writes (a runner's wake-ups
+    /// as each commit settles, up to 0.8 s after it).
+    pub settle: Duration,
     /// Jobs in the queue `status` reads.
     pub status_jobs: usize,
     /// Timed `status` calls.
@@ -93,9 +107,11 @@ impl Sizes {
             slice: Duration::from_secs(1),
             backlogs: [1_000, 100_000, 1_000_000],
             claim_samples: 301,
+            concurrency_backlog: 100_000,
             drain_jobs: 1_000,
             slots_jobs: 1_000,
             idle_window: Duration::from_secs(30),
+            settle: Duration::from_secs(3),
             status_jobs: 100_000,
             status_runs: 21,
             add_runs: 41,
@@ -115,9 +131,13 @@ impl Sizes {
             slice: Duration::from_millis(150),
             backlogs: [100, 2_000, 10_000],
             claim_samples: 21,
+            concurrency_backlog: 2_000,
             drain_jobs: 40,
             slots_jobs: 40,
             idle_window: Duration::from_secs(2),
+            // Past the runner's last look (0.8 s); the quick run measures
+            // nothing, and CI waits for every second of it.
+            settle: Duration::from_secs(1),
             status_jobs: 5_000,
             status_runs: 5,
             add_runs: 7,
@@ -129,13 +149,39 @@ impl Sizes {
         }
     }
 
+    /// [`Sizes::quick`] for PostgreSQL, with fewer jobs to push: each job
+    /// of a `push_many` is two round trips to the server (about 750 jobs/s
+    /// in a dev build), and the quick run must add at most ~30 s to CI.
+    fn quick_postgres() -> Sizes {
+        Sizes {
+            backlogs: [100, 500, 2_000],
+            concurrency_backlog: 500,
+            status_jobs: 1_000,
+            add_scaling_jobs: [100, 1_000],
+            import_jobs: 500,
+            graph_jobs: 100,
+            ..Sizes::quick()
+        }
+    }
+
+    /// The sizes of a run of `backend`.
+    fn of(quick: bool, backend: Backend) -> Sizes {
+        match (quick, backend) {
+            (false, _) => Sizes::full(),
+            (true, Backend::Postgres) => Sizes::quick_postgres(),
+            (true, _) => Sizes::quick(),
+        }
+    }
+
     fn describe(&self, quick: bool) -> String {
         format!(
-            "{} (slices {} × {:.2} s; backlogs {:?}; drain {} jobs; slots {} jobs per count; idle {:.0} s; status on {} jobs; add on {} / {} jobs; import {} jobs; chain and fan-out of {})",
+            "{} (slices {} × {:.2} s; backlogs {:?}; claimers {:?} on {} jobs; drain {} jobs; slots {} jobs per count; idle {:.0} s; status on {} jobs; add on {} / {} jobs; import {} jobs; chain and fan-out of {})",
             if quick { "--quick" } else { "full" },
             self.rounds,
             self.slice.as_secs_f64(),
             self.backlogs,
+            inproc::CLAIMERS,
+            self.concurrency_backlog,
             self.drain_jobs,
             self.slots_jobs,
             self.idle_window.as_secs_f64(),
@@ -165,12 +211,15 @@ struct Args {
     child_slots: bool,
     /// Internal: be the floor of one `add` (`raw::add_once`) on this file.
     raw_add: Option<(Backend, PathBuf)>,
+    /// Why there is no PostgreSQL server (xtask could not start one).
+    pg_skipped: Option<String>,
 }
 
 /// The steps `--only` can name.
-pub const STEPS: [&str; 13] = [
+pub const STEPS: [&str; 14] = [
     "rounds",
     "scaling",
+    "concurrency",
     "graph",
     "drain",
     "slots",
@@ -203,6 +252,7 @@ fn parse_args() -> Result<Args> {
         child_drain: false,
         child_slots: false,
         raw_add: None,
+        pg_skipped: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -219,6 +269,7 @@ fn parse_args() -> Result<Args> {
                 args.backends = vec![value("--backend")?.parse().map_err(anyhow::Error::msg)?]
             }
             "--slothqueue" => args.slothqueue = Some(value("--slothqueue")?.into()),
+            "--pg-skipped" => args.pg_skipped = Some(value("--pg-skipped")?),
             "--out" => args.out = value("--out")?.into(),
             "--benchmarks-md" => args.benchmarks_md = Some(value("--benchmarks-md")?.into()),
             "--only" => {
@@ -238,9 +289,9 @@ fn parse_args() -> Result<Args> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: slothqueue-bench [--quick] [--backend sqlite|redb] [--slothqueue PATH] \
-                     [--out DIR] [--benchmarks-md PATH] [--durability default|fast] \
-                     [--only STEP,...]\nsteps: {}",
+                    "usage: slothqueue-bench [--quick] [--backend sqlite|redb|postgres] \
+                     [--slothqueue PATH] [--out DIR] [--benchmarks-md PATH] \
+                     [--durability default|fast] [--only STEP,...] [--pg-skipped WHY]\nsteps: {}",
                     STEPS.join(",")
                 );
                 std::process::exit(0);
@@ -279,11 +330,11 @@ fn run() -> Result<bool> {
         raw::add_once(*backend, path)?;
         return Ok(true);
     }
-    let sizes = if args.quick { Sizes::quick() } else { Sizes::full() };
     if args.child_drain || args.child_slots {
         let (Some(fast), [backend]) = (args.durability, args.backends.as_slice()) else {
             bail!("--child-drain and --child-slots need one --backend and a --durability");
         };
+        let sizes = Sizes::of(args.quick, *backend);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -297,6 +348,12 @@ fn run() -> Result<bool> {
         println!("{}", serde_json::json!(figures));
         return Ok(true);
     }
+    // The sizes the header names: the one backend's, else the file
+    // backends' (PostgreSQL's quick sizes are named in a note).
+    let sizes = match args.backends.as_slice() {
+        [backend] => Sizes::of(args.quick, *backend),
+        _ => Sizes::of(args.quick, Backend::Sqlite),
+    };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let scratch = Scratch(args.out.join(format!("scratch-{}", std::process::id())));
@@ -318,7 +375,42 @@ fn run() -> Result<bool> {
 
     let mut results: Results = Vec::new();
     let mut failures: Vec<String> = Vec::new();
+    // Columns not measured, and CLI figures not taken, with why: in the
+    // report under the table, and a full run with any is not complete.
+    let mut skipped: Vec<String> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    let mut pg_server: Option<String> = None;
     for &backend in &args.backends {
+        let backend_started = Instant::now();
+        let sizes = Sizes::of(args.quick, backend);
+        if args.quick && backend == Backend::Postgres && args.backends.len() > 1 {
+            notes.push(format!("postgres/default sizes: {}", sizes.describe(true)));
+        }
+        if backend == Backend::Postgres {
+            if pg::server_url().is_none() {
+                let why = args.pg_skipped.clone().unwrap_or_else(|| {
+                    format!("{} is not set (`cargo xtask bench` sets it)", pg::URL_ENV)
+                });
+                eprintln!(
+                    "\n*** bench: postgres/default SKIPPED: no PostgreSQL server: {why}\n\
+                     *** (set {} to a server's URL, or install the server binaries for \
+                     `cargo xtask bench` to start one)\n",
+                    pg::URL_ENV
+                );
+                skipped.push(format!("postgres/default: SKIPPED, no PostgreSQL server: {why}"));
+                results.push(("postgres/default".to_owned(), Figures::new()));
+                continue;
+            }
+            match runtime.block_on(pg::describe()) {
+                Ok(d) => pg_server = Some(d),
+                Err(e) => {
+                    eprintln!("bench: postgres/default: FAILED: {e:#}");
+                    failures.push(format!("postgres/default: {e:#}"));
+                    results.push(("postgres/default".to_owned(), Figures::new()));
+                    continue;
+                }
+            }
+        }
         for fast in [false, true] {
             if args.durability.is_some_and(|d| d != fast) || (fast && !backend.has_fast_setting()) {
                 continue;
@@ -340,7 +432,11 @@ fn run() -> Result<bool> {
                     Some(bin) => {
                         let dir = scratch.0.join(format!("{}-cli", backend.as_str()));
                         match runtime.block_on(cli::measure(bin, backend, &sizes, &dir, &args)) {
-                            Ok(f) => figures.extend(f),
+                            Ok(Some(f)) => figures.extend(f),
+                            Ok(None) => notes.push(format!(
+                                "{setting}: CLI figures skipped: the `slothqueue` binary cannot \
+                                 open a postgres:// queue"
+                            )),
                             Err(e) => {
                                 eprintln!("bench: {setting} (CLI): FAILED: {e:#}");
                                 failures.push(format!("{setting} (CLI): {e:#}"));
@@ -353,12 +449,22 @@ fn run() -> Result<bool> {
             }
             results.push((setting.to_string(), figures));
         }
+        if backend == Backend::Postgres {
+            match runtime.block_on(pg::drop_run_schemas()) {
+                Ok(n) => eprintln!("bench: postgres: dropped this run's {n} schemas"),
+                Err(e) => eprintln!("bench: postgres: cannot drop this run's schemas: {e:#}"),
+            }
+        }
+        // What each backend adds to a run (CI's quick run has a budget).
+        eprintln!("bench: {backend} took {:.0} s", backend_started.elapsed().as_secs_f64());
     }
     drop(runtime);
     machine.load_after = report::loadavg();
     let elapsed = started.elapsed().as_secs_f64();
 
-    let md = markdown(&results, &machine, profile, &sizes.describe(args.quick), elapsed, &args);
+    notes.splice(0..0, skipped.iter().cloned());
+    let run = Run { profile, sizes: sizes.describe(args.quick), elapsed, pg_server, notes };
+    let md = markdown(&results, &machine, &run, &args);
     println!("\n{md}");
     for f in &failures {
         println!("FAILED: {f}");
@@ -371,6 +477,7 @@ fn run() -> Result<bool> {
         args.out.join("results.json").display()
     );
     let complete = failures.is_empty()
+        && skipped.is_empty()
         && args.backends.len() == Backend::ALL.len()
         && args.only.is_empty()
         && args.durability.is_none();
@@ -386,22 +493,38 @@ fn run() -> Result<bool> {
     Ok(failures.is_empty())
 }
 
-fn markdown(
-    results: &Results,
-    machine: &Machine,
-    profile: &str,
-    sizes: &str,
+/// What the report says about the run besides the figures.
+struct Run {
+    profile: &'static str,
+    sizes: String,
     elapsed: f64,
-    args: &Args,
-) -> String {
+    /// The PostgreSQL server measured (`pg::describe`).
+    pg_server: Option<String>,
+    /// Skipped columns and figures, each with why.
+    notes: Vec<String>,
+}
+
+fn markdown(results: &Results, machine: &Machine, run: &Run, args: &Args) -> String {
     let mut settings = String::new();
     for (label, _) in results {
         if let Some((b, d)) = label.split_once('/') {
             if let Ok(backend) = b.parse::<Backend>() {
                 let setting = Setting { backend, fast: d == "fast" };
-                settings.push_str(&format!("- `{label}`: {}\n", setting.describe()));
+                settings.push_str(&format!("- `{label}`: {}", setting.describe()));
+                match (&run.pg_server, backend) {
+                    (Some(server), Backend::Postgres) => {
+                        settings.push_str(&format!("; server: {server}"))
+                    }
+                    (None, Backend::Postgres) => settings.push_str("; no server"),
+                    _ => {}
+                }
+                settings.push('\n');
             }
         }
+    }
+    let mut notes = String::new();
+    for note in &run.notes {
+        notes.push_str(&format!("**{note}**\n\n"));
     }
     let cli_note = if args.slothqueue.is_some() {
         "CLI figures (idle, wait_idle, status_100k, add_ratio, add_scaling, add_floor_ratio, import, \
@@ -411,10 +534,11 @@ fn markdown(
         "CLI figures skipped: no `slothqueue` binary given."
     };
     format!(
-        "{}\n{settings}\n{}\n{}\n{cli_note} The whole run took {elapsed:.0} s.\n",
-        machine.markdown(profile, sizes),
+        "{}\n{settings}\n{}\n{notes}{}\n{cli_note} The whole run took {:.0} s.\n",
+        machine.markdown(run.profile, &run.sizes),
         report::table(results),
         report::targets(results),
+        run.elapsed,
     )
 }
 

@@ -1,18 +1,22 @@
 //! The limit: the bare storage engine's single-row insert+commit rate with
-//! the settings the store uses, written directly against rusqlite and redb.
+//! the settings the store uses, written directly against rusqlite, redb
+//! and tokio-postgres.
 //!
 //! SQLite gets the store's pragmas (WAL, the same `synchronous`,
 //! `foreign_keys`, `journal_size_limit`) and the store's `BEGIN IMMEDIATE`;
 //! redb gets the store's builder (`ConcurrencyMode::MultiWriter`, a 64 MiB
-//! cache) and `Durability::Immediate`. Each commit inserts one 256-byte row,
-//! about the size of a job row, into each of `tables` tables: one for the
-//! bare limit, [`PUSH_TABLES`] for a commit that dirties as many pages as a
-//! push does.
+//! cache) and `Durability::Immediate`; PostgreSQL gets one connection of
+//! tokio-postgres to the same server, a prepared `INSERT` and
+//! `BEGIN`/`COMMIT` around it (three round trips; the server's own
+//! durability settings, which the report names). Each commit inserts one
+//! 256-byte row, about the size of a job row, into each of `tables`
+//! tables: one for the bare limit, [`PUSH_TABLES`] for a commit that
+//! dirties as many pages as a push does.
 //!
 //! [`add_once`] is the floor of one `slothqueue add` as a process: open the
-//! file with those settings, commit one row, close. `slothqueue-bench
-//! --raw-add sqlite|redb FILE` runs it, and the CLI figures time that
-//! process against `add` (`add_floor_ratio`).
+//! file (connect to the server) with those settings, commit one row, close.
+//! `slothqueue-bench --raw-add sqlite|redb|postgres FILE|URL` runs it, and
+//! the CLI figures time that process against `add` (`add_floor_ratio`).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -20,8 +24,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use redb::{Builder, ConcurrencyMode, Database, Durability, ReadableTable as _, TableDefinition};
 
-use crate::setting::Backend;
 use rusqlite::Connection;
+use tokio_postgres::{Client, Statement};
+
+use crate::pg;
+use crate::setting::Backend;
 
 /// The b-trees one push writes on either backend: on SQLite (schema v2)
 /// the job row, its three pending-index entries and its event; on redb the
@@ -49,7 +56,11 @@ pub fn add_once(backend: Backend, path: &Path) -> Result<()> {
     match backend {
         Backend::Sqlite => RawSqlite::open(path, false, 1)?.commit_one(),
         Backend::Redb => RawRedb::open(path, true, 1)?.commit_one(),
-        Backend::Postgres => anyhow::bail!("no raw add on postgres"),
+        Backend::Postgres => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start a tokio runtime")?
+            .block_on(async { RawPg::open(path, 1).await?.commit_one().await }),
     }
     .with_context(|| format!("raw {}: cannot commit a row to {}", backend.as_str(), path.display()))
 }
@@ -159,6 +170,84 @@ impl RawCommit for RawRedb {
         txn.commit()?;
         self.next = Some(key + 1);
         Ok(())
+    }
+}
+
+/// Bare PostgreSQL tables in the queue's schema, on one connection.
+pub struct RawPg {
+    client: Client,
+    /// One insert per table.
+    inserts: Vec<Statement>,
+}
+
+impl RawPg {
+    /// Connects to the server of the queue URL `path` and creates its
+    /// schema and `tables` tables if missing (as [`RawSqlite::open`] does).
+    pub async fn open(path: &Path, tables: usize) -> Result<Self> {
+        let schema = pg::schema_of(path)?;
+        let client = pg::connect(pg::url_of(path)?).await?;
+        let mut ddl = format!("CREATE SCHEMA IF NOT EXISTS {schema};");
+        for t in 0..tables {
+            ddl.push_str(&format!(
+                "CREATE TABLE IF NOT EXISTS {schema}.raw{t} \
+                 (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v BYTEA NOT NULL);"
+            ));
+        }
+        client.batch_execute(&ddl).await.context("raw postgres: cannot create the tables")?;
+        let mut inserts = Vec::new();
+        for t in 0..tables {
+            inserts.push(
+                client.prepare(&format!("INSERT INTO {schema}.raw{t} (v) VALUES ($1)")).await?,
+            );
+        }
+        Ok(RawPg { client, inserts })
+    }
+
+    /// Commits one transaction of one row in each table: `BEGIN`, the
+    /// inserts, `COMMIT`, each a round trip.
+    pub async fn commit_one(&mut self) -> Result<()> {
+        let txn = self.client.transaction().await?;
+        for insert in &self.inserts {
+            txn.execute(insert, &[&&ROW[..]]).await?;
+        }
+        txn.commit().await?;
+        Ok(())
+    }
+
+    /// One `INSERT` of one row in the first table, committed by itself
+    /// (autocommit): one round trip, the least a durable row can cost.
+    pub async fn autocommit_one(&self) -> Result<()> {
+        let insert = self.inserts.first().context("raw postgres: no table")?;
+        self.client.execute(insert, &[&&ROW[..]]).await?;
+        Ok(())
+    }
+
+    /// Commits single-row transactions for about `d`; the rate per second.
+    pub async fn commit_for(&mut self, d: Duration) -> Result<f64> {
+        let start = Instant::now();
+        let mut n = 0u64;
+        loop {
+            self.commit_one().await?;
+            n += 1;
+            let elapsed = start.elapsed();
+            if elapsed >= d {
+                return Ok(n as f64 / elapsed.as_secs_f64());
+            }
+        }
+    }
+
+    /// [`RawPg::autocommit_one`] for about `d`; the rate per second.
+    pub async fn autocommit_for(&self, d: Duration) -> Result<f64> {
+        let start = Instant::now();
+        let mut n = 0u64;
+        loop {
+            self.autocommit_one().await?;
+            n += 1;
+            let elapsed = start.elapsed();
+            if elapsed >= d {
+                return Ok(n as f64 / elapsed.as_secs_f64());
+            }
+        }
     }
 }
 

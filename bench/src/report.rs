@@ -52,6 +52,9 @@ const ROWS: &[Row] = &[
             if let Some(x) = get(f, "raw_commit_exclusive") {
                 cell.push_str(&format!("; ExclusiveWriter: {}", count(x)));
             }
+            if let Some(x) = get(f, "raw_commit_autocommit") {
+                cell.push_str(&format!("; one-statement autocommit: {}", count(x)));
+            }
             Some(cell)
         },
     },
@@ -83,14 +86,37 @@ const ROWS: &[Row] = &[
     },
     Row {
         figure: "claim_scaling",
-        unit: "median ms, small / mid / large backlog (large ÷ small)",
+        unit: "median ms of claim+complete, small / mid / large backlog (large ÷ small); the claim alone, small / large; the first claim+complete right after push_many filled the mid backlog",
         cell: |f| {
-            Some(format!(
+            let mut cell = format!(
                 "{:.3} / {:.3} / {:.3} (×{:.2})",
                 get(f, "claim_scaling_small_ms")?,
                 get(f, "claim_scaling_mid_ms")?,
                 get(f, "claim_scaling")?,
                 get(f, "claim_scaling_ratio")?
+            );
+            if let (Some(small), Some(large)) =
+                (get(f, "claim_only_small_ms"), get(f, "claim_only_large_ms"))
+            {
+                cell.push_str(&format!("; claim {small:.3} / {large:.3}"));
+            }
+            if let Some(fresh) = get(f, "claim_fresh_ms") {
+                cell.push_str(&format!("; first after push_many {fresh:.3}"));
+            }
+            Some(cell)
+        },
+    },
+    Row {
+        figure: "claim_concurrency",
+        unit: "claim+complete jobs/s in total, 1 / 4 / 16 claimers at once, each its own store handle (16 ÷ 1)",
+        cell: |f| {
+            Some(format!(
+                "{} / {} / {} (×{:.2}; {} pending)",
+                count(get(f, "claim_concurrency_1")?),
+                count(get(f, "claim_concurrency_4")?),
+                count(get(f, "claim_concurrency_16")?),
+                get(f, "claim_concurrency_ratio")?,
+                count(get(f, "claim_concurrency_backlog")?)
             ))
         },
     },

@@ -1,27 +1,73 @@
 //! What is measured: a backend under one of its durability settings (two
-//! for SQLite, one for redb),
-//! and how to open a store or a raw file exactly as that setting does.
+//! for SQLite, one each for redb and PostgreSQL), and how to open a store
+//! or a raw file exactly as that setting does.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use slothqueue_core::Store;
+use slothqueue_store_postgres::{PgOptions, PgStore};
 use slothqueue_store_redb::{RedbOptions, RedbStore};
 use slothqueue_store_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 
-/// The storage backend, as the `slothqueue` crate names it (`ALL`,
-/// `as_str`, `FromStr`).
-pub use slothqueue::Backend;
+use crate::pg;
 
-/// Queue file names for a backend.
+/// A storage backend the bench measures. The bench's own, not the CLI's
+/// `slothqueue::Backend`: a column exists for every backend the bench
+/// knows how to measure (and says "skipped" when it cannot, as PostgreSQL
+/// without a server), whatever features the CLI was built with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Redb,
+    /// A queue in a schema on the server of [`pg::URL_ENV`].
+    Postgres,
+}
+
+impl Backend {
+    /// Every backend, in the table's order.
+    pub const ALL: [Backend; 3] = [Backend::Sqlite, Backend::Redb, Backend::Postgres];
+
+    /// The lower-case name, as `--backend` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Redb => "redb",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Backend {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Backend::ALL
+            .into_iter()
+            .find(|b| b.as_str() == s)
+            .ok_or_else(|| format!("unknown backend `{s}` (expected sqlite, redb or postgres)"))
+    }
+}
+
+/// Queue names for a backend.
 pub trait QueueFile {
-    /// A queue file name the CLI detects as this backend when new.
+    /// A queue the CLI detects as this backend when new: a file name in
+    /// `dir`, or for PostgreSQL a schema of this run on the server, as a
+    /// URL (see `pg`).
     fn file(self, dir: &Path, stem: &str) -> PathBuf;
     /// Whether the backend has a fast durability setting besides its
     /// default. redb has none: it refuses `Durability::None` on a file
-    /// shared between processes, which every slothqueue file is.
+    /// shared between processes, which every slothqueue file is. Nor has
+    /// the PostgreSQL store: durability is the server's setting.
     fn has_fast_setting(self) -> bool;
 }
 
@@ -30,7 +76,7 @@ impl QueueFile for Backend {
         match self {
             Backend::Sqlite => dir.join(format!("{stem}.db")),
             Backend::Redb => dir.join(format!("{stem}.redb")),
-            Backend::Postgres => dir.join(stem),
+            Backend::Postgres => pg::queue(dir, stem),
         }
     }
 
@@ -63,7 +109,10 @@ impl Setting {
                 "Durability::Immediate, ConcurrencyMode::MultiWriter (the default)"
             }
             (Backend::Redb, true) => "no such setting (redb has one durability)",
-            (Backend::Postgres, _) => "not measured yet",
+            (Backend::Postgres, false) => {
+                "`PgOptions::default()` (a pool of 4 connections per store, READ COMMITTED)"
+            }
+            (Backend::Postgres, true) => "no such setting (durability is the server's)",
         }
     }
 
@@ -81,14 +130,22 @@ impl Setting {
                 }
                 Arc::new(RedbStore::open(path, RedbOptions::default())?)
             }
-            Backend::Postgres => anyhow::bail!("postgres is not measured yet"),
+            Backend::Postgres => {
+                if self.fast {
+                    anyhow::bail!("the PostgreSQL store has no fast durability setting");
+                }
+                Arc::new(PgStore::open(pg::url_of(path)?, PgOptions::default())?)
+            }
         };
         Ok(store)
     }
 
-    /// The bytes a closed queue takes on disk: the file, and for SQLite a
-    /// WAL if one was left behind.
-    pub fn file_bytes(&self, path: &Path) -> Result<u64> {
+    /// The bytes a closed queue takes: the file, and for SQLite a WAL if
+    /// one was left behind; on PostgreSQL its tables with their indexes.
+    pub async fn file_bytes(&self, path: &Path) -> Result<u64> {
+        if self.backend == Backend::Postgres {
+            return pg::queue_bytes(path).await;
+        }
         let mut total = std::fs::metadata(path)
             .with_context(|| format!("cannot read the size of {}", path.display()))?
             .len();

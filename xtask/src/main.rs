@@ -49,9 +49,10 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "bench",
-        args: "[--quick] [--backend sqlite|redb] [--profile release|dev]",
+        args: "[--quick] [--backend sqlite|redb|postgres] [--profile release|dev]",
         help: "every performance figure as a ratio against the raw storage limit measured in \
-               the same run (see bench/ and BENCHMARKS.md)",
+               the same run (see bench/ and BENCHMARKS.md); PostgreSQL on the server in \
+               SLOTHQUEUE_PG_URL, else on a throwaway cluster of its own",
         run: bench::run,
     },
     Command {

@@ -10,7 +10,10 @@
 //!
 //! `fsync=off` because nothing outlives the run, and an operating-system
 //! crash is the only loss it risks; `synchronous_commit` stays on, so a
-//! server killed or restarted mid-run (torture S25) loses no commit.
+//! server killed or restarted mid-run (torture S25) loses no commit. The
+//! bench's cluster ([`Cluster::start_durable`]) keeps the server's own
+//! `fsync=on`: it measures a durable queue against durable raw commits, as
+//! it does the file backends.
 //!
 //! The tests read the cluster's address from [`URL_ENV`]; without it they
 //! say loudly that they were skipped, unless [`REQUIRED_ENV`] is set (as
@@ -50,6 +53,17 @@ impl Cluster {
     /// are found (CI's fresh machine); without it, their absence is an
     /// error saying how to install them.
     pub fn start(install: bool) -> Result<Cluster, String> {
+        Cluster::launch(install, false)
+    }
+
+    /// [`Cluster::start`] with the server's default durability (`fsync`
+    /// and `full_page_writes` on): for the bench, whose figures are ratios
+    /// to durable commits.
+    pub fn start_durable(install: bool) -> Result<Cluster, String> {
+        Cluster::launch(install, true)
+    }
+
+    fn launch(install: bool, durable: bool) -> Result<Cluster, String> {
         let bin = match server_bin() {
             Some(bin) => bin,
             None if install => {
@@ -88,9 +102,9 @@ impl Cluster {
                 "60",
                 "-o",
                 &format!(
-                    "-c listen_addresses='' -k {} -c fsync=off -c full_page_writes=off \
-                     -c max_connections=400 -c shared_buffers=64MB",
-                    root.display()
+                    "-c listen_addresses='' -k {} {}-c max_connections=400 -c shared_buffers=64MB",
+                    root.display(),
+                    if durable { "" } else { "-c fsync=off -c full_page_writes=off " }
                 ),
                 "start",
             ])
@@ -99,6 +113,11 @@ impl Cluster {
             .server_command("createdb", |c| c.arg("-h").arg(&root).args(["-U", ROLE, DATABASE]))?;
         println!("xtask: PostgreSQL cluster up: {}", cluster.url);
         Ok(cluster)
+    }
+
+    /// The URL the cluster answers at (the bench's `SLOTHQUEUE_PG_URL`).
+    pub fn url(&self) -> &str {
+        &self.url
     }
 
     /// What a test needs to reach, and to restart, the server:

@@ -81,3 +81,14 @@ pub fn cargo_capture(args: &[&str]) -> Result<(bool, String), String> {
     print!("{text}");
     Ok((out.status.success(), text))
 }
+
+/// The value of `key` that cargo commands get: from [`set_cargo_env`]
+/// first, else our own environment (empty counts as unset). For the
+/// programs xtask starts itself, such as the bench harness.
+pub fn cargo_env_value(key: &str) -> Option<String> {
+    EXTRA_ENV
+        .get()
+        .and_then(|env| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()))
+        .or_else(|| std::env::var(key).ok())
+        .filter(|v| !v.trim().is_empty())
+}
