@@ -17,6 +17,7 @@ use anyhow::{Context, Result, bail};
 use rustix::process::Signal;
 use slothqueue_core::{Clock, EventKind, JobId, JobState, Policy, Store, SystemClock, Timestamp};
 use slothqueue_runner::{Mode, Runner, RunnerConfig, RunnerEvent, log_dir_for, unix_signals};
+use slothqueue_store_postgres::{PgOptions, PgStore};
 use slothqueue_store_redb::{RedbOptions, RedbStore};
 use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
 
@@ -57,7 +58,18 @@ pub fn lib_runner(args: &[String]) -> Result<ExitCode> {
             Arc::new(SqliteStore::open(&db, SqliteOptions { policy, ..SqliteOptions::default() })?)
         }
         "redb" => Arc::new(RedbStore::open(&db, RedbOptions { policy, ..RedbOptions::default() })?),
+        "postgres" => {
+            let url = db.to_str().context("--db: not UTF-8")?;
+            Arc::new(PgStore::open(url, PgOptions { policy, ..PgOptions::default() })?)
+        }
         other => bail!("unknown backend {other}"),
+    };
+    // A queue on a server has no folder of its own: its logs go to the
+    // scenario directory the harness runs us in.
+    let logs = if get("--backend")? == "postgres" {
+        std::env::current_dir().context("no current directory")?.join("logs")
+    } else {
+        log_dir_for(&db)
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -65,7 +77,7 @@ pub fn lib_runner(args: &[String]) -> Result<ExitCode> {
         .context("cannot start tokio")?;
     let summary = rt.block_on(async move {
         let shutdown = unix_signals()?;
-        let mut cfg = RunnerConfig::new(log_dir_for(&db));
+        let mut cfg = RunnerConfig::new(logs);
         cfg.mode = Mode::Drain;
         cfg.clock = Arc::new(FileClock(clock));
         let runner = Runner::new(store, cfg);
@@ -88,7 +100,8 @@ fn lib_runner_cmd(ctx: &Ctx, db: &Path, clock: &Path) -> Result<Command> {
     cmd.arg("lib-runner")
         .args(["--backend", ctx.backend.name()])
         .args(["--db", &db.to_string_lossy()])
-        .args(["--clock", &clock.to_string_lossy()]);
+        .args(["--clock", &clock.to_string_lossy()])
+        .current_dir(ctx.work_dir(db));
     Ok(cmd)
 }
 

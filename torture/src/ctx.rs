@@ -1,6 +1,7 @@
 //! One backend's run: options, the tally behind the summary line, and the
 //! ways scenarios start the binary.
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -17,6 +18,9 @@ pub struct Options {
     pub quick: bool,
     pub seed: u64,
     pub keep: bool,
+    /// The PostgreSQL server's URL (no schema), for the `postgres`
+    /// backend.
+    pub pg_url: Option<String>,
 }
 
 /// How a scenario ended (a failure is an `Err` or recorded problems).
@@ -49,6 +53,10 @@ pub struct Ctx {
     results: Vec<(String, String, Vec<String>)>,
     root: tempfile::TempDir,
     scenario: String,
+    /// The queues on the server made so far: (URL, the scenario directory
+    /// that goes with it, schema). A URL has no parent folder to run the
+    /// binary in, and its schema is dropped at the end.
+    server_queues: RefCell<Vec<(PathBuf, PathBuf, String)>>,
 }
 
 impl Ctx {
@@ -67,6 +75,7 @@ impl Ctx {
             results: Vec::new(),
             root,
             scenario: String::new(),
+            server_queues: RefCell::new(Vec::new()),
         })
     }
 
@@ -125,15 +134,40 @@ impl Ctx {
         format!("{}-{}-{}-{}", std::process::id(), self.backend.name(), self.scenario, name)
     }
 
-    /// The queue file in `dir` for this backend.
+    /// The queue for a scenario step whose directory is `dir`: the file in
+    /// `dir`, or on a server a fresh schema, named by its URL (which the
+    /// scenarios pass around as they would a path).
     pub fn db(&self, dir: &Path) -> PathBuf {
-        dir.join(self.backend.file_name())
+        if let Some(name) = self.backend.file_name() {
+            return dir.join(name);
+        }
+        let base = self.opts.pg_url.as_deref().unwrap_or_default();
+        let mut queues = self.server_queues.borrow_mut();
+        let label = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let schema = crate::pg::schema_name(&label, queues.len());
+        let url = PathBuf::from(crate::pg::with_schema(base, &schema));
+        queues.push((url.clone(), dir.to_path_buf(), schema));
+        url
     }
 
-    /// The binary on `db`, with a clean environment, run in `dir`.
+    /// The scenario directory of the queue `db`: where the binary runs and
+    /// keeps its job logs (`HOME`, for a queue on a server).
+    pub fn work_dir(&self, db: &Path) -> PathBuf {
+        if !self.backend.is_file() {
+            if let Some((_, dir, _)) = self.server_queues.borrow().iter().find(|(u, ..)| u == db) {
+                return dir.clone();
+            }
+            return self.root.path().to_path_buf();
+        }
+        db.parent().unwrap_or(Path::new("/")).to_path_buf()
+    }
+
+    /// The binary on `db`, with a clean environment, run in the queue's
+    /// scenario directory.
     pub fn sq(&self, db: &Path, args: &[&str]) -> Command {
         let mut cmd = Command::new(&self.opts.bin);
-        let dir = db.parent().unwrap_or(Path::new("/"));
+        let dir = self.work_dir(db);
+        let dir = dir.as_path();
         cmd.env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
             .env("HOME", dir)
@@ -141,10 +175,11 @@ impl Ctx {
             .env("NO_COLOR", "1")
             .current_dir(dir)
             .arg("--db")
-            .arg(db)
-            .arg("--backend")
-            .arg(self.backend.name())
-            .args(args);
+            .arg(db);
+        if let Some(backend) = self.backend.cli_flag() {
+            cmd.arg("--backend").arg(backend);
+        }
+        cmd.args(args);
         cmd
     }
 
@@ -237,6 +272,18 @@ impl Ctx {
 
 impl Drop for Ctx {
     fn drop(&mut self) {
+        let schemas: Vec<String> =
+            self.server_queues.borrow().iter().map(|(.., schema)| schema.clone()).collect();
+        if let (Some(base), false) = (&self.opts.pg_url, schemas.is_empty()) {
+            // The harness's kept connection goes first: a schema in use
+            // still drops, but no connection should outlive the run.
+            crate::queue::forget_pg();
+            if self.opts.keep {
+                println!("torture: schemas kept on {base}: {}", schemas.join(", "));
+            } else if let Err(e) = crate::pg::drop_schemas(base, &schemas) {
+                eprintln!("torture: cannot drop the run's schemas: {e:#}");
+            }
+        }
         if self.opts.keep {
             let root = std::mem::replace(
                 &mut self.root,

@@ -14,6 +14,10 @@ use crate::ctx::{Ctx, Status};
 use crate::queue::{self, Backend};
 use crate::util::{Ended, Procs, run_capture, wait_for};
 
+/// Why a queue on a server cannot take part: these scenarios are about
+/// files (main.rs runs them on the file backends alone).
+const FILES_ONLY: &str = "a queue on a server has no file";
+
 /// Holds the queue's write lock from this process until told to stop.
 fn hold_write_lock(
     backend: Backend,
@@ -62,6 +66,9 @@ fn hold_write_lock(
                     let _ = held_tx.send(Err(e.to_string()));
                 }
             }
+        }
+        Backend::Postgres => {
+            let _ = held_tx.send(Err(FILES_ONLY.to_owned()));
         }
     });
     match held_rx.recv_timeout(Duration::from_secs(30)) {
@@ -483,6 +490,7 @@ fn foreign_file(backend: Backend, base: &Path) -> Result<Vec<u8>> {
             }
             txn.commit().context("redb")?;
         }
+        Backend::Postgres => bail!(FILES_ONLY),
     }
     std::fs::read(&p).context("cannot read the foreign file")
 }
@@ -491,7 +499,7 @@ fn foreign_file(backend: Backend, base: &Path) -> Result<Vec<u8>> {
 fn other_backend_golden(ctx: &mut Ctx, base: &Path) -> Result<Vec<u8>> {
     let dir = base.join("other-golden");
     std::fs::create_dir_all(&dir).context("cannot create a directory")?;
-    let db = dir.join(ctx.backend.other().file_name());
+    let db = dir.join(ctx.backend.other().file_name().context(FILES_ONLY)?);
     let mut cmd = Command::new(&ctx.opts.bin);
     cmd.arg("--db").arg(&db).args(["--backend", ctx.backend.other().name(), "add", "true"]);
     let e = run_capture("add (other backend)", cmd, Duration::from_secs(60), &ctx.tag("other"))?;
@@ -628,6 +636,7 @@ fn fixtures(backend: Backend) -> Vec<PathBuf> {
         Backend::Redb => {
             vec![root.join("tests/data/v1.redb"), root.join("../store-redb/tests/data/v2.redb")]
         }
+        Backend::Postgres => Vec::new(),
     };
     candidates.into_iter().filter(|p| p.exists()).collect()
 }
@@ -657,6 +666,7 @@ fn bump_schema(backend: Backend, db: &Path) -> Result<()> {
             }
             txn.commit().context("redb")?;
         }
+        Backend::Postgres => bail!(FILES_ONLY),
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use crate::history::History;
+use crate::queue::Backend;
 use crate::util::{Rng, append_line, read_or_empty};
 
 /// `--name value` pairs.
@@ -32,7 +33,10 @@ fn need<'a>(f: &'a [(String, String)], k: &str) -> Result<&'a str> {
 
 fn sq(f: &[(String, String)]) -> Result<Command> {
     let mut cmd = Command::new(need(f, "bin")?);
-    cmd.arg("--db").arg(need(f, "db")?).arg("--backend").arg(need(f, "backend")?);
+    cmd.arg("--db").arg(need(f, "db")?);
+    if let Some(backend) = Backend::cli_flag_of(need(f, "backend")?) {
+        cmd.arg("--backend").arg(backend);
+    }
     cmd.stdin(Stdio::null());
     Ok(cmd)
 }

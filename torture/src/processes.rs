@@ -359,14 +359,16 @@ pub fn s22_child_inherits(ctx: &mut Ctx) -> Result<Status> {
     let cmd = "ls -l /proc/$$/fd/; echo \"pgid $(cut -d' ' -f5 /proc/$$/stat) pid $$\"; env";
     let env_job = add_job(ctx, &db, cmd, &[])?;
     let launcher = format!(
-        "trap '' INT TERM; exec 7>>{}; exec {} --db {} --backend {} run --load-ceiling 100000",
+        "trap '' INT TERM; exec 7>>{}; exec {} --db {}{} run --load-ceiling 100000",
         sh_quote(&dir.join("leaked").to_string_lossy()),
         sh_quote(&ctx.opts.bin.to_string_lossy()),
         sh_quote(&db.to_string_lossy()),
-        ctx.backend.name()
+        ctx.backend.cli_flag().map(|b| format!(" --backend {b}")).unwrap_or_default()
     );
     let mut sh = Command::new("sh");
-    sh.args(["-c", &launcher]).env("SLOTHQUEUE_DB", &db).current_dir(&dir);
+    // HOME as `ctx.sq` gives it: a queue on a server keeps its job logs
+    // under it, where `logs` below looks.
+    sh.args(["-c", &launcher]).env("SLOTHQUEUE_DB", &db).env("HOME", &dir).current_dir(&dir);
     let e = crate::util::run_capture(
         "runner (signals ignored)",
         sh,
@@ -415,7 +417,8 @@ pub fn s22_child_inherits(ctx: &mut Ctx) -> Result<Status> {
         if !["0", "1", "2"].contains(&fd.as_str()) {
             ctx.problem(format!("the job inherited descriptor {fd} -> {target}"));
         }
-        if target.contains(ctx.backend.file_name()) || target.contains("socket:") {
+        let queue_file = ctx.backend.file_name().is_some_and(|name| target.contains(name));
+        if queue_file || target.contains("socket:") {
             ctx.problem(format!("the job inherited {fd} -> {target}"));
         }
     }

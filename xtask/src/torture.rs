@@ -1,55 +1,70 @@
-//! `cargo xtask torture [--quick] [--backend sqlite|redb] [--seed N] [--only S03,S04]`:
+//! `cargo xtask torture [--quick] [--backend sqlite|redb|postgres|all] [--seed N] [--only S03,S04]`:
 //! builds the `slothqueue` binary with its crash points (the `failpoints`
 //! feature, inert unless `SLOTHQUEUE_FAILPOINT` is set), runs the
 //! fuzz-style property tests for a bounded number of cases, the libFuzzer
-//! targets of `fuzz/` for a bounded time each (see [`fuzz`]), then the
+//! targets of `fuzz/` for a bounded time each (see [`fuzz`]; not with
+//! `--quick`), then the
 //! torture scenarios against that binary (`torture/`). The scenarios'
 //! summary lines come last; a fuzz failure is reported after them.
 //!
+//! The `postgres` backend runs on the server `SLOTHQUEUE_PG_URL` names;
+//! `--backend postgres` (or `all`) without it starts a throwaway cluster
+//! ([`crate::pg::Cluster`]) for the run. Without `--backend`, the scenarios
+//! run on PostgreSQL too when the variable is set (as `ci` sets it): with
+//! `--quick`, its kill loop and server restart only (S04, S25).
+//!
 //! redb and the bundled SQLite are compiled optimised even in this debug
-//! build: unoptimised redb is several times slower under contention, which
-//! would spend the time budget on waiting instead of on torture.
+//! build (the workspace's `profile.dev.package` settings, which every
+//! debug build shares): unoptimised redb is several times slower under
+//! contention, which would spend the time budget on waiting instead of on
+//! torture.
 
-use crate::run;
-
-/// Cargo settings for every build here (a separate set of artifacts from
-/// the plain debug build; cargo keeps both).
-const CONFIG: [&str; 4] = [
-    "--config",
-    "profile.dev.package.redb.opt-level=3",
-    "--config",
-    "profile.dev.package.libsqlite3-sys.opt-level=3",
-];
+use crate::{pg, run};
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let quick = args.iter().any(|a| a == "--quick");
     let bin = build_binary()?;
     // Fuzz-style property tests, bounded by their number of cases.
     let cases = if quick { "200" } else { "5000" };
-    let mut test = vec!["test", "-p", "slothqueue-torture", "--test", "properties"];
-    test.extend_from_slice(&CONFIG);
+    let test = vec!["test", "-p", "slothqueue-torture", "--test", "properties"];
     let mut env = vec![("PROPTEST_CASES", cases), ("SQ_BIN", bin.as_str())];
     if quick {
         // The quick run is CI's: reproducible, like `ci`'s test step.
         env.push(("PROPTEST_RNG_SEED", crate::CI_PROPTEST_SEED));
     }
     run::cargo_env(&test, &env)?;
-    let fuzzed = fuzz(args);
+    // The fuzz targets are a release check: a quick run (CI's) leaves
+    // them out, as building them instrumented is minutes of its budget.
+    let fuzzed = if quick {
+        println!("xtask: the fuzz targets are not run by --quick (run `cargo xtask torture`)");
+        Ok(())
+    } else {
+        fuzz(args)
+    };
     if let Err(e) = &fuzzed {
         eprintln!("xtask: FUZZING FAILED: {e}");
     }
     let mut torture = vec!["run", "-q", "-p", "slothqueue-torture"];
-    torture.extend_from_slice(&CONFIG);
     torture.extend_from_slice(&["--", "--bin", &bin]);
     torture.extend(args.iter().map(String::as_str));
-    let tortured = run::cargo(&torture);
+    // Kept until the scenarios are done; stopped and deleted on drop.
+    let cluster = match flag(args, "--backend") {
+        Some("postgres" | "all") if std::env::var_os(pg::URL_ENV).is_none() => {
+            Some(pg::Cluster::start(false)?)
+        }
+        _ => None,
+    };
+    let env = cluster.as_ref().map(pg::Cluster::env).unwrap_or_default();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let tortured = run::cargo_env(&torture, &env);
+    drop(cluster);
     fuzzed.and(tortured)
 }
 
 /// Builds `slothqueue` with the failpoints and returns its path, read from
 /// cargo's JSON messages (so `CARGO_TARGET_DIR` is honoured).
 fn build_binary() -> Result<String, String> {
-    let mut build = vec![
+    let build = vec![
         "build",
         "-p",
         "slothqueue",
@@ -60,7 +75,6 @@ fn build_binary() -> Result<String, String> {
         "--message-format",
         "json-render-diagnostics",
     ];
-    build.extend_from_slice(&CONFIG);
     println!("$ cargo {}", build.join(" "));
     let out = run::cargo_output(&build)?;
     out.lines()

@@ -29,6 +29,7 @@ mod sweep;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -145,6 +146,13 @@ pub(crate) struct Shared {
     records: Mutex<Records>,
     /// When dead owners' jobs were last looked for.
     last_sweep: Mutex<Instant>,
+    /// A claim may stand in the store that this runner never heard of: a
+    /// call was retried after the server went away mid-call
+    /// ([`StoreError::Unreachable`]), when its commit may have landed and
+    /// only the answer been lost. The loop then looks for jobs held under
+    /// its own lease that no attempt runs ([`Run::hand_back_unheard`]);
+    /// no claim or sweep would take them back while this runner lives.
+    unheard_claims: AtomicBool,
 }
 
 /// The store calls, records and reports of one task (the loop, or one
@@ -250,6 +258,7 @@ impl Run {
             summary: Mutex::new(RunSummary::default()),
             records: Mutex::new(Records::default()),
             last_sweep: Mutex::new(Instant::now()), // again after the first sweep
+            unheard_claims: AtomicBool::new(false),
         });
         Run {
             w: Worker { sh, busy_warned: false },
@@ -350,6 +359,15 @@ impl Run {
 
     /// One turn of the loop: decide the next step, carry it out.
     async fn turn(&mut self) -> Result<Turn, RunnerError> {
+        // Only while no attempt runs and none is chained: then no claim is
+        // in flight, and every job held under this runner's lease is one
+        // it does not know it has.
+        if self.slots.is_empty()
+            && self.chained.is_none()
+            && self.w.unheard_claims.swap(false, Ordering::SeqCst)
+        {
+            self.hand_back_unheard().await?;
+        }
         match decide(&self.view()) {
             Step::HandBack => self.hand_back().await?,
             Step::StartChained => {
@@ -496,6 +514,40 @@ impl Run {
                     return Err(e);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Hands back, to pending and their attempt not charged, the jobs the
+    /// store says this runner holds though no attempt of it runs: claimed
+    /// by a call whose answer was lost ([`Shared::unheard_claims`]), so
+    /// never started.
+    async fn hand_back_unheard(&mut self) -> Result<(), RunnerError> {
+        let store = self.w.store.clone();
+        let filter = ListFilter { state: Some(JobState::Running), ..ListFilter::default() };
+        let Retried::Done(running) =
+            self.w.retrying("list running jobs", || store.list(&filter)).await?
+        else {
+            return Ok(());
+        };
+        let mut handed_back = false;
+        for job in running {
+            let Some(fence) = job.lease.as_ref().map(|l| l.fence()) else { continue };
+            if fence.owner != self.w.cfg.owner.id {
+                continue;
+            }
+            self.w.warn(format!(
+                "job #{}: claimed by a call whose answer was lost; handed back",
+                job.id
+            ));
+            match self.w.release(job.id, &fence).await {
+                Ok(_) => handed_back = true,
+                Err(e) if e.is_lease_lost() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if handed_back {
+            self.forget();
         }
         Ok(())
     }
@@ -886,9 +938,10 @@ impl Worker {
     }
 
     /// Calls `op` until it succeeds, waiting out temporary errors (a busy
-    /// queue file, a full disk) with one warning per streak. Gives up
-    /// ([`Retried::ShutDown`]) when a new shutdown request arrives while
-    /// waiting.
+    /// queue file, a full disk, a lost server) with one warning per streak.
+    /// Gives up ([`Retried::ShutDown`]) when a new shutdown request arrives
+    /// while waiting. A lost server may have committed the call all the
+    /// same: noted in [`Shared::unheard_claims`].
     async fn retrying<T, F, Fut>(&mut self, what: &str, op: F) -> Result<Retried<T>, RunnerError>
     where
         F: Fn() -> Fut,
@@ -902,6 +955,9 @@ impl Worker {
                     return Ok(Retried::Done(v));
                 }
                 Err(e) if e.is_temporary() => {
+                    if matches!(e, StoreError::Unreachable(_)) {
+                        self.unheard_claims.store(true, Ordering::SeqCst);
+                    }
                     if !self.busy_warned {
                         self.busy_warned = true;
                         self.warn(format!(

@@ -1,11 +1,12 @@
 //! A store that answers `Busy` for a while: the runner waits it out, warns
-//! once, and carries on.
+//! once, and carries on. A server that goes away mid-claim: the claim
+//! stands but its answer is lost, and the runner hands the job back (S25).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use slothqueue_core::{JobState, StoreError};
+use slothqueue_core::{EventKind, JobState, StoreError};
 
 use crate::support::{Intercepted, env};
 
@@ -40,4 +41,79 @@ async fn a_busy_queue_file_is_waited_out_not_fatal() {
     assert!(warnings[1].starts_with("warning: cannot record a completed job: queue file is busy"));
     let job = env.job(id).await;
     assert_eq!((job.state, job.result.as_deref()), (JobState::Done, Some("survived")));
+}
+
+/// Answers `Unreachable` the first `n` times, after the call went through.
+fn lost_answers(n: u32) -> crate::support::Hook {
+    let left = AtomicU32::new(n);
+    Box::new(move || {
+        match left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)) {
+            Ok(_) => Err(StoreError::Unreachable("db:5432: connection closed".into())),
+            Err(_) => Ok(()),
+        }
+    })
+}
+
+/// Two jobs that each append a line to `runs` when they run.
+async fn two_counted_jobs(env: &crate::support::Env) -> [slothqueue_core::JobId; 2] {
+    let runs = env.path("runs").to_string_lossy().into_owned();
+    let a = env.add(&format!("echo a >> '{runs}'"), |j| j).await;
+    let b = env.add(&format!("echo b >> '{runs}'"), |j| j).await;
+    [a, b]
+}
+
+/// S25: a claim that went through on a server that then went away, so
+/// the runner never heard of it and claimed again. The job is held under
+/// this runner's own (live) lease, which no claim or sweep takes back:
+/// without the hand-back it stays running until the runner exits. It is
+/// handed back as soon as no attempt runs, and runs once.
+#[tokio::test]
+async fn a_claim_whose_answer_was_lost_is_handed_back_and_runs_once() {
+    let env = env();
+    let ids = two_counted_jobs(&env).await;
+    let mut faulty = Intercepted::new(env.store.clone());
+    faulty.after_claim = lost_answers(1);
+    let runner = slothqueue_runner::Runner::new(Arc::new(faulty), env.config());
+    let (summary, lines) = env.drain(runner).await;
+    assert!(
+        lines.iter().any(|l| l.starts_with("warning: cannot claim a job: cannot reach the database server")),
+        "{lines:?}"
+    );
+    for id in ids {
+        let job = env.job(id).await;
+        assert_eq!(job.state, JobState::Done, "job #{id}: {lines:?}");
+    }
+    assert_eq!(summary.done, 2, "{lines:?}");
+    let runs = std::fs::read_to_string(env.path("runs")).unwrap();
+    assert_eq!(runs.lines().count(), 2, "each job ran once: {runs:?}");
+    // The job whose claim was not heard of went back without running.
+    let released = env.store.events(ids[0]).await.unwrap();
+    assert!(released.iter().any(|e| e.kind == EventKind::Released), "{released:?}");
+}
+
+/// The same when the lost answer is the second claim's, which (unless
+/// the once-a-second sweep falls due in between) is the first job's
+/// settlement claiming the next in one transaction: the settlement stands
+/// (its retry finds the lease gone), and the job it claimed is handed back
+/// and runs once.
+#[tokio::test]
+async fn a_chained_claim_whose_answer_was_lost_is_handed_back_and_runs_once() {
+    let env = env();
+    let ids = two_counted_jobs(&env).await;
+    let mut faulty = Intercepted::new(env.store.clone());
+    let claims = AtomicU32::new(0);
+    faulty.after_claim = Box::new(move || match claims.fetch_add(1, Ordering::SeqCst) {
+        1 => Err(StoreError::Unreachable("db:5432: connection closed".into())),
+        _ => Ok(()),
+    });
+    let faulty = Arc::new(faulty);
+    let runner = slothqueue_runner::Runner::new(faulty.clone(), env.config());
+    let (_, lines) = env.drain(runner).await;
+    for id in ids {
+        let job = env.job(id).await;
+        assert_eq!(job.state, JobState::Done, "job #{id}: {lines:?}");
+    }
+    let runs = std::fs::read_to_string(env.path("runs")).unwrap();
+    assert_eq!(runs.lines().count(), 2, "each job ran once: {runs:?}");
+    assert!(faulty.settle_and_claims.load(Ordering::SeqCst) >= 1, "{lines:?}");
 }

@@ -207,6 +207,10 @@ pub struct Intercepted {
     pub before_ending: Hook,
     /// Run before `fire_schedules`.
     pub before_fire: Hook,
+    /// Run after `claim` and `settle_and_claim` went through: an error here
+    /// is their answer lost on its way back, the claim standing in the
+    /// store all the same (a server gone mid-call).
+    pub after_claim: Hook,
     /// How many `settle_and_claim` calls reached the real store.
     pub settle_and_claims: std::sync::atomic::AtomicU32,
     /// How many `next_due` calls (one per look at the queue) were made.
@@ -228,6 +232,7 @@ impl Intercepted {
             before_settle_and_claim: Box::new(|| Ok(())),
             before_ending: Box::new(|| Ok(())),
             before_fire: Box::new(|| Ok(())),
+            after_claim: Box::new(|| Ok(())),
             settle_and_claims: std::sync::atomic::AtomicU32::new(0),
             next_dues: std::sync::atomic::AtomicU32::new(0),
             put_runners: std::sync::atomic::AtomicU32::new(0),
@@ -355,7 +360,9 @@ mod intercepted {
             now: Timestamp,
         ) -> Result<Option<Claimed>, StoreError> {
             (self.before_claim)()?;
-            self.inner.claim(request, now).await
+            let claimed = self.inner.claim(request, now).await?;
+            (self.after_claim)()?;
+            Ok(claimed)
         }
         async fn heartbeat(
             &self,
@@ -402,7 +409,9 @@ mod intercepted {
             (self.before_settle_and_claim)()?;
             (self.before_ending)()?;
             self.settle_and_claims.fetch_add(1, Ordering::SeqCst);
-            self.inner.settle_and_claim(id, fence, settlement, next, now).await
+            let settled = self.inner.settle_and_claim(id, fence, settlement, next, now).await?;
+            (self.after_claim)()?;
+            Ok(settled)
         }
         async fn release(
             &self,

@@ -26,13 +26,14 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
-/// The plan of `sql` (with `params`) after `ANALYZE`, one line per step.
+/// The plan of `sql` (with `params`), one line per step, on the
+/// statistics the store left (no `ANALYZE` here: a large `push_many`
+/// runs one itself).
 fn explain(store: &PgStore, sql: &str, params: Vec<Box<dyn ToSql + Sync + Send>>) -> String {
     let sql = format!("EXPLAIN {sql}");
     store
         .inner
         .run(false, move |db, _| {
-            db.batch("ANALYZE jobs")?;
             let refs: Vec<&(dyn ToSql + Sync)> =
                 params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect();
             let rows = db.query(&sql, &refs)?;
@@ -207,4 +208,25 @@ fn a_commit_elsewhere_wakes_a_listener() {
     // A heartbeat-free claim of nothing wakes nobody, and never errs.
     let request = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly));
     assert!(rt.block_on(writer.claim(&request, t(1))).unwrap().is_some());
+}
+
+/// A large batch leaves the planner's statistics of `jobs` up to date: a
+/// queue just filled with 100,000 jobs and not yet analyzed by autovacuum
+/// was claimed from at 334 ms a job (PostgreSQL planned on a table it
+/// believed empty), about a millisecond once analyzed.
+#[test]
+fn a_large_batch_is_analyzed_for_the_claims_after_it() {
+    let Some((url, _dir)) = fresh("analyze") else { return };
+    let store = PgStore::open(&url, PgOptions::default()).unwrap();
+    let jobs: Vec<NewJob> = (0..1_500).map(|_| NewJob::shell("true", "/")).collect();
+    runtime().block_on(store.push_many(jobs, t(0))).unwrap();
+    let believed: f32 = store
+        .inner
+        .run(false, |db, _| {
+            let row =
+                db.query("SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass", &[])?;
+            Ok(row[0].try_get::<_, f32>(0)?)
+        })
+        .unwrap();
+    assert!(believed >= 1_500.0, "the planner believes jobs holds {believed} rows");
 }

@@ -29,11 +29,14 @@ pub async fn run(ctx: &Ctx, rc: RunConfig) -> Outcome {
     };
     // A job another process adds wakes `run --follow` at once.
     base.watch_file = Some(ctx.db.clone());
-    let (_store, mut runner) = runner_from(ctx, rc.runner, base)?;
     // TERM, INT, HUP, QUIT and the other fatal signals stop the run cleanly
     // (those inherited as ignored, as under `nohup`, stay ignored); Ctrl-Z
     // stops the job's processes with the runner and CONT continues them.
+    // Caught before the queue is opened: connecting to a server can take
+    // a while, and a signal meanwhile must stop the run as cleanly
+    // (torture S04 sent SIGHUP to a runner still connecting, which died).
     let signals = unix_signals_with(inherited_ignores())?;
+    let (_store, mut runner) = runner_from(ctx, rc.runner, base)?;
     runner.job_control(signals.suspension);
     let shutdown = signals.shutdown;
     let (json, color) = (ctx.json, ctx.color);

@@ -44,6 +44,9 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
     config.queue_file = Some(ctx.files.clone());
     // The worker is the runner `run --follow` would be, with the same
     // options, in the worker's settings (heartbeats, woken by enqueues).
+    // Caught before the queue is opened (a server may take a while to
+    // answer), so a signal meanwhile stops the server cleanly.
+    let mut signals = unix_signals()?;
     let (store, runner) = runner_from(ctx, sc.runner, DrainWorker::config(&ctx.files))?;
     let (json, color) = (ctx.json, ctx.color);
     let gate_lines = std::sync::Mutex::new(GateLines::default());
@@ -56,7 +59,6 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
             print_event(&event, json, color);
         }
     });
-    let mut signals = unix_signals()?;
     slothqueue_http::serve(
         store,
         config,
