@@ -129,7 +129,7 @@ fn fuzz(args: &[String]) -> Result<(), String> {
         None => fresh_seed(),
     };
     let secs = if quick { QUICK_SECS } else { FULL_SECS };
-    let bins = build_fuzz_targets(quick)?;
+    let bins = build_fuzz_targets()?;
     let root = run::project_root().join("fuzz");
     let mut failures = Vec::new();
     for (target, concerns) in FUZZ_TARGETS {
@@ -219,13 +219,7 @@ fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
 /// Builds every fuzz target, instrumented, for the host (an explicit
 /// `--target` keeps the flags off build scripts and proc macros, as
 /// cargo-fuzz does), and returns (name, path) of each.
-///
-/// A quick run (CI's) builds them unoptimised and without debug info: it
-/// replays the corpus and fuzzes for seconds, where the build is most of
-/// its time: a quarter of the CPU of the optimised build (198 s against
-/// 792 s, measured side by side from empty folders; SQLite's C at -O3 is
-/// much of the difference); a full run builds them as cargo fuzz would. Each in a folder of its own, so neither rebuilds the other.
-fn build_fuzz_targets(quick: bool) -> Result<Vec<(String, String)>, String> {
+fn build_fuzz_targets() -> Result<Vec<(String, String)>, String> {
     let host = host_triple()?;
     let build = [
         "build",
@@ -241,14 +235,10 @@ fn build_fuzz_targets(quick: bool) -> Result<Vec<(String, String)>, String> {
     let flags = FUZZ_RUSTFLAGS.split_whitespace().collect::<Vec<_>>().join(" ");
     println!("$ RUSTFLAGS='{flags}' cargo {}", build.join(" "));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let (opt_level, debug, folder) =
-        if quick { ("0", "0", "fuzz-quick") } else { ("3", "1", "fuzz") };
     let out = std::process::Command::new(cargo)
         .args(build)
         .env("RUSTFLAGS", &flags)
-        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", opt_level)
-        .env("CARGO_PROFILE_RELEASE_DEBUG", debug)
-        .envs(fuzz_target_dir(folder))
+        .envs(fuzz_target_dir())
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
@@ -282,14 +272,10 @@ fn build_fuzz_targets(quick: bool) -> Result<Vec<(String, String)>, String> {
 /// Where the instrumented build goes: beside the usual build when
 /// `CARGO_TARGET_DIR` names a shared directory (its own subdirectory, so
 /// the two builds never wait on each other's lock), else `fuzz/target` as
-/// with cargo-fuzz; a quick build in `fuzz-quick` beside either.
-fn fuzz_target_dir(folder: &str) -> Option<(&'static str, std::path::PathBuf)> {
-    let dir = match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => std::path::PathBuf::from(dir),
-        None if folder == "fuzz" => return None,
-        None => run::project_root().join("fuzz").join("target"),
-    };
-    Some(("CARGO_TARGET_DIR", dir.join(folder)))
+/// with cargo-fuzz.
+fn fuzz_target_dir() -> Option<(&'static str, std::path::PathBuf)> {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")?;
+    Some(("CARGO_TARGET_DIR", std::path::PathBuf::from(dir).join("fuzz")))
 }
 
 /// The host's target triple, from `rustc -vV`.
