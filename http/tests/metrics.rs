@@ -190,7 +190,14 @@ async fn a_metrics_addr_serves_metrics_alone_without_the_token(backend: Backend)
         !dir.path().join("queue.db.token").exists()
             && !dir.path().join("queue.redb.token").exists()
     );
-    config.metrics_addr = Some("127.0.0.1:0".parse().unwrap());
+    // A loopback address of its own: once this listener closes, a port
+    // the kernel hands to another test's `127.0.0.1:0` (this binary's
+    // other servers bind there) cannot answer the closing check below.
+    let own_ip = match backend {
+        Backend::Sqlite => "127.0.0.2",
+        Backend::Redb => "127.0.0.3",
+    };
+    config.metrics_addr = Some(format!("{own_ip}:0").parse().unwrap());
     let bound = slothqueue_http::bind(store.clone(), config).await.unwrap();
     let (api, metrics) = (bound.local_addr(), bound.metrics_addr().unwrap());
     assert_ne!(api, metrics);
