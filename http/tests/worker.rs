@@ -148,13 +148,13 @@ async fn shutdown_releases_running_job(backend: Backend) {
     s.wait_for(id, Duration::from_secs(20), |j| j["state"] == "running").await;
     let pids = pids_in(&pid_file).await;
     let store = Arc::clone(&s.store);
-    let addr = s.addr;
+    let (addr, token) = (s.addr, s.token.clone());
     common::within(30, s.stop()).await.unwrap();
     assert_all_gone(&pids).await;
     let job = store.get(id).await.unwrap();
     assert_eq!(job.state, slothqueue_core::JobState::Pending, "handed back: {job:?}");
     assert_eq!(job.attempts, 0, "a shutdown is not charged as an attempt");
-    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "no longer listening");
+    common::assert_not_serving(addr, &token).await;
 }
 
 /// A shell job in `queue` with one attempt (a refusal inside it is final).

@@ -227,6 +227,21 @@ impl Server {
     }
 }
 
+/// Nothing that knows `token` answers at `addr` any more: the connection
+/// is refused, or (the kernel may hand a freed port to another test's
+/// server at once) whatever listens there now refuses the token.
+pub async fn assert_not_serving(addr: std::net::SocketAddr, token: &str) {
+    if tokio::net::TcpStream::connect(addr).await.is_err() {
+        return;
+    }
+    let request = format!(
+        "GET /api/tasks/outbox/stats HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+         Authorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    let (status, body) = raw_request(addr, request.into_bytes()).await;
+    assert_ne!(status, 200, "still served at {addr}: {body}");
+}
+
 /// Writes `request` (while reading, so a server that answers early is
 /// heard) and parses the first response.
 pub async fn raw_request(addr: std::net::SocketAddr, request: Vec<u8>) -> (u16, String) {
