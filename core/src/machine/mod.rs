@@ -437,6 +437,23 @@ pub fn settle(
     }
 }
 
+/// Whether a job's trail records that the attempt `fence` names was ended
+/// by its owner (completed, failed, cancelled or released). An owner whose
+/// ending write was refused with `LeaseLost` asks this before calling the
+/// attempt lost: when a server went away after its commit and before its
+/// answer, the retried write finds its own ending already there. Owner ids
+/// are unique to a runner process and attempts to a job, so no other
+/// owner's event can match.
+pub fn ended_by_owner(trail: &[Event], fence: &Fence) -> bool {
+    trail.iter().any(|e| {
+        matches!(
+            e.kind,
+            EventKind::Completed | EventKind::Failed | EventKind::Cancelled | EventKind::Released
+        ) && e.owner.as_deref() == Some(fence.owner.as_str())
+            && e.attempt == Some(fence.attempt)
+    })
+}
+
 /// The owner hands the job back (a clean shutdown): pending, due now, and
 /// the attempt is not charged. A job whose cancel was requested ends
 /// `cancelled` instead.
@@ -593,6 +610,27 @@ mod tests {
 
     fn kinds(t: &Transition) -> Vec<EventKind> {
         t.events.iter().map(|e| e.kind).collect()
+    }
+
+    /// The trail of a settled attempt answers for its own owner and
+    /// attempt only: not for the same owner's next attempt, not for
+    /// another owner, and not for a claim.
+    #[test]
+    fn ended_by_owner_matches_the_attempts_own_ending_only() {
+        let job = claimed(&pushed(1), "a", T0);
+        let f = fence(&job);
+        let claim_trail = vec![Event::new(1, EventKind::Claimed, T0).by(&f.owner, f.attempt)];
+        assert!(!ended_by_owner(&claim_trail, &f));
+        let done = complete(&job, &f, &Completion::default(), T0).unwrap();
+        assert!(ended_by_owner(&done.events, &f));
+        let next_attempt = Fence { owner: f.owner.clone(), attempt: f.attempt + 1 };
+        assert!(!ended_by_owner(&done.events, &next_attempt));
+        let other = Fence { owner: format!("{}x", f.owner), attempt: f.attempt };
+        assert!(!ended_by_owner(&done.events, &other));
+        let boom = Failure { error: "boom".into(), exit_code: Some(1), permanent: false };
+        let failed = fail(&job, &f, &boom, T0, &Policy::default()).unwrap();
+        assert!(ended_by_owner(&failed.events, &f));
+        assert!(ended_by_owner(&release(&job, &f, T0).unwrap().events, &f));
     }
 
     #[test]

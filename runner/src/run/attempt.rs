@@ -171,10 +171,14 @@ impl Worker {
             Ending::Settle(_) => self.chain_now().await,
         };
         let settled = match self.write_ending(job.id, fence, &ending, chain).await {
-            Err(e) if e.is_lease_lost() => {
-                self.lost(job.id, elapsed);
-                return Ok(None);
-            }
+            Err(e) if e.is_lease_lost() => match self.ended_unheard(job.id, fence).await? {
+                Some(Retried::Done(after)) => Some(Settled { job: after, next: None }),
+                Some(Retried::ShutDown) => None,
+                None => {
+                    self.lost(job.id, elapsed);
+                    return Ok(None);
+                }
+            },
             Err(e) => return Err(e),
             Ok(Retried::Done(settled)) => Some(settled),
             Ok(Retried::ShutDown) => None,
@@ -194,6 +198,27 @@ impl Worker {
         self.report_settled(&settlement, &after, elapsed);
         self.on_finish(&after).await;
         Ok(next)
+    }
+
+    /// The job as it is now, when its trail shows this attempt's ending
+    /// written by this runner although the write was refused as
+    /// `LeaseLost`: an earlier try of that write committed and its answer
+    /// was lost (a server gone mid-call), and the retry found the lease
+    /// already ended. `None` when the lease truly moved on.
+    async fn ended_unheard(
+        &mut self,
+        id: JobId,
+        fence: &Fence,
+    ) -> Result<Option<Retried<Job>>, RunnerError> {
+        let store = self.store.clone();
+        let trail = match self.retrying("read a job's events", || store.events(id)).await? {
+            Retried::Done(trail) => trail,
+            Retried::ShutDown => return Ok(Some(Retried::ShutDown)),
+        };
+        if !slothqueue_core::machine::ended_by_owner(&trail, fence) {
+            return Ok(None);
+        }
+        Ok(Some(self.retrying("read a job", || store.get(id)).await?))
     }
 
     /// Writes `ending`, retrying through busy spells; with `chain` (a

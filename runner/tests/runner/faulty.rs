@@ -117,3 +117,27 @@ async fn a_chained_claim_whose_answer_was_lost_is_handed_back_and_runs_once() {
     assert_eq!(runs.lines().count(), 2, "each job ran once: {runs:?}");
     assert!(faulty.settle_and_claims.load(Ordering::SeqCst) >= 1, "{lines:?}");
 }
+
+/// An ending that went through on a server that then went away: the
+/// retried write finds the lease ended, by this runner's own write. The
+/// attempt is reported as it ended (done; failed), not as a lease lost
+/// ("killed, not completed"), and each job ran once.
+#[tokio::test]
+async fn an_ending_whose_answer_was_lost_is_reported_as_it_ended() {
+    let env = env();
+    let runs = env.path("runs").to_string_lossy().into_owned();
+    let done = env.add(&format!("echo a >> '{runs}'"), |j| j).await;
+    let failed = env.add(&format!("echo b >> '{runs}'; exit 3"), |j| j.max_attempts(1)).await;
+    let mut faulty = Intercepted::new(env.store.clone());
+    faulty.after_ending = lost_answers(2);
+    let runner = slothqueue_runner::Runner::new(Arc::new(faulty), env.config());
+    let (summary, lines) = env.drain(runner).await;
+    let retried = "warning: cannot record a completed job: cannot reach the database server";
+    assert!(lines.iter().any(|l| l.starts_with(retried)), "{lines:?}");
+    assert!(!lines.iter().any(|l| l.contains("lost its lease")), "{lines:?}");
+    assert_eq!((summary.done, summary.failed, summary.lost), (1, 1, 0), "{lines:?}");
+    assert_eq!(env.job(done).await.state, JobState::Done);
+    assert_eq!(env.job(failed).await.state, JobState::Failed);
+    let runs = std::fs::read_to_string(env.path("runs")).unwrap();
+    assert_eq!(runs.lines().count(), 2, "each job ran once: {runs:?}");
+}

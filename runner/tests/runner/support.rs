@@ -211,6 +211,10 @@ pub struct Intercepted {
     /// is their answer lost on its way back, the claim standing in the
     /// store all the same (a server gone mid-call).
     pub after_claim: Hook,
+    /// Run after every write that ends an attempt went through: an error
+    /// here is its answer lost on the way back, the ending committed all
+    /// the same.
+    pub after_ending: Hook,
     /// How many `settle_and_claim` calls reached the real store.
     pub settle_and_claims: std::sync::atomic::AtomicU32,
     /// How many `next_due` calls (one per look at the queue) were made.
@@ -233,6 +237,7 @@ impl Intercepted {
             before_ending: Box::new(|| Ok(())),
             before_fire: Box::new(|| Ok(())),
             after_claim: Box::new(|| Ok(())),
+            after_ending: Box::new(|| Ok(())),
             settle_and_claims: std::sync::atomic::AtomicU32::new(0),
             next_dues: std::sync::atomic::AtomicU32::new(0),
             put_runners: std::sync::atomic::AtomicU32::new(0),
@@ -382,7 +387,9 @@ mod intercepted {
         ) -> Result<Job, StoreError> {
             (self.before_complete)()?;
             (self.before_ending)()?;
-            self.inner.complete(id, fence, done, now).await
+            let job = self.inner.complete(id, fence, done, now).await?;
+            (self.after_ending)()?;
+            Ok(job)
         }
         async fn fail(
             &self,
@@ -392,7 +399,9 @@ mod intercepted {
             now: Timestamp,
         ) -> Result<Job, StoreError> {
             (self.before_ending)()?;
-            self.inner.fail(id, fence, failure, now).await
+            let job = self.inner.fail(id, fence, failure, now).await?;
+            (self.after_ending)()?;
+            Ok(job)
         }
         async fn settle_and_claim(
             &self,
@@ -410,6 +419,7 @@ mod intercepted {
             (self.before_ending)()?;
             self.settle_and_claims.fetch_add(1, Ordering::SeqCst);
             let settled = self.inner.settle_and_claim(id, fence, settlement, next, now).await?;
+            (self.after_ending)()?;
             (self.after_claim)()?;
             Ok(settled)
         }
@@ -420,7 +430,9 @@ mod intercepted {
             now: Timestamp,
         ) -> Result<Job, StoreError> {
             (self.before_ending)()?;
-            self.inner.release(id, fence, now).await
+            let job = self.inner.release(id, fence, now).await?;
+            (self.after_ending)()?;
+            Ok(job)
         }
         async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
             self.inner.cancel(id, now).await
