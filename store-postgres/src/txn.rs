@@ -410,10 +410,31 @@ impl<'a> Db<'a> {
         f: &mut dyn FnMut(&Db<'_>) -> Result<T, Error>,
     ) -> Result<T, Error> {
         const TRIES: u32 = 8;
+        // The lock is taken, and the notification sent with the commit, in
+        // the same round trip as `BEGIN` and `COMMIT` (the simple protocol
+        // runs a string of statements at once): two round trips fewer per
+        // write, out of 7 for a push. The key is a number and the channel a
+        // checked schema name, so neither needs a parameter.
+        let begin = match lock {
+            None => "BEGIN".to_owned(),
+            Some((key, true)) => format!("BEGIN; SELECT pg_advisory_xact_lock_shared({key})"),
+            Some((key, false)) => format!("BEGIN; SELECT pg_advisory_xact_lock({key})"),
+        };
+        let commit = match channel {
+            None => "COMMIT".to_owned(),
+            Some(channel) => {
+                format!("SELECT pg_notify('{}', ''); COMMIT", channel.replace('\'', "''"))
+            }
+        };
         let mut tries = 0;
         loop {
-            self.batch("BEGIN")?;
-            let out = self.attempt(lock, channel, f);
+            // A `BEGIN` whose lock timed out left the transaction open
+            // (aborted): it is rolled back like any failed attempt.
+            let out = self.batch(&begin).and_then(|()| {
+                let v = f(self)?;
+                self.batch(&commit)?;
+                Ok(v)
+            });
             match out {
                 Ok(v) => return Ok(v),
                 Err(e) => {
@@ -426,29 +447,6 @@ impl<'a> Db<'a> {
                 }
             }
         }
-    }
-
-    fn attempt<T>(
-        &self,
-        lock: Option<(i64, bool)>,
-        channel: Option<&str>,
-        f: &mut dyn FnMut(&Db<'_>) -> Result<T, Error>,
-    ) -> Result<T, Error> {
-        match lock {
-            None => {}
-            Some((key, true)) => {
-                self.execute("SELECT 1 FROM pg_advisory_xact_lock_shared($1)", &[&key])?;
-            }
-            Some((key, false)) => {
-                self.execute("SELECT 1 FROM pg_advisory_xact_lock($1)", &[&key])?;
-            }
-        }
-        let v = f(self)?;
-        if let Some(channel) = channel {
-            self.execute("SELECT 1 FROM pg_notify($1, '')", &[&channel])?;
-        }
-        self.batch("COMMIT")?;
-        Ok(v)
     }
 
     /// Runs `f` in a read-only transaction, so its queries see one
