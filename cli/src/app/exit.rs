@@ -67,6 +67,24 @@ pub struct AtLine {
     pub source: StoreError,
 }
 
+/// What a failed write of new jobs (`add`, `import`) says: `what` and
+/// `undone` (`nothing was added`, if not empty) when the store refused, but when the
+/// server went away mid-call the write may have committed with only its
+/// answer lost, so "nothing" would be a lie and a blind retry could add
+/// the jobs twice: then it says so, and how to look first.
+pub fn new_jobs_failed(e: &StoreError, what: &str, undone: &str, look: &str) -> String {
+    if matches!(e, StoreError::Unreachable(_)) {
+        format!(
+            "{what} (the connection was lost mid-call: it may have been written all the same; \
+             {look} before trying again)"
+        )
+    } else if undone.is_empty() {
+        what.to_owned()
+    } else {
+        format!("{what} ({undone})")
+    }
+}
+
 /// Shorthand for a usage error.
 pub fn usage(message: impl Into<String>) -> anyhow::Error {
     UsageError(message.into()).into()
@@ -224,6 +242,19 @@ fn clap_line(rendered: &str) -> String {
 mod tests {
     use super::*;
     use slothqueue::JobState;
+
+    /// A refusal says nothing was written; a lost connection does not
+    /// claim to know, and says how to look.
+    #[test]
+    fn a_lost_connection_does_not_claim_nothing_was_added() {
+        let refused = StoreError::InvalidInput("bad".into());
+        let said = new_jobs_failed(&refused, "cannot add", "nothing was added", "look");
+        assert_eq!(said, "cannot add (nothing was added)");
+        let lost = StoreError::Unreachable("db:5432: connection closed".into());
+        let said = new_jobs_failed(&lost, "cannot add", "nothing was added", "run `list`");
+        assert!(!said.contains("nothing"), "{said}");
+        assert!(said.contains("may have been written all the same; run `list`"), "{said}");
+    }
 
     #[test]
     fn store_errors_map_to_stable_codes() {

@@ -3,7 +3,6 @@
 
 use std::io::{self, Read as _, Write};
 
-use anyhow::Context as _;
 use slothqueue::{Job, JobState, StoreError};
 
 use super::inspect::jobs_by_id;
@@ -11,7 +10,7 @@ use super::{Ctx, job_json, print_json};
 use crate::app::Outcome;
 use crate::app::batch;
 use crate::app::config::{AddConfig, StdinConfig};
-use crate::app::exit::{AtLine, Code, usage};
+use crate::app::exit::{AtLine, Code, new_jobs_failed, usage};
 use crate::app::render;
 
 /// Pushes the job; with an idempotency key that already holds the same
@@ -22,7 +21,11 @@ pub async fn add(ctx: &Ctx, add: AddConfig) -> Outcome {
     let store = ctx.open(true)?;
     let now = ctx.now();
     job.not_before = when.resolve(now);
-    let pushed = store.push(job, now).await.context("cannot add the job")?;
+    let pushed = store.push(job, now).await.map_err(|e| {
+        let look = "look with `slothqueue list` (or add it with --key, which never adds twice)";
+        let what = new_jobs_failed(&e, "cannot add the job", "", look);
+        anyhow::Error::new(e).context(what)
+    })?;
     let mut out = io::stdout().lock();
     if ctx.json {
         print_json(&mut out, &job_json(&pushed.job, None)?)?;
@@ -104,7 +107,15 @@ pub async fn add_stdin(ctx: &Ctx, config: StdinConfig) -> Outcome {
             Some(&line) => anyhow::Error::new(AtLine { line, source: *error }),
             None => anyhow::Error::new(*error).context("cannot add the jobs (nothing was added)"),
         },
-        e => anyhow::Error::new(e).context("cannot add the jobs (nothing was added)"),
+        e => {
+            let what = new_jobs_failed(
+                &e,
+                "cannot add the jobs",
+                "nothing was added",
+                "look with `slothqueue list`",
+            );
+            anyhow::Error::new(e).context(what)
+        }
     })?;
     if ctx.json {
         let all: Vec<serde_json::Value> =

@@ -44,7 +44,7 @@ use slothqueue::{
 
 use super::{Ctx, Secrets, job_json_with, print_json, schedule_line};
 use crate::app::Outcome;
-use crate::app::exit::{Code, usage};
+use crate::app::exit::{Code, new_jobs_failed, usage};
 
 /// Jobs read per page while exporting.
 const PAGE: usize = 500;
@@ -389,7 +389,13 @@ pub async fn import(ctx: &Ctx, file: Option<PathBuf>) -> Outcome {
             StoreError::InBatch { error, .. } => *error,
             e => e,
         };
-        anyhow::Error::new(e).context(format!("{at}cannot import (nothing was imported)"))
+        let what = new_jobs_failed(
+            &e,
+            &format!("{at}cannot import"),
+            "nothing was imported",
+            "look with `slothqueue status`",
+        );
+        anyhow::Error::new(e).context(what)
     })?;
     let restored = schedules.len();
     if !schedules.is_empty() {
