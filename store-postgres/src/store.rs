@@ -113,6 +113,10 @@ impl PgStore {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .max_blocking_threads(options.pool_size.max(1) + 4)
+            // An idle blocking thread would otherwise exit 10 s after its
+            // last call, waking an idle runner (`run --follow`) for nothing;
+            // a few parked threads cost nothing while they wait.
+            .thread_keep_alive(std::time::Duration::from_secs(3600))
             .thread_name("slothqueue-pg")
             .enable_all()
             .build()
