@@ -72,6 +72,7 @@ fn migrate(db: &Db<'_>, schema: &str, from: u32) -> Result<(), Error> {
     for step in &MIGRATIONS[from as usize..] {
         db.batch(step)?;
     }
+    slothqueue_core::failpoint::hit("mid_migration"); // tables made, not committed
     db.execute(
         "INSERT INTO meta (name, value) VALUES ($1, $2)
          ON CONFLICT (name) DO UPDATE SET value = excluded.value",

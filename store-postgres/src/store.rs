@@ -16,10 +16,10 @@ use slothqueue_core::machine::{self, AttemptNote, LaneCheck, PushPlan, Transitio
 use slothqueue_core::schedule::{self, PutPlan, TickAction};
 use slothqueue_core::{
     ChangeGuard, ChangeWaker, ClaimRequest, Claimed, Completion, Event, Failure, Fence,
-    HeartbeatAck, Job, JobEdit, JobId, LaneChange, LaneScope, Lanes, ListFilter, ListOrder, NewJob,
-    NewSchedule, Policy, PurgeFilter, Pushed, PutSchedule, QueueCounts, RunnerRecord, Schedule,
-    ScheduleChange, SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError, Ticks,
-    Timestamp,
+    HeartbeatAck, Job, JobEdit, JobId, JobState, LaneChange, LaneScope, Lanes, ListFilter,
+    ListOrder, NewJob, NewSchedule, Policy, PurgeFilter, Pushed, PutSchedule, QueueCounts,
+    RunnerRecord, Schedule, ScheduleChange, SettledAndClaimed, Settlement, Stamp, Stats, Store,
+    StoreError, Ticks, Timestamp,
 };
 use tokio_postgres::types::ToSql;
 
@@ -933,8 +933,14 @@ impl Store for PgStore {
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let (fence, now) = (fence.clone(), self.judge(now));
-        self.transition(id, now, move |_, job, _| Ok(machine::complete(job, &fence, &done, now)?))
-            .await
+        self.tx(Lock::Exclusive, true, move |db, _| {
+            let job = load(db, id)?;
+            let t = machine::complete(&job, &fence, &done, now)?;
+            let written = write(db, job, t, now)?;
+            slothqueue_core::failpoint::hit("mid_complete"); // written, not committed
+            Ok(written)
+        })
+        .await
     }
 
     async fn fail(
@@ -964,6 +970,9 @@ impl Store for PgStore {
             let job = load(db, id)?;
             let t = machine::settle(&job, &fence, &settlement, now, &inner.policy)?;
             let settled = write(db, job, t, now)?;
+            if settled.state == JobState::Done {
+                slothqueue_core::failpoint::hit("mid_complete"); // written, not committed
+            }
             // Sees the settle's writes: a dependent it made due may be taken.
             let next = claim_tx(db, &inner.keys, &request, now, &inner.policy, true)?;
             Ok(SettledAndClaimed { settled, next })
