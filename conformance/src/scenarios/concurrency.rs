@@ -4,7 +4,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use slothqueue_core::{Completion, EventKind, JobId, JobState, ListFilter, Store};
+use slothqueue_core::{
+    Completion, EventKind, Failure, JobId, JobState, ListFilter, Settlement, Store,
+};
 
 use crate::child::{Role, Work, run_workers};
 use crate::{Harness, event_kinds, secs, shell};
@@ -74,6 +76,123 @@ pub async fn claim_race_across_handles_hands_each_job_once(h: &Harness) {
     }
     assert_each_exactly_once(&all, &claimed);
     all_done_once(&*s, &all).await;
+}
+
+/// 8 handles settle parents that share children, at once: 60 parents
+/// (every tenth fails for good), 60 children each waiting on 3 of them,
+/// 60 grandchildren each waiting on 2 children. Each racer claims, checks
+/// the job's parents are all `done` as committed (a child handed out early
+/// would be a count of parents decremented twice), then completes it, or
+/// fails it when it is a failing parent, some racers through
+/// `settle_and_claim`. In the end every job whose ancestors all completed
+/// is `done` after one attempt, every other one `cancelled` without a
+/// claim, and nothing waits (a decrement lost would leave a job waiting).
+pub async fn settles_across_handles_release_each_child_once(h: &Harness) {
+    const N: usize = 60;
+    let s = h.store();
+    let t = h.start();
+    let parents: Vec<_> =
+        (0..N).map(|i| shell(&format!("echo p{i}")).key(format!("p{i}"))).collect();
+    let parents: Vec<JobId> =
+        s.push_many(parents, t).await.expect("parents").iter().map(|p| p.job.id).collect();
+    let children: Vec<_> = (0..N)
+        .map(|i| {
+            let mut c = shell(&format!("echo c{i}")).key(format!("c{i}"));
+            for k in 0..3 {
+                c = c.after(parents[(i + k * 7) % N]);
+            }
+            c
+        })
+        .collect();
+    let children: Vec<JobId> =
+        s.push_many(children, t).await.expect("children").iter().map(|p| p.job.id).collect();
+    let grandchildren: Vec<_> = (0..N)
+        .map(|i| shell(&format!("echo g{i}")).after(children[i]).after(children[(i + 11) % N]))
+        .collect();
+    s.push_many(grandchildren, t).await.expect("grandchildren");
+    let failing: BTreeSet<JobId> = parents.iter().copied().step_by(10).collect();
+
+    let mut tasks = Vec::new();
+    for w in 0..RACE_HANDLES {
+        let store: Arc<dyn Store> = if w == 0 { s.clone() } else { h.open_second() };
+        let request = h.request(&format!("settler-{w}"));
+        let failing = failing.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut next = store.claim(&request, t).await.expect("claim");
+            while let Some(c) = next {
+                for p in &c.job.after {
+                    let parent = store.get(*p).await.expect("get a parent");
+                    assert_eq!(
+                        parent.state,
+                        JobState::Done,
+                        "#{} handed out before #{p}",
+                        c.job.id
+                    );
+                }
+                let settlement = if failing.contains(&c.job.id) {
+                    Settlement::Fail(Failure {
+                        error: "boom".into(),
+                        exit_code: Some(1),
+                        permanent: true,
+                    })
+                } else {
+                    Settlement::Complete(Completion::default())
+                };
+                next = if w % 2 == 0 {
+                    store
+                        .settle_and_claim(c.job.id, &c.fence, settlement, &request, t)
+                        .await
+                        .expect("settle_and_claim")
+                        .next
+                } else {
+                    match settlement {
+                        Settlement::Complete(done) => {
+                            store.complete(c.job.id, &c.fence, done, t).await.map(drop)
+                        }
+                        Settlement::Fail(failure) => {
+                            store.fail(c.job.id, &c.fence, failure, t).await.map(drop)
+                        }
+                    }
+                    .expect("settle");
+                    store.claim(&request, t).await.expect("claim")
+                };
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("a settler panicked");
+    }
+    let jobs = s.list(&ListFilter::default()).await.expect("list");
+    assert_eq!(jobs.len(), 3 * N);
+    let state: std::collections::BTreeMap<JobId, JobState> =
+        jobs.iter().map(|j| (j.id, j.state)).collect();
+    for j in &jobs {
+        let kinds = event_kinds(&*s, j.id).await;
+        if failing.contains(&j.id) {
+            assert_eq!(j.state, JobState::Failed, "#{}", j.id);
+            continue;
+        }
+        let doomed = j.after.iter().any(|p| state[p] != JobState::Done);
+        if doomed {
+            assert_eq!(
+                j.state,
+                JobState::Cancelled,
+                "#{} waits on a job that did not complete",
+                j.id
+            );
+            assert!(!kinds.contains(&EventKind::Claimed), "#{}: {kinds:?}", j.id);
+        } else {
+            assert_eq!(
+                kinds,
+                [EventKind::Pushed, EventKind::Claimed, EventKind::Completed],
+                "#{} (its parents {:?} all done)",
+                j.id,
+                j.after
+            );
+        }
+    }
+    let stats = s.stats(t).await.expect("stats");
+    assert_eq!((stats.pending, stats.running), (0, 0), "nothing left waiting");
 }
 
 /// 8 handles pushing 25 jobs each at the same time get 200 distinct ids,

@@ -90,6 +90,7 @@ macro_rules! __with_scenarios {
             persistence::runner_records_are_put_listed_and_removed,
             concurrency::claim_race_across_handles_hands_each_job_once,
             concurrency::pushes_across_handles_get_distinct_ids,
+            concurrency::settles_across_handles_release_each_child_once,
             concurrency::claim_race_across_processes_hands_each_job_once,
             concurrency::pushes_across_processes_get_distinct_ids,
             after::a_child_waits_until_its_parent_is_done,
