@@ -37,14 +37,20 @@
 //!
 //! - **Exclusive**: `push`, `push_many`, `clone_job` (ids are allocated
 //!   from the highest ever used; idempotency keys and parents are looked up
-//!   and must not change before the insert); `complete`, `fail`, `release`,
-//!   `cancel`, `retry`, `edit`, `hold`, `release_hold`, `reclaim_dead`,
-//!   `settle_and_claim` (a transition reaches the jobs waiting on it, whose
-//!   counts of parents must not be decremented twice from one view);
-//!   `fire_schedules`, `put_schedule`, `change_schedule`,
+//!   and must not change before the insert); `release`, `cancel`, `retry`,
+//!   `edit`, `hold`, `release_hold`, `reclaim_dead` (a user's transition
+//!   may reach far through the graph, and revive jobs from their parents'
+//!   states); `fire_schedules`, `put_schedule`, `change_schedule`,
 //!   `restore_schedules` (a schedule's cursor decides each slot once);
 //!   `change_lane`; `purge` (the id high water, a pending parent still
 //!   waited on); `restore_many` (ids and keys free).
+//! - **Shared**: `complete`, `fail` and `settle_and_claim`, an owner's
+//!   end of its attempt: it writes only rows it holds locked, its own job
+//!   and the jobs waiting on it, each read `FOR UPDATE` before the core's
+//!   rule counts its parents down, so two parents settling at once count a
+//!   shared child down one after the other (a deadlock between them is the
+//!   server's to detect, and retried). Settles of many runners thus run
+//!   side by side and share the server's WAL flushes.
 //! - **Shared**: `claim`. Claimers run side by side: each locks its
 //!   candidate with `SELECT … FOR UPDATE SKIP LOCKED` in the claim plan's
 //!   order (priority desc, `not_before`, id, the `jobs_pending` index:

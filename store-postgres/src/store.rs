@@ -418,6 +418,56 @@ fn claim_any(
 }
 
 // ---------------------------------------------------------------------------
+// Settle
+
+/// An owner's end of its attempt (and, given `next`, the claim of the next
+/// job in the same transaction), under the queue's **shared** lock, so
+/// settles and claims of many runners run side by side and their commits
+/// can share the server's WAL flushes. That is sound because a settle
+/// writes only rows it holds locked: its own job (locked, and fenced, by
+/// its owner), and the jobs waiting on it, each read `FOR UPDATE` (the
+/// `Graph` of a write transaction) before the core's rule computes its new
+/// count of parents, so two parents settling at once count a shared child
+/// down one after the other, the second from the first's commit (`READ
+/// COMMITTED` re-reads a row it waited for); two that lock children in
+/// opposite orders deadlock, and the server's deadlock is retried. Whatever
+/// needs a view of every job (pushes, cancels, retries, purges) holds the
+/// lock exclusively and waits for them. A claim that must escalate
+/// ([`claim_tx`]) runs the whole transaction again under the exclusive lock.
+fn settle_any(
+    db: &Db<'_>,
+    inner: &Inner,
+    id: JobId,
+    fence: &Fence,
+    settlement: &Settlement,
+    next: Option<&ClaimRequest>,
+    now: Timestamp,
+) -> Result<SettledAndClaimed, Error> {
+    let keys = &inner.keys;
+    let policy = &inner.policy;
+    let attempt = |db: &Db<'_>, exclusive: bool| {
+        let job = load(db, id)?;
+        let t = machine::settle(&job, fence, settlement, now, policy)?;
+        let settled = write(db, job, t, now)?;
+        if settled.state == JobState::Done {
+            slothqueue_core::failpoint::hit("mid_complete"); // written, not committed
+        }
+        // Sees the settle's writes: a dependent it made due may be taken.
+        let next = match next {
+            Some(request) => claim_tx(db, keys, request, now, policy, exclusive)?,
+            None => None,
+        };
+        Ok(SettledAndClaimed { settled, next })
+    };
+    match db.transaction(keys, Lock::Shared, true, &mut |db| attempt(db, false)) {
+        Err(Error::Escalate) => {
+            db.transaction(keys, Lock::Exclusive, true, &mut |db| attempt(db, true))
+        }
+        other => other,
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Push
 
 /// The id the next job gets: above every id ever used, including purged and
@@ -933,14 +983,10 @@ impl Store for PgStore {
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let (fence, now) = (fence.clone(), self.judge(now));
-        self.tx(Lock::Exclusive, true, move |db, _| {
-            let job = load(db, id)?;
-            let t = machine::complete(&job, &fence, &done, now)?;
-            let written = write(db, job, t, now)?;
-            slothqueue_core::failpoint::hit("mid_complete"); // written, not committed
-            Ok(written)
-        })
-        .await
+        let settlement = Settlement::Complete(done);
+        self.with(true, move |db, inner| settle_any(db, inner, id, &fence, &settlement, None, now))
+            .await
+            .map(|s| s.settled)
     }
 
     async fn fail(
@@ -951,10 +997,10 @@ impl Store for PgStore {
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let (fence, now) = (fence.clone(), self.judge(now));
-        self.transition(id, now, move |_, job, policy| {
-            Ok(machine::fail(job, &fence, &failure, now, policy)?)
-        })
-        .await
+        let settlement = Settlement::Fail(failure);
+        self.with(true, move |db, inner| settle_any(db, inner, id, &fence, &settlement, None, now))
+            .await
+            .map(|s| s.settled)
     }
 
     async fn settle_and_claim(
@@ -966,16 +1012,8 @@ impl Store for PgStore {
         now: Timestamp,
     ) -> Result<SettledAndClaimed, StoreError> {
         let (fence, request, now) = (fence.clone(), next.clone(), self.judge(now));
-        self.tx(Lock::Exclusive, true, move |db, inner| {
-            let job = load(db, id)?;
-            let t = machine::settle(&job, &fence, &settlement, now, &inner.policy)?;
-            let settled = write(db, job, t, now)?;
-            if settled.state == JobState::Done {
-                slothqueue_core::failpoint::hit("mid_complete"); // written, not committed
-            }
-            // Sees the settle's writes: a dependent it made due may be taken.
-            let next = claim_tx(db, &inner.keys, &request, now, &inner.policy, true)?;
-            Ok(SettledAndClaimed { settled, next })
+        self.with(true, move |db, inner| {
+            settle_any(db, inner, id, &fence, &settlement, Some(&request), now)
         })
         .await
     }
