@@ -27,9 +27,9 @@ use crate::error::{Context, Error};
 use crate::listen::{self, ChangeListener};
 use crate::open;
 use crate::rows::{
-    COLUMNS, READY, TxGraph, append_events, append_events_from, apply, best_due_pending,
-    delete_job, delete_schedule, event_from_row, find, find_schedule, insert_job, key_holder, load,
-    query_jobs, read_lanes, read_schedules, running_jobs, ts, write_lane, write_schedule,
+    COLUMNS, NewJobs, READY, TxGraph, append_events, apply, best_due_pending, delete_job,
+    delete_schedule, event_from_row, find, find_schedule, key_holder, load, query_jobs, read_lanes,
+    read_schedules, running_jobs, ts, write_lane, write_schedule,
 };
 use crate::schema;
 use crate::txn::{Db, Keys, Lock, PgOptions, Pool, ServerClock, connection_config, parse_url};
@@ -430,15 +430,28 @@ fn next_id(db: &Db<'_>) -> Result<JobId, Error> {
     Ok(row.map(|r| r.try_get::<_, i64>(0)).transpose()?.unwrap_or(1))
 }
 
+/// Whether pushing `new` reads the queue: its parents, the holder of its
+/// key (and, through the holder, what displacing it causes). A push that
+/// does not is planned from `new` alone, so it can be held in a
+/// [`NewJobs`] with no write before it.
+fn push_reads(new: &NewJob) -> bool {
+    !new.after.is_empty() || new.idempotency_key.is_some()
+}
+
 /// One job of a push: its parents looked up, the key's holder displaced if
-/// need be, then the job created from its parents as they are after that.
+/// need be, then the job created from its parents as they are after that
+/// and held in `held`, to be written with it. The caller has flushed
+/// `held` first when [`push_reads`]: the reads must see every earlier job
+/// of the batch.
 fn push_one(
     db: &Db<'_>,
     new: &NewJob,
     now: Timestamp,
     policy: &Policy,
     next: &mut JobId,
+    held: &mut NewJobs,
 ) -> Result<Pushed, Error> {
+    debug_assert!(held.is_empty() || !push_reads(new), "a read past unwritten jobs");
     let mut parents = machine::resolve_parents(&mut TxGraph::new(db), new)?;
     let holder = match &new.idempotency_key {
         Some(key) => key_holder(db, key)?,
@@ -459,16 +472,30 @@ fn push_one(
                 parents = parents.iter().map(|p| load(db, p.id)).collect::<Result<_, _>>()?;
             }
             let t = machine::create(id, new, &parents, now, policy);
-            insert_job(db, &t.job)?;
+            held.add(&t.job, t.events)?;
             *next += 1;
-            append_events_from(db, &t.events, Some(1))?;
             Ok(Pushed { job: t.job, created: true, superseded })
         }
     }
 }
 
+/// One push written at once: [`push_one`] for a caller that writes more
+/// after it (a clone's events, a tick's), which must find the job there.
+fn push_now(
+    db: &Db<'_>,
+    new: &NewJob,
+    now: Timestamp,
+    policy: &Policy,
+    next: &mut JobId,
+) -> Result<Pushed, Error> {
+    let mut held = NewJobs::default();
+    let pushed = push_one(db, new, now, policy, next, &mut held)?;
+    held.flush(db)?;
+    Ok(pushed)
+}
+
 /// A clone in one write transaction: the original read, the new job built
-/// by [`machine::clone_of`] and pushed through [`push_one`], then the two
+/// by [`machine::clone_of`] and pushed through [`push_now`], then the two
 /// events tying the trails together.
 fn clone_tx(
     db: &Db<'_>,
@@ -480,7 +507,7 @@ fn clone_tx(
     let original = load(db, id)?;
     let new = machine::clone_of(&original, edit)?;
     let mut next = next_id(db)?;
-    let pushed = push_one(db, &new, now, policy, &mut next)?;
+    let pushed = push_now(db, &new, now, policy, &mut next)?;
     append_events(db, &machine::cloned_events(original.id, pushed.job.id, now))?;
     Ok(pushed.job)
 }
@@ -541,7 +568,7 @@ fn fire_schedules_tx(db: &Db<'_>, now: Timestamp, policy: &Policy) -> Result<Tic
                     Some(id) => id,
                     None => next.insert(next_id(db)?),
                 };
-                let pushed = push_one(db, new, now, policy, next)?;
+                let pushed = push_now(db, new, now, policy, next)?;
                 plan.enqueued(pushed.job.id, pushed.created, now)
             }
             TickAction::Skip { .. } | TickAction::Drop => plan.without_push(),
@@ -747,8 +774,9 @@ fn restore_tx(db: &Db<'_>, job: &Job, events: &[Event]) -> Result<(), Error> {
             ));
         }
     }
-    insert_job(db, job)?;
-    append_events(db, events)
+    let mut held = NewJobs::default();
+    held.add(job, events.to_vec())?;
+    held.flush(db)
 }
 
 fn decode_runner(json: &str) -> Result<RunnerRecord, Error> {
@@ -886,12 +914,19 @@ impl Store for PgStore {
         let pushed = self
             .tx(Lock::Exclusive, true, move |db, inner| {
                 let mut next = next_id(db)?;
-                jobs.iter()
-                    .enumerate()
-                    .map(|(i, j)| {
-                        push_one(db, j, now, &inner.policy, &mut next).map_err(|e| in_batch(i, e))
-                    })
-                    .collect()
+                let mut held = NewJobs::default();
+                let mut pushed = Vec::with_capacity(jobs.len());
+                for (i, j) in jobs.iter().enumerate() {
+                    if push_reads(j) {
+                        // Outside `in_batch`: a failure to write the
+                        // earlier jobs is not this one's.
+                        held.flush(db)?;
+                    }
+                    let p = push_one(db, j, now, &inner.policy, &mut next, &mut held);
+                    pushed.push(p.map_err(|e| in_batch(i, e))?);
+                }
+                held.flush(db)?;
+                Ok(pushed)
             })
             .await?;
         self.analyze_after_bulk(count).await;
