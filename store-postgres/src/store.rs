@@ -9,6 +9,8 @@
 //! `UPDATE`'s condition, append the events, notify, commit. Nothing here
 //! decides a rule; it only stores.
 
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -759,24 +761,71 @@ fn purge_tx(db: &Db<'_>, filter: &PurgeFilter) -> Result<Vec<JobId>, Error> {
     Ok(ids)
 }
 
-/// Restores one job of an import into the open write transaction.
-fn restore_tx(db: &Db<'_>, job: &Job, events: &[Event]) -> Result<(), Error> {
+/// Restores an import's jobs into the open write transaction: each
+/// checked in batch order against the queue and the jobs before it in the
+/// batch, as if each were written before the next is checked, then all
+/// written together ([`NewJobs`]). What the queue holds is read once for
+/// the whole batch: the rows among its ids, the holders of its keys.
+fn restore_tx(db: &Db<'_>, jobs: &[(Job, Vec<Event>)]) -> Result<(), Error> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<JobId> = jobs.iter().map(|(j, _)| j.id).collect();
+    let mut taken: HashSet<JobId> = db
+        .query("SELECT id FROM jobs WHERE id = ANY($1)", &[&ids])?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
+    let keys: Vec<&str> = jobs.iter().filter_map(|(j, _)| j.idempotency_key.as_deref()).collect();
+    let mut holders: HashMap<String, JobId> = if keys.is_empty() {
+        HashMap::new()
+    } else {
+        db.query(
+            "SELECT idempotency_key, id FROM jobs
+             WHERE idempotency_key IS NOT NULL AND idempotency_key = ANY($1)",
+            &[&keys],
+        )?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_, Error>>()?
+    };
+    let mut held = NewJobs::default();
+    for (i, (job, events)) in jobs.iter().enumerate() {
+        restore_check(job, events, &mut taken, &mut holders).map_err(|e| in_batch(i, e))?;
+        held.add(job, events.clone()).map_err(|e| in_batch(i, e))?;
+    }
+    held.flush(db)
+}
+
+/// Whether `job` may be restored into a queue whose ids are `taken` and
+/// whose keys `holders` hold (the batch's earlier jobs included); counts
+/// it in both when it may.
+fn restore_check(
+    job: &Job,
+    events: &[Event],
+    taken: &mut HashSet<JobId>,
+    holders: &mut HashMap<String, JobId>,
+) -> Result<(), Error> {
     machine::check_restore(job, events)?;
     let invalid = |m: String| Err(Error::Store(StoreError::InvalidInput(m)));
-    if find(db, job.id)?.is_some() {
+    if !taken.insert(job.id) {
         return invalid(format!("job #{} already exists", job.id));
     }
     if let Some(key) = &job.idempotency_key {
-        if let Some(holder) = key_holder(db, key)? {
-            return invalid(format!(
-                "job #{}: idempotency key `{key}` is already held by job #{}",
-                job.id, holder.id
-            ));
+        match holders.entry(key.clone()) {
+            Entry::Occupied(holder) => {
+                return invalid(format!(
+                    "job #{}: idempotency key `{key}` is already held by job #{}",
+                    job.id,
+                    holder.get()
+                ));
+            }
+            Entry::Vacant(v) => {
+                v.insert(job.id);
+            }
         }
     }
-    let mut held = NewJobs::default();
-    held.add(job, events.to_vec())?;
-    held.flush(db)
+    Ok(())
 }
 
 fn decode_runner(json: &str) -> Result<RunnerRecord, Error> {
@@ -1096,12 +1145,7 @@ impl Store for PgStore {
 
     async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
         let count = jobs.len();
-        self.tx(Lock::Exclusive, true, move |db, _| {
-            jobs.iter()
-                .enumerate()
-                .try_for_each(|(i, (j, ev))| restore_tx(db, j, ev).map_err(|e| in_batch(i, e)))
-        })
-        .await?;
+        self.tx(Lock::Exclusive, true, move |db, _| restore_tx(db, &jobs)).await?;
         self.analyze_after_bulk(count).await;
         Ok(())
     }
