@@ -67,6 +67,36 @@ static INSERT_JOB: LazyLock<String> = LazyLock::new(|| {
     format!("INSERT INTO jobs ({}) VALUES ({})", *COLUMNS, marks.join(", "))
 });
 
+/// [`INSERT_JOB`]'s columns as one binary `COPY`: its types are
+/// `INSERT_JOB`'s parameters ([`Db::copy_in`]).
+static COPY_JOBS: LazyLock<String> =
+    LazyLock::new(|| format!("COPY jobs ({}) FROM STDIN (FORMAT binary)", *COLUMNS));
+
+/// One event, in the order of [`EventValues::params`].
+const INSERT_EVENT: &str =
+    "INSERT INTO events (job_id, seq, at, kind, owner, attempt, message, retry_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+
+/// [`INSERT_EVENT`]'s columns as one binary `COPY`.
+const COPY_EVENTS: &str = "COPY events (job_id, seq, at, kind, owner, attempt, message, retry_at)
+     FROM STDIN (FORMAT binary)";
+
+/// The edges of a batch of new jobs in one statement: every (parent,
+/// child) pair side by side in two arrays. An imported job may name a
+/// parent twice, hence `ON CONFLICT DO NOTHING`, as for one edge.
+const INSERT_EDGES: &str = "INSERT INTO edges (parent, child)
+     SELECT * FROM UNNEST($1::BIGINT[], $2::BIGINT[]) ON CONFLICT DO NOTHING";
+
+/// Below this many new jobs a [`NewJobs::flush`] writes each with its own
+/// statements, as a lone push always did. Row by row is two round trips a
+/// job (its row, its event); the bulk path is about four whatever the
+/// count (each `COPY` waits for the server to start it and to end it).
+/// Measured on a local server (median `push_many` of n plain jobs): one
+/// job 0.52–0.55 ms row by row against 0.64–0.88 ms by COPY, two even,
+/// three 0.88–0.90 against 0.77–0.80, eight 1.8 against 0.75. A farther
+/// server only widens the gap past three.
+pub(crate) const COPY_MIN: usize = 3;
+
 /// Every column but the id, with the old state, owner and attempt in the
 /// condition: the write lands only on the row the transition was computed
 /// from (the fence).
@@ -397,17 +427,85 @@ pub(crate) fn key_holder(db: &Db<'_>, key: &str) -> Result<Option<Job>, Error> {
 }
 
 /// Inserts a new job, and an edge from each of its parents to it.
-pub(crate) fn insert_job(db: &Db<'_>, job: &Job) -> Result<(), Error> {
-    let values = JobValues::of(job)?;
+fn insert_job(db: &Db<'_>, values: &JobValues, parents: &[JobId]) -> Result<(), Error> {
     db.execute(&INSERT_JOB, &values.params())?;
-    for parent in &job.after {
+    for parent in parents {
         // An imported job may name a parent twice.
         db.execute(
             "INSERT INTO edges (parent, child) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            &[parent, &job.id],
+            &[parent, &values.id],
         )?;
     }
     Ok(())
+}
+
+/// New jobs (pushed, or restored by an import) with their first events,
+/// not written yet: a batch of them goes to the server in a few
+/// statements ([`NewJobs::flush`]) instead of two or more round trips a
+/// job.
+///
+/// Nothing in the transaction can see a held job until it is flushed, so
+/// the caller flushes before anything reads the queue (a push naming
+/// parents or carrying a key), and at the end. Each job's values are
+/// taken when it is added, so a job that cannot be stored is refused as
+/// itself, at its place in the batch, not at the flush.
+#[derive(Default)]
+pub(crate) struct NewJobs {
+    jobs: Vec<NewRows>,
+}
+
+/// One held job: its row, its parents (the `edges` rows) and its trail.
+struct NewRows {
+    values: JobValues,
+    parents: Vec<JobId>,
+    events: Vec<Event>,
+}
+
+impl NewJobs {
+    /// Holds `job`, which is not in the queue, with its trail `events`
+    /// (all of them its own): numbered from 1 when written.
+    pub fn add(&mut self, job: &Job, events: Vec<Event>) -> Result<(), Error> {
+        let values = JobValues::of(job)?;
+        self.jobs.push(NewRows { values, parents: job.after.clone(), events });
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// Writes every held job, its edges and its trail, and holds none
+    /// after. Fewer than [`COPY_MIN`] go row by row; more go as one `COPY`
+    /// of the jobs, one `INSERT` of every edge, one `COPY` of the events.
+    pub fn flush(&mut self, db: &Db<'_>) -> Result<(), Error> {
+        let jobs = std::mem::take(&mut self.jobs);
+        if jobs.len() < COPY_MIN {
+            for j in &jobs {
+                insert_job(db, &j.values, &j.parents)?;
+                append_events_from(db, &j.events, Some(1))?;
+            }
+            return Ok(());
+        }
+        db.copy_in(&COPY_JOBS, &INSERT_JOB, jobs.iter().map(|j| j.values.params()))?;
+        let (mut parents, mut children) = (Vec::new(), Vec::new());
+        for j in &jobs {
+            parents.extend_from_slice(&j.parents);
+            children.extend(std::iter::repeat_n(j.values.id, j.parents.len()));
+        }
+        if !parents.is_empty() {
+            db.execute(INSERT_EDGES, &[&parents, &children])?;
+        }
+        // The jobs are new, so their trails are empty: each numbered from
+        // 1, as `append_events_from` numbers a new job's.
+        let events: Vec<EventValues<'_>> = jobs
+            .iter()
+            .flat_map(|j| j.events.iter().zip(1..).map(|(e, seq)| EventValues::of(e, seq)))
+            .collect();
+        if !events.is_empty() {
+            db.copy_in(COPY_EVENTS, INSERT_EVENT, events.iter().map(EventValues::params))?;
+        }
+        Ok(())
+    }
 }
 
 /// Deletes a job with its trail and its edges (one per parent: an edge
@@ -477,24 +575,49 @@ pub(crate) fn append_events_from(
                 .unwrap_or(1),
         };
         last = Some((e.job_id, seq));
-        let attempt = e.attempt.map(i64::from);
-        let retry_at = e.retry_at.map(Timestamp::as_millis);
-        db.execute(
-            "INSERT INTO events (job_id, seq, at, kind, owner, attempt, message, retry_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            &[
-                &e.job_id,
-                &seq,
-                &e.at.as_millis(),
-                &e.kind.as_str(),
-                &e.owner,
-                &attempt,
-                &e.message,
-                &retry_at,
-            ],
-        )?;
+        db.execute(INSERT_EVENT, &EventValues::of(e, seq).params())?;
     }
     Ok(())
+}
+
+/// An event's columns as statement parameters, numbered `seq`.
+struct EventValues<'a> {
+    job_id: JobId,
+    seq: i64,
+    at: i64,
+    kind: &'static str,
+    owner: &'a Option<String>,
+    attempt: Option<i64>,
+    message: &'a Option<String>,
+    retry_at: Option<i64>,
+}
+
+impl<'a> EventValues<'a> {
+    fn of(e: &'a Event, seq: i64) -> EventValues<'a> {
+        EventValues {
+            job_id: e.job_id,
+            seq,
+            at: e.at.as_millis(),
+            kind: e.kind.as_str(),
+            owner: &e.owner,
+            attempt: e.attempt.map(i64::from),
+            message: &e.message,
+            retry_at: e.retry_at.map(Timestamp::as_millis),
+        }
+    }
+
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.job_id,
+            &self.seq,
+            &self.at,
+            &self.kind,
+            self.owner,
+            &self.attempt,
+            self.message,
+            &self.retry_at,
+        ]
+    }
 }
 
 /// Writes a transition computed from `old`: the row, then its events.

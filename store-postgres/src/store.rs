@@ -9,6 +9,8 @@
 //! `UPDATE`'s condition, append the events, notify, commit. Nothing here
 //! decides a rule; it only stores.
 
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -27,9 +29,9 @@ use crate::error::{Context, Error};
 use crate::listen::{self, ChangeListener};
 use crate::open;
 use crate::rows::{
-    COLUMNS, READY, TxGraph, append_events, append_events_from, apply, best_due_pending,
-    delete_job, delete_schedule, event_from_row, find, find_schedule, insert_job, key_holder, load,
-    query_jobs, read_lanes, read_schedules, running_jobs, ts, write_lane, write_schedule,
+    COLUMNS, NewJobs, READY, TxGraph, append_events, apply, best_due_pending, delete_job,
+    delete_schedule, event_from_row, find, find_schedule, key_holder, load, query_jobs, read_lanes,
+    read_schedules, running_jobs, ts, write_lane, write_schedule,
 };
 use crate::schema;
 use crate::txn::{Db, Keys, Lock, PgOptions, Pool, ServerClock, connection_config, parse_url};
@@ -484,15 +486,28 @@ fn next_id(db: &Db<'_>) -> Result<JobId, Error> {
     Ok(row.map(|r| r.try_get::<_, i64>(0)).transpose()?.unwrap_or(1))
 }
 
+/// Whether pushing `new` reads the queue: its parents, the holder of its
+/// key (and, through the holder, what displacing it causes). A push that
+/// does not is planned from `new` alone, so it can be held in a
+/// [`NewJobs`] with no write before it.
+fn push_reads(new: &NewJob) -> bool {
+    !new.after.is_empty() || new.idempotency_key.is_some()
+}
+
 /// One job of a push: its parents looked up, the key's holder displaced if
-/// need be, then the job created from its parents as they are after that.
+/// need be, then the job created from its parents as they are after that
+/// and held in `held`, to be written with it. The caller has flushed
+/// `held` first when [`push_reads`]: the reads must see every earlier job
+/// of the batch.
 fn push_one(
     db: &Db<'_>,
     new: &NewJob,
     now: Timestamp,
     policy: &Policy,
     next: &mut JobId,
+    held: &mut NewJobs,
 ) -> Result<Pushed, Error> {
+    debug_assert!(held.is_empty() || !push_reads(new), "a read past unwritten jobs");
     let mut parents = machine::resolve_parents(&mut TxGraph::new(db), new)?;
     let holder = match &new.idempotency_key {
         Some(key) => key_holder(db, key)?,
@@ -513,16 +528,30 @@ fn push_one(
                 parents = parents.iter().map(|p| load(db, p.id)).collect::<Result<_, _>>()?;
             }
             let t = machine::create(id, new, &parents, now, policy);
-            insert_job(db, &t.job)?;
+            held.add(&t.job, t.events)?;
             *next += 1;
-            append_events_from(db, &t.events, Some(1))?;
             Ok(Pushed { job: t.job, created: true, superseded })
         }
     }
 }
 
+/// One push written at once: [`push_one`] for a caller that writes more
+/// after it (a clone's events, a tick's), which must find the job there.
+fn push_now(
+    db: &Db<'_>,
+    new: &NewJob,
+    now: Timestamp,
+    policy: &Policy,
+    next: &mut JobId,
+) -> Result<Pushed, Error> {
+    let mut held = NewJobs::default();
+    let pushed = push_one(db, new, now, policy, next, &mut held)?;
+    held.flush(db)?;
+    Ok(pushed)
+}
+
 /// A clone in one write transaction: the original read, the new job built
-/// by [`machine::clone_of`] and pushed through [`push_one`], then the two
+/// by [`machine::clone_of`] and pushed through [`push_now`], then the two
 /// events tying the trails together.
 fn clone_tx(
     db: &Db<'_>,
@@ -534,7 +563,7 @@ fn clone_tx(
     let original = load(db, id)?;
     let new = machine::clone_of(&original, edit)?;
     let mut next = next_id(db)?;
-    let pushed = push_one(db, &new, now, policy, &mut next)?;
+    let pushed = push_now(db, &new, now, policy, &mut next)?;
     append_events(db, &machine::cloned_events(original.id, pushed.job.id, now))?;
     Ok(pushed.job)
 }
@@ -595,7 +624,7 @@ fn fire_schedules_tx(db: &Db<'_>, now: Timestamp, policy: &Policy) -> Result<Tic
                     Some(id) => id,
                     None => next.insert(next_id(db)?),
                 };
-                let pushed = push_one(db, new, now, policy, next)?;
+                let pushed = push_now(db, new, now, policy, next)?;
                 plan.enqueued(pushed.job.id, pushed.created, now)
             }
             TickAction::Skip { .. } | TickAction::Drop => plan.without_push(),
@@ -786,23 +815,71 @@ fn purge_tx(db: &Db<'_>, filter: &PurgeFilter) -> Result<Vec<JobId>, Error> {
     Ok(ids)
 }
 
-/// Restores one job of an import into the open write transaction.
-fn restore_tx(db: &Db<'_>, job: &Job, events: &[Event]) -> Result<(), Error> {
+/// Restores an import's jobs into the open write transaction: each
+/// checked in batch order against the queue and the jobs before it in the
+/// batch, as if each were written before the next is checked, then all
+/// written together ([`NewJobs`]). What the queue holds is read once for
+/// the whole batch: the rows among its ids, the holders of its keys.
+fn restore_tx(db: &Db<'_>, jobs: &[(Job, Vec<Event>)]) -> Result<(), Error> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<JobId> = jobs.iter().map(|(j, _)| j.id).collect();
+    let mut taken: HashSet<JobId> = db
+        .query("SELECT id FROM jobs WHERE id = ANY($1)", &[&ids])?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
+    let keys: Vec<&str> = jobs.iter().filter_map(|(j, _)| j.idempotency_key.as_deref()).collect();
+    let mut holders: HashMap<String, JobId> = if keys.is_empty() {
+        HashMap::new()
+    } else {
+        db.query(
+            "SELECT idempotency_key, id FROM jobs
+             WHERE idempotency_key IS NOT NULL AND idempotency_key = ANY($1)",
+            &[&keys],
+        )?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_, Error>>()?
+    };
+    let mut held = NewJobs::default();
+    for (i, (job, events)) in jobs.iter().enumerate() {
+        restore_check(job, events, &mut taken, &mut holders).map_err(|e| in_batch(i, e))?;
+        held.add(job, events.clone()).map_err(|e| in_batch(i, e))?;
+    }
+    held.flush(db)
+}
+
+/// Whether `job` may be restored into a queue whose ids are `taken` and
+/// whose keys `holders` hold (the batch's earlier jobs included); counts
+/// it in both when it may.
+fn restore_check(
+    job: &Job,
+    events: &[Event],
+    taken: &mut HashSet<JobId>,
+    holders: &mut HashMap<String, JobId>,
+) -> Result<(), Error> {
     machine::check_restore(job, events)?;
     let invalid = |m: String| Err(Error::Store(StoreError::InvalidInput(m)));
-    if find(db, job.id)?.is_some() {
+    if !taken.insert(job.id) {
         return invalid(format!("job #{} already exists", job.id));
     }
     if let Some(key) = &job.idempotency_key {
-        if let Some(holder) = key_holder(db, key)? {
-            return invalid(format!(
-                "job #{}: idempotency key `{key}` is already held by job #{}",
-                job.id, holder.id
-            ));
+        match holders.entry(key.clone()) {
+            Entry::Occupied(holder) => {
+                return invalid(format!(
+                    "job #{}: idempotency key `{key}` is already held by job #{}",
+                    job.id,
+                    holder.get()
+                ));
+            }
+            Entry::Vacant(v) => {
+                v.insert(job.id);
+            }
         }
     }
-    insert_job(db, job)?;
-    append_events(db, events)
+    Ok(())
 }
 
 fn decode_runner(json: &str) -> Result<RunnerRecord, Error> {
@@ -940,12 +1017,19 @@ impl Store for PgStore {
         let pushed = self
             .tx(Lock::Exclusive, true, move |db, inner| {
                 let mut next = next_id(db)?;
-                jobs.iter()
-                    .enumerate()
-                    .map(|(i, j)| {
-                        push_one(db, j, now, &inner.policy, &mut next).map_err(|e| in_batch(i, e))
-                    })
-                    .collect()
+                let mut held = NewJobs::default();
+                let mut pushed = Vec::with_capacity(jobs.len());
+                for (i, j) in jobs.iter().enumerate() {
+                    if push_reads(j) {
+                        // Outside `in_batch`: a failure to write the
+                        // earlier jobs is not this one's.
+                        held.flush(db)?;
+                    }
+                    let p = push_one(db, j, now, &inner.policy, &mut next, &mut held);
+                    pushed.push(p.map_err(|e| in_batch(i, e))?);
+                }
+                held.flush(db)?;
+                Ok(pushed)
             })
             .await?;
         self.analyze_after_bulk(count).await;
@@ -1112,12 +1196,7 @@ impl Store for PgStore {
 
     async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
         let count = jobs.len();
-        self.tx(Lock::Exclusive, true, move |db, _| {
-            jobs.iter()
-                .enumerate()
-                .try_for_each(|(i, (j, ev))| restore_tx(db, j, ev).map_err(|e| in_batch(i, e)))
-        })
-        .await?;
+        self.tx(Lock::Exclusive, true, move |db, _| restore_tx(db, &jobs)).await?;
         self.analyze_after_bulk(count).await;
         Ok(())
     }

@@ -9,7 +9,7 @@
 
 use slothqueue_core::{
     Claimed, Completion, Event, EventKind, Failure, Job, JobId, JobState, ListFilter, ListOrder,
-    Liveness, PurgeFilter, Settlement, Stats, Store, StoreError, Timestamp,
+    Liveness, NewJob, PurgeFilter, Settlement, Stats, Store, StoreError, Timestamp,
 };
 
 use crate::{Harness, event_kinds, job, refused_in_batch, secs, shell, snapshot};
@@ -476,6 +476,92 @@ pub async fn purge_keeps_a_pending_parent_a_pending_child_waits_on(h: &Harness) 
     let mut purged = s.purge(&everything).await.expect("purge");
     purged.sort_unstable();
     assert_eq!(purged, [waited_on.id, child.id, ended.id, fresh.id, fresh_child.id]);
+}
+
+/// In one `push_many`, jobs that read the queue (naming parents, carrying
+/// a key) may stand between long runs of jobs that do not, and each sees
+/// every job before it in the batch, as if the batch were pushed one job
+/// at a time: a job naming a plain job of the batch by id waits on it; a
+/// key repeated with the same payload is a duplicate of the batch's first
+/// job with it (`created == false`, no id used), and with a new payload
+/// supersedes that job; a job naming the key waits on its newest holder;
+/// a key the queue held is superseded mid-batch, and its dependent is
+/// cancelled. Every job, trail and edge is as returned. (The runs are long
+/// so that a store writing the jobs that read nothing in bulk does so
+/// between the reads. The batch names a plain job by the id it will get:
+/// a batch's new jobs are numbered one after the other, as the clone
+/// scenarios also count on.)
+pub async fn push_many_interleaves_plain_jobs_and_jobs_that_read(h: &Harness) {
+    const RUN: usize = 40;
+    let s = h.store();
+    let t = h.start();
+    let old = h.push_keyed(&*s, "echo old", "deploy", t).await;
+    let waiting = h.push(&*s, shell("echo waiting").after("deploy"), t).await;
+    let plain = |run: &'static str| (0..RUN).map(move |i| shell(&format!("echo {run} {i}")));
+    let named = waiting.id + 1 + 20;
+    let mut batch: Vec<NewJob> = plain("a").collect();
+    let child_at = batch.len();
+    batch.push(shell("echo child").after(named));
+    batch.extend(plain("b"));
+    let k1_at = batch.len();
+    batch.push(shell("echo k1").key("k"));
+    batch.extend(plain("c"));
+    let dup_at = batch.len();
+    batch.push(shell("echo k1").key("k"));
+    let k2_at = batch.len();
+    batch.push(shell("echo k2").key("k"));
+    let after_k_at = batch.len();
+    batch.push(shell("echo after k").after("k"));
+    batch.extend(plain("d"));
+    let deploy_at = batch.len();
+    batch.push(shell("echo new").key("deploy"));
+    batch.extend(plain("e"));
+    let now = h.at(secs(1));
+    let pushed =
+        s.push_many(batch.clone(), now).await.expect("a batch mixing plain jobs and reads");
+    assert_eq!(pushed.len(), batch.len());
+
+    let mut next = waiting.id + 1;
+    for (i, p) in pushed.iter().enumerate() {
+        if i == dup_at {
+            assert!(!p.created, "#{i}: a duplicate of the batch's own job");
+            continue;
+        }
+        assert!(p.created, "#{i}");
+        assert_eq!(p.job.id, next, "#{i}: the batch's new jobs are numbered in turn");
+        assert_eq!(p.job.command(), batch[i].payload["command"].as_str(), "#{i}");
+        next += 1;
+    }
+    let id = |i: usize| pushed[i].job.id;
+    assert_eq!(id(20), named);
+    let child = &pushed[child_at].job;
+    assert_eq!((child.after.clone(), child.pending_parents), (vec![named], 1));
+    assert_eq!((pushed[dup_at].job.id, pushed[dup_at].superseded), (id(k1_at), None));
+    assert_eq!(pushed[k2_at].superseded, Some(id(k1_at)));
+    let after_k = &pushed[after_k_at].job;
+    assert_eq!((after_k.after.clone(), after_k.pending_parents), (vec![id(k2_at)], 1));
+    assert_eq!(pushed[deploy_at].superseded, Some(old.id));
+
+    for (i, p) in pushed.iter().enumerate() {
+        if i == dup_at || i == k1_at {
+            continue;
+        }
+        assert_eq!(job(&*s, p.job.id).await, p.job, "#{i} as returned");
+        assert_eq!(event_kinds(&*s, p.job.id).await, [EventKind::Pushed], "#{i}");
+    }
+    let k1 = job(&*s, id(k1_at)).await;
+    assert_eq!((k1.state, k1.idempotency_key), (JobState::Cancelled, None));
+    assert_eq!(event_kinds(&*s, k1.id).await, [EventKind::Pushed, EventKind::Superseded]);
+    assert_eq!(job(&*s, old.id).await.state, JobState::Cancelled);
+    let why = format!("dependency #{} cancelled", old.id);
+    assert_cancelled_by(&*s, waiting.id, old.id, &why, now).await;
+    assert_eq!(s.dependents(named).await.expect("dependents"), [child.id]);
+    assert_eq!(s.dependents(id(k2_at)).await.expect("dependents"), [after_k.id]);
+    assert!(s.dependents(id(k1_at)).await.expect("dependents").is_empty());
+    let stats = s.stats(now).await.expect("stats");
+    let created = pushed.len() - 1;
+    assert_eq!((stats.pending, stats.cancelled), (created as u64 - 1, 3));
+    assert_eq!(stats.waiting_on_parents, 2);
 }
 
 /// `restore_many` (an import, in any order) keeps the edges: `after`,

@@ -2,8 +2,8 @@
 //! runner records.
 
 use slothqueue_core::{
-    Completion, Event, Failure, Job, JobState, ListFilter, ListOrder, RunnerActivity, RunnerRecord,
-    Store, StoreError, Timestamp,
+    Completion, Event, EventKind, Failure, Job, JobState, ListFilter, ListOrder, RunnerActivity,
+    RunnerRecord, Store, StoreError, Timestamp,
 };
 
 use crate::{Harness, event_kinds, job, refused_in_batch, secs, shell};
@@ -259,6 +259,106 @@ pub async fn restore_many_is_all_or_nothing(h: &Harness) {
     let top = moved.iter().map(|(j, _)| j.id).max().expect("jobs");
     let next = h.push(&*dst, shell("echo after"), t).await;
     assert!(next.id > top, "pushed #{} after importing up to #{top}", next.id);
+}
+
+/// A larger import (more than a few dozen jobs, so a store that writes a
+/// batch in bulk does) is checked in batch order, each job against the
+/// queue and the batch's jobs before it: of an id already in the queue
+/// and an id repeated in the batch, or a key the queue holds and a key
+/// repeated in the batch, the refusal names whichever comes first, and
+/// writes nothing. The batch then imports whole: every job and trail as
+/// exported (trails of several events, a running job's lease), and a job
+/// naming its parent twice keeps its `after` as given with one edge, so a
+/// cancel of the parent cancels it once.
+pub async fn restore_many_of_a_large_batch_refuses_the_first_clash_then_imports_whole(h: &Harness) {
+    const JOBS: usize = 40;
+    let src = h.store();
+    let t = h.start();
+    let mut fill = vec![shell("echo keyed").key("kept")];
+    fill.extend((0..JOBS).map(|i| shell(&format!("echo {i}"))));
+    let pushed = src.push_many(fill, t).await.expect("fill the source");
+    for _ in 0..5 {
+        let c = h.claim(&*src, "w1", t).await.expect("a job to run");
+        let done = Completion { result: Some("ok".into()), exit_code: Some(0) };
+        src.complete(c.job.id, &c.fence, done, h.at(secs(1))).await.expect("complete");
+    }
+    h.claim(&*src, "w2", t).await.expect("a job left running");
+    let parent = pushed[JOBS].job.id;
+    let child = h.push(&*src, shell("echo child").after(parent), t).await;
+    let (jobs, trails, _) = everything(&*src, t).await;
+    let mut batch: Vec<(Job, Vec<Event>)> = jobs.into_iter().zip(trails).collect();
+    let last = batch.last_mut().expect("the child");
+    assert_eq!(last.0.id, child.id);
+    last.0.after = vec![parent, parent];
+
+    let dst = h.open_other("restored");
+    let resident_id = 10_000;
+    let mut resident = batch[10].clone();
+    resident.0.id = resident_id;
+    resident.0.idempotency_key = Some("resident".into());
+    resident.1.iter_mut().for_each(|e| e.job_id = resident_id);
+    dst.restore(resident.0.clone(), resident.1.clone()).await.expect("the resident");
+    let before = everything(&*dst, t).await;
+
+    let plain = |id, key: Option<&str>| {
+        let mut j = batch[1].0.clone();
+        (j.id, j.state, j.lease, j.idempotency_key) =
+            (id, JobState::Cancelled, None, key.map(str::to_owned));
+        (j, Vec::new())
+    };
+    let with = |mut bad: Vec<(usize, (Job, Vec<Event>))>| {
+        bad.sort_by_key(|(at, _)| *at);
+        let mut b = batch.clone();
+        for (at, j) in bad {
+            b.insert(at, j);
+        }
+        b
+    };
+    let again = plain(batch[3].0.id, None);
+    let taken = plain(resident_id, None);
+    let (fresh, fresher) = (20_000, 20_001);
+    let kept_again = plain(fresh, Some("kept"));
+    let residents_key = plain(fresher, Some("resident"));
+    let bad_batches = [
+        (
+            "an id of the batch, then one of the queue",
+            10,
+            vec![(10, again.clone()), (30, taken.clone())],
+        ),
+        ("an id of the queue, then one of the batch", 10, vec![(10, taken), (30, again)]),
+        (
+            "a key of the batch, then one of the queue",
+            12,
+            vec![(12, kept_again.clone()), (25, residents_key.clone())],
+        ),
+        (
+            "a key of the queue, then one of the batch",
+            12,
+            vec![(12, residents_key), (25, kept_again)],
+        ),
+    ];
+    for (what, at, bad) in bad_batches {
+        let out = dst.restore_many(with(bad)).await;
+        assert_eq!(refused_in_batch(&out, what).0, at, "{what}: the first clash's place");
+        assert_eq!(everything(&*dst, t).await, before, "{what}: nothing was written");
+    }
+
+    dst.restore_many(batch.clone()).await.expect("the batch imports whole");
+    for (j, ev) in &batch {
+        assert_eq!(job(&*dst, j.id).await, *j);
+        assert_eq!(&dst.events(j.id).await.expect("events"), ev);
+        crate::assert_trail_consistent(&*dst, j.id).await;
+    }
+    assert!(batch.iter().any(|(_, ev)| ev.len() >= 3), "trails of several events");
+    assert_eq!(dst.dependents(parent).await.expect("dependents"), [child.id]);
+    assert_eq!(dst.stats(t).await.expect("stats").waiting_on_parents, 1);
+    dst.cancel(parent, h.at(secs(2))).await.expect("cancel the parent");
+    let c = job(&*dst, child.id).await;
+    assert_eq!((c.state, c.cancelled_by), (JobState::Cancelled, Some(parent)));
+    let trail = event_kinds(&*dst, child.id).await;
+    assert_eq!(trail, [EventKind::Pushed, EventKind::Cancelled], "cancelled once");
+    let next = h.push(&*dst, shell("echo after"), t).await;
+    assert!(next.id > resident_id, "pushed #{} after importing up to #{resident_id}", next.id);
 }
 
 /// Runner records are stored whole, replaced by owner id on a second put,
