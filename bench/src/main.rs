@@ -149,9 +149,10 @@ impl Sizes {
         }
     }
 
-    /// [`Sizes::quick`] for PostgreSQL, with fewer jobs to push: each job
-    /// of a `push_many` is two round trips to the server (about 750 jobs/s
-    /// in a dev build), and the quick run must add at most ~30 s to CI.
+    /// [`Sizes::quick`] for PostgreSQL, with smaller queues: every claim,
+    /// settle and dependent written is a few round trips to the server
+    /// (milliseconds each in a dev build), and the quick run must add at
+    /// most ~30 s to CI.
     fn quick_postgres() -> Sizes {
         Sizes {
             backlogs: [100, 500, 2_000],
