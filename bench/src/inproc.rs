@@ -4,7 +4,6 @@
 //! claim_concurrency, drain, slots and bytes_per_job; the dependency
 //! figures are in `deps.rs`.
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -18,7 +17,7 @@ use slothqueue_core::{
 use slothqueue_runner::{LoadGate, Mode, Runner, RunnerConfig, ShutdownSignal, log_dir_for};
 
 use crate::pg;
-use crate::raw::{PUSH_TABLES, RawCommit, RawPg, RawRedb, RawSqlite};
+use crate::raw::{PUSH_TABLES, RawCommit, RawPg, RawRedb, RawSqlite, rate_for};
 use crate::setting::{Backend, QueueFile as _, Setting};
 use crate::stats::{Figures, median};
 use crate::{Args, Sizes};
@@ -30,24 +29,6 @@ fn now() -> Timestamp {
 /// A `true` shell job recorded in `cwd`.
 fn true_job(cwd: &Path) -> NewJob {
     NewJob::shell("true", cwd.to_string_lossy())
-}
-
-/// Runs `op` until `d` has passed; operations per second and the count.
-async fn rate_for<F, Fut>(d: Duration, mut op: F) -> Result<(f64, u64)>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<()>>,
-{
-    let start = Instant::now();
-    let mut n = 0u64;
-    loop {
-        op().await?;
-        n += 1;
-        let elapsed = start.elapsed();
-        if elapsed >= d {
-            return Ok((n as f64 / elapsed.as_secs_f64(), n));
-        }
-    }
 }
 
 /// One job through its whole life: push, claim, complete.

@@ -224,29 +224,25 @@ impl RawPg {
 
     /// Commits single-row transactions for about `d`; the rate per second.
     pub async fn commit_for(&mut self, d: Duration) -> Result<f64> {
-        let start = Instant::now();
-        let mut n = 0u64;
-        loop {
-            self.commit_one().await?;
-            n += 1;
-            let elapsed = start.elapsed();
-            if elapsed >= d {
-                return Ok(n as f64 / elapsed.as_secs_f64());
-            }
-        }
+        Ok(rate_for(d, async || self.commit_one().await).await?.0)
     }
 
     /// [`RawPg::autocommit_one`] for about `d`; the rate per second.
     pub async fn autocommit_for(&self, d: Duration) -> Result<f64> {
-        let start = Instant::now();
-        let mut n = 0u64;
-        loop {
-            self.autocommit_one().await?;
-            n += 1;
-            let elapsed = start.elapsed();
-            if elapsed >= d {
-                return Ok(n as f64 / elapsed.as_secs_f64());
-            }
+        Ok(rate_for(d, async || self.autocommit_one().await).await?.0)
+    }
+}
+
+/// Runs `op` until `d` has passed; operations per second and the count.
+pub async fn rate_for(d: Duration, mut op: impl AsyncFnMut() -> Result<()>) -> Result<(f64, u64)> {
+    let start = Instant::now();
+    let mut n = 0u64;
+    loop {
+        op().await?;
+        n += 1;
+        let elapsed = start.elapsed();
+        if elapsed >= d {
+            return Ok((n as f64 / elapsed.as_secs_f64(), n));
         }
     }
 }
