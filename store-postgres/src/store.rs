@@ -376,10 +376,30 @@ fn claim_tx(
     policy: &Policy,
     exclusive: bool,
 ) -> Result<Option<Claimed>, Error> {
+    let lanes = lanes_for_claim(db, exclusive)?;
+    claim_with_lanes(db, keys, lanes, request, now, policy, exclusive)
+}
+
+/// The lanes a claim judges by, or [`Error::Escalate`] under the shared
+/// lock when any are configured.
+fn lanes_for_claim(db: &Db<'_>, exclusive: bool) -> Result<Lanes, Error> {
     let lanes = read_lanes(db)?;
     if !exclusive && !lanes.is_default() {
         return Err(Error::Escalate);
     }
+    Ok(lanes)
+}
+
+/// [`claim_tx`] with the lanes read already ([`lanes_for_claim`]).
+fn claim_with_lanes(
+    db: &Db<'_>,
+    keys: &Keys,
+    lanes: Lanes,
+    request: &ClaimRequest,
+    now: Timestamp,
+    policy: &Policy,
+    exclusive: bool,
+) -> Result<Option<Claimed>, Error> {
     let running = running_jobs(db, !exclusive)?;
     let check = LaneCheck::new(lanes, &running);
     let best_due = best_due_pending(db, &request.filter, &check, now)?;
@@ -435,7 +455,8 @@ fn claim_any(
 /// opposite orders deadlock, and the server's deadlock is retried. Whatever
 /// needs a view of every job (pushes, cancels, retries, purges) holds the
 /// lock exclusively and waits for them. A claim that must escalate
-/// ([`claim_tx`]) runs the whole transaction again under the exclusive lock.
+/// ([`claim_tx`]) runs the whole transaction again under the exclusive lock;
+/// with lanes configured it knows so before the settle is written.
 fn settle_any(
     db: &Db<'_>,
     inner: &Inner,
@@ -448,6 +469,9 @@ fn settle_any(
     let keys = &inner.keys;
     let policy = &inner.policy;
     let attempt = |db: &Db<'_>, exclusive: bool| {
+        // Read first: with lanes configured the claim escalates, and the
+        // settle is not written twice for it.
+        let lanes = next.map(|_| lanes_for_claim(db, exclusive)).transpose()?;
         let job = load(db, id)?;
         let t = machine::settle(&job, fence, settlement, now, policy)?;
         let settled = write(db, job, t, now)?;
@@ -455,9 +479,11 @@ fn settle_any(
             slothqueue_core::failpoint::hit("mid_complete"); // written, not committed
         }
         // Sees the settle's writes: a dependent it made due may be taken.
-        let next = match next {
-            Some(request) => claim_tx(db, keys, request, now, policy, exclusive)?,
-            None => None,
+        let next = match (next, lanes) {
+            (Some(request), Some(lanes)) => {
+                claim_with_lanes(db, keys, lanes, request, now, policy, exclusive)?
+            }
+            _ => None,
         };
         Ok(SettledAndClaimed { settled, next })
     };
