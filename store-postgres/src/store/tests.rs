@@ -230,3 +230,32 @@ fn a_large_batch_is_analyzed_for_the_claims_after_it() {
         .unwrap();
     assert!(believed >= 1_500.0, "the planner believes jobs holds {believed} rows");
 }
+
+/// A call that waits for the queue's lock longer than `busy_timeout` is
+/// `Busy` and writes nothing, and the connection it waited on (the lock
+/// is taken in `BEGIN`'s round trip, so the failed `BEGIN` left an aborted
+/// transaction open) is rolled back and serves the next call.
+#[test]
+fn a_lock_held_too_long_is_busy_and_its_connection_serves_on() {
+    let Some((url, _dir)) = fresh("busy") else { return };
+    let rt = runtime();
+    let options = PgOptions {
+        busy_timeout: Duration::from_millis(200),
+        pool_size: 1,
+        ..PgOptions::default()
+    };
+    let waiter = PgStore::open(&url, options).unwrap();
+    let holder = PgStore::open(&url, PgOptions::default()).unwrap();
+    let refused = holder
+        .inner
+        .run(true, |db, inner| {
+            db.transaction(&inner.keys, Lock::Exclusive, false, &mut |_| {
+                Ok(rt.block_on(waiter.push(NewJob::shell("true", "/"), t(0))))
+            })
+        })
+        .unwrap();
+    assert!(matches!(refused, Err(StoreError::Busy { .. })), "{refused:?}");
+    // One connection in the pool: the refused call's own.
+    let pushed = rt.block_on(waiter.push(NewJob::shell("true", "/"), t(1))).unwrap();
+    assert_eq!(pushed.job.id, 1, "the refused push wrote nothing");
+}
