@@ -146,7 +146,7 @@ fn defined_scenarios(area: &str, text: &str) -> Vec<String> {
 
 #[test]
 fn every_conformance_scenario_is_listed_and_every_listed_one_exists() {
-    let dir = project_root().join("conformance/src/scenarios");
+    let dir = project_root().join("tests/src/scenarios");
     let mod_rs = fs::read_to_string(dir.join("mod.rs")).unwrap_or_default();
     let listed = listed_scenarios(&mod_rs);
     assert!(listed.len() > 10, "found too few scenarios in the `__with_scenarios!` list");
@@ -159,7 +159,7 @@ fn every_conformance_scenario_is_listed_and_every_listed_one_exists() {
     let missing: Vec<&String> = listed.iter().filter(|l| !defined.contains(l)).collect();
     assert!(
         unlisted.is_empty() && missing.is_empty(),
-        "conformance/src/scenarios/mod.rs: `__with_scenarios!` must list every scenario: \
+        "tests/src/scenarios/mod.rs: `__with_scenarios!` must list every scenario: \
          never run (not listed): {unlisted:?}; listed but not defined: {missing:?}"
     );
 }
@@ -496,4 +496,33 @@ fn every_example_is_run_by_cargo_test() {
     }
     declared.sort();
     assert_eq!(found, declared, "cli/examples/ and cli/Cargo.toml's [[example]] entries differ");
+}
+
+/// The user's design card names the workspace's top level: `Cargo.toml`,
+/// `core`, `store-sqlite`, `store-redb`, `runner`, `cli`, `xtask` and
+/// `tests` (the shared conformance suite). More crates beside them are
+/// fine; none of these may be renamed away.
+#[test]
+fn the_top_level_keeps_the_design_cards_names() {
+    let root = project_root();
+    let card = ["core", "store-sqlite", "store-redb", "runner", "cli", "xtask", "tests"];
+    assert!(root.join("Cargo.toml").is_file(), "the top-level Cargo.toml is missing");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml"))
+        .unwrap_or_else(|e| panic!("cannot read Cargo.toml: {e}"));
+    for name in card {
+        assert!(
+            root.join(name).join("Cargo.toml").is_file(),
+            "the design card names a top-level `{name}/` crate, and it is missing"
+        );
+        assert!(
+            manifest.contains(&format!("\"{name}\"")),
+            "the design card's `{name}/` is not a member of the workspace"
+        );
+    }
+    let suite = std::fs::read_to_string(root.join("tests/Cargo.toml"))
+        .unwrap_or_else(|e| panic!("cannot read tests/Cargo.toml: {e}"));
+    assert!(
+        suite.contains("name = \"slothqueue-conformance\""),
+        "the top-level tests/ holds the shared conformance suite"
+    );
 }
