@@ -12,6 +12,7 @@ pub mod job;
 pub mod lane;
 pub mod liveness;
 pub mod machine;
+pub mod ops;
 pub mod policy;
 pub mod schedule;
 pub mod serving;

@@ -122,6 +122,33 @@ pub struct PurgeFilter {
     pub older_than: Option<Timestamp>,
 }
 
+impl PurgeFilter {
+    /// The states whose jobs this purge may delete: the terminal ones, and
+    /// pending when asked (never running).
+    pub fn states(&self) -> &'static [JobState] {
+        if self.include_pending {
+            &[JobState::Pending, JobState::Done, JobState::Failed, JobState::Cancelled]
+        } else {
+            &[JobState::Done, JobState::Failed, JobState::Cancelled]
+        }
+    }
+
+    /// **Purge eligibility**, the one rule: whether `job` is one this
+    /// filter names (of [`PurgeFilter::states`], and old enough: a pending
+    /// job by its creation, any other by its end, or its creation when it
+    /// has none). A pending job that a job left behind still waits on is
+    /// kept by [`crate::machine::plan_purge`], not here.
+    pub fn admits(&self, job: &Job) -> bool {
+        let age = match job.state {
+            JobState::Running => return false,
+            JobState::Pending if !self.include_pending => return false,
+            JobState::Pending => job.created_at,
+            _ => job.finished_at.unwrap_or(job.created_at),
+        };
+        self.older_than.is_none_or(|o| age < o)
+    }
+}
+
 /// What a runner is doing, recorded so `status` and `show` can explain why a
 /// job is not running.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -1,26 +1,21 @@
-//! The suite's self-test: a deliberately naive reference `Store` built
-//! straight from `slothqueue_core::machine` (an append-only JSON-lines log,
-//! appended under an exclusive file lock by every call) must pass every scenario,
-//! including the multi-process ones. A scenario that fails here is a bug in
-//! the scenario (or in core), not in a backend.
+//! The suite's self-test: a deliberately naive reference `Store` (an
+//! append-only JSON-lines log, appended under an exclusive file lock by
+//! every call) must pass every scenario, including the multi-process ones.
+//! A scenario that fails here is a bug in the scenario (or in core), not in
+//! a backend.
 //!
-//! Dependencies follow core's rule the way a backend must: the in-memory
-//! state is a [`machine::Graph`], parents are resolved at push, and every
-//! transition written goes through [`machine::plan_with_dependents`], whose
-//! writes (the job's own, then its dependents') are applied in order, each
-//! checked against the job as planned from.
+//! It is an in-memory [`Tx`]: the state replayed from the log, with row
+//! verbs that append log records, and every write operation is
+//! `slothqueue_core::ops` run on it under the lock, exactly as a backend
+//! runs them inside its transaction. It pushes nothing down into its search
+//! for due jobs (every pending job comes back, in claim order), so core's
+//! claim rule applies every predicate on its own here. What is its own:
+//! the log format, and the reads (`list`, `stats`, `next_due`, counts,
+//! trails, runner records).
 //!
-//! Lanes follow the rule every store follows: one log line per scope key
-//! (the defaults written as a deletion), and every claim builds its
-//! [`LaneCheck`] from the lanes and every running job under the same lock
-//! that writes the claim. Holds and attempt notes go through the same one
-//! write path as every other transition.
-//!
-//! Schedules are one log line each under their key (a removal written as
-//! `null`); `fire_schedules` plans every schedule with
-//! [`schedule::plan_tick`] under the same lock, reading its last tick's
-//! job there, and pushes a tick's job through the one push path every
-//! `push` and `clone` takes.
+//! Lanes are one log line per scope key (the defaults written as a
+//! deletion); schedules one log line each under their key (a removal
+//! written as `null`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
@@ -31,14 +26,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use slothqueue_core::machine::{self, Graph, PlannedWrite, PushPlan, Transition};
-use slothqueue_core::schedule::{self, PutPlan, TickAction};
+use slothqueue_core::ops::{self, ClaimCursor, DueScope, Tx};
 use slothqueue_core::{
     AttemptNote, ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job,
-    JobId, JobState, LaneChange, LaneCheck, LaneScope, LaneSettings, Lanes, ListFilter, ListOrder,
+    JobEdit, JobId, JobState, LaneChange, LaneScope, LaneSettings, Lanes, ListFilter, ListOrder,
     NewJob, NewSchedule, Policy, PurgeFilter, Pushed, PutSchedule, QueueCounts, RunnerRecord,
     Schedule, ScheduleChange, SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError,
-    Ticks, Timestamp,
+    Ticks, Timestamp, Transition,
 };
 
 /// One line of the append-only log: a job written whole with the events
@@ -147,147 +141,8 @@ impl State {
         self.replay(r);
     }
 
-    fn apply(&mut self, t: Transition) {
-        self.record(Record::Job(Box::new(t.job), t.events));
-    }
-
     fn existing(&self, id: JobId) -> Result<&Job, StoreError> {
         self.jobs.get(&id).ok_or(StoreError::NotFound(id))
-    }
-
-    /// Writes the plan of `before → t`: the job's own write and every
-    /// dependent's, in order, each only if the job is still as planned from
-    /// (it always is here, under the lock; a backend's write is conditional
-    /// the same way). Returns the job as written.
-    fn write(&mut self, before: Job, t: Transition, now: Timestamp) -> Result<Job, StoreError> {
-        let id = before.id;
-        let plan = machine::plan_with_dependents(self, before, t, now)?;
-        self.write_plan(plan);
-        self.existing(id).cloned()
-    }
-
-    fn write_plan(&mut self, plan: Vec<PlannedWrite>) {
-        for w in plan {
-            assert_eq!(
-                self.jobs.get(&w.before.id),
-                Some(&w.before),
-                "a write planned from a stale job"
-            );
-            self.apply(w.after);
-        }
-    }
-
-    fn push(
-        &mut self,
-        new: &NewJob,
-        now: Timestamp,
-        policy: &Policy,
-    ) -> Result<Pushed, StoreError> {
-        let parents = machine::resolve_parents(self, new)?;
-        let id = self.next_id.max(1);
-        let holder = match &new.idempotency_key {
-            Some(k) => self.key_holder(k)?,
-            None => None,
-        };
-        match machine::plan_push(new, holder.as_ref(), id, now) {
-            PushPlan::Duplicate(old) => {
-                Ok(Pushed { job: self.existing(old)?.clone(), created: false, superseded: None })
-            }
-            PushPlan::Insert { displaced, superseded } => {
-                if let (Some(d), Some(before)) = (displaced, holder) {
-                    self.write(before, *d, now)?;
-                }
-                // The displaced holder may be one of the parents, and may
-                // have just been cancelled: create from them as they are now.
-                let parents: Vec<Job> = parents
-                    .iter()
-                    .map(|p| self.existing(p.id).cloned())
-                    .collect::<Result<_, _>>()?;
-                let t = machine::create(id, new, &parents, now, policy);
-                let job = t.job.clone();
-                self.apply(t);
-                self.record(Record::NextId(id + 1));
-                Ok(Pushed { job, created: true, superseded })
-            }
-        }
-    }
-
-    /// The claim's transaction: the running jobs and the best due pending
-    /// job to `plan_claim`, its retired jobs written with their dependents,
-    /// then the job it takes.
-    fn claim(
-        &mut self,
-        request: &ClaimRequest,
-        now: Timestamp,
-        policy: &Policy,
-    ) -> Result<Option<Claimed>, StoreError> {
-        let running: Vec<Job> =
-            self.jobs.values().filter(|j| j.state == JobState::Running).cloned().collect();
-        let check = LaneCheck::new(self.lanes.clone(), &running);
-        // While every queue is paused no pending job is read at all; else
-        // the best due one of a lane that lets it start.
-        let best_due = if check.all_paused() {
-            None
-        } else {
-            self.jobs
-                .values()
-                .filter(|j| j.is_due(now) && request.filter.admits(j) && check.may_start(&j.queue))
-                .min_by_key(|j| j.claim_order())
-                .cloned()
-        };
-        let plan = machine::plan_claim(request, &check, running, best_due, now, policy)?;
-        let claimed = plan.claimed();
-        for w in plan.retire.into_iter().chain(plan.take) {
-            self.write(w.before, w.after, now)?;
-        }
-        Ok(claimed)
-    }
-
-    /// Changes one lane's settings as [`Lanes::apply`] says, writing the
-    /// scope's settings (or their deletion, when back to the defaults).
-    fn change_lane(&mut self, scope: &LaneScope, change: &LaneChange) -> Result<Lanes, StoreError> {
-        let mut lanes = self.lanes.clone();
-        let after = lanes.apply(scope, change)?;
-        let kept = (!after.is_default()).then_some(after);
-        self.record(Record::Lane(scope.key().to_owned(), kept));
-        debug_assert_eq!(self.lanes, lanes, "the record replays to what apply made");
-        Ok(self.lanes.clone())
-    }
-
-    fn write_schedule(&mut self, s: Schedule) {
-        self.record(Record::Schedule(s.key.clone(), Some(Box::new(s))));
-    }
-
-    /// One transaction of `fire_schedules`: every stored schedule in key
-    /// order to [`schedule::plan_tick`] with the state of its last tick's
-    /// job as it is now, and the plan written: an enqueue through the one
-    /// push path (id, key, `pushed`), then the plan's events and the
-    /// schedule; a skip's event on the unfinished job; a drop's cursor.
-    fn fire_schedules(&mut self, now: Timestamp, policy: &Policy) -> Result<Ticks, StoreError> {
-        let due: Vec<Schedule> = self.schedules.values().cloned().collect();
-        let mut ticks = Vec::new();
-        for s in due {
-            let previous =
-                s.last_fire.as_ref().and_then(|f| self.jobs.get(&f.job)).map(|j| j.state);
-            let Some(plan) = schedule::plan_tick(&s, now, previous) else { continue };
-            let (after, events, tick) = match plan.action.clone() {
-                TickAction::Enqueue(new) => {
-                    machine::validate(&new)?;
-                    let pushed = self.push(&new, now, policy)?;
-                    plan.enqueued(pushed.job.id, pushed.created, now)
-                }
-                TickAction::Skip { .. } | TickAction::Drop => plan.without_push(),
-            };
-            // Each event's job, unchanged, written again with it (the new
-            // job's `scheduled`, a skip's `tick_skipped` on the unfinished one).
-            for event in events {
-                let job = self.existing(event.job_id)?.clone();
-                self.record(Record::Job(Box::new(job), vec![event]));
-            }
-            self.write_schedule(after);
-            ticks.push(tick);
-        }
-        Ok(Ticks { ticks, next: schedule::next_fire(self.schedules.values()) })
     }
 
     /// Every queue with a pending or running job, counted, by name.
@@ -312,42 +167,13 @@ impl State {
         }
         by_queue.into_values().collect()
     }
-
-    /// Settles the attempt held under `fence`, as `complete` or `fail`.
-    fn settle(
-        &mut self,
-        id: JobId,
-        fence: &Fence,
-        settlement: &Settlement,
-        now: Timestamp,
-        policy: &Policy,
-    ) -> Result<Job, StoreError> {
-        let before = self.existing(id)?.clone();
-        let t = machine::settle(&before, fence, settlement, now, policy)?;
-        self.write(before, t, now)
-    }
 }
 
-impl State {
-    /// One job of an import, checked on its own and against the queue.
-    fn restore_one(&mut self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
-        machine::check_restore(&job, &events)?;
-        if self.jobs.contains_key(&job.id) {
-            return Err(StoreError::InvalidInput(format!("job #{} exists", job.id)));
-        }
-        let key = job.idempotency_key.as_ref();
-        if key.is_some() && self.jobs.values().any(|j| j.idempotency_key.as_ref() == key) {
-            return Err(StoreError::InvalidInput(format!("job #{}: key held", job.id)));
-        }
-        self.record(Record::NextId(self.next_id.max(job.id + 1)));
-        self.record(Record::Job(Box::new(job), events));
-        Ok(())
-    }
-}
-
-/// What the dependency rule reads: the state as this call has it so far
-/// (a batch sees its earlier jobs).
-impl Graph for State {
+/// The row verbs over the state as this call has it so far (a batch sees
+/// its earlier jobs), each write a log record. Nothing is pushed down into
+/// the search for due jobs: every pending job comes back in claim order,
+/// so the suite proves that core applies every claim predicate itself.
+impl Tx for State {
     type Error = StoreError;
 
     fn job(&mut self, id: JobId) -> Result<Option<Job>, StoreError> {
@@ -359,13 +185,100 @@ impl Graph for State {
     }
 
     fn dependents(&mut self, id: JobId) -> Result<Vec<JobId>, StoreError> {
+        // The map is in id order, so they come lowest first.
         Ok(self.jobs.values().filter(|j| j.after.contains(&id)).map(|j| j.id).collect())
     }
-}
 
-/// A batch's refusal, naming the element (from 0).
-fn in_batch(index: usize) -> impl FnOnce(StoreError) -> StoreError {
-    move |e| StoreError::InBatch { index, error: Box::new(e) }
+    fn running(&mut self) -> Result<Vec<Job>, StoreError> {
+        Ok(self.jobs.values().filter(|j| j.state == JobState::Running).cloned().collect())
+    }
+
+    fn due(
+        &mut self,
+        _scope: &DueScope<'_>,
+        after: Option<&ClaimCursor>,
+        limit: usize,
+    ) -> Result<Vec<Job>, StoreError> {
+        let mut pending: Vec<&Job> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Pending && after.is_none_or(|c| c.precedes(j)))
+            .collect();
+        pending.sort_by_key(|j| j.claim_order());
+        Ok(pending.into_iter().take(limit).cloned().collect())
+    }
+
+    fn jobs_in(&mut self, states: &[JobState]) -> Result<Vec<Job>, StoreError> {
+        Ok(self.jobs.values().filter(|j| states.contains(&j.state)).cloned().collect())
+    }
+
+    fn lanes(&mut self) -> Result<Lanes, StoreError> {
+        Ok(self.lanes.clone())
+    }
+
+    fn put_lane(&mut self, scope: &LaneScope, settings: &LaneSettings) -> Result<(), StoreError> {
+        let kept = (!settings.is_default()).then(|| settings.clone());
+        self.record(Record::Lane(scope.key().to_owned(), kept));
+        Ok(())
+    }
+
+    fn schedule(&mut self, key: &str) -> Result<Option<Schedule>, StoreError> {
+        Ok(self.schedules.get(key).cloned())
+    }
+
+    fn schedules(&mut self) -> Result<Vec<Schedule>, StoreError> {
+        // The map is in key order.
+        Ok(self.schedules.values().cloned().collect())
+    }
+
+    fn put_schedule(&mut self, s: &Schedule) -> Result<(), StoreError> {
+        self.record(Record::Schedule(s.key.clone(), Some(Box::new(s.clone()))));
+        Ok(())
+    }
+
+    fn delete_schedule(&mut self, key: &str) -> Result<(), StoreError> {
+        self.record(Record::Schedule(key.to_owned(), None));
+        Ok(())
+    }
+
+    fn next_id(&mut self) -> Result<JobId, StoreError> {
+        Ok(self.next_id.max(1))
+    }
+
+    fn insert(&mut self, job: &Job, events: &[Event]) -> Result<(), StoreError> {
+        if self.jobs.contains_key(&job.id) {
+            return Err(StoreError::Backend(format!("job #{} inserted twice", job.id)));
+        }
+        self.record(Record::Job(Box::new(job.clone()), events.to_vec()));
+        self.record(Record::NextId(self.next_id.max(job.id + 1)));
+        Ok(())
+    }
+
+    fn update(&mut self, before: &Job, after: &Transition) -> Result<(), StoreError> {
+        // Always as planned from here, under the lock; a backend's write is
+        // conditional the same way.
+        if self.jobs.get(&before.id) != Some(before) {
+            return Err(StoreError::Backend(format!("job #{} changed under a write", before.id)));
+        }
+        self.record(Record::Job(Box::new(after.job.clone()), after.events.clone()));
+        Ok(())
+    }
+
+    fn append(&mut self, events: &[Event]) -> Result<(), StoreError> {
+        // Each event's job, unchanged, written again with it.
+        for event in events {
+            let job = self.existing(event.job_id)?.clone();
+            self.record(Record::Job(Box::new(job), vec![event.clone()]));
+        }
+        Ok(())
+    }
+
+    fn delete(&mut self, jobs: &[Job]) -> Result<(), StoreError> {
+        for job in jobs {
+            self.record(Record::Delete(job.id));
+        }
+        Ok(())
+    }
 }
 
 struct RefStore {
@@ -440,18 +353,11 @@ impl Store for RefStore {
         new: &NewSchedule,
         now: Timestamp,
     ) -> Result<PutSchedule, StoreError> {
-        self.with(|st| match schedule::create(new, st.schedules.get(&new.key), now)? {
-            PutPlan::Insert(s) => {
-                st.write_schedule(s.clone());
-                Ok(PutSchedule { schedule: s, created: true })
-            }
-            PutPlan::Unchanged(s) => Ok(PutSchedule { schedule: s, created: false }),
-        })
+        self.with(|st| ops::put_schedule(st, new, now))
     }
 
     async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
-        // The map is in key order.
-        self.with(|st| Ok(st.schedules.values().cloned().collect()))
+        self.with(Tx::schedules)
     }
 
     async fn change_schedule(
@@ -460,28 +366,15 @@ impl Store for RefStore {
         change: &ScheduleChange,
         now: Timestamp,
     ) -> Result<Option<Schedule>, StoreError> {
-        self.with(|st| {
-            let s = st.schedules.get(key).ok_or_else(|| StoreError::NoSchedule(key.to_owned()))?;
-            let after = schedule::change(s, change, now);
-            st.record(Record::Schedule(key.to_owned(), after.clone().map(Box::new)));
-            Ok(after)
-        })
+        self.with(|st| ops::change_schedule(st, key, change, now))
     }
 
     async fn fire_schedules(&self, now: Timestamp) -> Result<Ticks, StoreError> {
-        self.with(|st| st.fire_schedules(now, &self.policy))
+        self.with(|st| ops::fire_schedules(st, now, &self.policy))
     }
 
     async fn restore_schedules(&self, schedules: Vec<Schedule>) -> Result<(), StoreError> {
-        for s in &schedules {
-            schedule::check_restore(s)?;
-        }
-        self.with(|st| {
-            for s in schedules {
-                st.write_schedule(s);
-            }
-            Ok(())
-        })
+        self.with(|st| ops::restore_schedules(st, &schedules))
     }
 
     async fn note_attempt(
@@ -491,59 +384,28 @@ impl Store for RefStore {
         note: &AttemptNote,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
-        self.with(|st| {
-            let before = st.existing(id)?.clone();
-            let t = machine::note_attempt(&before, fence, note, now)?;
-            st.write(before, t, now)
-        })
+        self.with(|st| ops::note_attempt(st, id, fence, note, now))
     }
 
     async fn hold(&self, id: JobId, stamp: Stamp, now: Timestamp) -> Result<Job, StoreError> {
-        self.with(|st| {
-            let before = st.existing(id)?.clone();
-            let t = machine::hold(&before, stamp, now)?;
-            st.write(before, t, now)
-        })
+        self.with(|st| ops::hold(st, id, stamp, now))
     }
 
     async fn release_hold(&self, id: JobId, by: &str, now: Timestamp) -> Result<Job, StoreError> {
-        self.with(|st| {
-            let before = st.existing(id)?.clone();
-            let t = machine::release_hold(&before, by, now)?;
-            st.write(before, t, now)
-        })
+        self.with(|st| ops::release_hold(st, id, by, now))
     }
 
-    async fn edit(
-        &self,
-        id: JobId,
-        edit: &slothqueue_core::JobEdit,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        self.with(|st| {
-            let before = st.existing(id)?.clone();
-            let t = machine::edit(&before, edit, now)?;
-            st.write(before, t, now)
-        })
+    async fn edit(&self, id: JobId, edit: &JobEdit, now: Timestamp) -> Result<Job, StoreError> {
+        self.with(|st| ops::edit(st, id, edit, now))
     }
 
     async fn clone_job(
         &self,
         id: JobId,
-        edit: &slothqueue_core::JobEdit,
+        edit: &JobEdit,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
-        self.with(|st| {
-            let original = st.existing(id)?.clone();
-            let new = machine::clone_of(&original, edit)?;
-            let pushed = st.push(&new, now, &self.policy)?;
-            let [on_original, on_clone] = machine::cloned_events(original.id, pushed.job.id, now);
-            // Each job written as it is, with the one event it gains.
-            let original = st.existing(original.id)?.clone();
-            st.record(Record::Job(Box::new(original), vec![on_original]));
-            st.record(Record::Job(Box::new(pushed.job.clone()), vec![on_clone]));
-            Ok(pushed.job)
-        })
+        self.with(|st| ops::clone_job(st, id, edit, now, &self.policy))
     }
 
     async fn lanes(&self) -> Result<Lanes, StoreError> {
@@ -555,7 +417,7 @@ impl Store for RefStore {
         scope: &LaneScope,
         change: &LaneChange,
     ) -> Result<Lanes, StoreError> {
-        self.with(|st| st.change_lane(scope, change))
+        self.with(|st| ops::change_lane(st, scope, change))
     }
 
     async fn queue_counts(&self, now: Timestamp) -> Result<Vec<QueueCounts>, StoreError> {
@@ -563,8 +425,8 @@ impl Store for RefStore {
     }
 
     async fn push(&self, new: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
-        machine::validate(&new)?;
-        self.with(|st| st.push(&new, now, &self.policy))
+        let mut pushed = self.push_many(vec![new], now).await.map_err(ops::alone)?;
+        pushed.pop().ok_or_else(|| StoreError::Backend("push returned nothing".to_owned()))
     }
 
     async fn push_many(
@@ -572,16 +434,7 @@ impl Store for RefStore {
         jobs: Vec<NewJob>,
         now: Timestamp,
     ) -> Result<Vec<Pushed>, StoreError> {
-        for (i, new) in jobs.iter().enumerate() {
-            machine::validate(new).map_err(StoreError::from).map_err(in_batch(i))?;
-        }
-        self.with(|st| {
-            let mut pushed = Vec::with_capacity(jobs.len());
-            for (i, new) in jobs.iter().enumerate() {
-                pushed.push(st.push(new, now, &self.policy).map_err(in_batch(i))?);
-            }
-            Ok(pushed)
-        })
+        self.with(|st| ops::push_many(st, &jobs, now, &self.policy))
     }
 
     async fn claim(
@@ -589,7 +442,7 @@ impl Store for RefStore {
         request: &ClaimRequest,
         now: Timestamp,
     ) -> Result<Option<Claimed>, StoreError> {
-        self.with(|st| st.claim(request, now, &self.policy))
+        self.with(|st| ops::claim(st, request, now, &self.policy))
     }
 
     async fn heartbeat(
@@ -599,12 +452,7 @@ impl Store for RefStore {
         child_pgid: Option<i32>,
         now: Timestamp,
     ) -> Result<HeartbeatAck, StoreError> {
-        self.with(|st| {
-            let before = st.existing(id)?.clone();
-            let (t, ack) = machine::heartbeat(&before, fence, now, &self.policy, child_pgid)?;
-            st.write(before, t, now)?;
-            Ok(ack)
-        })
+        self.with(|st| ops::heartbeat(st, id, fence, child_pgid, now, &self.policy))
     }
 
     async fn complete(
@@ -614,8 +462,7 @@ impl Store for RefStore {
         done: Completion,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
-        let settlement = Settlement::Complete(done);
-        self.with(|st| st.settle(id, fence, &settlement, now, &self.policy))
+        self.with(|st| ops::complete(st, id, fence, &done, now))
     }
 
     async fn fail(
@@ -625,8 +472,7 @@ impl Store for RefStore {
         failure: Failure,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
-        let settlement = Settlement::Fail(failure);
-        self.with(|st| st.settle(id, fence, &settlement, now, &self.policy))
+        self.with(|st| ops::fail(st, id, fence, &failure, now, &self.policy))
     }
 
     async fn settle_and_claim(
@@ -637,45 +483,27 @@ impl Store for RefStore {
         next: &ClaimRequest,
         now: Timestamp,
     ) -> Result<SettledAndClaimed, StoreError> {
-        self.with(|st| {
-            let settled = st.settle(id, fence, &settlement, now, &self.policy)?;
-            let next = st.claim(next, now, &self.policy)?;
-            Ok(SettledAndClaimed { settled, next })
-        })
+        self.with(|st| ops::settle_and_claim(st, id, fence, &settlement, next, now, &self.policy))
     }
 
     async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError> {
-        self.with(|st| {
-            let before = st.existing(id)?.clone();
-            let t = machine::release(&before, fence, now)?;
-            st.write(before, t, now)
-        })
+        self.with(|st| ops::release(st, id, fence, now))
     }
 
     async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.with(|st| {
-            let before = st.existing(id)?.clone();
-            let t = machine::cancel(&before, now)?;
-            st.write(before, t, now)
-        })
+        self.with(|st| ops::cancel(st, id, now))
     }
 
     async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.with(|st| {
-            let before = st.existing(id)?.clone();
-            let parents = machine::load_parents(st, &before)?;
-            let t = machine::retry(&before, &parents, now)?;
-            st.write(before, t, now)
-        })
+        self.with(|st| ops::retry(st, id, now))
     }
 
     async fn dependents(&self, id: JobId) -> Result<Vec<JobId>, StoreError> {
-        // The state's map is in id order, so they come lowest first.
-        self.with(|st| Graph::dependents(st, id))
+        self.with(|st| Tx::dependents(st, id))
     }
 
     async fn get(&self, id: JobId) -> Result<Job, StoreError> {
-        self.with(|st| st.existing(id).cloned())
+        self.with(|st| ops::get(st, id))
     }
 
     async fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
@@ -756,60 +584,19 @@ impl Store for RefStore {
         attempts: &[(JobId, Fence)],
         now: Timestamp,
     ) -> Result<Vec<Job>, StoreError> {
-        self.with(|st| {
-            let mut swept = Vec::new();
-            for (id, attempt) in attempts {
-                let Some(job) = st.jobs.get(id).cloned() else { continue };
-                if let Some(t) = machine::reclaim_dead(&job, attempt, now) {
-                    st.write(job.clone(), t, now)?;
-                    swept.push(job);
-                }
-            }
-            Ok(swept)
-        })
+        self.with(|st| ops::reclaim_dead(st, attempts, now))
     }
 
-    async fn purge(&self, f: &PurgeFilter) -> Result<Vec<JobId>, StoreError> {
-        self.with(|st| {
-            let candidates: Vec<Job> = st
-                .jobs
-                .values()
-                .filter(|j| match j.state {
-                    JobState::Running => false,
-                    JobState::Pending => {
-                        f.include_pending && f.older_than.is_none_or(|o| j.created_at < o)
-                    }
-                    _ => f.older_than.is_none_or(|o| j.finished_at.unwrap_or(j.created_at) < o),
-                })
-                .cloned()
-                .collect();
-            let doomed = machine::plan_purge(st, &candidates)?;
-            for id in &doomed {
-                st.record(Record::Delete(*id));
-            }
-            Ok(doomed)
-        })
+    async fn purge(&self, filter: &PurgeFilter) -> Result<Vec<JobId>, StoreError> {
+        self.with(|st| ops::purge(st, filter))
     }
 
     async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
-        // A batch of one, refused with the plain error (there is no batch
-        // to name a place in).
-        match self.restore_many(vec![(job, events)]).await {
-            Err(StoreError::InBatch { error, .. }) => Err(*error),
-            other => other,
-        }
+        self.restore_many(vec![(job, events)]).await.map_err(ops::alone)
     }
 
     async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
-        // The edges come with the jobs (`Job::after`): a parent restored
-        // later in the batch, or not at all (purged before the export), is
-        // found, or left out, by id like any other.
-        self.with(|st| {
-            for (i, (job, events)) in jobs.into_iter().enumerate() {
-                st.restore_one(job, events).map_err(in_batch(i))?;
-            }
-            Ok(())
-        })
+        self.with(|st| ops::restore_many(st, &jobs))
     }
 
     async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {

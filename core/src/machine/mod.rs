@@ -24,7 +24,10 @@ pub use after::{
     Graph, MAX_PARENTS, check_retry, count_not_done, load_parents, plan_purge,
     plan_with_dependents, resolve_parents,
 };
-pub use claim::{ClaimFilter, ClaimPlan, ClaimRequest, Claimed, PlannedWrite, Reclaim, plan_claim};
+pub use claim::{
+    CLAIM_SCAN_CAP, ClaimFilter, ClaimPlan, ClaimRequest, Claimed, PlannedWrite, Reclaim,
+    plan_claim, plan_claim_in_order,
+};
 pub use edit::{JobEdit, clone_of, cloned_events, edit};
 pub use lanes::{AttemptNote, LaneCheck, LaneVerdict, hold, note_attempt, release_hold};
 pub use validate::{
@@ -993,6 +996,87 @@ mod tests {
             plan_claim(&other, &LaneCheck::open(), [], Some(due), hour, &p).is_err(),
             "not admitted: damage"
         );
+    }
+
+    /// Candidates as a store hands them over, counting how many were pulled.
+    fn pulled<'a>(
+        jobs: &'a [Job],
+        count: &'a std::cell::Cell<usize>,
+    ) -> impl Iterator<Item = Result<Job, TransitionError>> + 'a {
+        jobs.iter().map(move |j| {
+            count.set(count.get() + 1);
+            Ok(j.clone())
+        })
+    }
+
+    #[test]
+    fn plan_claim_in_order_passes_over_what_a_predicate_refuses_and_stops_at_the_first_taken() {
+        let p = Policy::default();
+        let hour = T0.saturating_add(secs(3600));
+        let mut held = pushed(1);
+        held.held = Some(crate::Stamp::new("me", T0));
+        let early = Job { not_before: hour.saturating_add(secs(1)), ..pushed(2) };
+        let waiting = Job { pending_parents: 1, ..pushed(3) };
+        let elsewhere = Job { queue: "other".into(), ..pushed(4) };
+        let refused = pushed(5);
+        let good = pushed(6);
+        let after = pushed(7);
+        let all = [held, early, waiting, elsewhere, refused, good, after];
+        let r = request(vec![], Reclaim::ExpiredOnly)
+            .filter(ClaimFilter { queues: vec![crate::DEFAULT_QUEUE.into()], kinds: None })
+            .refusing([5]);
+        let n = std::cell::Cell::new(0);
+        let plan = plan_claim_in_order(&r, &LaneCheck::open(), [], pulled(&all, &n), hour, &p)
+            .expect("plan");
+        assert_eq!(ids(&plan), (vec![], Some(6)));
+        assert_eq!(n.get(), 6, "nothing is pulled after the job taken");
+
+        let n = std::cell::Cell::new(0);
+        let none = plan_claim_in_order(&r, &LaneCheck::open(), [], pulled(&all[..5], &n), hour, &p)
+            .expect("plan");
+        assert_eq!(ids(&none), (vec![], None));
+
+        let done = Job { state: JobState::Done, ..pushed(8) };
+        let n = std::cell::Cell::new(0);
+        assert!(
+            plan_claim_in_order(&r, &LaneCheck::open(), [], pulled(&[done], &n), hour, &p).is_err(),
+            "a job that is not pending at all: the store's search is out of step"
+        );
+    }
+
+    #[test]
+    fn plan_claim_in_order_prefers_an_expired_job_ahead_and_stops_pulling() {
+        let p = Policy::default();
+        let hour = T0.saturating_add(secs(3600));
+        let mut expired = pushed(1);
+        expired.priority = 3;
+        let expired = claimed(&expired, "slow", T0);
+        let mut due = pushed(2);
+        due.priority = 1;
+        let r = request(vec![], Reclaim::ExpiredOnly);
+        let n = std::cell::Cell::new(0);
+        let all = [due];
+        let plan = plan_claim_in_order(
+            &r,
+            &LaneCheck::open(),
+            [expired.clone()],
+            pulled(&all, &n),
+            hour,
+            &p,
+        )
+        .expect("plan");
+        assert_eq!(ids(&plan), (vec![], Some(1)));
+        let refusing = r.refusing([1]);
+        let plan = plan_claim_in_order(
+            &refusing,
+            &LaneCheck::open(),
+            [expired],
+            pulled(&all, &n),
+            hour,
+            &p,
+        )
+        .expect("plan");
+        assert_eq!(ids(&plan), (vec![], Some(2)), "a refused job is not taken back");
     }
 
     #[test]
