@@ -36,9 +36,25 @@
 //!   the cursor it moves is read by the next caller under the same lock,
 //!   so two runners never decide a slot twice, and a tick's job is pushed
 //!   by the path every push takes.
-//! - **Every transition is the core's.** The store reads rows, calls
-//!   `slothqueue_core::machine`, and writes the result with the old state,
-//!   owner and attempt in the `UPDATE`'s condition.
+//! - **Every operation is the core's.** Each write is one of
+//!   `slothqueue_core::ops` run inside one write transaction over the row
+//!   verbs of `SqliteTx` (`verbs.rs`); every job row it writes carries the
+//!   old state, owner and attempt in the `UPDATE`'s condition. Heartbeats
+//!   and runner records commit without the fsync (`synchronous=NORMAL` for
+//!   that one commit, in WAL with `FULL`): their loss in a power cut
+//!   changes nothing, since after one every lease's owner is gone.
+//! - **The claim's search is pushed down to partial indexes.** Due jobs
+//!   are handed to core in claim order from `jobs_pending` (priority
+//!   DESC, `not_before`, id; pending, waiting on no parent, not held) one
+//!   priority level at a time, or from `jobs_pending_queue` per queue when
+//!   the claim names queues or a lane is closed (the queues with claimable
+//!   jobs are walked one seek each, so a paused backlog costs nothing per
+//!   job); kinds are pushed down as `kind IN (...)`. The first pull asks
+//!   for one job (what one `LIMIT 1` seek costs); core asks for more, from
+//!   a cursor, only when it passes jobs over. Everything else a claim
+//!   checks is core's.
+//! - **Ids are never reused**: the next id is above both `MAX(id)` and a
+//!   high water in `meta` that a purge raises before it deletes.
 
 #![deny(missing_docs)]
 
@@ -47,19 +63,25 @@
 // - `error`: every rusqlite error onto `StoreError`, in one place;
 // - `schema`: the layout (DDL, versions, migrations);
 // - `rows`: jobs, events, runner records, lanes and schedules as rows and
-//   back, the queries, the claim's candidates, a job's parents as edges,
-//   the dependency rule's `Graph` over the open transaction;
+//   back, the lookups by key, a job's parents as edges, the conditional
+//   writes;
+// - `reads`: the reads that are not operations (list, stats, counts,
+//   next due, trails, runner records), from the partial indexes;
 // - `txn`: the options, connecting and configuring, the busy handler, the
 //   transactions;
+// - `verbs`: `SqliteTx`, the row verbs core's operations run on, and the
+//   claim's search in claim order;
 // - `open`: the read-only probe, creation, migration under the write lock;
-// - `store`: the operations (the schedules' transactions among them) and
-//   `impl Store`.
+// - `store`: the handle and `impl Store`, each write one of core's
+//   operations in one transaction.
 mod error;
 mod open;
+mod reads;
 mod rows;
 mod schema;
 mod store;
 mod txn;
+mod verbs;
 
 pub use open::sniff;
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};

@@ -1,22 +1,19 @@
 //! A job, an event or a runner record as rows of the `jobs`, `events` and
 //! `runners` tables, and back, a job's parents as rows of `edges`, the
 //! lanes' settings as rows of `lanes`, schedules as rows of `schedules`;
-//! the queries that read them, among
-//! them the claim's candidates (the running jobs, the best due pending job
-//! of an open lane) and what the dependency rule reads ([`TxGraph`]); and
-//! the writes of a transition, conditional on the row it was computed
-//! from.
+//! the queries that read them by key, and the writes of a transition,
+//! conditional on the row it was computed from. The claim's search in
+//! claim order is `verbs.rs`.
 
-use std::collections::BTreeSet;
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, Row, params, params_from_iter};
-use slothqueue_core::machine::{Graph, LaneCheck, Transition};
+use slothqueue_core::machine::Transition;
 use slothqueue_core::{
-    ClaimFilter, Event, EventKind, Job, JobId, JobState, LaneScope, LaneSettings, Lanes, Lease,
-    Owner, Schedule, Stamp, StoreError, Timestamp,
+    Event, EventKind, Job, JobId, JobState, LaneScope, LaneSettings, Lanes, Lease, Owner, Schedule,
+    Stamp, StoreError, Timestamp,
 };
 
 use crate::error::Error;
@@ -242,37 +239,6 @@ fn held_from(
     }
 }
 
-/// The queue as the open transaction sees it, its earlier writes included
-/// (a batch sees the jobs pushed before in it; a plan, the rows it wrote):
-/// what `slothqueue_core::machine`'s dependency rule reads.
-pub(crate) struct TxGraph<'a> {
-    conn: &'a Connection,
-}
-
-impl<'a> TxGraph<'a> {
-    /// Reads through `conn`, which must be inside the transaction that will
-    /// write what the rule decides from these reads.
-    pub(crate) fn new(conn: &'a Connection) -> Self {
-        TxGraph { conn }
-    }
-}
-
-impl Graph for TxGraph<'_> {
-    type Error = Error;
-
-    fn job(&mut self, id: JobId) -> Result<Option<Job>, Error> {
-        find(self.conn, id)
-    }
-
-    fn key_holder(&mut self, key: &str) -> Result<Option<Job>, Error> {
-        key_holder(self.conn, key)
-    }
-
-    fn dependents(&mut self, id: JobId) -> Result<Vec<JobId>, Error> {
-        dependents(self.conn, id)
-    }
-}
-
 /// Runs a `SELECT` of [`JOB_COLUMNS`] and decodes every row.
 pub(crate) fn query_jobs(
     conn: &Connection,
@@ -427,170 +393,9 @@ pub(crate) fn event_from_row(row: &Row<'_>) -> Result<Event, Error> {
 }
 
 // ---------------------------------------------------------------------------
-// The claim's candidates
+// Running jobs
 
-/// The highest priority below `?1` that has a pending job (in queue `?2`)
-/// waiting on no parent and not held. One index seek each, so a claim
-/// walks priority levels, not jobs. Every query through a claim or due
-/// index names its whole condition (`pending_parents = 0 AND held = 0`
-/// too): `INDEXED BY` a partial index is refused for a `WHERE` that does
-/// not imply it.
-pub(crate) fn top_priority_sql(by_queue: bool) -> &'static str {
-    if by_queue {
-        "SELECT priority FROM jobs INDEXED BY jobs_pending_queue
-         WHERE state = 'pending' AND pending_parents = 0 AND held = 0
-           AND queue = ?2 AND priority < ?1
-         ORDER BY priority DESC LIMIT 1"
-    } else {
-        "SELECT priority FROM jobs INDEXED BY jobs_pending
-         WHERE state = 'pending' AND pending_parents = 0 AND held = 0 AND priority < ?1
-         ORDER BY priority DESC LIMIT 1"
-    }
-}
-
-/// The first queue after `?1` (in name order) with a job a claim could
-/// take: one seek of `jobs_pending_queue`, so the queues are walked one
-/// per seek (a skip-scan), however many jobs each has.
-pub(crate) const NEXT_QUEUE_SQL: &str = "SELECT queue FROM jobs INDEXED BY jobs_pending_queue
-     WHERE state = 'pending' AND pending_parents = 0 AND held = 0 AND queue > ?1
-     ORDER BY queue LIMIT 1";
-
-/// The first due job at priority `?1` (`not_before <= ?2`), in queue `?3`,
-/// of one of `kinds` kinds (bound after the queue).
-pub(crate) fn due_at_priority_sql(by_queue: bool, kinds: usize) -> String {
-    let (index, queue) =
-        if by_queue { ("jobs_pending_queue", " AND queue = ?3") } else { ("jobs_pending", "") };
-    let first_kind = if by_queue { 4 } else { 3 };
-    let kinds = if kinds == 0 {
-        String::new()
-    } else {
-        let marks: Vec<String> = (0..kinds).map(|i| format!("?{}", first_kind + i)).collect();
-        format!(" AND kind IN ({})", marks.join(", "))
-    };
-    format!(
-        "SELECT {} FROM jobs INDEXED BY {index}
-         WHERE state = 'pending' AND pending_parents = 0 AND held = 0
-           AND priority = ?1 AND not_before <= ?2{queue}{kinds}
-         ORDER BY not_before, id LIMIT 1",
-        *COLUMNS
-    )
-}
-
-/// The best due pending job in one queue (or all), in claim order.
-fn best_due_in(
-    conn: &Connection,
-    queue: Option<&str>,
-    kinds: &[String],
-    now: Timestamp,
-) -> Result<Option<Job>, Error> {
-    let by_queue = queue.is_some();
-    let due_sql = due_at_priority_sql(by_queue, kinds.len());
-    let mut below = i64::from(i32::MAX) + 1;
-    loop {
-        let mut seek: Vec<Value> = vec![Value::Integer(below)];
-        if let Some(q) = queue {
-            seek.push(text(q));
-        }
-        let mut stmt = conn.prepare_cached(top_priority_sql(by_queue))?;
-        let priority: Option<i64> = {
-            let mut rows = stmt.query(params_from_iter(&seek))?;
-            match rows.next()? {
-                Some(row) => Some(row.get(0)?),
-                None => None,
-            }
-        };
-        let Some(priority) = priority else { return Ok(None) };
-        let mut params = vec![Value::Integer(priority), millis(now)];
-        if let Some(q) = queue {
-            params.push(text(q));
-        }
-        params.extend(kinds.iter().map(|k| text(k)));
-        if let Some(job) = query_job(conn, &due_sql, &params)? {
-            return Ok(Some(job));
-        }
-        below = priority;
-    }
-}
-
-/// The best due pending job the filter admits whose lane lets it start
-/// (`lanes`, read in this transaction).
-///
-/// With every queue paused nothing is read. A closed lane (paused, or at
-/// its limit) is skipped in the per-queue index, never walked job by job:
-/// a filter naming queues drops the closed ones; a filter of every queue
-/// reads the one all-queue index while no lane is closed (the common case,
-/// the cost of a claim before lanes), and otherwise walks the queues that
-/// have claimable jobs ([`NEXT_QUEUE_SQL`], one seek per queue) and looks
-/// in each open one.
-pub(crate) fn best_due_pending(
-    conn: &Connection,
-    filter: &ClaimFilter,
-    lanes: &LaneCheck,
-    now: Timestamp,
-) -> Result<Option<Job>, Error> {
-    if lanes.all_paused() {
-        return Ok(None);
-    }
-    let kinds: &[String] = match &filter.kinds {
-        Some(ks) if ks.is_empty() => return Ok(None),
-        Some(ks) => ks,
-        None => &[],
-    };
-    let closed: BTreeSet<&str> = lanes.closed_queues().collect();
-    let mut queues: Vec<&str> = filter.queues.iter().map(String::as_str).collect();
-    queues.sort_unstable();
-    queues.dedup();
-    if queues.is_empty() {
-        if closed.is_empty() {
-            return best_due_in(conn, None, kinds, now);
-        }
-        let open = open_queues(conn, &closed)?;
-        return best_of(conn, open.iter().map(String::as_str), kinds, now);
-    }
-    queues.retain(|q| !closed.contains(q));
-    best_of(conn, queues.into_iter(), kinds, now)
-}
-
-/// The best, in claim order, of each queue's best due job.
-fn best_of<'q>(
-    conn: &Connection,
-    queues: impl Iterator<Item = &'q str>,
-    kinds: &[String],
-    now: Timestamp,
-) -> Result<Option<Job>, Error> {
-    let mut best: Option<Job> = None;
-    for q in queues {
-        if let Some(job) = best_due_in(conn, Some(q), kinds, now)? {
-            if best.as_ref().is_none_or(|b| job.claim_order() < b.claim_order()) {
-                best = Some(job);
-            }
-        }
-    }
-    Ok(best)
-}
-
-/// The queues with a job a claim could take, but those in `closed`, by
-/// name. (No queue is named `""`, the first bound: see `LaneScope::key`.)
-fn open_queues(conn: &Connection, closed: &BTreeSet<&str>) -> Result<Vec<String>, Error> {
-    let mut stmt = conn.prepare_cached(NEXT_QUEUE_SQL)?;
-    let mut out = Vec::new();
-    let mut after = String::new();
-    loop {
-        let next: Option<String> = {
-            let mut rows = stmt.query([&after])?;
-            match rows.next()? {
-                Some(row) => Some(row.get(0)?),
-                None => None,
-            }
-        };
-        let Some(queue) = next else { return Ok(out) };
-        if !closed.contains(queue.as_str()) {
-            out.push(queue.clone());
-        }
-        after = queue;
-    }
-}
-
+/// Every running job, by lease expiry (few: their index is by lease).
 pub(crate) fn running_jobs(conn: &Connection) -> Result<Vec<Job>, Error> {
     let sql = format!(
         "SELECT {} FROM jobs INDEXED BY jobs_running WHERE state = 'running' ORDER BY lease_until",

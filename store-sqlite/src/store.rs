@@ -1,39 +1,31 @@
-//! [`SqliteStore`]: the core's [`Store`] on one SQLite connection, and the
-//! operations behind it.
+//! [`SqliteStore`]: the core's [`Store`] on one SQLite connection.
 //!
-//! Every operation is one transaction on the blocking pool: read the row(s)
-//! or the candidates (`rows.rs`), ask `slothqueue_core::machine` what the
-//! transition is, write it and what it causes to the jobs waiting on that
-//! one ([`write`]), each row with its old state, owner and attempt in
-//! the `UPDATE`'s condition, append the events, commit. Nothing here
-//! decides a rule; it only stores.
+//! Every write is one of core's operations ([`ops`]) run as one
+//! transaction on the blocking pool, over the row verbs of [`SqliteTx`]
+//! (`verbs.rs`): each row written with its old state, owner and attempt in
+//! the `UPDATE`'s condition. Nothing here decides a rule; it opens
+//! transactions and stores.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use rusqlite::types::Value;
-use rusqlite::{Connection, params, params_from_iter};
-use slothqueue_core::machine::{self, AttemptNote, LaneCheck, PushPlan, Transition};
-use slothqueue_core::schedule::{self, PutPlan, TickAction};
+use rusqlite::{Connection, params};
+use slothqueue_core::ops;
 use slothqueue_core::{
-    ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job, JobEdit, JobId,
-    JobState, LaneChange, LaneScope, Lanes, ListFilter, ListOrder, NewJob, NewSchedule, Policy,
+    AttemptNote, ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job,
+    JobEdit, JobId, LaneChange, LaneScope, Lanes, ListFilter, NewJob, NewSchedule, Policy,
     PurgeFilter, Pushed, PutSchedule, QueueCounts, RunnerRecord, Schedule, ScheduleChange,
     SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError, Ticks, Timestamp,
 };
 
 use crate::error::{Context, Error};
 use crate::open;
-use crate::rows::{
-    COLUMNS, TxGraph, append_events, append_events_from, apply, best_due_pending, delete_job,
-    delete_schedule, event_from_row, find, find_schedule, insert_job, key_holder, load, millis,
-    query_jobs, read_lanes, read_schedules, running_jobs, text, ts, write_lane, write_schedule,
-};
-use crate::schema;
+use crate::reads::{events_tx, list_tx, next_due_tx, queue_counts_tx, runners_tx, stats_tx};
+use crate::rows::{dependents, load, read_lanes, read_schedules};
 use crate::txn::{Journal, SqliteOptions, Synchronous, read_tx, write_tx, write_tx_unsynced};
+use crate::verbs::SqliteTx;
 
 /// A queue in one SQLite file. One connection per store, behind a mutex;
 /// any number of stores, in this process or others, may share the file.
@@ -219,608 +211,49 @@ impl Inner {
     }
 }
 
-// ---------------------------------------------------------------------------
-// Writing a transition
-
-/// Writes the transition `before → t` of one job and every write it causes
-/// to the jobs waiting on it (transitively), as
-/// [`machine::plan_with_dependents`] plans them from this transaction's
-/// view, in the plan's order, each conditional on the row it was planned
-/// from. Every transition of this store is written here. Returns the job
-/// as written. For a transition that changes nothing for dependents (a
-/// heartbeat, a claim, a failure that will be retried) the plan reads
-/// nothing and is the one write.
-fn write(conn: &Connection, before: Job, t: Transition, now: Timestamp) -> Result<Job, Error> {
-    let id = before.id;
-    let plan = machine::plan_with_dependents(&mut TxGraph::new(conn), before, t, now)?;
-    let mut own = None;
-    for w in plan {
-        apply(conn, &w.before, &w.after)?;
-        if w.before.id == id {
-            own = Some(w.after.job);
-        }
+impl SqliteStore {
+    /// Runs `f` on the blocking pool as one write transaction (begun
+    /// `IMMEDIATE`: see [`write_tx`]), with the row verbs core's operations
+    /// need ([`SqliteTx`]).
+    async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut SqliteTx<'_>, &Policy) -> Result<T, Error> + Send + 'static,
+    {
+        self.with(move |conn, policy| write_tx(conn, |conn| f(&mut SqliteTx::new(conn), policy)))
+            .await
     }
-    own.ok_or_else(|| {
-        Error::Store(StoreError::Backend(format!("the plan for job #{id} left the job out")))
-    })
-}
 
-// ---------------------------------------------------------------------------
-// Claim
-
-/// One claim, as [`machine::plan_claim`] decides it from the running jobs,
-/// the lanes and the best due pending job whose lane is open, all read
-/// inside this transaction, so a limit holds across every claimer on the
-/// file (the write lock makes the claims one after the other). On a file
-/// nobody configured lanes on, the lanes cost one read of an empty table.
-/// A retired job's end reaches the jobs waiting on it ([`write`]); the job
-/// taken is due, so it waits on nobody whom a retirement could end.
-fn claim_tx(
-    conn: &Connection,
-    request: &ClaimRequest,
-    now: Timestamp,
-    policy: &Policy,
-) -> Result<Option<Claimed>, Error> {
-    let running = running_jobs(conn)?;
-    let lanes = LaneCheck::new(read_lanes(conn)?, &running);
-    let best_due = best_due_pending(conn, &request.filter, &lanes, now)?;
-    let plan = machine::plan_claim(request, &lanes, running, best_due, now, policy)
-        .map_err(|e| Error::Decode(format!("the pending indexes are out of step: {e}")))?;
-    let claimed = plan.claimed();
-    for w in plan.retire.into_iter().chain(plan.take) {
-        write(conn, w.before, w.after, now)?;
+    /// As [`SqliteStore::write`], without the fsync where that is safe
+    /// ([`write_tx_unsynced`]): heartbeats and runner records.
+    async fn write_unsynced<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut SqliteTx<'_>, &Policy) -> Result<T, Error> + Send + 'static,
+    {
+        let skip_sync = self.inner.can_skip_sync;
+        self.with(move |conn, policy| {
+            write_tx_unsynced(conn, skip_sync, |conn| f(&mut SqliteTx::new(conn), policy))
+        })
+        .await
     }
-    Ok(claimed)
-}
 
-// ---------------------------------------------------------------------------
-// Push
-
-/// The id the next job gets: above every id ever used, including purged and
-/// restored ones (`purge` raises the high water in `meta` before it
-/// deletes; see `schema::v2`). Read once per write transaction: the
-/// transaction's inserts count up from it.
-fn next_id(conn: &Connection) -> Result<JobId, Error> {
-    static SQL: LazyLock<String> = LazyLock::new(|| {
-        format!(
-            "SELECT MAX(COALESCE((SELECT value FROM meta WHERE name = '{}'), 0),
-                    COALESCE((SELECT MAX(id) FROM jobs), 0)) + 1",
-            schema::ID_HIGH_WATER
-        )
-    });
-    Ok(conn.prepare_cached(&SQL)?.query_row([], |r| r.get(0))?)
-}
-
-/// One job of a push: its parents looked up (refused when one is unknown,
-/// also for a duplicate), the key's holder displaced if need be, then the
-/// job created from its parents as they are after that (the displaced
-/// holder may be one of them, just cancelled).
-fn push_one(
-    conn: &Connection,
-    new: &NewJob,
-    now: Timestamp,
-    policy: &Policy,
-    next: &mut JobId,
-) -> Result<Pushed, Error> {
-    let mut parents = machine::resolve_parents(&mut TxGraph::new(conn), new)?;
-    let holder = match &new.idempotency_key {
-        Some(key) => key_holder(conn, key)?,
-        None => None,
-    };
-    let id = *next;
-    match machine::plan_push(new, holder.as_ref(), id, now) {
-        PushPlan::Duplicate(existing) => {
-            let job = match holder.filter(|h| h.id == existing) {
-                Some(h) => h,
-                None => load(conn, existing)?,
-            };
-            Ok(Pushed { job, created: false, superseded: None })
-        }
-        PushPlan::Insert { displaced, superseded } => {
-            if let (Some(t), Some(old)) = (displaced, holder) {
-                write(conn, old, *t, now)?;
-                parents = parents.iter().map(|p| load(conn, p.id)).collect::<Result<_, _>>()?;
-            }
-            let t = machine::create(id, new, &parents, now, policy);
-            insert_job(conn, &t.job)?;
-            *next += 1;
-            append_events_from(conn, &t.events, Some(1))?;
-            Ok(Pushed { job: t.job, created: true, superseded })
-        }
+    /// Runs `f` in one read transaction (one snapshot).
+    async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, Error> + Send + 'static,
+    {
+        self.with(move |conn, _| read_tx(conn, f)).await
     }
 }
 
-/// A clone in one write transaction: the original read (`NotFound` if
-/// gone), the new job built by [`machine::clone_of`] and pushed through
-/// [`push_one`], the path every push takes (id, indexes, its `pushed`
-/// event), then the two events tying the trails together. It has no key
-/// and no parents, so the push always creates.
-fn clone_tx(
-    conn: &Connection,
-    id: JobId,
-    edit: &JobEdit,
-    now: Timestamp,
-    policy: &Policy,
-) -> Result<Job, Error> {
-    let original = load(conn, id)?;
-    let new = machine::clone_of(&original, edit)?;
-    let mut next = next_id(conn)?;
-    let pushed = push_one(conn, &new, now, policy, &mut next)?;
-    append_events(conn, &machine::cloned_events(original.id, pushed.job.id, now))?;
-    Ok(pushed.job)
-}
-
-// ---------------------------------------------------------------------------
-// Schedules
-
-/// A put in one write transaction: the key's schedule read,
-/// [`schedule::create`] decides, and a new one is inserted; the same
-/// definition again writes nothing.
-fn put_schedule_tx(
-    conn: &Connection,
-    new: &NewSchedule,
-    now: Timestamp,
-) -> Result<PutSchedule, Error> {
-    let existing = find_schedule(conn, &new.key)?;
-    match schedule::create(new, existing.as_ref(), now)? {
-        PutPlan::Insert(s) => {
-            write_schedule(conn, &s)?;
-            Ok(PutSchedule { schedule: s, created: true })
-        }
-        PutPlan::Unchanged(s) => Ok(PutSchedule { schedule: s, created: false }),
-    }
-}
-
-/// A pause, resume or removal in one write transaction, as
-/// [`schedule::change`] decides it from the schedule read inside it.
-fn change_schedule_tx(
-    conn: &Connection,
-    key: &str,
-    change: &ScheduleChange,
-    now: Timestamp,
-) -> Result<Option<Schedule>, Error> {
-    let Some(s) = find_schedule(conn, key)? else {
-        return Err(Error::Store(StoreError::NoSchedule(key.to_owned())));
-    };
-    let after = schedule::change(&s, change, now);
-    match &after {
-        Some(next) if *next != s => write_schedule(conn, next)?,
-        Some(_) => {}
-        None => delete_schedule(conn, key)?,
-    }
-    Ok(after)
-}
-
-/// Every due tick in one write transaction: each schedule, in key order,
-/// as [`schedule::plan_tick`] decides from it and the state of its last
-/// tick's job, both read here (so a second caller reads the first's
-/// cursor and decides nothing twice). An enqueue pushes through
-/// [`push_one`], the path every push takes (id, indexes, `pushed` event,
-/// the tick's idempotency key), then appends the plan's events as
-/// [`clone_tx`] does; a skip appends its event to the unfinished job;
-/// every decided tick writes the schedule with its cursor moved.
-fn fire_schedules_tx(conn: &Connection, now: Timestamp, policy: &Policy) -> Result<Ticks, Error> {
-    let stored = read_schedules(conn)?;
-    let mut next: Option<JobId> = None;
-    let mut ticks = Vec::new();
-    let mut after = Vec::with_capacity(stored.len());
-    for s in stored {
-        let previous = match &s.last_fire {
-            Some(fire) => find(conn, fire.job)?.map(|job| job.state),
-            None => None,
-        };
-        let Some(plan) = schedule::plan_tick(&s, now, previous) else {
-            after.push(s);
-            continue;
-        };
-        let (written, events, tick) = match &plan.action {
-            TickAction::Enqueue(new) => {
-                let next = match &mut next {
-                    Some(id) => id,
-                    None => next.insert(next_id(conn)?),
-                };
-                let pushed = push_one(conn, new, now, policy, next)?;
-                plan.enqueued(pushed.job.id, pushed.created, now)
-            }
-            TickAction::Skip { .. } | TickAction::Drop => plan.without_push(),
-        };
-        append_events(conn, &events)?;
-        ticks.push(tick);
-        write_schedule(conn, &written)?;
-        after.push(written);
-    }
-    Ok(Ticks { ticks, next: schedule::next_fire(&after) })
-}
-
-// ---------------------------------------------------------------------------
-// Looking, purging, restoring
-
-fn list_tx(conn: &Connection, filter: &ListFilter) -> Result<Vec<Job>, Error> {
-    let (sql, params) = list_sql(filter)?;
-    query_jobs(conn, &sql, &params)
-}
-
-/// The `SELECT` behind `list`, and its parameters.
-fn list_sql(filter: &ListFilter) -> Result<(String, Vec<Value>), Error> {
-    // Running jobs are few and their index is by lease: without the hint
-    // the planner walks the whole table in id order to find them.
-    let hint =
-        if filter.state == Some(JobState::Running) { " INDEXED BY jobs_running" } else { "" };
-    let mut sql = format!("SELECT {} FROM jobs{hint} WHERE 1", *COLUMNS);
-    let mut params: Vec<Value> = Vec::new();
-    let mut bind = |sql: &mut String, cond: &str, v: Value| {
-        params.push(v);
-        sql.push_str(&format!(" AND {cond} ?{}", params.len()));
-    };
-    if let Some(s) = filter.state {
-        // A literal, not a parameter: the planner picks a partial index
-        // (`jobs_done`, `jobs_pending`, ...) only for a state it can see.
-        sql.push_str(&format!(" AND state = '{}'", s.as_str()));
-    }
-    if let Some(q) = &filter.queue {
-        bind(&mut sql, "queue =", text(q));
-    }
-    if let Some(k) = &filter.kind {
-        bind(&mut sql, "kind =", text(k));
-    }
-    match (filter.order, filter.cursor) {
-        (ListOrder::Newest, Some(c)) => bind(&mut sql, "id <", Value::Integer(c)),
-        (ListOrder::Oldest, Some(c)) => bind(&mut sql, "id >", Value::Integer(c)),
-        (ListOrder::DueFirst, Some(_)) => {
-            return Err(Error::Store(StoreError::InvalidInput(
-                "a cursor cannot be used with the due-first order".to_owned(),
-            )));
-        }
-        (_, None) => {}
-    }
-    sql.push_str(match filter.order {
-        ListOrder::Newest => " ORDER BY id DESC",
-        ListOrder::Oldest => " ORDER BY id",
-        ListOrder::DueFirst => " ORDER BY priority DESC, not_before, id",
-    });
-    if let Some(limit) = filter.limit {
-        params.push(Value::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
-        sql.push_str(&format!(" LIMIT ?{}", params.len()));
-    }
-    Ok((sql, params))
-}
-
-/// Every count is the size of one partial index, read with `dbstat`: it
-/// walks the index's pages and sums their cells, so 100,000 pending jobs
-/// cost a few hundred page reads, where `COUNT(*)` steps through every
-/// entry (SQLite's own page-count shortcut skips partial indexes). Pending
-/// is the jobs in the due index (waiting on no parent, not held), those
-/// waiting on parents (`jobs_waiting`, held or not) and those held
-/// (`jobs_held`, waiting or not), less the held ones that wait (counted
-/// twice; held jobs are few, so counting them is cheap); due now is the
-/// due index less the jobs not yet due, which are few unless many are
-/// scheduled ahead.
-fn stats_tx(conn: &Connection, now: Timestamp) -> Result<Stats, Error> {
-    let count = |index: &str| -> Result<u64, Error> {
-        let n: Option<i64> = conn
-            .prepare_cached("SELECT ncell FROM dbstat WHERE name = ?1 AND aggregate = 1")?
-            .query_row([index], |r| r.get(0))
-            .map(Some)
-            .or_else(|e| match e {
-                rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                e => Err(e),
-            })?;
-        match n {
-            Some(n) => Ok(u64::try_from(n).unwrap_or(0)),
-            None => Err(Error::Decode(format!("the index `{index}` is missing"))),
-        }
-    };
-    let ready = count("jobs_pending_due")?;
-    let waiting = count("jobs_waiting")?;
-    let held = count("jobs_held")?;
-    let held_waiting: i64 = conn.prepare_cached(HELD_WAITING_SQL)?.query_row([], |r| r.get(0))?;
-    let held_waiting = u64::try_from(held_waiting).unwrap_or(0);
-    let not_due: i64 =
-        conn.prepare_cached(NOT_DUE_SQL)?.query_row([now.as_millis()], |r| r.get(0))?;
-    let next_due = first_value(conn, NEXT_NOT_DUE_SQL, &[millis(now)])?.map(ts);
-    Ok(Stats {
-        pending: (ready + waiting + held).saturating_sub(held_waiting),
-        waiting_on_parents: waiting,
-        held,
-        running: count("jobs_running")?,
-        done: count("jobs_done")?,
-        failed: count("jobs_failed")?,
-        cancelled: count("jobs_cancelled")?,
-        due_now: ready.saturating_sub(u64::try_from(not_due).unwrap_or(0)),
-        next_due,
-    })
-}
-
-/// The held jobs also waiting on parents (in `jobs_waiting` too).
-const HELD_WAITING_SQL: &str = "SELECT COUNT(*) FROM jobs INDEXED BY jobs_held
-     WHERE state = 'pending' AND held = 1 AND pending_parents > 0";
-
-/// Per queue: the jobs a claim could take (waiting on no parent, not
-/// held), and of them those due at `?1`; from the covering per-queue
-/// claim index, in queue order, without reading the table.
-const QUEUE_READY_SQL: &str = "SELECT queue, COUNT(*), SUM(not_before <= ?1)
-     FROM jobs INDEXED BY jobs_pending_queue
-     WHERE state = 'pending' AND pending_parents = 0 AND held = 0
-     GROUP BY queue";
-
-/// Per queue: the jobs waiting on parents, held or not.
-const QUEUE_WAITING_SQL: &str = "SELECT queue, COUNT(*) FROM jobs INDEXED BY jobs_waiting
-     WHERE state = 'pending' AND pending_parents > 0 GROUP BY queue";
-
-/// Per queue: the held jobs, and of them those also waiting on parents.
-const QUEUE_HELD_SQL: &str = "SELECT queue, COUNT(*), SUM(pending_parents > 0)
-     FROM jobs INDEXED BY jobs_held
-     WHERE state = 'pending' AND held = 1 GROUP BY queue";
-
-/// Per queue: the running jobs (few; their index is by lease).
-const QUEUE_RUNNING_SQL: &str = "SELECT queue, COUNT(*) FROM jobs INDEXED BY jobs_running
-     WHERE state = 'running' GROUP BY queue";
-
-/// What every queue with a pending or running job holds, by name: four
-/// `GROUP BY`s, one per partial index, in one read transaction.
-fn queue_counts_tx(conn: &Connection, now: Timestamp) -> Result<Vec<QueueCounts>, Error> {
-    let mut by_queue: BTreeMap<String, QueueCounts> = BTreeMap::new();
-    let mut each = |sql: &str, params: &[Value], add: &dyn Fn(&mut QueueCounts, u64, u64)| {
-        let mut stmt = conn.prepare_cached(sql)?;
-        let mut rows = stmt.query(params_from_iter(params))?;
-        while let Some(row) = rows.next()? {
-            let queue: String = row.get(0)?;
-            let n = u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0);
-            let of_them = match row.as_ref().column_count() {
-                3 => u64::try_from(row.get::<_, Option<i64>>(2)?.unwrap_or(0)).unwrap_or(0),
-                _ => 0,
-            };
-            let counts = by_queue
-                .entry(queue)
-                .or_insert_with_key(|q| QueueCounts { queue: q.clone(), ..QueueCounts::default() });
-            add(counts, n, of_them);
-        }
-        Ok::<(), Error>(())
-    };
-    each(QUEUE_READY_SQL, &[millis(now)], &|c, n, due| {
-        c.pending += n;
-        c.due += due;
-    })?;
-    each(QUEUE_WAITING_SQL, &[], &|c, n, _| {
-        c.pending += n;
-        c.waiting_on_parents += n;
-    })?;
-    each(QUEUE_HELD_SQL, &[], &|c, n, waiting| {
-        // The held jobs that wait are in `jobs_waiting` too.
-        c.pending += n.saturating_sub(waiting);
-        c.held += n;
-    })?;
-    each(QUEUE_RUNNING_SQL, &[], &|c, n, _| c.running += n)?;
-    Ok(by_queue.into_values().collect())
-}
-
-/// Changes one lane in the write transaction: the stored lanes, the
-/// change applied by the core's one rule ([`Lanes::apply`]; a refusal
-/// writes nothing), the scope's row written or, back at the defaults,
-/// deleted.
-fn change_lane_tx(
-    conn: &Connection,
-    scope: &LaneScope,
-    change: &LaneChange,
-) -> Result<Lanes, Error> {
-    let mut lanes = read_lanes(conn)?;
-    let settings = lanes.apply(scope, change)?;
-    write_lane(conn, scope, &settings)?;
-    Ok(lanes)
-}
-
-/// The pending jobs waiting on no parent and not held whose time has not
-/// come (`?1`).
-const NOT_DUE_SQL: &str = "SELECT COUNT(*) FROM jobs INDEXED BY jobs_pending_due
-     WHERE state = 'pending' AND pending_parents = 0 AND held = 0 AND not_before > ?1";
-
-/// The earliest time after `?1` a job waiting on no parent and not held
-/// becomes due.
-const NEXT_NOT_DUE_SQL: &str = "SELECT not_before FROM jobs INDEXED BY jobs_pending_due
-     WHERE state = 'pending' AND pending_parents = 0 AND held = 0 AND not_before > ?1
-     ORDER BY not_before LIMIT 1";
-
-/// The earliest `not_before` of a job waiting on no parent and not held,
-/// due or not.
-const FIRST_DUE_SQL: &str = "SELECT not_before FROM jobs INDEXED BY jobs_pending_due
-     WHERE state = 'pending' AND pending_parents = 0 AND held = 0 ORDER BY not_before LIMIT 1";
-
-fn first_value(conn: &Connection, sql: &str, params: &[Value]) -> Result<Option<i64>, Error> {
-    let mut stmt = conn.prepare_cached(sql)?;
-    let mut rows = stmt.query(params_from_iter(params))?;
-    Ok(match rows.next()? {
-        Some(row) => Some(row.get(0)?),
-        None => None,
-    })
-}
-
-fn next_due_tx(conn: &Connection) -> Result<Option<Timestamp>, Error> {
-    // A job waiting on parents or held is left out: no time makes it due.
-    let pending = first_value(conn, FIRST_DUE_SQL, &[])?;
-    let lease = first_value(
-        conn,
-        "SELECT lease_until FROM jobs INDEXED BY jobs_running
-         WHERE state = 'running' ORDER BY lease_until LIMIT 1",
-        &[],
-    )?;
-    Ok(match (pending, lease) {
-        (Some(a), Some(b)) => Some(ts(a.min(b))),
-        (a, b) => a.or(b).map(ts),
-    })
-}
-
-/// Deletes the jobs the filter names that [`machine::plan_purge`] lets go
-/// (not a pending job that a job left behind still waits on), each with
-/// its trail and edges.
-fn purge_tx(conn: &Connection, filter: &PurgeFilter) -> Result<Vec<JobId>, Error> {
-    let states = if filter.include_pending {
-        "('pending', 'done', 'failed', 'cancelled')"
-    } else {
-        "('done', 'failed', 'cancelled')"
-    };
-    let age = if filter.older_than.is_some() {
-        " AND (CASE WHEN state = 'pending' THEN created_at
-                    ELSE COALESCE(finished_at, created_at) END) < ?1"
-    } else {
-        ""
-    };
-    let params: Vec<Value> = filter.older_than.map(millis).into_iter().collect();
-    let sql = format!("SELECT {} FROM jobs WHERE state IN {states}{age} ORDER BY id", *COLUMNS);
-    let candidates = query_jobs(conn, &sql, &params)?;
-    if candidates.is_empty() {
-        return Ok(Vec::new());
-    }
-    let ids = machine::plan_purge(&mut TxGraph::new(conn), &candidates)?;
-    if !ids.is_empty() {
-        // Ids are never reused: the next id stays above the ones deleted here.
-        conn.prepare_cached(&format!(
-            "UPDATE meta SET value = MAX(value, COALESCE((SELECT MAX(id) FROM jobs), 0))
-             WHERE name = '{}'",
-            schema::ID_HIGH_WATER
-        ))?
-        .execute([])?;
-    }
-    // Both lists are in id order.
-    let mut deleting = ids.iter().peekable();
-    for job in &candidates {
-        if deleting.next_if_eq(&&job.id).is_some() {
-            delete_job(conn, job)?;
-        }
-    }
-    Ok(ids)
-}
-
-/// Restores one job of an import into the open write transaction: checked
-/// on its own ([`machine::check_restore`]), then against the queue as this
-/// transaction sees it, so an id or key restored earlier in the same batch
-/// counts as taken. The next id needs no bookkeeping: it is above
-/// `MAX(id)` (see [`next_id`]). Its parents' edges are written with it
-/// (`rows::insert_job`), so the import keeps who waits on whom.
-fn restore_tx(conn: &Connection, job: &Job, events: &[Event]) -> Result<(), Error> {
-    machine::check_restore(job, events)?;
-    let invalid = |m: String| Err(Error::Store(StoreError::InvalidInput(m)));
-    if find(conn, job.id)?.is_some() {
-        return invalid(format!("job #{} already exists", job.id));
-    }
-    if let Some(key) = &job.idempotency_key {
-        if let Some(holder) = key_holder(conn, key)? {
-            return invalid(format!(
-                "job #{}: idempotency key `{key}` is already held by job #{}",
-                job.id, holder.id
-            ));
-        }
-    }
-    insert_job(conn, job)?;
-    append_events(conn, events)
-}
-
-fn decode_runner(json: &str) -> Result<RunnerRecord, Error> {
-    serde_json::from_str(json).map_err(|e| Error::Decode(format!("a runner record: {e}")))
-}
-
+/// Every operation is core's ([`ops`]), run in one transaction; the reads
+/// are `reads.rs`.
 #[async_trait]
 impl Store for SqliteStore {
-    async fn put_schedule(
-        &self,
-        new: &NewSchedule,
-        now: Timestamp,
-    ) -> Result<PutSchedule, StoreError> {
-        let new = new.clone();
-        self.with(move |conn, _| write_tx(conn, |conn| put_schedule_tx(conn, &new, now))).await
-    }
-
-    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
-        self.with(|conn, _| read_tx(conn, read_schedules)).await
-    }
-
-    async fn change_schedule(
-        &self,
-        key: &str,
-        change: &ScheduleChange,
-        now: Timestamp,
-    ) -> Result<Option<Schedule>, StoreError> {
-        let (key, change) = (key.to_owned(), change.clone());
-        self.with(move |conn, _| {
-            write_tx(conn, |conn| change_schedule_tx(conn, &key, &change, now))
-        })
-        .await
-    }
-
-    async fn fire_schedules(&self, now: Timestamp) -> Result<Ticks, StoreError> {
-        self.with(move |conn, policy| write_tx(conn, |conn| fire_schedules_tx(conn, now, policy)))
-            .await
-    }
-
-    async fn restore_schedules(&self, schedules: Vec<Schedule>) -> Result<(), StoreError> {
-        // Each is checked on its own before the transaction: a refusal
-        // writes nothing.
-        for s in &schedules {
-            schedule::check_restore(s)?;
-        }
-        self.with(move |conn, _| {
-            write_tx(conn, |conn| schedules.iter().try_for_each(|s| write_schedule(conn, s)))
-        })
-        .await
-    }
-
-    async fn note_attempt(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        note: &AttemptNote,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        let (fence, note) = (fence.clone(), note.clone());
-        self.transition(id, now, move |_, job, _| {
-            Ok(machine::note_attempt(job, &fence, &note, now)?)
-        })
-        .await
-    }
-
-    async fn hold(&self, id: JobId, stamp: Stamp, now: Timestamp) -> Result<Job, StoreError> {
-        self.transition(id, now, move |_, job, _| Ok(machine::hold(job, stamp, now)?)).await
-    }
-
-    async fn release_hold(&self, id: JobId, by: &str, now: Timestamp) -> Result<Job, StoreError> {
-        let by = by.to_owned();
-        self.transition(id, now, move |_, job, _| Ok(machine::release_hold(job, &by, now)?)).await
-    }
-
-    async fn edit(&self, id: JobId, edit: &JobEdit, now: Timestamp) -> Result<Job, StoreError> {
-        let edit = edit.clone();
-        self.transition(id, now, move |_, job, _| Ok(machine::edit(job, &edit, now)?)).await
-    }
-
-    async fn clone_job(
-        &self,
-        id: JobId,
-        edit: &JobEdit,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        let edit = edit.clone();
-        self.with(move |conn, policy| write_tx(conn, |conn| clone_tx(conn, id, &edit, now, policy)))
-            .await
-    }
-
-    async fn lanes(&self) -> Result<Lanes, StoreError> {
-        self.with(|conn, _| read_lanes(conn)).await
-    }
-
-    async fn change_lane(
-        &self,
-        scope: &LaneScope,
-        change: &LaneChange,
-    ) -> Result<Lanes, StoreError> {
-        let (scope, change) = (scope.clone(), change.clone());
-        self.with(move |conn, _| write_tx(conn, |conn| change_lane_tx(conn, &scope, &change))).await
-    }
-
-    async fn queue_counts(&self, now: Timestamp) -> Result<Vec<QueueCounts>, StoreError> {
-        self.with(move |conn, _| read_tx(conn, |conn| queue_counts_tx(conn, now))).await
-    }
-
     async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
-        let mut out = self.push_many(vec![job], now).await.map_err(alone)?;
+        let mut out = self.push_many(vec![job], now).await.map_err(ops::alone)?;
         out.pop().ok_or_else(|| StoreError::Backend("push returned nothing".to_owned()))
     }
 
@@ -829,22 +262,7 @@ impl Store for SqliteStore {
         jobs: Vec<NewJob>,
         now: Timestamp,
     ) -> Result<Vec<Pushed>, StoreError> {
-        for (index, job) in jobs.iter().enumerate() {
-            machine::validate(job)
-                .map_err(|e| StoreError::InBatch { index, error: Box::new(e.into()) })?;
-        }
-        self.with(move |conn, policy| {
-            write_tx(conn, |conn| {
-                let mut next = next_id(conn)?;
-                jobs.iter()
-                    .enumerate()
-                    .map(|(i, j)| {
-                        push_one(conn, j, now, policy, &mut next).map_err(|e| in_batch(i, e))
-                    })
-                    .collect()
-            })
-        })
-        .await
+        self.write(move |tx, policy| ops::push_many(tx, &jobs, now, policy)).await
     }
 
     async fn claim(
@@ -853,8 +271,7 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> Result<Option<Claimed>, StoreError> {
         let request = request.clone();
-        self.with(move |conn, policy| write_tx(conn, |conn| claim_tx(conn, &request, now, policy)))
-            .await
+        self.write(move |tx, policy| ops::claim(tx, &request, now, policy)).await
     }
 
     async fn heartbeat(
@@ -865,14 +282,8 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> Result<HeartbeatAck, StoreError> {
         let fence = fence.clone();
-        let skip_sync = self.inner.can_skip_sync;
-        self.with(move |conn, policy| {
-            write_tx_unsynced(conn, skip_sync, |conn| {
-                let job = load(conn, id)?;
-                let (t, ack) = machine::heartbeat(&job, &fence, now, policy, child_pgid)?;
-                write(conn, job, t, now)?;
-                Ok(ack)
-            })
+        self.write_unsynced(move |tx, policy| {
+            ops::heartbeat(tx, id, &fence, child_pgid, now, policy)
         })
         .await
     }
@@ -885,8 +296,7 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let fence = fence.clone();
-        self.transition(id, now, move |_, job, _| Ok(machine::complete(job, &fence, &done, now)?))
-            .await
+        self.write(move |tx, _| ops::complete(tx, id, &fence, &done, now)).await
     }
 
     async fn fail(
@@ -897,10 +307,7 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let fence = fence.clone();
-        self.transition(id, now, move |_, job, policy| {
-            Ok(machine::fail(job, &fence, &failure, now, policy)?)
-        })
-        .await
+        self.write(move |tx, policy| ops::fail(tx, id, &fence, &failure, now, policy)).await
     }
 
     async fn settle_and_claim(
@@ -911,38 +318,107 @@ impl Store for SqliteStore {
         next: &ClaimRequest,
         now: Timestamp,
     ) -> Result<SettledAndClaimed, StoreError> {
-        let (fence, request) = (fence.clone(), next.clone());
-        self.with(move |conn, policy| {
-            write_tx(conn, |conn| {
-                let job = load(conn, id)?;
-                let t = machine::settle(&job, &fence, &settlement, now, policy)?;
-                let settled = write(conn, job, t, now)?;
-                if settled.state == JobState::Done {
-                    slothqueue_core::failpoint::hit("mid_complete"); // written, not committed
-                }
-                // Sees the settle's writes: a dependent it made due may be taken.
-                let next = claim_tx(conn, &request, now, policy)?;
-                Ok(SettledAndClaimed { settled, next })
-            })
+        let (fence, next) = (fence.clone(), next.clone());
+        self.write(move |tx, policy| {
+            ops::settle_and_claim(tx, id, &fence, &settlement, &next, now, policy)
         })
         .await
     }
 
     async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError> {
         let fence = fence.clone();
-        self.transition(id, now, move |_, job, _| Ok(machine::release(job, &fence, now)?)).await
+        self.write(move |tx, _| ops::release(tx, id, &fence, now)).await
+    }
+
+    async fn note_attempt(
+        &self,
+        id: JobId,
+        fence: &Fence,
+        note: &AttemptNote,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        let (fence, note) = (fence.clone(), note.clone());
+        self.write(move |tx, _| ops::note_attempt(tx, id, &fence, &note, now)).await
+    }
+
+    async fn hold(&self, id: JobId, stamp: Stamp, now: Timestamp) -> Result<Job, StoreError> {
+        self.write(move |tx, _| ops::hold(tx, id, stamp, now)).await
+    }
+
+    async fn release_hold(&self, id: JobId, by: &str, now: Timestamp) -> Result<Job, StoreError> {
+        let by = by.to_owned();
+        self.write(move |tx, _| ops::release_hold(tx, id, &by, now)).await
+    }
+
+    async fn edit(&self, id: JobId, edit: &JobEdit, now: Timestamp) -> Result<Job, StoreError> {
+        let edit = edit.clone();
+        self.write(move |tx, _| ops::edit(tx, id, &edit, now)).await
+    }
+
+    async fn clone_job(
+        &self,
+        id: JobId,
+        edit: &JobEdit,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        let edit = edit.clone();
+        self.write(move |tx, policy| ops::clone_job(tx, id, &edit, now, policy)).await
+    }
+
+    async fn lanes(&self) -> Result<Lanes, StoreError> {
+        self.with(|conn, _| read_lanes(conn)).await
+    }
+
+    async fn change_lane(
+        &self,
+        scope: &LaneScope,
+        change: &LaneChange,
+    ) -> Result<Lanes, StoreError> {
+        let (scope, change) = (scope.clone(), change.clone());
+        self.write(move |tx, _| ops::change_lane(tx, &scope, &change)).await
+    }
+
+    async fn put_schedule(
+        &self,
+        new: &NewSchedule,
+        now: Timestamp,
+    ) -> Result<PutSchedule, StoreError> {
+        let new = new.clone();
+        self.write(move |tx, _| ops::put_schedule(tx, &new, now)).await
+    }
+
+    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
+        self.read(read_schedules).await
+    }
+
+    async fn change_schedule(
+        &self,
+        key: &str,
+        change: &ScheduleChange,
+        now: Timestamp,
+    ) -> Result<Option<Schedule>, StoreError> {
+        let (key, change) = (key.to_owned(), change.clone());
+        self.write(move |tx, _| ops::change_schedule(tx, &key, &change, now)).await
+    }
+
+    async fn fire_schedules(&self, now: Timestamp) -> Result<Ticks, StoreError> {
+        self.write(move |tx, policy| ops::fire_schedules(tx, now, policy)).await
+    }
+
+    async fn restore_schedules(&self, schedules: Vec<Schedule>) -> Result<(), StoreError> {
+        self.write(move |tx, _| ops::restore_schedules(tx, &schedules)).await
+    }
+
+    async fn queue_counts(&self, now: Timestamp) -> Result<Vec<QueueCounts>, StoreError> {
+        self.read(move |conn| queue_counts_tx(conn, now)).await
     }
 
     async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.transition(id, now, move |_, job, _| Ok(machine::cancel(job, now)?)).await
+        self.write(move |tx, _| ops::cancel(tx, id, now)).await
     }
 
     async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.transition(id, now, move |g, job, _| {
-            let parents = machine::load_parents(g, job)?;
-            Ok(machine::retry(job, &parents, now)?)
-        })
-        .await
+        self.write(move |tx, _| ops::retry(tx, id, now)).await
     }
 
     async fn get(&self, id: JobId) -> Result<Job, StoreError> {
@@ -950,26 +426,11 @@ impl Store for SqliteStore {
     }
 
     async fn dependents(&self, id: JobId) -> Result<Vec<JobId>, StoreError> {
-        self.with(move |conn, _| crate::rows::dependents(conn, id)).await
+        self.with(move |conn, _| dependents(conn, id)).await
     }
 
     async fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
-        self.with(move |conn, _| {
-            read_tx(conn, |conn| {
-                load(conn, id)?;
-                let mut stmt = conn.prepare_cached(
-                    "SELECT job_id, at, kind, owner, attempt, message, retry_at
-                     FROM events WHERE job_id = ?1 ORDER BY seq",
-                )?;
-                let mut rows = stmt.query([id])?;
-                let mut out = Vec::new();
-                while let Some(row) = rows.next()? {
-                    out.push(event_from_row(row)?);
-                }
-                Ok(out)
-            })
-        })
-        .await
+        self.read(move |conn| events_tx(conn, id)).await
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError> {
@@ -978,11 +439,11 @@ impl Store for SqliteStore {
     }
 
     async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError> {
-        self.with(move |conn, _| read_tx(conn, |conn| stats_tx(conn, now))).await
+        self.read(move |conn| stats_tx(conn, now)).await
     }
 
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
-        self.with(|conn, _| read_tx(conn, next_due_tx)).await
+        self.read(next_due_tx).await
     }
 
     async fn reclaim_dead(
@@ -994,40 +455,20 @@ impl Store for SqliteStore {
             return Ok(Vec::new());
         }
         let attempts = attempts.to_vec();
-        self.with(move |conn, _| {
-            write_tx(conn, |conn| {
-                let mut taken = Vec::new();
-                for (id, attempt) in &attempts {
-                    let Some(job) = find(conn, *id)? else { continue };
-                    if let Some(t) = machine::reclaim_dead(&job, attempt, now) {
-                        write(conn, job.clone(), t, now)?;
-                        taken.push(job);
-                    }
-                }
-                Ok(taken)
-            })
-        })
-        .await
+        self.write(move |tx, _| ops::reclaim_dead(tx, &attempts, now)).await
     }
 
     async fn purge(&self, filter: &PurgeFilter) -> Result<Vec<JobId>, StoreError> {
         let filter = filter.clone();
-        self.with(move |conn, _| write_tx(conn, |conn| purge_tx(conn, &filter))).await
+        self.write(move |tx, _| ops::purge(tx, &filter)).await
     }
 
     async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
-        self.restore_many(vec![(job, events)]).await.map_err(alone)
+        self.restore_many(vec![(job, events)]).await.map_err(ops::alone)
     }
 
     async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
-        self.with(move |conn, _| {
-            write_tx(conn, |conn| {
-                jobs.iter().enumerate().try_for_each(|(i, (j, ev))| {
-                    restore_tx(conn, j, ev).map_err(|e| in_batch(i, e))
-                })
-            })
-        })
-        .await
+        self.write(move |tx, _| ops::restore_many(tx, &jobs)).await
     }
 
     async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {
@@ -1061,67 +502,23 @@ impl Store for SqliteStore {
     }
 
     async fn runners(&self) -> Result<Vec<RunnerRecord>, StoreError> {
-        self.with(|conn, _| {
-            let mut stmt = conn.prepare_cached("SELECT record FROM runners ORDER BY owner_id")?;
-            let mut rows = stmt.query([])?;
-            let mut out = Vec::new();
-            while let Some(row) = rows.next()? {
-                let json: String = row.get(0)?;
-                out.push(decode_runner(&json)?);
-            }
-            Ok(out)
-        })
-        .await
-    }
-}
-
-impl SqliteStore {
-    /// One user- or owner-side transition on one job: load, decide (reading
-    /// the graph if it needs to, as a retry its parents), write it with
-    /// what it causes to the jobs waiting on it.
-    async fn transition<F>(&self, id: JobId, now: Timestamp, decide: F) -> Result<Job, StoreError>
-    where
-        F: FnOnce(&mut TxGraph<'_>, &Job, &Policy) -> Result<Transition, Error> + Send + 'static,
-    {
-        self.with(move |conn, policy| {
-            write_tx(conn, |conn| {
-                let job = load(conn, id)?;
-                let t = decide(&mut TxGraph::new(conn), &job, policy)?;
-                let written = write(conn, job, t, now)?;
-                if written.state == JobState::Done {
-                    slothqueue_core::failpoint::hit("mid_complete"); // written, not committed
-                }
-                Ok(written)
-            })
-        })
-        .await
-    }
-}
-
-/// Element `index`'s refusal as the batch's ([`StoreError::InBatch`]), so
-/// the caller can name the line. Only a refusal in the core's terms is
-/// wrapped: a SQLite failure or a damaged row is the batch's, not the
-/// element's (a full disk stays [`StoreError::DiskFull`]).
-fn in_batch(index: usize, e: Error) -> Error {
-    match e {
-        Error::Store(error) => Error::Store(StoreError::InBatch { index, error: Box::new(error) }),
-        other => other,
-    }
-}
-
-/// The error of a batch of one, as the one-job call returns it: plain.
-fn alone(e: StoreError) -> StoreError {
-    match e {
-        StoreError::InBatch { error, .. } => *error,
-        other => other,
+        self.with(|conn, _| runners_tx(conn)).await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rows::{due_at_priority_sql, top_priority_sql};
+    use crate::reads::{
+        FIRST_DUE_SQL, HELD_WAITING_SQL, NEXT_NOT_DUE_SQL, NOT_DUE_SQL, QUEUE_HELD_SQL,
+        QUEUE_READY_SQL, QUEUE_RUNNING_SQL, QUEUE_WAITING_SQL, list_sql,
+    };
+    use crate::rows::{COLUMNS, millis, text};
     use crate::schema::{APPLICATION_ID, SCHEMA_VERSION};
+    use crate::verbs::{NEXT_QUEUE_SQL, due_at_priority_sql, top_priority_sql};
+    use rusqlite::params_from_iter;
+    use rusqlite::types::Value;
+    use slothqueue_core::JobState;
     use slothqueue_core::{ClaimFilter, ClockOnly, Owner};
     use std::time::Duration;
 
@@ -1196,18 +593,33 @@ mod tests {
         let (p, now, q) = (Value::Integer(0), millis(t(0)), text("mail"));
         assert_uses(&conn, top_priority_sql(false), std::slice::from_ref(&p), "jobs_pending");
         assert_uses(&conn, top_priority_sql(true), &[p.clone(), q.clone()], "jobs_pending_queue");
+        let (limit, id) = (Value::Integer(1), Value::Integer(7));
         assert_uses(
             &conn,
-            &due_at_priority_sql(false, 0),
-            &[p.clone(), now.clone()],
+            &due_at_priority_sql(false, false, 0),
+            &[p.clone(), now.clone(), limit.clone()],
             "jobs_pending",
         );
         assert_uses(
             &conn,
-            &due_at_priority_sql(true, 2),
-            &[p, now, q, text("a"), text("b")],
+            &due_at_priority_sql(true, false, 2),
+            &[p.clone(), now.clone(), limit.clone(), q.clone(), text("a"), text("b")],
             "jobs_pending_queue",
         );
+        // The rest of a priority level after a cursor: a range of the index
+        // from the cursor's `not_before` (the jobs before the cursor at that
+        // very time, all handed out already, are stepped over).
+        for (by_queue, index) in [(false, "jobs_pending"), (true, "jobs_pending_queue")] {
+            let mut params = vec![p.clone(), now.clone(), limit.clone(), now.clone(), id.clone()];
+            if by_queue {
+                params.push(q.clone());
+            }
+            params.push(text("a"));
+            let sql = due_at_priority_sql(by_queue, true, 1);
+            assert_uses(&conn, &sql, &params, index);
+            let steps = plan(&conn, &sql, &params);
+            assert!(steps[0].contains("not_before>?"), "{steps:?}");
+        }
         let running = format!(
             "SELECT {} FROM jobs INDEXED BY jobs_running WHERE state = 'running' ORDER BY lease_until",
             *COLUMNS
@@ -1255,8 +667,8 @@ mod tests {
         for sql in [
             top_priority_sql(false).to_owned(),
             top_priority_sql(true).to_owned(),
-            due_at_priority_sql(false, 0),
-            due_at_priority_sql(true, 1),
+            due_at_priority_sql(false, false, 0),
+            due_at_priority_sql(true, true, 1),
         ] {
             assert!(
                 sql.contains("state = 'pending' AND pending_parents = 0 AND held = 0"),
@@ -1274,7 +686,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir, SqliteOptions::default());
         let conn = store.lock_for_test();
-        let steps = plan(&conn, crate::rows::NEXT_QUEUE_SQL, &[text("a")]);
+        let steps = plan(&conn, NEXT_QUEUE_SQL, &[text("a")]);
         assert_eq!(steps, ["SEARCH jobs USING COVERING INDEX jobs_pending_queue (queue>?)"]);
         for (sql, params, index) in [
             (QUEUE_READY_SQL, vec![millis(t(0))], "jobs_pending_queue"),
@@ -1302,9 +714,9 @@ mod tests {
         let sqls = [
             top_priority_sql(false).to_owned(),
             top_priority_sql(true).to_owned(),
-            due_at_priority_sql(false, 0),
-            due_at_priority_sql(true, 0),
-            crate::rows::NEXT_QUEUE_SQL.to_owned(),
+            due_at_priority_sql(false, false, 0),
+            due_at_priority_sql(true, false, 0),
+            NEXT_QUEUE_SQL.to_owned(),
             "SELECT scope, settings FROM lanes ORDER BY scope".to_owned(),
         ];
         let conn = store.lock_for_test();
@@ -1313,7 +725,8 @@ mod tests {
         }
         conn.execute_batch("BEGIN IMMEDIATE").unwrap();
         let request = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly));
-        let claimed = claim_tx(&conn, &request, now, &Policy::default()).unwrap();
+        let claimed =
+            ops::claim(&mut SqliteTx::new(&conn), &request, now, &Policy::default()).unwrap();
         conn.execute_batch("ROLLBACK").unwrap();
         let steps = sqls.iter().map(|sql| conn.prepare_cached(sql).unwrap().get_status(VmStep));
         (steps.sum(), claimed.map(|c| c.job.id))
