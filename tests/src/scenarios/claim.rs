@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use serde_json::json;
-use slothqueue_core::{ClaimFilter, EventKind, Fence, JobState, Lease, NewJob, Stats, Timestamp};
+use slothqueue_core::{
+    ClaimFilter, Completion, EventKind, Fence, JobState, Lease, NewJob, Stats, Timestamp,
+};
 
 use crate::{Harness, assert_trail_consistent, event_kinds, job, secs, shell, snapshot};
 
@@ -206,4 +208,39 @@ pub async fn claim_takes_a_dead_owners_job_only_when_the_request_allows(h: &Harn
     assert_eq!(got.job.id, j.id);
     assert_eq!(got.reclaimed_from.map(|o| o.id).as_deref(), Some("w1"));
     assert_eq!(got.job.attempts, 2);
+}
+
+/// A claim passes over the jobs its request refuses (a runner whose
+/// handler refused one must not be handed it again) and takes the next in
+/// claim order, whatever the queue, kind or lane; another claimer, refusing
+/// nothing, still takes them. An expired job the request refuses is not
+/// taken back by it either. Added in core alone: no store's candidate
+/// search knows of refusals.
+pub async fn claim_skips_jobs_the_request_refuses(h: &Harness) {
+    let s = h.store();
+    let t = h.start();
+    let top = h.push(&*s, shell("echo top").priority(9), t).await;
+    let next = h.push(&*s, shell("echo next").priority(9), t).await;
+    let low = h.push(&*s, shell("echo low").queue("other"), t).await;
+
+    let picky = h.request("picky").refusing([top.id, next.id]);
+    let c = s.claim(&picky, t).await.expect("claim").expect("the job it does not refuse");
+    assert_eq!(c.job.id, low.id, "both refused jobs are passed over");
+    s.complete(low.id, &c.fence, Completion::default(), t).await.expect("complete");
+    assert!(s.claim(&picky, t).await.expect("claim").is_none(), "only refused jobs are left");
+    assert_eq!(job(&*s, top.id).await.state, JobState::Pending);
+    assert_eq!(event_kinds(&*s, next.id).await, [EventKind::Pushed], "passing over writes nothing");
+
+    let other = h.claim_expect(&*s, "other", t, top.id).await;
+    assert_eq!(other.job.attempts, 1);
+
+    // `other` goes silent; its expired lease may be taken back, but not by
+    // a claimer refusing the job.
+    let late = t.saturating_add(secs(61));
+    let refusing_both = h.request("picky").refusing([top.id, next.id]);
+    assert!(s.claim(&refusing_both, late).await.expect("claim").is_none());
+    assert_eq!(job(&*s, top.id).await.lease.map(|l| l.owner.id).as_deref(), Some("other"));
+    let c = h.claim(&*s, "third", late).await.expect("the expired job, taken back");
+    assert_eq!((c.job.id, c.job.attempts), (top.id, 2));
+    assert_trail_consistent(&*s, top.id).await;
 }

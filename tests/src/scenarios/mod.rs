@@ -35,6 +35,7 @@ macro_rules! __with_scenarios {
             claim::claim_retires_abandoned_jobs_behind_the_job_it_takes,
             claim::claim_retires_only_jobs_its_filter_admits,
             claim::claim_takes_a_dead_owners_job_only_when_the_request_allows,
+            claim::claim_skips_jobs_the_request_refuses,
             push::push_records_the_job_as_asked,
             push::invalid_pushes_are_rejected_and_write_nothing,
             push::push_many_is_all_or_nothing,
