@@ -526,3 +526,61 @@ fn the_top_level_keeps_the_design_cards_names() {
         "the top-level tests/ holds the shared conformance suite"
     );
 }
+
+/// The crates (and folders) whose stores run `slothqueue_core::ops`: none
+/// of them may reach for the dependency and push rules themselves. The
+/// lead adds `store-redb` and `store-postgres` as their ports merge.
+const PORTED: &[&str] = &["store-sqlite", "tests"];
+
+/// Whether `text` names `ident` as a whole identifier (not a longer one
+/// that starts or ends with it).
+fn names_ident(text: &str, ident: &str) -> bool {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(ident).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + ident.len()..].chars().next();
+        !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+    })
+}
+
+#[test]
+fn names_ident_sees_whole_identifiers_only() {
+    assert!(names_ident("machine::plan_push(new, h)", "plan_push"));
+    assert!(names_ident("use x::{plan_push, y};", "plan_push"));
+    assert!(!names_ident("let plan_push_many = 1;", "plan_push"));
+    assert!(!names_ident("fn replan_push() {}", "plan_push"));
+}
+
+/// **Every rule written once**: the push path, the dependency rule and the
+/// claim's choice are run by `core::ops`; a store that calls
+/// `machine::plan_push`, `plan_with_dependents`, `resolve_parents` or the
+/// one-candidate `plan_claim` itself writes the choreography a second
+/// time. Checked in the ported folders ([`PORTED`]); comments may name
+/// the rules.
+#[test]
+fn no_store_runs_the_push_or_dependency_rules_itself() {
+    let rules = ["plan_push", "plan_with_dependents", "resolve_parents", "plan_claim"];
+    let root = project_root();
+    let mut found = Vec::new();
+    for dir in PORTED {
+        let files = files_under(&root.join(dir), &[], |n| n.ends_with(".rs"));
+        assert!(!files.is_empty(), "{dir}/ has no Rust file: is PORTED out of date?");
+        for file in files {
+            let Ok(text) = fs::read_to_string(&file) else { continue };
+            for (n, line) in text.lines().enumerate() {
+                if line.trim_start().starts_with("//") {
+                    continue;
+                }
+                for rule in rules.iter().filter(|r| names_ident(line, r)) {
+                    found.push(format!("{}:{}: {rule}", rel(&file), n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "these call core's rules themselves; run the operation in `slothqueue_core::ops` \
+         instead:\n{}",
+        found.join("\n")
+    );
+}
