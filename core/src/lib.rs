@@ -1,5 +1,7 @@
 //! The heart of slothqueue: the job, the policy, and the state machine as
-//! pure functions, plus the [`Store`] trait every backend implements.
+//! pure functions, plus the [`Store`] trait every backend implements and
+//! the operations behind it ([`ops`]), written once over a backend's
+//! transaction ([`ops::Tx`]).
 //!
 //! Nothing in this crate performs I/O, reads a clock or spawns anything:
 //! every transition takes `now` (and the liveness judge's verdict) as an

@@ -322,7 +322,9 @@ impl From<TransitionError> for StoreError {
 /// Time (`now`) and the judge of owner liveness (inside a
 /// [`ClaimRequest`]) are arguments, never read inside, so every contract
 /// can be tested with a manual clock. What a claim takes is decided by
-/// [`crate::machine::plan_claim`], never by the backend.
+/// [`crate::machine::plan_claim_in_order`], never by the backend. A
+/// backend implements the writes by running the operations of
+/// `slothqueue_core::ops` inside its own transaction (see that module).
 #[async_trait]
 pub trait Store: Send + Sync {
     /// Adds a job (see [`crate::machine::plan_push`] for the idempotency
@@ -343,10 +345,11 @@ pub trait Store: Send + Sync {
     -> Result<Vec<Pushed>, StoreError>;
 
     /// Hands the best available job to `request.owner`, as
-    /// [`crate::machine::plan_claim`] decides from the lanes' settings, the
-    /// running jobs and the best due pending job the filter admits whose
-    /// lane lets it start: order highest priority, earliest `not_before`,
-    /// lowest id; abandoned jobs with no attempts left (or a cancel
+    /// [`crate::machine::plan_claim_in_order`] decides from the lanes'
+    /// settings, the running jobs and the due pending jobs in claim order:
+    /// the first the filter admits, whose lane lets it start and which the
+    /// request does not refuse (highest priority, earliest `not_before`,
+    /// lowest id); abandoned jobs with no attempts left (or a cancel
     /// requested) are ended on the way. The judge is asked, and the lanes
     /// read and counted ([`crate::machine::LaneCheck`]), inside the
     /// transaction, so a lane's limit holds across every claimer. Among
@@ -621,3 +624,38 @@ pub type ChangeWaker = std::sync::Arc<dyn Fn() + Send + Sync>;
 
 /// Keeps a [`Store::watch_changes`] subscription alive; dropping it ends it.
 pub type ChangeGuard = Box<dyn std::any::Any + Send + Sync>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Policy;
+    use crate::machine;
+
+    const T0: Timestamp = Timestamp::from_millis(1_700_000_000_000);
+
+    fn job(state: JobState, finished_at: Option<Timestamp>) -> Job {
+        let new = NewJob::shell("true", "/");
+        let mut job = machine::create(1, &new, &[], T0, &Policy::default()).job;
+        job.state = state;
+        job.finished_at = finished_at;
+        job
+    }
+
+    #[test]
+    fn purge_eligibility_is_state_then_age_by_end_or_creation() {
+        let later = T0.saturating_add(Duration::from_secs(60));
+        let all = PurgeFilter { include_pending: true, older_than: None };
+        let finished = PurgeFilter { include_pending: false, older_than: None };
+        assert!(!all.admits(&job(JobState::Running, None)), "never a running job");
+        assert!(all.admits(&job(JobState::Pending, None)));
+        assert!(!finished.admits(&job(JobState::Pending, None)), "pending only when asked");
+        assert!(finished.admits(&job(JobState::Done, Some(later))));
+        assert_eq!(finished.states().len(), 3);
+        assert_eq!(all.states().len(), 4);
+
+        let old = PurgeFilter { include_pending: true, older_than: Some(later) };
+        assert!(old.admits(&job(JobState::Pending, None)), "created before the cut");
+        assert!(!old.admits(&job(JobState::Failed, Some(later))), "ended at the cut: kept");
+        assert!(old.admits(&job(JobState::Cancelled, None)), "no end: by its creation");
+    }
+}

@@ -41,7 +41,8 @@ impl LaneVerdict {
 /// lane's jobs run now. Built by a store inside the claim's transaction
 /// from every running job (whatever its owner, expired or not: a job
 /// counts against its lane until it stops running), and handed to
-/// [`super::plan_claim`], which takes nothing a lane would not let start.
+/// [`super::plan_claim_in_order`], which takes nothing a lane would not let
+/// start.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LaneCheck {
     lanes: Lanes,

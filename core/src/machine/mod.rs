@@ -206,7 +206,7 @@ pub enum ClaimOutcome {
 /// Claims `job` for `owner`: a due pending job, or a running job whose
 /// owner is gone or whose lease expired (`owner_liveness` is the judge's
 /// answer about the current lease holder; ignored for pending jobs).
-/// Stores do not call this directly: [`plan_claim`] decides which job a
+/// Stores do not call this directly: [`plan_claim_in_order`] decides which job a
 /// claim takes and calls it.
 pub fn claim(
     job: &Job,

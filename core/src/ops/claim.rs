@@ -25,7 +25,7 @@ const MAX_BATCH: usize = 256;
 /// running jobs, the lanes and the due jobs, all read inside this
 /// transaction, so a limit holds across every claimer (the backend's
 /// transaction makes claims one after the other, or locks what they read).
-/// A retired job's end reaches the jobs waiting on it ([`write`]); the job
+/// A retired job's end reaches the jobs waiting on it ([`write()`]); the job
 /// taken is due, so it waits on nobody whom a retirement could end.
 pub fn claim<T: Tx>(
     tx: &mut T,
