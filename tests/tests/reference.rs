@@ -7,9 +7,10 @@
 //! It is an in-memory [`Tx`]: the state replayed from the log, with row
 //! verbs that append log records, and every write operation is
 //! `slothqueue_core::ops` run on it under the lock, exactly as a backend
-//! runs them inside its transaction. It pushes nothing down into its search
-//! for due jobs (every pending job comes back, in claim order), so core's
-//! claim rule applies every predicate on its own here. What is its own:
+//! runs them inside its transaction. Its search for due jobs pushes down
+//! nothing of the claim's request (every due job comes back, in claim
+//! order), so core's claim rule applies the filter, the lanes and the
+//! refusals on its own here. What is its own:
 //! the log format, and the reads (`list`, `stats`, `next_due`, counts,
 //! trails, runner records).
 //!
@@ -170,9 +171,11 @@ impl State {
 }
 
 /// The row verbs over the state as this call has it so far (a batch sees
-/// its earlier jobs), each write a log record. Nothing is pushed down into
-/// the search for due jobs: every pending job comes back in claim order,
-/// so the suite proves that core applies every claim predicate itself.
+/// its earlier jobs), each write a log record. The search for due jobs
+/// pushes down only what every store's claim index holds (due jobs: not
+/// held, no parent left, their time come), nothing of the request: every
+/// due job comes back in claim order, so the suite proves that core
+/// applies the filter, the lanes and the refusals itself.
 impl Tx for State {
     type Error = StoreError;
 
@@ -195,14 +198,14 @@ impl Tx for State {
 
     fn due(
         &mut self,
-        _scope: &DueScope<'_>,
+        scope: &DueScope<'_>,
         after: Option<&ClaimCursor>,
         limit: usize,
     ) -> Result<Vec<Job>, StoreError> {
         let mut pending: Vec<&Job> = self
             .jobs
             .values()
-            .filter(|j| j.state == JobState::Pending && after.is_none_or(|c| c.precedes(j)))
+            .filter(|j| j.is_due(scope.now) && after.is_none_or(|c| c.precedes(j)))
             .collect();
         pending.sort_by_key(|j| j.claim_order());
         Ok(pending.into_iter().take(limit).cloned().collect())
