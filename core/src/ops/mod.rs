@@ -83,6 +83,10 @@ pub trait Tx {
     /// out any job `scope` does not admit, or that is not due — and may
     /// return such jobs too: [`crate::machine::plan_claim_in_order`]
     /// applies every predicate. Fewer than `limit` means there are no more.
+    /// A claim looks at most [`crate::machine::CLAIM_SCAN_CAP`] jobs, so a
+    /// store should leave out at least the jobs that are not due, as a
+    /// claim index does: jobs passed over should be few (refusals, a lane
+    /// it could not skip).
     fn due(
         &mut self,
         scope: &DueScope<'_>,
