@@ -946,6 +946,48 @@ mod tests {
         assert_eq!(third.job.id, 1);
     }
 
+    /// A claim that passes over many jobs (here, refused) pulls them from
+    /// a cursor in growing batches, across priority levels and, with a lane
+    /// closed, queue by queue (merged in claim order), and takes the first
+    /// it may: what the reference store, reading every due job, takes too.
+    #[tokio::test]
+    async fn a_claim_passing_over_many_jobs_walks_on_in_claim_order() {
+        use slothqueue_core::{LaneChange, LaneScope, Stamp};
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir, SqliteOptions::default());
+        let jobs: Vec<NewJob> = (0..120)
+            .map(|i| {
+                let queue = if i % 3 == 0 { "a" } else { "b" };
+                NewJob::shell("true", "/")
+                    .queue(queue)
+                    .priority(i % 2)
+                    .not_before(t(i64::from(i % 4) - 4))
+            })
+            .collect();
+        let pushed = store.push_many(jobs, t(0)).await.unwrap();
+        let mut order: Vec<Job> = pushed.into_iter().map(|p| p.job).collect();
+        order.sort_by_key(Job::claim_order);
+        let closed = NewJob::shell("true", "/").queue("c").priority(9);
+        store.push(closed, t(0)).await.unwrap();
+        let pause = LaneChange::Pause(Stamp::new("ana", t(0)));
+        store.change_lane(&LaneScope::Queue("c".into()), &pause).await.unwrap();
+
+        let owner = Owner::named("w");
+        for skip in [0, 1, 9, 80, 119] {
+            let refused = order[..skip].iter().map(|j| j.id);
+            let request = ClaimRequest::new(owner.clone(), Arc::new(ClockOnly)).refusing(refused);
+            let conn = store.lock_for_test();
+            conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+            let claimed =
+                ops::claim(&mut SqliteTx::new(&conn), &request, t(1), &Policy::default()).unwrap();
+            conn.execute_batch("ROLLBACK").unwrap();
+            assert_eq!(claimed.map(|c| c.job.id), Some(order[skip].id), "after {skip} refused");
+        }
+        let everything =
+            ClaimRequest::new(owner, Arc::new(ClockOnly)).refusing(order.iter().map(|j| j.id));
+        assert!(store.claim(&everything, t(1)).await.unwrap().is_none());
+    }
+
     #[tokio::test]
     async fn a_full_disk_rolls_back_and_the_next_call_works() {
         let dir = tempfile::tempdir().unwrap();
