@@ -29,7 +29,9 @@ pub const MAX_PARENTS: usize = 1_000;
 
 /// What the dependency rule reads from a store, inside the transaction
 /// that writes the plan (so it sees that transaction's earlier writes,
-/// e.g. the jobs pushed before it in one batch).
+/// e.g. the jobs pushed before it in one batch). Every
+/// [`crate::ops::Tx`] is one; a store implements it directly only until it
+/// runs `core::ops`.
 pub trait Graph {
     /// The store's error; a refusal of the rule becomes one.
     type Error: From<TransitionError>;
