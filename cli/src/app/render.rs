@@ -454,7 +454,7 @@ pub fn lanes_lines(report: &QueuesReport, now: Timestamp) -> String {
             parts.push(format!("paused {}", stamp(p, now)));
         }
         if q.limit > 0 {
-            let full = if c.running >= u64::from(q.limit) { "full: " } else { "" };
+            let full = if q.is_full() { "full: " } else { "" };
             parts.push(format!("{full}{} of {} running", c.running, q.limit));
         }
         let mut line = format!("  {}: {}", c.queue, parts.join(", "));
