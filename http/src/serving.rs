@@ -1,12 +1,43 @@
 //! Which runners are alive and which pending jobs none of them can run:
 //! the store's runner records judged here, the rule in
-//! `slothqueue_core::serving`.
+//! `slothqueue_core::serving`; and what a look of the read model
+//! (`slothqueue_view`) needs from this server: its clock, the runner's
+//! judge, this host's name.
 
 use slothqueue_core::serving::{self, Coverage, UNSERVED_SCAN, Unserved};
-use slothqueue_core::{Job, JobState, ListFilter, ListOrder, RunnerRecord, Store, Timestamp};
+use slothqueue_core::{
+    Job, JobState, ListFilter, ListOrder, Liveness, Owner, RunnerRecord, Store, Timestamp,
+};
 use slothqueue_runner::ProcJudge;
+use slothqueue_view::{Look, ViewError};
 
-use crate::HttpError;
+use crate::{AppState, HttpError};
+
+/// The judge of a look: the runner's, which reads `/proc` on this host
+/// (a few small files a runner; a look judges a handful).
+pub(crate) fn judge() -> impl Fn(&Owner) -> Liveness + Sync {
+    let judge = ProcJudge::new();
+    move |owner| judge.judge_owner(owner)
+}
+
+/// This host's name, as runners record it in their owner.
+pub(crate) fn this_host() -> String {
+    rustix::system::uname().nodename().to_string_lossy().into_owned()
+}
+
+/// A look at the server's queue now.
+pub(crate) fn look<'a>(
+    app: &'a AppState,
+    judge: &'a (dyn Fn(&Owner) -> Liveness + Sync),
+    this_host: &'a str,
+) -> Look<'a> {
+    Look { store: app.store.as_ref(), now: app.api.clock.now(), judge, this_host }
+}
+
+/// A look's failure as the store's refusal it is.
+pub(crate) fn view_error(e: ViewError) -> HttpError {
+    HttpError::from(e.into_store())
+}
 
 /// The runner records of the queue file whose runners are alive now.
 pub(crate) async fn live_runners(

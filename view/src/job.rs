@@ -180,7 +180,7 @@ async fn lane_verdict(
 
 /// The jobs with these ids, in their order, leaving out those that are
 /// gone (a parent purged after it finished holds nobody up).
-async fn jobs_by_id(store: &dyn Store, ids: &[JobId]) -> Result<Vec<Job>, ViewError> {
+pub async fn jobs_by_id(store: &dyn Store, ids: &[JobId]) -> Result<Vec<Job>, ViewError> {
     let mut jobs = Vec::with_capacity(ids.len());
     for id in ids {
         match store.get(*id).await {

@@ -52,7 +52,7 @@ pub fn stamp(s: &Stamp, now: Timestamp) -> String {
     format!("since {} by {}", local(s.since, now), one_line(&s.by))
 }
 
-/// The header of `show`: what the job is and where it stands; a shell
+/// The word for a job's state in tables and parent lists: `held` for a
 /// pending job a user holds (whatever else it waits on: the hold is what
 /// a user must undo), `waiting` for one that waits on parents, else the
 /// state. (`--json` keeps `"state": "pending"` and adds `held`.)

@@ -11,8 +11,8 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use slothqueue_core::{
-    Event, Job, JobEdit, JobId, JobState, ListFilter, ListOrder, SHELL_KIND, Stamp, Stats,
-    Unserved, machine,
+    Event, Job, JobEdit, JobId, JobState, ListFilter, ListOrder, RunnerRecord, SHELL_KIND, Stamp,
+    Stats, Unserved, machine,
 };
 use slothqueue_runner::RunnerError;
 use slothqueue_runner::wait::{WaitTarget, wait};
@@ -143,6 +143,11 @@ pub(super) struct JobWithEvents {
     /// download`); absent when one can.
     #[serde(skip_serializing_if = "Option::is_none")]
     waiting: Option<String>,
+    /// Why it is not running yet, or who runs it (the read model's words,
+    /// the same `show` prints); absent for a finished job, but one a
+    /// dependency's failure cancelled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    why: Option<String>,
 }
 
 /// The answer of `GET /api/tasks/outbox/stats`: the store's counts and
@@ -238,15 +243,18 @@ pub(super) async fn show(
             _ = closing.wait_for(|closing| *closing) => {}
         }
     }
-    let job = app.store.get(id).await?;
-    let events = app.store.events(id).await?;
-    let waiting = if job.state == JobState::Pending {
-        let live = serving::live_runners(app.store.as_ref(), app.api.clock.now()).await?;
-        serving::waiting(&job, &live)
-    } else {
-        None
-    };
-    Ok(Json(JobWithEvents { job: mask::job(job, secrets), events, waiting }))
+    let (judge, host) = (serving::judge(), serving::this_host());
+    let look = serving::look(&app, &judge, &host);
+    let view = slothqueue_view::job(&look, id).await.map_err(serving::view_error)?;
+    let live: Vec<RunnerRecord> =
+        view.runners.into_iter().filter(|r| r.live).map(|r| r.record).collect();
+    let waiting = serving::waiting(&view.job, &live);
+    Ok(Json(JobWithEvents {
+        job: mask::job(view.job, secrets),
+        events: view.events,
+        waiting,
+        why: view.why,
+    }))
 }
 
 pub(super) async fn cancel(
@@ -341,11 +349,10 @@ pub(super) async fn release(
 /// first [`slothqueue_core::serving::UNSERVED_SCAN`] in claim order), by
 /// queue and kind.
 pub(super) async fn stats(State(app): State<AppState>) -> Result<Json<StatsAnswer>, HttpError> {
-    let now = app.api.clock.now();
-    let stats = app.store.stats(now).await?;
-    let live = serving::live_runners(app.store.as_ref(), now).await?;
-    let unserved = serving::unserved(app.store.as_ref(), &live).await?;
-    Ok(Json(StatsAnswer { stats, unserved }))
+    let (judge, host) = (serving::judge(), serving::this_host());
+    let look = serving::look(&app, &judge, &host);
+    let view = slothqueue_view::status(&look).await.map_err(serving::view_error)?;
+    Ok(Json(StatsAnswer { stats: view.stats, unserved: view.unserved }))
 }
 
 pub(super) fn op_list() -> Value {
@@ -520,7 +527,8 @@ pub(super) fn schemas() -> Value {
                 { "$ref": "#/components/schemas/Job" },
                 { "type": "object", "properties": {
                     "events": { "type": "array", "items": { "$ref": "#/components/schemas/Event" } },
-                    "waiting": { "type": "string", "description": "why no live runner takes this pending job: `no handler for kind download` (the runners of its queue have no handler for its kind) or `no live runner serves queue Q`; absent when one can, and for a job held or waiting on parents" }
+                    "waiting": { "type": "string", "description": "why no live runner takes this pending job: `no handler for kind download` (the runners of its queue have no handler for its kind) or `no live runner serves queue Q`; absent when one can, and for a job held or waiting on parents" },
+                    "why": { "type": "string", "description": "why the job is not running yet, or who runs it, in the words `slothqueue show` prints (`held since 10:02:03 by ana@laptop — …`, `not due until 14:00:00 (in 5m)`, `lane full: 2 of 2 running in queue disk …`, `waiting behind 3 due job(s) of higher priority`); for a job a dependency's failure cancelled, why and which retry brings it back; absent for other finished jobs" }
                 }, "required": ["events"] }
             ]
         },
