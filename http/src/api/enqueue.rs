@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use slothqueue_core::{
@@ -38,9 +38,15 @@ pub(super) struct EnqueueRequest {
     scheduled_for: Option<String>,
     #[serde(default)]
     max_attempts: Option<u32>,
-    /// Absent: [`DEFAULT_MAX_RUNTIME`]; `null`: unlimited; a number: seconds.
+    /// Absent: [`DEFAULT_MAX_RUNTIME`]; `null`: unlimited; a number:
+    /// whole milliseconds, as every other duration and every answer has it.
     #[serde(default, deserialize_with = "present")]
     max_runtime: Option<Option<f64>>,
+    /// The old form, in seconds (`2.5`), which this body took before it
+    /// took milliseconds like the rest of the API: still accepted, not with
+    /// `max_runtime`, and answered with a deprecation ([`DEPRECATED_SECS`]).
+    #[serde(default, deserialize_with = "present")]
+    max_runtime_secs: Option<Option<f64>>,
     #[serde(default)]
     queue: Option<String>,
     /// Parents: numbers are job ids, strings idempotency keys.
@@ -57,12 +63,18 @@ impl EnqueueRequest {
         new.priority = self.priority.unwrap_or(0);
         new.max_attempts = self.max_attempts;
         new.idempotency_key = self.idempotency_key;
-        new.max_runtime = match self.max_runtime {
-            None => Some(DEFAULT_MAX_RUNTIME),
-            Some(None) => None,
-            Some(Some(secs)) => {
+        new.max_runtime = match (self.max_runtime, self.max_runtime_secs) {
+            (Some(_), Some(_)) => {
+                return Err(bad(
+                    "give max_runtime (milliseconds) or max_runtime_secs (seconds, deprecated), not both",
+                ));
+            }
+            (None, None) => Some(DEFAULT_MAX_RUNTIME),
+            (Some(None), None) | (None, Some(None)) => None,
+            (Some(Some(ms)), None) => Some(millis(ms)?),
+            (None, Some(Some(secs))) => {
                 Some(Duration::try_from_secs_f64(secs).ok().filter(|d| !d.is_zero()).ok_or_else(
-                    || bad("max_runtime must be a positive number of seconds or null"),
+                    || bad("max_runtime_secs must be a positive number of seconds or null"),
                 )?)
             }
         };
@@ -78,6 +90,40 @@ impl EnqueueRequest {
         machine::validate(&new).map_err(|e| bad(api_words(&e.to_string())))?;
         Ok(new)
     }
+}
+
+/// What an answer to a body in the old form says beside it: the
+/// `Deprecation` header, and a `Warning` naming the field to use instead.
+pub(super) const DEPRECATED_SECS: &str =
+    "299 - \"max_runtime_secs (seconds) is deprecated: give max_runtime in milliseconds\"";
+
+impl EnqueueRequest {
+    /// Whether the body gives its runtime in the old seconds form.
+    pub(super) fn in_seconds(&self) -> bool {
+        self.max_runtime_secs.is_some()
+    }
+}
+
+/// The headers of an answer to `requests`: a deprecation when one of them
+/// used the old seconds form.
+fn deprecation<'a>(requests: impl IntoIterator<Item = &'a EnqueueRequest>) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if requests.into_iter().any(EnqueueRequest::in_seconds) {
+        headers.insert("deprecation", HeaderValue::from_static("true"));
+        headers.insert(header::WARNING, HeaderValue::from_static(DEPRECATED_SECS));
+    }
+    headers
+}
+
+/// `max_runtime`: whole milliseconds, at least 1 (the core bounds it
+/// above, at 100 years).
+fn millis(ms: f64) -> Result<Duration, HttpError> {
+    if ms.fract() != 0.0 || !(1.0..=1e15).contains(&ms) {
+        return Err(bad(
+            "max_runtime must be a positive whole number of milliseconds or null (max_runtime_secs takes seconds)",
+        ));
+    }
+    Ok(Duration::from_millis(ms as u64))
 }
 
 /// `after` as the core takes it: a number is a job id, a string a key.
@@ -143,14 +189,15 @@ pub(super) fn shell_payload(payload: Value, app: &AppState) -> Result<Value, Htt
 pub(super) async fn enqueue(
     State(app): State<AppState>,
     JsonBody(req): JsonBody<EnqueueRequest>,
-) -> Result<(StatusCode, Json<Pushed>), HttpError> {
+) -> Result<(StatusCode, HeaderMap, Json<Pushed>), HttpError> {
+    let headers = deprecation([&req]);
     let new = req.into_new_job(&app)?;
     let pushed = app.store.push(new, app.api.clock.now()).await.map_err(refusal)?;
     if pushed.created {
         app.api.wake_worker();
     }
     let status = if pushed.created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(mask::pushed(pushed))))
+    Ok((status, headers, Json(mask::pushed(pushed))))
 }
 
 /// Many jobs in one transaction (`push_many`): all or none. A later job
@@ -158,13 +205,14 @@ pub(super) async fn enqueue(
 pub(super) async fn enqueue_batch(
     State(app): State<AppState>,
     JsonBody(reqs): JsonBody<Vec<EnqueueRequest>>,
-) -> Result<(StatusCode, Json<Vec<Pushed>>), HttpError> {
+) -> Result<(StatusCode, HeaderMap, Json<Vec<Pushed>>), HttpError> {
     if reqs.len() > MAX_BATCH {
         return Err(bad(format!(
             "a batch holds at most {MAX_BATCH} jobs, this one {}: send it in parts",
             reqs.len()
         )));
     }
+    let headers = deprecation(&reqs);
     let jobs = reqs
         .into_iter()
         .enumerate()
@@ -178,7 +226,7 @@ pub(super) async fn enqueue_batch(
         app.api.wake_worker();
     }
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(pushed.into_iter().map(mask::pushed).collect())))
+    Ok((status, headers, Json(pushed.into_iter().map(mask::pushed).collect())))
 }
 
 pub(super) fn op_enqueue() -> Value {
@@ -249,11 +297,18 @@ pub(super) fn schemas() -> Value {
                 "scheduled_for": { "type": ["string", "null"], "format": "date-time", "description": "RFC 3339, in the years 1970 to 9999; the job is not run before" },
                 "max_attempts": { "type": ["integer", "null"], "minimum": 1, "maximum": machine::MAX_ATTEMPTS, "default": 3 },
                 "max_runtime": {
+                    "type": ["integer", "null"],
+                    "minimum": machine::MIN_MAX_RUNTIME.as_millis() as u64,
+                    "maximum": machine::MAX_MAX_RUNTIME.as_millis() as u64,
+                    "default": DEFAULT_MAX_RUNTIME.as_millis() as u64,
+                    "description": "milliseconds, as in every answer (at least 1, at most 100 years); null for no limit"
+                },
+                "max_runtime_secs": {
                     "type": ["number", "null"],
+                    "deprecated": true,
                     "minimum": machine::MIN_MAX_RUNTIME.as_secs_f64(),
                     "maximum": machine::MAX_MAX_RUNTIME.as_secs(),
-                    "default": DEFAULT_MAX_RUNTIME.as_secs(),
-                    "description": "seconds (at least 0.001, at most 100 years); null for no limit"
+                    "description": "deprecated: the old form of max_runtime, in seconds (at least 0.001); not with max_runtime; an answer to a body using it carries `Deprecation: true` and a `Warning`"
                 },
                 "queue": {
                     "oneOf": [plain_name("a queue"), { "type": "null" }],

@@ -167,7 +167,7 @@ async fn intervals_and_the_earliest_next_fire(backend: Backend) {
         "spec": { "every": 90 },
         "catch_up": "none",
         "overlap": "queue",
-        "job": { "kind": "report", "payload": { "x": 1 }, "priority": 3, "max_runtime": 2.5, "queue": "slow" },
+        "job": { "kind": "report", "payload": { "x": 1 }, "priority": 3, "max_runtime": 2500, "queue": "slow" },
     });
     let (status, put1) = put(&s, &often).await;
     assert_eq!(status, StatusCode::CREATED, "{put1}");
@@ -184,7 +184,7 @@ async fn intervals_and_the_earliest_next_fire(backend: Backend) {
     assert_eq!(sch["job"]["priority"], 3);
     // A fraction of a second is kept in whole milliseconds, so the same
     // body twice is the same definition.
-    let fine = json!({ "key": "fine", "spec": { "every": 1.0005 }, "job": { "kind": "report", "payload": {}, "max_runtime": 0.0015 } });
+    let fine = json!({ "key": "fine", "spec": { "every": 1.0005 }, "job": { "kind": "report", "payload": {}, "max_runtime_secs": 0.0015 } });
     let (status, first) = put(&s, &fine).await;
     assert_eq!(status, StatusCode::CREATED, "{first}");
     assert_eq!(first["schedule"]["spec"], json!({ "every": 1_000 }));
