@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use slothqueue_core::schedule::MAX_KEY_LEN;
 use slothqueue_core::{Clock, ManualClock, Timestamp};
 
-use crate::common::{Backend, Server, start_configured};
+use crate::common::{Backend, Server, assert_documented, start_configured};
 
 crate::on_both_backends!(
     stored_listed_paused_resumed_removed,
@@ -414,20 +414,6 @@ async fn schedule_routes_are_guarded(backend: Backend) {
     let (status, _) = put(&s, &nightly()).await;
     assert_eq!(status, StatusCode::CREATED, "the same body with the token and a loopback host");
     s.stop().await.unwrap();
-}
-
-/// Every field an answer carries is documented in its schema, and every
-/// field the schema requires is there.
-fn assert_documented(doc: &Value, schema: &str, value: &Value) {
-    let schema_node = &doc["components"]["schemas"][schema];
-    let props = schema_node["properties"].as_object().unwrap();
-    for field in value.as_object().unwrap().keys() {
-        assert!(props.contains_key(field), "{schema} does not document `{field}`: {value}");
-    }
-    for field in schema_node["required"].as_array().unwrap() {
-        let field = field.as_str().unwrap();
-        assert!(value.get(field).is_some(), "{schema} requires `{field}`: {value}");
-    }
 }
 
 async fn answers_match_the_documented_schemas(backend: Backend) {
