@@ -6,7 +6,7 @@
 //! job appear after `slothqueue add`, open it, watch its log tail grow,
 //! cancel it, see its state change; a queue paused from the list, a job
 //! waiting on it held and released from its page, the page saying why it
-//! waits; a spent link refused and the token form used instead.
+//! waits in the server's words (the same `show --json` gives); a spent link refused and the token form used instead.
 //! Screenshots of the list and the job page are saved under
 //! `target/screenshots/` for a reviewer to look at.
 //!
@@ -318,7 +318,8 @@ async fn the_page_shows_the_queue_follows_a_log_and_cancels_a_job() {
         .await
         .expect("click");
     wait_text(&client, "#job-title", "running").await;
-    wait_text(&client, "#job-why", "Running: attempt 1 of 3").await;
+    // Who runs it, in the server's words (`now:` in `show`).
+    wait_text(&client, "#job-why", "held by runner pid").await;
     wait_text(&client, "#job-events", "claimed").await;
     let early = wait_text(&client, "#job-log", "tick 3").await;
     let later = wait_text(&client, "#job-log", "tick 12").await;
@@ -362,12 +363,16 @@ async fn the_page_shows_the_queue_follows_a_log_and_cancels_a_job() {
     assert!(out.status.success(), "{out:?}");
     wait_text(&client, "tr[data-id='4']", "pending").await;
     click(&client, "a[href='#/job/4']").await;
-    wait_text(&client, "#job-why", "Its queue default is paused").await;
+    let paused = wait_text(&client, "#job-why", "its queue default is paused since").await;
+    // The page shows the server's why, the words `show` prints: not its own.
+    let shown = slothqueue(&db, &["--json", "show", "4"]);
+    let job: Value = serde_json::from_slice(&shown.stdout).expect("show --json");
+    assert_eq!(job["why"].as_str(), Some(paused.as_str()), "{job}");
     click(&client, "#act-hold").await;
-    wait_text(&client, "#job-why", "Held by http 127.0.0.1").await;
+    wait_text(&client, "#job-why", "by http 127.0.0.1 — `slothqueue release 4` lets it run").await;
     wait_text(&client, "#job-title", "held").await;
     click(&client, "#act-release").await;
-    wait_text(&client, "#job-why", "Its queue default is paused").await;
+    wait_text(&client, "#job-why", "its queue default is paused since").await;
     client.goto(&format!("{}/#/", listening_url(&listening))).await.expect("back to the list");
     wait_text(&client, "tr[data-queue='default']", "paused").await;
     click(&client, "tr[data-queue='default'] button").await;

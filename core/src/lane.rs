@@ -170,6 +170,14 @@ pub struct QueueCounts {
     pub running: u64,
 }
 
+/// Whether a lane whose limit is `limit` (0: none) is full with `running`
+/// of its jobs running: no new job of it starts. The one rule for "full":
+/// the claim's [`crate::machine::LaneCheck`], the runner's report of what
+/// holds it, and every presenter ask this, none re-derives it.
+pub fn is_full(limit: u32, running: u64) -> bool {
+    limit > 0 && running >= u64::from(limit)
+}
+
 /// One lane as `queues` shows it: its counts and its settings.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueInfo {
@@ -181,6 +189,14 @@ pub struct QueueInfo {
     /// Set while the lane itself is paused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused: Option<Stamp>,
+}
+
+impl QueueInfo {
+    /// Whether the lane is at its limit ([`is_full`]): its own verdict, so
+    /// that no reader of a report compares the counts itself.
+    pub fn is_full(&self) -> bool {
+        is_full(self.limit, self.counts.running)
+    }
 }
 
 /// What `queues` shows: every queue with jobs or settings, by name, and
@@ -286,6 +302,20 @@ mod tests {
         let names: Vec<_> = report.queues.iter().map(|q| q.counts.queue.as_str()).collect();
         assert_eq!(names, ["default", "idle"]);
         assert_eq!(report.get("idle").map(|q| q.limit), Some(3));
+    }
+
+    #[test]
+    fn a_lane_is_full_at_its_limit_and_never_without_one() {
+        assert!(!is_full(0, 1_000), "0 is no limit");
+        assert!(!is_full(2, 1));
+        assert!(is_full(2, 2));
+        assert!(is_full(2, 3), "over the limit (a limit lowered under running jobs)");
+        let info = |running, limit| QueueInfo {
+            counts: QueueCounts { queue: "disk".into(), running, ..QueueCounts::default() },
+            limit,
+            paused: None,
+        };
+        assert!(info(2, 2).is_full() && !info(1, 2).is_full() && !info(5, 0).is_full());
     }
 
     #[test]

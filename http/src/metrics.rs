@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use slothqueue_core::{JobState, ListFilter, ListOrder};
 use slothqueue_runner::RunnerEvent;
 
-use crate::serving::{live_runners, unserved};
+use crate::serving;
 use crate::{AppState, HttpError};
 
 /// Where the exposition is served.
@@ -99,11 +99,14 @@ fn count(n: u64) -> i64 {
 pub(crate) async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, HttpError> {
     let store = app.store.as_ref();
     let now = app.api.clock.now();
-    let stats = store.stats(now).await?;
+    // What `status` says (the read model's), and each queue's counts
+    // whether or not a lane has settings.
+    let (judge, host) = (serving::judge(), serving::this_host());
+    let look = serving::look(&app, &judge, &host);
+    let status = slothqueue_view::status(&look).await.map_err(serving::view_error)?;
+    let (stats, live, unserved, schedules) =
+        (status.stats, status.live, status.unserved, status.schedules);
     let lanes = store.queue_counts(now).await?;
-    let live = live_runners(store, now).await?;
-    let unserved = unserved(store, &live).await?;
-    let schedules = store.schedules().await?;
     let oldest = store
         .list(&ListFilter {
             state: Some(JobState::Pending),

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 on_both_backends!(
     enqueue_refuses_what_cannot_run,
     max_runtime_and_scheduled_for_are_bounded,
+    max_runtime_is_milliseconds_and_the_seconds_form_is_deprecated,
     duplicate_host_or_origin_is_refused,
     absolute_form_authority_is_judged_like_host,
     wrong_tokens_wait,
@@ -48,11 +49,19 @@ async fn enqueue_refuses_what_cannot_run(backend: Backend) {
 
 async fn max_runtime_and_scheduled_for_are_bounded(backend: Backend) {
     let s = start(backend).await;
-    for bad in [json!(0.0001), json!(0), json!(1e12), json!(1e300), json!(-1)] {
+    // Milliseconds: whole, at least 1, at most 100 years.
+    for bad in [json!(0.5), json!(0), json!(1e13), json!(1e300), json!(-1)] {
         let mut req = shell_with(json!({ "command": "true" }));
         req["max_runtime"] = bad.clone();
         let (status, body) = s.post("/api/tasks/enqueue", &req).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "max_runtime {bad}: {body}");
+    }
+    // The old seconds form, bounded as it was.
+    for bad in [json!(0.0001), json!(0), json!(1e12), json!(1e300), json!(-1)] {
+        let mut req = shell_with(json!({ "command": "true" }));
+        req["max_runtime_secs"] = bad.clone();
+        let (status, body) = s.post("/api/tasks/enqueue", &req).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "max_runtime_secs {bad}: {body}");
     }
     for at in ["1969-07-20T20:17:00Z", "10000-01-01T00:00:00Z"] {
         let mut req = shell_with(json!({ "command": "true" }));
@@ -61,10 +70,62 @@ async fn max_runtime_and_scheduled_for_are_bounded(backend: Backend) {
         assert_eq!(status, StatusCode::BAD_REQUEST, "scheduled_for {at}: {body}");
     }
     let mut req = shell_with(json!({ "command": "true" }));
-    req["max_runtime"] = json!(0.001);
+    req["max_runtime"] = json!(1);
     let (status, body) = s.post("/api/tasks/enqueue", &req).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(body["job"]["max_runtime"], 1);
+    s.stop().await.unwrap();
+}
+
+/// `max_runtime` is milliseconds, as the job answers and the edit body
+/// have it; the old seconds form is still taken under `max_runtime_secs`,
+/// answered with a deprecation, and never together with the new one.
+async fn max_runtime_is_milliseconds_and_the_seconds_form_is_deprecated(backend: Backend) {
+    let s = start(backend).await;
+    let send = |body: Value, path: &'static str| {
+        let req = s.req(reqwest::Method::POST, path).json(&body);
+        async move {
+            let resp = req.send().await.unwrap();
+            let (status, headers) = (resp.status(), resp.headers().clone());
+            (status, headers, resp.json::<Value>().await.unwrap())
+        }
+    };
+    let warning = |h: &reqwest::header::HeaderMap| {
+        h.get(reqwest::header::WARNING).map(|v| v.to_str().unwrap().to_owned())
+    };
+    let mut ms = shell_with(json!({ "command": "true" }));
+    ms["max_runtime"] = json!(2500);
+    let (status, headers, body) = send(ms.clone(), "/api/tasks/enqueue").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["job"]["max_runtime"], 2500, "2500 ms, as the answer has it");
+    assert!(headers.get("deprecation").is_none() && warning(&headers).is_none(), "{headers:?}");
+
+    let mut secs = shell_with(json!({ "command": "false" }));
+    secs["max_runtime_secs"] = json!(2.5);
+    let (status, headers, body) = send(secs.clone(), "/api/tasks/enqueue").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["job"]["max_runtime"], 2500, "2.5 s, stored as 2500 ms");
+    assert_eq!(headers.get("deprecation").map(|v| v.to_str().unwrap()), Some("true"));
+    assert!(warning(&headers).unwrap().contains("give max_runtime in milliseconds"));
+    let mut null = shell_with(json!({ "command": "true; true" }));
+    null["max_runtime_secs"] = Value::Null;
+    let (status, _, body) = send(null, "/api/tasks/enqueue").await;
+    assert_eq!((status, &body["job"]["max_runtime"]), (StatusCode::CREATED, &Value::Null));
+
+    // A batch with one body in the old form is answered with the deprecation.
+    let mut again = secs.clone();
+    again["payload"]["command"] = json!("echo batch");
+    let (status, headers, body) = send(json!([ms, again]), "/api/tasks/enqueue/batch").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body[1]["job"]["max_runtime"], 2500);
+    assert!(warning(&headers).is_some(), "{headers:?}");
+
+    let mut both = shell_with(json!({ "command": "true" }));
+    both["max_runtime"] = json!(2500);
+    both["max_runtime_secs"] = json!(2.5);
+    let (status, body) = s.post("/api/tasks/enqueue", &both).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("not both"), "{body}");
     s.stop().await.unwrap();
 }
 

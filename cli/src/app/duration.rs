@@ -96,20 +96,9 @@ pub fn format(d: Duration) -> String {
     }
 }
 
-/// A short human span for "in 4m" style hints: the two largest units.
-pub fn format_span(d: Duration) -> String {
-    let secs = d.as_secs();
-    let (days, hours, mins, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
-    match (days, hours, mins) {
-        (0, 0, 0) => format!("{s}s"),
-        (0, 0, _) if s == 0 => format!("{mins}m"),
-        (0, 0, _) => format!("{mins}m{s}s"),
-        (0, _, 0) => format!("{hours}h"),
-        (0, _, _) => format!("{hours}h{mins}m"),
-        (_, 0, _) => format!("{days}d"),
-        _ => format!("{days}d{hours}h"),
-    }
-}
+/// A short human span for "in 4m" style hints: the read model's, so that
+/// `show`'s why and every other line say spans alike.
+pub use slothqueue_view::words::format_span;
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,6 @@ pub mod config;
 pub mod duration;
 mod every;
 pub mod exit;
-mod explain;
 mod render;
 pub mod spec;
 pub mod time;

@@ -7,11 +7,15 @@
 use std::fmt::Write as _;
 
 use slothqueue::core::machine::NOT_RETRIED;
-use slothqueue::core::{LaneScope, LaneSettings, LaneVerdict, QueuesReport, Schedule, Stamp};
+use slothqueue::core::{LaneScope, LaneSettings, QueuesReport, Schedule, Stamp};
 use slothqueue::{Event, EventKind, Job, JobState, Stats, Timestamp};
 
 use super::duration;
 use super::time::local;
+
+// The phrases `show`'s why shares with every face, written once in the
+// read model; re-exported so each presenter here names them as before.
+pub use slothqueue_view::words::{cancelled_by, job_list, one_line, stamp, state_word, waiting_on};
 
 /// Red, for FAILED and failed; only when colour is on.
 pub fn red(s: &str, color: bool) -> String {
@@ -93,12 +97,6 @@ pub fn event_line(e: &Event, now: Timestamp) -> String {
         }
         None => line,
     }
-}
-
-/// Control characters (newlines, escapes) as spaces, so a value cannot
-/// break a line or a table, nor drive the terminal.
-pub fn one_line(s: &str) -> String {
-    s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
 }
 
 /// What a job does, in a few words: the command, or `kind payload`.
@@ -211,75 +209,6 @@ pub fn limits_asked(payload: &serde_json::Value) -> String {
     }
 }
 
-/// The word for a job's state in tables and parent lists: `held` for a
-/// pending job a user holds (whatever else it waits on: the hold is what
-/// a user must undo), `waiting` for one that waits on parents, else the
-/// state. (`--json` keeps `"state": "pending"` and adds `held`.)
-pub fn state_word(job: &Job) -> &'static str {
-    if job.is_held() {
-        "held"
-    } else if job.is_waiting_on_parents() {
-        "waiting"
-    } else {
-        job.state.as_str()
-    }
-}
-
-/// A job named as a parent or dependent: `#12 (running, attempt 2)`, or by
-/// its key when it has one, `key build-7 (#31, pending)`.
-pub fn job_ref(job: &Job) -> String {
-    let mut state = state_word(job).to_owned();
-    if job.state == JobState::Running {
-        let attempt = job.lease.as_ref().map_or(job.attempts, |l| l.attempt);
-        let _ = write!(state, ", attempt {attempt}");
-    }
-    match &job.idempotency_key {
-        Some(k) => format!("key {} (#{}, {state})", one_line(k), job.id),
-        None => format!("#{} ({state})", job.id),
-    }
-}
-
-/// Jobs as a list: `a`, `a and b`, `a, b and c`; past `max`, `and N more`
-/// (of `total`, which may count jobs not in `jobs`).
-pub fn job_list(jobs: &[Job], total: usize, max: usize) -> String {
-    let mut names: Vec<String> = jobs.iter().take(max).map(job_ref).collect();
-    let rest = total.saturating_sub(names.len());
-    if rest > 0 {
-        names.push(format!("{rest} more"));
-    }
-    match names.split_last() {
-        None => String::new(),
-        Some((last, [])) => last.clone(),
-        Some((last, init)) => format!("{} and {last}", init.join(", ")),
-    }
-}
-
-/// Parents listed before their count is cut short.
-const MAX_LISTED: usize = 5;
-
-/// What a waiting job waits on: `waiting on #12 (running, attempt 2)`,
-/// from its `parents` as the store has them now (the ones not done named).
-pub fn waiting_on(job: &Job, parents: &[Job]) -> String {
-    let open: Vec<Job> = parents.iter().filter(|p| p.state != JobState::Done).cloned().collect();
-    if open.is_empty() {
-        return format!("waiting on {} parent(s) not done yet", job.pending_parents);
-    }
-    let total = open.len().max(job.pending_parents as usize);
-    format!("waiting on {}", job_list(&open, total, MAX_LISTED))
-}
-
-/// Why a job was cancelled by a dependency and how it comes back, after
-/// `cancelled`: ` because dependency #12 failed: `slothqueue retry 12` runs
-/// #12 again and brings this job back`. `None` for any other job.
-pub fn cancelled_by(job: &Job) -> Option<String> {
-    let root = job.cancelled_by.filter(|_| job.state == JobState::Cancelled)?;
-    let reason =
-        job.last_error.as_deref().map_or_else(|| format!("dependency #{root} ended"), one_line);
-    Some(format!(
-        "because {reason}: `slothqueue retry {root}` runs #{root} again and brings this job back"
-    ))
-}
-
 /// `now` or the local due time with how long until then.
 pub fn due(job: &Job, now: Timestamp) -> String {
     if job.not_before <= now {
@@ -327,11 +256,6 @@ pub fn stats(s: &Stats, now: Timestamp) -> String {
         None => out.push_str("next due: none\n"),
     }
     out
-}
-
-/// `since 10:02:03 by ana@laptop`: when and by whom a pause or a hold.
-pub fn stamp(s: &Stamp, now: Timestamp) -> String {
-    format!("since {} by {}", local(s.since, now), one_line(&s.by))
 }
 
 /// `3 due jobs`, `1 due job`.
@@ -415,31 +339,6 @@ pub fn resumed_line(
     line
 }
 
-/// Why a lane lets no job of it start, for `show` and `status`: `its
-/// queue backups is paused since … by …`, `queue disk is full: 2 of 2
-/// running`. `None` for an open lane.
-pub fn lane_reason(
-    queue: &str,
-    verdict: &LaneVerdict,
-    lanes: &slothqueue::core::Lanes,
-    now: Timestamp,
-) -> Option<String> {
-    match verdict {
-        LaneVerdict::Open => None,
-        LaneVerdict::Paused(p) if lanes.of(queue).paused.is_none() => Some(format!(
-            "every queue is paused {} (`slothqueue resume` lets it run)",
-            stamp(p, now)
-        )),
-        LaneVerdict::Paused(p) => Some(format!(
-            "its queue {queue} is paused {} (`slothqueue resume --queue {queue}` lets it run)",
-            stamp(p, now)
-        )),
-        LaneVerdict::Full { running, limit } => Some(format!(
-            "lane full: {running} of {limit} running in queue {queue} (it starts when one ends; `slothqueue parallel N --queue {queue}` changes the limit)"
-        )),
-    }
-}
-
 /// `status`'s lines about lanes with settings: the pause of every queue,
 /// then each lane paused or limited, with what waits on it.
 pub fn lanes_lines(report: &QueuesReport, now: Timestamp) -> String {
@@ -454,7 +353,7 @@ pub fn lanes_lines(report: &QueuesReport, now: Timestamp) -> String {
             parts.push(format!("paused {}", stamp(p, now)));
         }
         if q.limit > 0 {
-            let full = if c.running >= u64::from(q.limit) { "full: " } else { "" };
+            let full = if q.is_full() { "full: " } else { "" };
             parts.push(format!("{full}{} of {} running", c.running, q.limit));
         }
         let mut line = format!("  {}: {}", c.queue, parts.join(", "));
@@ -812,6 +711,7 @@ fn truncate(s: &str, width: Option<usize>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use slothqueue_view::words::job_ref;
 
     #[test]
     fn owner_ids_shorten_to_host_and_pid() {
@@ -1055,6 +955,7 @@ paused   0 3 * * *  Europe/Berlin  -                        -                   
     mod lanes {
         use super::super::*;
         use slothqueue::core::{LaneChange, Lanes, QueueCounts};
+        use slothqueue_view::words::job_ref;
 
         const NOW: Timestamp = Timestamp::from_millis(1_700_000_000_000);
 

@@ -45,19 +45,10 @@ pub fn to_stamp(t: jiff::Timestamp) -> Timestamp {
     Timestamp::from_millis(t.as_millisecond())
 }
 
-fn zoned(t: Timestamp) -> Option<jiff::Zoned> {
-    jiff::Timestamp::from_millisecond(t.as_millis()).ok().map(|ts| ts.to_zoned(TimeZone::system()))
-}
-
-/// A local time for a story or a table: `12:03:04` when it falls on the
-/// same local day as `now`, else `2025-01-02 12:03:04`.
-pub fn local(t: Timestamp, now: Timestamp) -> String {
-    match (zoned(t), zoned(now)) {
-        (Some(z), Some(n)) if z.date() == n.date() => z.strftime("%H:%M:%S").to_string(),
-        (Some(z), _) => z.strftime("%Y-%m-%d %H:%M:%S").to_string(),
-        _ => format!("{}ms", t.as_millis()),
-    }
-}
+/// A local time for a story or a table (`12:03:04` on the same local day
+/// as `now`): the read model's, so that `show`'s why and every other line
+/// say times alike.
+pub use slothqueue_view::words::local;
 
 #[cfg(test)]
 mod tests {

@@ -136,6 +136,15 @@ fn serve_with_handlers(backend: Backend) {
     // Another process looking at the file says it too.
     let show = ctx.ok(&["show", &lonely.to_string()]);
     assert!(show.contains("why:          no handler for kind resize"), "{show}");
+    // One why for every face: `show --json` and the HTTP job answer carry
+    // the same words (the read model's) for the same job.
+    for id in [lonely, other] {
+        let (_, job) = served.json("GET", &format!("/api/tasks/outbox/{id}"), None);
+        let shown: Value = serde_json::from_str(&ctx.ok(&["--json", "show", &id.to_string()]))
+            .unwrap_or_else(|e| panic!("show --json: {e}"));
+        assert!(job["why"].is_string(), "{job}");
+        assert_eq!(shown["why"], job["why"], "show --json: {shown}\nHTTP: {job}");
+    }
     let status = ctx.ok(&["status"]);
     assert!(
         status.contains("no handler for kind resize: 1 pending job in queue default"),

@@ -115,7 +115,7 @@ impl LaneCheck {
         }
         let limit = self.lanes.of(queue).limit;
         let running = self.running_in(queue);
-        if limit > 0 && running.saturating_sub(itself) >= limit {
+        if crate::lane::is_full(limit, u64::from(running.saturating_sub(itself))) {
             return LaneVerdict::Full { running, limit };
         }
         LaneVerdict::Open

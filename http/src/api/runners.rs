@@ -6,45 +6,23 @@ use axum::Json;
 use axum::extract::State;
 use serde::Serialize;
 use serde_json::{Value, json};
-use slothqueue_core::RunnerRecord;
-use slothqueue_core::serving;
-use slothqueue_runner::ProcJudge;
+use slothqueue_view::RunnerView;
 
-use crate::{AppState, HttpError};
+use crate::{AppState, HttpError, serving};
 
-/// One runner as the route answers it.
-#[derive(Debug, Serialize)]
-pub(crate) struct SeenRunner {
-    #[serde(flatten)]
-    record: RunnerRecord,
-    /// Whether it is alive: its process runs (on this host), or it wrote
-    /// its record in the last five minutes (elsewhere).
-    live: bool,
-}
-
-/// The answer.
+/// The answer: every recorded runner, judged (the read model's
+/// `RunnerView`: the record and `live`).
 #[derive(Debug, Serialize)]
 pub(crate) struct Runners {
-    runners: Vec<SeenRunner>,
+    runners: Vec<RunnerView>,
 }
 
 /// The handler.
 pub(crate) async fn runners(State(app): State<AppState>) -> Result<Json<Runners>, HttpError> {
-    let records = app.store.runners().await?;
-    let now = app.api.clock.now();
-    let judged = tokio::task::spawn_blocking(move || {
-        let judge = ProcJudge::new();
-        records
-            .into_iter()
-            .map(|record| {
-                let live = serving::is_live(&record, judge.judge_owner(&record.owner), now);
-                SeenRunner { record, live }
-            })
-            .collect::<Vec<_>>()
-    })
-    .await
-    .map_err(|_| HttpError::Internal)?;
-    Ok(Json(Runners { runners: judged }))
+    let (judge, host) = (serving::judge(), serving::this_host());
+    let look = serving::look(&app, &judge, &host);
+    let runners = look.runners().await.map_err(serving::view_error)?;
+    Ok(Json(Runners { runners }))
 }
 
 /// The OpenAPI operation.

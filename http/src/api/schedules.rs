@@ -46,7 +46,8 @@ pub(super) struct ScheduleRequest {
 }
 
 /// When a schedule fires, as a request says it: `{"cron": "0 3 * * *"}`
-/// or `{"every": SECONDS}` (seconds, as the enqueue body's `max_runtime`).
+/// or `{"every": SECONDS}` (seconds, as the enqueue body's deprecated
+/// `max_runtime_secs`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 enum SpecRequest {

@@ -115,58 +115,6 @@
     return el("span", { class: "state " + job.state }, s);
   }
 
-  /** Why a job is not running (or who runs it), from what the page read. */
-  function why(job, queues, runners) {
-    const now = Date.now();
-    if (job.state === "running") {
-      const l = job.lease || {};
-      const o = l.owner || {};
-      let s = "Running: attempt " + (l.attempt || job.attempts) + " of " + job.max_attempts;
-      if (o.pid) s += ", by runner pid " + o.pid + (o.host ? " on " + o.host : "");
-      if (job.started_at) s += ", started " + ago(job.started_at);
-      if (job.cancel_requested) s += ". Cancel requested: the runner is stopping it.";
-      return s;
-    }
-    if (job.state === "cancelled" && job.cancelled_by) {
-      return "Cancelled because job #" + job.cancelled_by +
-        " failed or was cancelled; retrying #" + job.cancelled_by + " brings this one back.";
-    }
-    if (job.state !== "pending") return "";
-    if (job.held) {
-      return "Held by " + job.held.by + " " + ago(job.held.since) + ": no runner starts it until it is released.";
-    }
-    if (job.pending_parents > 0) {
-      return "Waiting on " + job.pending_parents + " of its parent jobs (" +
-        (job.after || []).map((p) => "#" + p).join(", ") + ") to be done.";
-    }
-    if (job.not_before > now) {
-      let s = "Not due until " + when(job.not_before) + ".";
-      if (job.attempts > 0 && job.last_error) s += " Attempt " + job.attempts + " failed: " + job.last_error;
-      return s;
-    }
-    if (queues) {
-      if (queues.all_paused) return "Every queue is paused (by " + queues.all_paused.by + " " + ago(queues.all_paused.since) + ").";
-      const q = (queues.queues || []).find((x) => x.queue === job.queue);
-      if (q && q.paused) return "Its queue " + job.queue + " is paused (by " + q.paused.by + " " + ago(q.paused.since) + ").";
-      if (q && q.limit > 0 && q.running >= q.limit) {
-        return "Its queue " + job.queue + " is full: " + q.running + " of at most " + q.limit + " jobs running.";
-      }
-    }
-    // Who can run it is the server's rule (core::serving), given as `waiting`.
-    if (job.waiting) return job.waiting.charAt(0).toUpperCase() + job.waiting.slice(1) + ".";
-    if (runners) {
-      const fit = runners.filter((r) => r.live &&
-        (r.queues.length === 0 || r.queues.includes(job.queue)) &&
-        (!r.kinds || r.kinds.includes(job.kind)));
-      if (fit.length === 0) return "No live runner takes jobs of queue " + job.queue + " and kind " + job.kind + ".";
-      const doing = (r) => (r.activity || {}).activity;
-      const gated = fit.find((r) => doing(r) === "gated");
-      if (gated && fit.every((r) => doing(r) === "gated")) return "The runner waits: " + gated.activity.reading + ".";
-      if (fit.every((r) => doing(r) === "running")) return "Due; the runners are busy with other jobs.";
-    }
-    return "Due now: a runner takes it in a moment.";
-  }
-
   // ---- the list view --------------------------------------------------------
   function renderCounts(stats) {
     const tiles = [
@@ -261,9 +209,11 @@
     return [el("dt", {}, name), el("dd", {}, value === undefined || value === null || value === "" ? "—" : value)];
   }
 
-  function renderJob(job, queues, runners) {
+  function renderJob(job) {
     $("job-title").replaceChildren("Job #" + job.id + " ", stateCell(job));
-    $("job-why").textContent = why(job, queues, runners);
+    // Why it is not running, or who runs it: the server's words (the read
+    // model's, the same `slothqueue show` prints), never the page's own.
+    $("job-why").textContent = job.why || "";
     const pending = job.state === "pending";
     $("act-cancel").hidden = !(pending || job.state === "running");
     $("act-cancel").disabled = !!job.cancel_requested;
@@ -321,13 +271,9 @@
   }
 
   async function refreshJob(id) {
-    const [job, queues, runners] = await Promise.all([
-      api("GET", "/api/tasks/outbox/" + id),
-      api("GET", "/api/queues"),
-      api("GET", "/api/runners"),
-    ]);
+    const job = await api("GET", "/api/tasks/outbox/" + id);
     if (view.jobId !== id) return;
-    renderJob(job, queues, runners.runners);
+    renderJob(job);
     // A finished job's log is read to its end once, then left alone (a
     // retry makes it pending again, and it is followed again).
     const finished = ["done", "failed", "cancelled"].includes(job.state);

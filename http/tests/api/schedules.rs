@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use slothqueue_core::schedule::MAX_KEY_LEN;
 use slothqueue_core::{Clock, ManualClock, Timestamp};
 
-use crate::common::{Backend, Server, start_configured};
+use crate::common::{Backend, Server, assert_documented, start_configured};
 
 crate::on_both_backends!(
     stored_listed_paused_resumed_removed,
@@ -167,7 +167,7 @@ async fn intervals_and_the_earliest_next_fire(backend: Backend) {
         "spec": { "every": 90 },
         "catch_up": "none",
         "overlap": "queue",
-        "job": { "kind": "report", "payload": { "x": 1 }, "priority": 3, "max_runtime": 2.5, "queue": "slow" },
+        "job": { "kind": "report", "payload": { "x": 1 }, "priority": 3, "max_runtime": 2500, "queue": "slow" },
     });
     let (status, put1) = put(&s, &often).await;
     assert_eq!(status, StatusCode::CREATED, "{put1}");
@@ -184,7 +184,7 @@ async fn intervals_and_the_earliest_next_fire(backend: Backend) {
     assert_eq!(sch["job"]["priority"], 3);
     // A fraction of a second is kept in whole milliseconds, so the same
     // body twice is the same definition.
-    let fine = json!({ "key": "fine", "spec": { "every": 1.0005 }, "job": { "kind": "report", "payload": {}, "max_runtime": 0.0015 } });
+    let fine = json!({ "key": "fine", "spec": { "every": 1.0005 }, "job": { "kind": "report", "payload": {}, "max_runtime_secs": 0.0015 } });
     let (status, first) = put(&s, &fine).await;
     assert_eq!(status, StatusCode::CREATED, "{first}");
     assert_eq!(first["schedule"]["spec"], json!({ "every": 1_000 }));
@@ -414,20 +414,6 @@ async fn schedule_routes_are_guarded(backend: Backend) {
     let (status, _) = put(&s, &nightly()).await;
     assert_eq!(status, StatusCode::CREATED, "the same body with the token and a loopback host");
     s.stop().await.unwrap();
-}
-
-/// Every field an answer carries is documented in its schema, and every
-/// field the schema requires is there.
-fn assert_documented(doc: &Value, schema: &str, value: &Value) {
-    let schema_node = &doc["components"]["schemas"][schema];
-    let props = schema_node["properties"].as_object().unwrap();
-    for field in value.as_object().unwrap().keys() {
-        assert!(props.contains_key(field), "{schema} does not document `{field}`: {value}");
-    }
-    for field in schema_node["required"].as_array().unwrap() {
-        let field = field.as_str().unwrap();
-        assert!(value.get(field).is_some(), "{schema} requires `{field}`: {value}");
-    }
 }
 
 async fn answers_match_the_documented_schemas(backend: Backend) {

@@ -290,3 +290,39 @@ fn parse_response(buf: &[u8]) -> Option<(u16, String)> {
 pub async fn within<T>(secs: u64, f: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(secs), f).await.expect("test timed out")
 }
+
+/// Every field an answer carries is documented in its schema of the
+/// OpenAPI document `doc`, and every field the schema requires is there.
+/// A schema made of parts (`allOf`, `$ref`s into `components/schemas`)
+/// is read as the union of its parts.
+pub fn assert_documented(doc: &Value, schema: &str, value: &Value) {
+    let (props, required) = schema_fields(doc, &doc["components"]["schemas"][schema]);
+    assert!(!props.is_empty(), "no schema {schema} with properties");
+    for field in value.as_object().unwrap().keys() {
+        assert!(props.contains(field), "{schema} does not document `{field}`: {value}");
+    }
+    for field in required {
+        assert!(value.get(&field).is_some(), "{schema} requires `{field}`: {value}");
+    }
+}
+
+/// The properties and required fields of `node`, following `$ref` and
+/// `allOf`.
+fn schema_fields(doc: &Value, node: &Value) -> (Vec<String>, Vec<String>) {
+    if let Some(name) = node["$ref"].as_str().and_then(|r| r.strip_prefix("#/components/schemas/"))
+    {
+        return schema_fields(doc, &doc["components"]["schemas"][name]);
+    }
+    let mut props: Vec<String> =
+        node["properties"].as_object().map(|p| p.keys().cloned().collect()).unwrap_or_default();
+    let mut required: Vec<String> = node["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|f| f.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
+    for part in node["allOf"].as_array().into_iter().flatten() {
+        let (p, r) = schema_fields(doc, part);
+        props.extend(p);
+        required.extend(r);
+    }
+    (props, required)
+}

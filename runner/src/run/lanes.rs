@@ -27,7 +27,7 @@ pub(super) fn blocks(report: &QueuesReport, served: &[String]) -> Vec<LaneBlock>
     ours.filter_map(|q| {
         let hold = if q.paused.is_some() {
             LaneHold::Paused
-        } else if q.limit > 0 && q.counts.running >= u64::from(q.limit) {
+        } else if q.is_full() {
             LaneHold::Full { running: q.counts.running, limit: q.limit }
         } else {
             return None;

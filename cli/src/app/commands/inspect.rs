@@ -6,19 +6,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use slothqueue::core::serving;
-use slothqueue::core::{LaneCheck, LaneVerdict, Lanes, Liveness, LivenessJudge, QueuesReport};
 use slothqueue::runner::ProcJudge;
-use slothqueue::{
-    Job, JobId, JobState, ListFilter, ListOrder, Owner, RunnerRecord, Stats, Store, StoreError,
-    Timestamp,
-};
+use slothqueue::{Job, JobId, ListFilter, Owner, RunnerRecord, Stats, Store};
+use slothqueue_view::{DEPENDENTS_LISTED, Look, StatusView, ViewError, words};
 
 use super::{Ctx, Secrets, job_json_with, print_json};
 use crate::app::Outcome;
 use crate::app::config::log_dir;
 use crate::app::exit::{Code, NotFound};
-use crate::app::explain::{self, SeenRunner, Situation};
 use crate::app::render;
 
 /// This host's name, as runners record it in their owner.
@@ -26,9 +21,26 @@ pub fn this_host() -> String {
     rustix::system::uname().nodename().to_string_lossy().into_owned()
 }
 
-/// Judges a runner by its owner.
-pub fn judge_owner(judge: &ProcJudge, owner: &Owner) -> Liveness {
-    judge.judge_owner(owner)
+/// A store's refusal met while a look was read, as the CLI reports it:
+/// the read named (`cannot read the runners: …`), the store's error kept
+/// in the chain for the exit code.
+fn look_failed(e: ViewError) -> anyhow::Error {
+    match e {
+        ViewError::Store(e) => anyhow::Error::new(e),
+        ViewError::Read { what, source } => anyhow::Error::new(source).context(what),
+    }
+}
+
+/// Reads a look at `store` with this process's judge of runners.
+async fn looked<T, F>(ctx: &Ctx, store: &dyn Store, read: F) -> anyhow::Result<T>
+where
+    F: AsyncFnOnce(&Look<'_>) -> Result<T, ViewError>,
+{
+    let judge = ProcJudge::new();
+    let judge = move |owner: &Owner| judge.judge_owner(owner);
+    let host = this_host();
+    let look = Look { store, now: ctx.now(), judge: &judge, this_host: &host };
+    read(&look).await.map_err(look_failed)
 }
 
 /// Counts per state, due now, next due, and the live runners.
@@ -37,14 +49,7 @@ pub async fn status(ctx: &Ctx) -> Outcome {
     let mut out = io::stdout().lock();
     let Some(store) = ctx.look_existing()? else {
         if ctx.json {
-            let mut v = serde_json::to_value(Stats::default())?;
-            v["exists"] = false.into();
-            v["lanes"] = serde_json::to_value(Lanes::default())?;
-            v["schedules"] = 0.into();
-            v["next_tick"] = serde_json::Value::Null;
-            v["runners"] = serde_json::json!([]);
-            v["unserved"] = serde_json::json!([]);
-            print_json(&mut out, &v)?;
+            print_json(&mut out, &status_json(&StatusView::default())?)?;
         } else {
             writeln!(
                 out,
@@ -56,71 +61,55 @@ pub async fn status(ctx: &Ctx) -> Outcome {
         }
         return Ok(Code::Success);
     };
-    let stats = store.stats(now).await.context("cannot read the queue's counts")?;
-    let lanes = store.lanes().await.context("cannot read the lanes")?;
-    let schedules = store.schedules().await.context("cannot read the schedules")?;
-    let next_tick =
-        schedules.iter().filter_map(|s| s.next_fire().map(|t| (t, s))).min_by_key(|(t, _)| *t);
-    let records = store.runners().await.context("cannot read the runners")?;
-    let judge = ProcJudge::new();
-    let host = this_host();
-    let seen: Vec<SeenRunner<'_>> = records
-        .iter()
-        .map(|r| SeenRunner { record: r, liveness: judge_owner(&judge, &r.owner) })
-        .collect();
-    let live: Vec<&SeenRunner<'_>> = seen.iter().filter(|r| r.is_live(now)).collect();
-    // Pending jobs the live runners cannot run (a kind none has a handler
-    // for); with no runner alive, `runners: none alive` says it for all.
-    let unserved = if live.is_empty() {
-        Vec::new()
-    } else {
-        let filter = ListFilter {
-            state: Some(JobState::Pending),
-            order: ListOrder::DueFirst,
-            limit: Some(serving::UNSERVED_SCAN),
-            ..ListFilter::default()
-        };
-        let pending = store.list(&filter).await.context("cannot list pending jobs")?;
-        let records: Vec<&RunnerRecord> = live.iter().map(|r| r.record).collect();
-        serving::unserved(&pending, &records)
-    };
+    let view =
+        looked(ctx, store.as_ref(), async |look| slothqueue_view::status(look).await).await?;
     if ctx.json {
-        let mut v = serde_json::to_value(&stats)?;
-        v["exists"] = true.into();
-        v["lanes"] = serde_json::to_value(&lanes)?;
-        v["schedules"] = schedules.len().into();
-        v["next_tick"] = next_tick
-            .map_or(serde_json::Value::Null, |(t, s)| serde_json::json!({ "key": s.key, "at": t }));
-        v["runners"] = serde_json::to_value(live.iter().map(|r| r.record).collect::<Vec<_>>())?;
-        v["unserved"] = serde_json::to_value(&unserved)?;
-        print_json(&mut out, &v)?;
+        print_json(&mut out, &status_json(&view)?)?;
         return Ok(Code::Success);
     }
     let backend = slothqueue::detect(&ctx.db, ctx.backend).map_or("?", |b| b.as_str());
     writeln!(out, "queue: {} ({backend})", slothqueue::shown(&ctx.db))?;
-    write!(out, "{}", render::stats(&stats, now))?;
-    if !lanes.is_default() {
-        // Counted only when some lane has a setting: a file without any
-        // pays nothing for lanes in `status`.
-        let counts = store.queue_counts(now).await.context("cannot count the queues' jobs")?;
-        write!(out, "{}", render::lanes_lines(&QueuesReport::new(&lanes, counts), now))?;
+    write!(out, "{}", render::stats(&view.stats, now))?;
+    if let Some(report) = &view.queues {
+        write!(out, "{}", render::lanes_lines(report, now))?;
     }
-    if let Some(line) = render::schedules_status(&schedules, next_tick.map(|(_, s)| s), now) {
+    if let Some(line) = render::schedules_status(&view.schedules, view.next_schedule(), now) {
         writeln!(out, "{line}")?;
     }
-    if live.is_empty() {
+    if view.live.is_empty() {
         writeln!(out, "runners: none alive")?;
     } else {
-        writeln!(out, "runners: {} alive", live.len())?;
-        for r in live {
-            writeln!(out, "  {}: {}", r.name(&host), explain::activity(r.record, now))?;
+        writeln!(out, "runners: {} alive", view.live.len())?;
+        let host = this_host();
+        for r in &view.live {
+            writeln!(out, "  {}: {}", r.name(&host), words::activity(&r.record, now))?;
         }
     }
-    for u in &unserved {
+    for u in unserved_shown(&view) {
         let jobs = if u.pending == 1 { "job" } else { "jobs" };
         writeln!(out, "{}: {} pending {jobs} in queue {}", u.why, u.pending, u.queue)?;
     }
     Ok(Code::Success)
+}
+
+/// The unserved jobs `status` names: none while no runner is alive
+/// (`runners: none alive` says it for all of them).
+fn unserved_shown(view: &StatusView) -> &[slothqueue::core::Unserved] {
+    if view.live.is_empty() { &[] } else { &view.unserved }
+}
+
+/// `status --json`: the counts, `exists`, the lanes, how many schedules
+/// and the next tick, the live runners' records, the unserved jobs.
+fn status_json(view: &StatusView) -> anyhow::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(&view.stats)?;
+    v["exists"] = view.exists.into();
+    v["lanes"] = serde_json::to_value(&view.lanes)?;
+    v["schedules"] = view.schedules.len().into();
+    v["next_tick"] = serde_json::to_value(&view.next_tick)?;
+    let records: Vec<&RunnerRecord> = view.live.iter().map(|r| &r.record).collect();
+    v["runners"] = serde_json::to_value(records)?;
+    v["unserved"] = serde_json::to_value(unserved_shown(view))?;
+    Ok(v)
 }
 
 /// One row a job; with `--json`, secret-looking values masked unless
@@ -169,84 +158,51 @@ pub(super) fn terminal_width() -> Option<usize> {
     std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).filter(|c: &usize| *c > 0)
 }
 
-/// Dependents `show` names before it only counts the rest.
-const DEPENDENTS_LISTED: usize = 10;
 /// Parents `show` names before it only counts the rest.
 const PARENTS_LISTED: usize = 20;
 
 /// The job, why it is not running, and its story; secret-looking values
-/// masked unless `show_secrets`.
+/// masked unless `show_secrets`. Everything is read first (the read
+/// model's `slothqueue_view::JobView`, then the log header), then printed.
 pub async fn show(ctx: &Ctx, id: JobId, show_secrets: bool) -> Outcome {
     let store = ctx.open_read_only()?;
-    let job = store.get(id).await?;
-    let events = store.events(id).await?;
-    let dependents = store.dependents(id).await.context("cannot read the job's dependents")?;
+    let view =
+        looked(ctx, store.as_ref(), async |look| slothqueue_view::job(look, id).await).await?;
     let mut out = io::stdout().lock();
     if ctx.json {
         let secrets = if show_secrets { Secrets::Shown } else { Secrets::Masked };
-        let mut v = job_json_with(&job, Some(&events), secrets)?;
-        v["dependents"] = serde_json::to_value(&dependents)?;
-        if let Some((key, slot)) = tick_of(&job) {
-            v["schedule"] = serde_json::json!({ "key": key, "slot": slot });
+        let mut v = job_json_with(&view.job, Some(&view.events), secrets)?;
+        v["dependents"] = serde_json::to_value(&view.dependents)?;
+        if let Some(tick) = &view.schedule {
+            v["schedule"] = serde_json::json!({ "key": tick.key, "slot": tick.slot });
+        }
+        if let Some(why) = &view.why {
+            v["why"] = why.as_str().into();
         }
         print_json(&mut out, &v)?;
         return Ok(Code::Success);
     }
+    let told = contained_by(&log_dir(&ctx.files), id);
     let now = ctx.now();
-    write!(out, "{}", render::job_details(&job, now, ctx.color, show_secrets))?;
-    if let Some((key, slot)) = tick_of(&job) {
-        let schedules = store.schedules().await.context("cannot read the schedules")?;
-        let stored = schedules.iter().find(|s| s.key == key);
-        writeln!(out, "schedule:     {}", render::tick_slot(key, slot, stored))?;
+    let job = &view.job;
+    write!(out, "{}", render::job_details(job, now, ctx.color, show_secrets))?;
+    if let Some(tick) = &view.schedule {
+        let line = render::tick_slot(&tick.key, tick.slot, tick.stored.as_ref());
+        writeln!(out, "schedule:     {line}")?;
     }
-    let parents = jobs_by_id(store.as_ref(), &job.after).await?;
     if !job.after.is_empty() {
-        writeln!(
-            out,
-            "after:        {}",
-            render::job_list(&parents, job.after.len(), PARENTS_LISTED)
-        )?;
+        let parents = render::job_list(&view.parents, job.after.len(), PARENTS_LISTED);
+        writeln!(out, "after:        {parents}")?;
     }
-    if !dependents.is_empty() {
-        let listed = &dependents[..dependents.len().min(DEPENDENTS_LISTED)];
-        let jobs = jobs_by_id(store.as_ref(), listed).await?;
-        writeln!(out, "dependents:   {}", render::job_list(&jobs, dependents.len(), listed.len()))?;
+    if !view.dependents.is_empty() {
+        let listed = view.dependents.len().min(DEPENDENTS_LISTED);
+        let names = render::job_list(&view.listed_dependents, view.dependents.len(), listed);
+        writeln!(out, "dependents:   {names}")?;
     }
-    let mut records = Vec::new();
-    if !job.state.is_terminal() {
-        records = store.runners().await.context("cannot read the runners")?;
+    if let Some(line) = &view.why {
+        writeln!(out, "{}:          {line}", view.why_label())?;
     }
-    let judge = ProcJudge::new();
-    let seen: Vec<SeenRunner<'_>> = records
-        .iter()
-        .map(|r| SeenRunner { record: r, liveness: judge_owner(&judge, &r.owner) })
-        .collect();
-    let ahead =
-        if job.is_due(now) { jobs_ahead(store.as_ref(), &job, &records, now).await? } else { 0 };
-    let lease_owner = job.lease.as_ref().map_or(Liveness::Unknown, |l| judge.judge(l));
-    let lanes = if job.state == JobState::Pending {
-        store.lanes().await.context("cannot read the lanes")?
-    } else {
-        Lanes::default()
-    };
-    let lane = lane_verdict(store.as_ref(), &lanes, &job.queue).await?;
-    let host = this_host();
-    let situation = Situation {
-        job: &job,
-        now,
-        ahead,
-        runners: &seen,
-        lease_owner,
-        this_host: &host,
-        parents: &parents,
-        lanes: &lanes,
-        lane,
-    };
-    if let Some(line) = explain::why(&situation) {
-        let label = if job.state == JobState::Running { "now" } else { "why" };
-        writeln!(out, "{label}:          {line}")?;
-    }
-    if let Some(told) = contained_by(&log_dir(&ctx.files), id) {
+    if let Some(told) = told {
         if let Some(mechanism) = &told.mechanism {
             writeln!(out, "contained:    {mechanism} (attempt {})", told.attempt)?;
         }
@@ -255,53 +211,17 @@ pub async fn show(ctx: &Ctx, id: JobId, show_secrets: bool) -> Outcome {
         }
     }
     writeln!(out)?;
-    for e in &events {
+    for e in &view.events {
         writeln!(out, "{}", render::event_line(e, now))?;
     }
     Ok(Code::Success)
 }
 
-/// The schedule and slot of a tick's job, from its idempotency key
-/// (`nightly@2026-12-02T03:00:00Z`, `core::schedule::tick_key`).
-fn tick_of(job: &Job) -> Option<(&str, Timestamp)> {
-    job.idempotency_key.as_deref().and_then(slothqueue::core::schedule::parse_tick_key)
-}
-
-/// What `queue`'s lane says of a new start now: open when no lane has a
-/// setting (nothing more is read), else counted from its running jobs as a
-/// claim counts them.
-async fn lane_verdict(
-    store: &dyn Store,
-    lanes: &Lanes,
-    queue: &str,
-) -> anyhow::Result<LaneVerdict> {
-    if lanes.is_default() {
-        return Ok(LaneVerdict::Open);
-    }
-    let running = store
-        .list(&ListFilter {
-            state: Some(JobState::Running),
-            queue: Some(queue.to_owned()),
-            limit: Some(10_000),
-            ..ListFilter::default()
-        })
-        .await
-        .context("cannot list running jobs")?;
-    Ok(LaneCheck::new(lanes.clone(), &running).verdict(queue))
-}
-
 /// The jobs with these ids, in their order, leaving out those that are
-/// gone (a parent purged after it finished holds nobody up).
+/// gone (the read model's rule: a parent purged after it finished holds
+/// nobody up).
 pub async fn jobs_by_id(store: &dyn Store, ids: &[JobId]) -> anyhow::Result<Vec<Job>> {
-    let mut jobs = Vec::with_capacity(ids.len());
-    for id in ids {
-        match store.get(*id).await {
-            Ok(j) => jobs.push(j),
-            Err(StoreError::NotFound(_)) => {}
-            Err(e) => return Err(anyhow::Error::new(e).context(format!("cannot read job #{id}"))),
-        }
-    }
-    Ok(jobs)
+    slothqueue_view::job::jobs_by_id(store, ids).await.map_err(look_failed)
 }
 
 /// What the log header of the job's latest attempt says of it
@@ -354,39 +274,6 @@ fn told_in(header: &str) -> AttemptTold {
         told.limits = Some(after[..after.find(": ").unwrap_or(after.len())].to_owned());
     }
     told
-}
-
-/// How many due pending jobs a runner that could take `job` takes first.
-async fn jobs_ahead(
-    store: &dyn Store,
-    job: &Job,
-    runners: &[RunnerRecord],
-    now: Timestamp,
-) -> anyhow::Result<usize> {
-    // A runner serving this job's queue may serve others too; count jobs
-    // in every queue such a runner takes (all queues if any serves all, or
-    // if none is recorded).
-    let serving: Vec<&RunnerRecord> =
-        runners.iter().filter(|r| r.serves_queue(&job.queue) && r.runs_kind(&job.kind)).collect();
-    let all_queues = serving.is_empty() || serving.iter().any(|r| r.queues.is_empty());
-    let filter = ListFilter {
-        state: Some(JobState::Pending),
-        order: ListOrder::DueFirst,
-        limit: Some(10_000),
-        ..ListFilter::default()
-    };
-    let mine = job.claim_order();
-    let ahead = store
-        .list(&filter)
-        .await
-        .context("cannot list pending jobs")?
-        .into_iter()
-        .filter(|j| j.id != job.id && j.is_due(now) && j.claim_order() < mine)
-        .filter(|j| all_queues || serving.iter().any(|r| r.queues.contains(&j.queue)))
-        // Only jobs a runner that could take this one would take instead.
-        .filter(|j| serving.is_empty() || serving.iter().any(|r| r.runs_kind(&j.kind)))
-        .count();
-    Ok(ahead)
 }
 
 /// The job's captured output; with `follow`, new output as it comes until

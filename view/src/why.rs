@@ -1,71 +1,20 @@
-//! The one line `show` prints for a job that is not finished: why it is
-//! not running yet, or who is running it.
+//! **Why a job is not running yet, or who is running it**: the one line
+//! every face shows for a job that is not finished (`show`'s `why:`, the
+//! JSON and HTTP `why`, the page).
 //!
 //! The answer is the first of these that holds, because each hides the
 //! ones after it: held by a user; waiting on parents not done yet; not due
 //! yet; its lane paused or full; no runner alive; a runner held by its
-//! gate; jobs ahead of it; the runner busy with another job. A pure function of what `show` read from the store and what
-//! the liveness judge said. A job that a dependency's failure cancelled
-//! gets a line too: why, and which `retry` brings it back.
+//! gate; jobs ahead of it; the runner busy with another job. A pure
+//! function of what [`crate::job`] read from the store and what the
+//! liveness judge said. A job that a dependency's failure cancelled gets a
+//! line too: why, and which `retry` brings it back.
 
-use slothqueue::core::serving::{self, Coverage};
-use slothqueue::core::{LaneVerdict, Lanes, Liveness};
-use slothqueue::{Job, JobState, RunnerActivity, RunnerRecord, Timestamp};
+use slothqueue_core::serving::{self, Coverage};
+use slothqueue_core::{Job, JobState, LaneVerdict, Lanes, Liveness, RunnerActivity, Timestamp};
 
-use super::duration::format_span;
-use super::render::{self, one_line};
-use super::time::local;
-
-/// A runner as `show` and `status` see it.
-#[derive(Debug)]
-pub struct SeenRunner<'a> {
-    /// What it recorded.
-    pub record: &'a RunnerRecord,
-    /// What the judge said of it.
-    pub liveness: Liveness,
-}
-
-impl SeenRunner<'_> {
-    /// Alive, or on another host and recently heard from
-    /// (`core::serving::is_live`).
-    pub fn is_live(&self, now: Timestamp) -> bool {
-        slothqueue::core::serving::is_live(self.record, self.liveness, now)
-    }
-
-    /// `pid 4242` on this host, `pid 4242 on host` elsewhere.
-    pub fn name(&self, this_host: &str) -> String {
-        runner_name(&self.record.owner, this_host)
-    }
-}
-
-/// How a lease owner or a runner is named: `runner pid 4242 on this host`.
-pub fn runner_name(owner: &slothqueue::Owner, this_host: &str) -> String {
-    let pid = owner.pid.map_or_else(|| owner.id.clone(), |p| format!("pid {p}"));
-    if owner.host == this_host {
-        format!("runner {pid} on this host")
-    } else {
-        format!("runner {pid} on {}", owner.host)
-    }
-}
-
-/// What a runner is doing, in words.
-pub fn activity(record: &RunnerRecord, now: Timestamp) -> String {
-    match &record.activity {
-        RunnerActivity::Starting => "starting".to_owned(),
-        RunnerActivity::Running { job, also } if also.is_empty() => format!("running job #{job}"),
-        RunnerActivity::Running { job, also } => {
-            let others: Vec<String> = also.iter().map(|j| format!("#{j}")).collect();
-            format!("running jobs #{job}, {}", others.join(", "))
-        }
-        RunnerActivity::Gated { reading, since } => {
-            format!("waiting on its gate: {} (since {})", one_line(reading), local(*since, now))
-        }
-        RunnerActivity::Idle { until: Some(t) } => {
-            format!("idle until {}", local(*t, now))
-        }
-        RunnerActivity::Idle { until: None } => "idle".to_owned(),
-    }
-}
+use crate::RunnerView;
+use crate::words::{self, activity, format_span, local, runner_name};
 
 /// Everything the explanation depends on.
 #[derive(Debug)]
@@ -77,7 +26,7 @@ pub struct Situation<'a> {
     /// Due pending jobs that claims take before this one.
     pub ahead: usize,
     /// Every recorded runner, judged.
-    pub runners: &'a [SeenRunner<'a>],
+    pub runners: &'a [RunnerView],
     /// The judge's verdict on the job's lease owner (running jobs).
     pub lease_owner: Liveness,
     /// This host's name.
@@ -96,7 +45,7 @@ pub fn why(s: &Situation<'_>) -> Option<String> {
     match job.state {
         JobState::Running => Some(running(s)),
         JobState::Pending => Some(pending(s)),
-        JobState::Cancelled => render::cancelled_by(job).map(|b| format!("cancelled {b}")),
+        JobState::Cancelled => words::cancelled_by(job).map(|b| format!("cancelled {b}")),
         _ => None,
     }
 }
@@ -136,16 +85,16 @@ fn pending(s: &Situation<'_>) -> String {
     if let Some(h) = job.held.as_ref() {
         let mut line = format!(
             "held {} — `slothqueue release {}` lets it run",
-            render::stamp(h, s.now),
+            words::stamp(h, s.now),
             job.id
         );
         if job.is_waiting_on_parents() {
-            line.push_str(&format!(" (it also waits: {})", render::waiting_on(job, s.parents)));
+            line.push_str(&format!(" (it also waits: {})", words::waiting_on(job, s.parents)));
         }
         return line;
     }
     if job.is_waiting_on_parents() {
-        return render::waiting_on(job, s.parents);
+        return words::waiting_on(job, s.parents);
     }
     if job.not_before > s.now {
         let why = if job.attempts > 0 { "retrying: not due until" } else { "not due until" };
@@ -155,11 +104,11 @@ fn pending(s: &Situation<'_>) -> String {
             format_span(job.not_before.duration_since(s.now))
         );
     }
-    if let Some(line) = render::lane_reason(&job.queue, &s.lane, s.lanes, s.now) {
+    if let Some(line) = words::lane_reason(&job.queue, &s.lane, s.lanes, s.now) {
         return line;
     }
-    let alive: Vec<&SeenRunner<'_>> = s.runners.iter().filter(|r| r.is_live(s.now)).collect();
-    let live: Vec<&SeenRunner<'_>> = alive
+    let alive: Vec<&RunnerView> = s.runners.iter().filter(|r| r.live).collect();
+    let live: Vec<&RunnerView> = alive
         .iter()
         .copied()
         .filter(|r| r.record.serves_queue(&job.queue) && r.record.runs_kind(&job.kind))
@@ -168,7 +117,7 @@ fn pending(s: &Situation<'_>) -> String {
         0 => String::new(),
         n => format!("waiting behind {n} due job(s) of higher priority"),
     };
-    let coverage = serving::coverage(&job.queue, &job.kind, alive.iter().map(|r| r.record));
+    let coverage = serving::coverage(&job.queue, &job.kind, alive.iter().map(|r| &r.record));
     if let Coverage::NoHandler { kind } = &coverage {
         return format!(
             "{coverage}: no live runner of its queue has one; start one with --handlers DIR, where DIR/{kind} is an executable"
@@ -181,7 +130,7 @@ fn pending(s: &Situation<'_>) -> String {
     if let Some(gated) =
         live.iter().find(|r| matches!(r.record.activity, RunnerActivity::Gated { .. }))
     {
-        return format!("{} is {}", gated.name(s.this_host), activity(gated.record, s.now));
+        return format!("{} is {}", gated.name(s.this_host), activity(&gated.record, s.now));
     }
     if !ahead.is_empty() {
         return ahead;
@@ -193,7 +142,7 @@ fn pending(s: &Situation<'_>) -> String {
             return format!(
                 "next in line: {} is {}",
                 busy.name(s.this_host),
-                activity(busy.record, s.now)
+                activity(&busy.record, s.now)
             );
         }
     }
@@ -203,14 +152,29 @@ fn pending(s: &Situation<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use slothqueue::core::machine;
-    use slothqueue::{NewJob, Owner, Policy};
+    use slothqueue_core::machine;
+    use slothqueue_core::{Lease, NewJob, Owner, Policy, RunnerRecord};
 
     const NOW: Timestamp = Timestamp::from_millis(1_700_000_000_000);
 
     fn job(not_before: Timestamp) -> Job {
         let new = NewJob::shell("true", "/").not_before(not_before);
         machine::create(1, &new, &[], NOW, &Policy::default()).job
+    }
+
+    /// `job` as a claim by runner pid 42 on `box` leaves it: attempt 1.
+    fn running(mut job: Job) -> Job {
+        let owner = Owner { pid: Some(42), host: "box".into(), ..Owner::named("box:42:1:ff") };
+        job.state = JobState::Running;
+        job.attempts = 1;
+        job.started_at = Some(NOW);
+        job.lease = Some(Lease {
+            owner,
+            attempt: 1,
+            until: NOW.saturating_add(std::time::Duration::from_secs(60)),
+            child_pgid: None,
+        });
+        job
     }
 
     fn runner(activity: RunnerActivity) -> RunnerRecord {
@@ -224,7 +188,7 @@ mod tests {
         }
     }
 
-    fn why_of(job: &Job, ahead: usize, runners: &[SeenRunner<'_>]) -> String {
+    fn why_of(job: &Job, ahead: usize, runners: &[RunnerView]) -> String {
         why(&Situation {
             job,
             now: NOW,
@@ -250,18 +214,18 @@ mod tests {
             reading: "load 3.00 >= ceiling 2.00".into(),
             since: NOW,
         });
-        let seen = [SeenRunner { record: &gated, liveness: Liveness::Alive }];
+        let seen = [RunnerView { record: gated, live: true }];
         assert!(why_of(&due, 2, &seen).starts_with(
             "runner pid 42 on this host is waiting on its gate: load 3.00 >= ceiling 2.00 (since "
         ));
         let busy = runner(RunnerActivity::Running { job: 7, also: Vec::new() });
-        let seen = [SeenRunner { record: &busy, liveness: Liveness::Alive }];
+        let seen = [RunnerView { record: busy.clone(), live: true }];
         assert_eq!(why_of(&due, 3, &seen), "waiting behind 3 due job(s) of higher priority");
         assert_eq!(
             why_of(&due, 0, &seen),
             "next in line: runner pid 42 on this host is running job #7"
         );
-        let dead = [SeenRunner { record: &busy, liveness: Liveness::Gone }];
+        let dead = [RunnerView { record: busy, live: false }];
         assert!(why_of(&due, 0, &dead).starts_with("no runner is alive"));
     }
 
@@ -271,17 +235,17 @@ mod tests {
         let download = machine::create(1, &new, &[], NOW, &Policy::default()).job;
         let mut shell_only = runner(RunnerActivity::Idle { until: None });
         shell_only.kinds = Some(vec!["shell".into()]);
-        let seen = [SeenRunner { record: &shell_only, liveness: Liveness::Alive }];
+        let seen = [RunnerView { record: shell_only.clone(), live: true }];
         assert_eq!(
             why_of(&download, 0, &seen),
             "no handler for kind download: no live runner of its queue has one; start one with --handlers DIR, where DIR/download is an executable"
         );
         let mut both = shell_only.clone();
         both.kinds = Some(vec!["download".into(), "shell".into()]);
-        let seen = [SeenRunner { record: &both, liveness: Liveness::Alive }];
+        let seen = [RunnerView { record: both, live: true }];
         assert_eq!(why_of(&download, 0, &seen), "next in line: a runner takes it at its next look");
         let older = runner(RunnerActivity::Idle { until: None });
-        let seen = [SeenRunner { record: &older, liveness: Liveness::Alive }];
+        let seen = [RunnerView { record: older, live: true }];
         assert_eq!(
             why_of(&download, 0, &seen),
             "next in line: a runner takes it at its next look",
@@ -291,21 +255,8 @@ mod tests {
 
     #[test]
     fn a_cancel_of_a_gone_owners_job_promises_no_heartbeat() {
-        let policy = Policy::default();
-        let owner = Owner { pid: Some(42), host: "box".into(), ..Owner::named("box:42:1:ff") };
-        let request =
-            machine::ClaimRequest::new(owner, std::sync::Arc::new(slothqueue::core::ClockOnly));
-        let plan = machine::plan_claim(
-            &request,
-            &slothqueue_core::LaneCheck::open(),
-            [],
-            Some(job(NOW)),
-            NOW,
-            &policy,
-        )
-        .unwrap();
-        let running = plan.claimed().unwrap().job;
-        let flagged = machine::cancel(&running, NOW).unwrap().job;
+        let mut flagged = running(job(NOW));
+        flagged.cancel_requested = true;
         let line = |lease_owner| {
             why(&Situation {
                 job: &flagged,
@@ -333,21 +284,7 @@ mod tests {
         let policy = Policy::default();
         let mut parent = job(NOW);
         parent.id = 12;
-        let owner = Owner { pid: Some(42), host: "box".into(), ..Owner::named("box:42:1:ff") };
-        let request =
-            machine::ClaimRequest::new(owner, std::sync::Arc::new(slothqueue::core::ClockOnly));
-        let running = machine::plan_claim(
-            &request,
-            &slothqueue_core::LaneCheck::open(),
-            [],
-            Some(parent.clone()),
-            NOW,
-            &policy,
-        )
-        .unwrap()
-        .claimed()
-        .unwrap()
-        .job;
+        let running = running(parent.clone());
         let later = NOW.saturating_add(std::time::Duration::from_secs(300));
         let child_new = NewJob::shell("true", "/").not_before(later).after(12);
         let child =
@@ -408,7 +345,7 @@ mod tests {
 
     #[test]
     fn a_hold_comes_first_then_the_lane_before_the_runners() {
-        use slothqueue::core::{LaneChange, LaneScope, Stamp};
+        use slothqueue_core::{LaneChange, LaneScope, Stamp};
         let due = job(NOW);
         let mut held = due.clone();
         held.held = Some(Stamp::new("ana@laptop", NOW));
