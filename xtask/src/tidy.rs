@@ -6,10 +6,10 @@
 //! `docs/reliability.md`, nothing points outside the repository, and
 //! every example is one `cargo xtask ci` runs.
 //!
-//! Plain `cargo test` does not run them: the workspace's default member is
-//! `cli`. `cargo tidy` (an alias for `cargo test -p xtask`, in
-//! `.cargo/config.toml`) runs these alone; `cargo test --workspace` and
-//! `cargo xtask ci` run them with everything else.
+//! Plain `cargo test` does not run them: the workspace's default members
+//! are `cli` and `slothqueue`. `cargo tidy` (an alias for `cargo test -p
+//! xtask`, in `.cargo/config.toml`) runs these alone; `cargo test
+//! --workspace` and `cargo xtask ci` run them with everything else.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -465,19 +465,19 @@ fn no_import_cycle_between_the_files_of_a_crate() {
 }
 
 /// CI runs the embedding examples through `cargo test --workspace`: each
-/// file of `cli/examples/` must be declared in `cli/Cargo.toml` with
-/// `test = true` and `harness = false` (its `main` is the test), and every
-/// declared example must exist.
+/// file of the library's `slothqueue/examples/` must be declared in
+/// `slothqueue/Cargo.toml` with `test = true` and `harness = false` (its
+/// `main` is the test), and every declared example must exist.
 #[test]
 fn every_example_is_run_by_cargo_test() {
     let mut found: Vec<String> =
-        files_under(&project_root().join("cli/examples"), &[], |name| name.ends_with(".rs"))
+        files_under(&project_root().join("slothqueue/examples"), &[], |name| name.ends_with(".rs"))
             .iter()
             .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
             .collect();
     found.sort();
-    let manifest = std::fs::read_to_string(project_root().join("cli/Cargo.toml"))
-        .unwrap_or_else(|e| panic!("cannot read cli/Cargo.toml: {e}"));
+    let manifest = std::fs::read_to_string(project_root().join("slothqueue/Cargo.toml"))
+        .unwrap_or_else(|e| panic!("cannot read slothqueue/Cargo.toml: {e}"));
     let mut declared = Vec::new();
     for block in manifest.split("[[example]]").skip(1) {
         let block = block.split("\n[").next().unwrap_or(block);
@@ -485,17 +485,21 @@ fn every_example_is_run_by_cargo_test() {
             .lines()
             .find_map(|l| l.trim().strip_prefix("name = "))
             .map(|n| n.trim_matches('"').to_owned())
-            .unwrap_or_else(|| panic!("an [[example]] without a name in cli/Cargo.toml"));
+            .unwrap_or_else(|| panic!("an [[example]] without a name in slothqueue/Cargo.toml"));
         let has = |line: &str| block.lines().any(|l| l.trim() == line);
         assert!(
             has("test = true") && has("harness = false"),
-            "cli/Cargo.toml: example `{name}` needs `test = true` and `harness = false`, \
+            "slothqueue/Cargo.toml: example `{name}` needs `test = true` and `harness = false`, \
              or `cargo test` (and so CI) never runs it"
         );
         declared.push(name);
     }
     declared.sort();
-    assert_eq!(found, declared, "cli/examples/ and cli/Cargo.toml's [[example]] entries differ");
+    assert!(!found.is_empty(), "slothqueue/examples/ holds no example");
+    assert_eq!(
+        found, declared,
+        "slothqueue/examples/ and slothqueue/Cargo.toml's [[example]] entries differ"
+    );
 }
 
 /// The user's design card names the workspace's top level: `Cargo.toml`,
