@@ -3,8 +3,9 @@
 //! whitespace, no wall clock inside `core`, every conformance scenario is
 //! in the one list that runs them, the declared `rust-version` covers the
 //! syntax the code uses, every cited torture scenario is documented in
-//! `docs/reliability.md`, nothing points outside the repository, and
-//! every example is one `cargo xtask ci` runs.
+//! `docs/reliability.md`, nothing points outside the repository, every
+//! example is one `cargo xtask ci` runs, the library builds without clap
+//! and re-exports every backend, and `enum Backend` is written once.
 //!
 //! Plain `cargo test` does not run them: the workspace's default members
 //! are `cli` and `slothqueue`. `cargo tidy` (an alias for `cargo test -p
@@ -529,4 +530,115 @@ fn the_top_level_keeps_the_design_cards_names() {
         suite.contains("name = \"slothqueue-conformance\""),
         "the top-level tests/ holds the shared conformance suite"
     );
+}
+
+/// An embedder's dependency builds no command line: `cargo tree -p
+/// slothqueue -e normal` lists no clap (nor the binary's package). The
+/// same rule is one of `cargo xtask ci`'s layering rules.
+#[test]
+fn the_library_builds_without_clap() {
+    let (package, banned) = crate::LIBRARY_LAYER;
+    assert!(banned.contains(&"clap"), "the library's layering rule must ban clap");
+    if let Err(e) = crate::depends_on_none(package, banned) {
+        panic!("{e}");
+    }
+}
+
+/// The one `enum Backend`: the library's (`slothqueue::Backend`), which
+/// the binary, the bench, the harnesses and the tests name a backend with.
+const BACKEND_ENUM: &str = "slothqueue/src/open.rs";
+
+/// Copies of `enum Backend` that must stay, each with the reason; empty
+/// when there are none. A listed file that no longer has one fails too,
+/// so the list stays true.
+const BACKEND_ENUM_EXCEPTIONS: &[(&str, &str)] = &[];
+
+/// Whether `line` declares a type called `Backend` (`enum Backend {`,
+/// `pub(crate) enum Backend<…>`); comments and strings do not count.
+fn declares_enum_backend(line: &str) -> bool {
+    let line = without_strings(line);
+    if line.trim_start().starts_with("//") {
+        return false;
+    }
+    let words: Vec<&str> = line.split_whitespace().collect();
+    words.windows(2).any(|w| {
+        w[0] == "enum"
+            && w[1].strip_prefix("Backend").is_some_and(|rest| {
+                rest.is_empty() || rest.starts_with('{') || rest.starts_with('<')
+            })
+    })
+}
+
+#[test]
+fn enum_backend_detection() {
+    assert!(declares_enum_backend("pub enum Backend {"));
+    assert!(declares_enum_backend("    enum Backend{"));
+    assert!(declares_enum_backend("pub(crate) enum Backend<T> {"));
+    assert!(!declares_enum_backend("/// one enum Backend in the tree"));
+    assert!(!declares_enum_backend("pub enum BackendKind {"));
+    assert!(!declares_enum_backend("pub use slothqueue::Backend;"));
+    assert!(!declares_enum_backend(r#"let s = "enum Backend {";"#));
+}
+
+/// Issue 30: one `Backend` type in the tree, the fuzz workspace included,
+/// so that adding a backend is one variant, not seven.
+#[test]
+fn at_most_one_enum_backend() {
+    let root = project_root();
+    let mut files = rust_files();
+    files.extend(files_under(&root.join("fuzz"), &["corpus", "artifacts", "coverage"], |name| {
+        name.ends_with(".rs")
+    }));
+    let mut found = Vec::new();
+    for file in &files {
+        let text = fs::read_to_string(file).unwrap_or_default();
+        if text.lines().any(declares_enum_backend) {
+            found.push(rel(file));
+        }
+    }
+    found.sort();
+    let mut allowed: Vec<String> = std::iter::once(BACKEND_ENUM)
+        .chain(BACKEND_ENUM_EXCEPTIONS.iter().map(|(path, _)| *path))
+        .map(str::to_owned)
+        .collect();
+    allowed.sort();
+    assert_eq!(
+        found, allowed,
+        "`enum Backend` is written in these files; use `slothqueue::Backend`, or list a copy \
+         that must stay in BACKEND_ENUM_EXCEPTIONS with its reason"
+    );
+}
+
+/// The library re-exports every store of the workspace behind the feature
+/// of the same name (`store-postgres` as `slothqueue::postgres` under
+/// `postgres`), so that an embedder reaches each backend's own options.
+#[test]
+fn the_library_reexports_every_backend() {
+    let root = project_root();
+    let lib = fs::read_to_string(root.join("slothqueue/src/lib.rs"))
+        .unwrap_or_else(|e| panic!("cannot read slothqueue/src/lib.rs: {e}"));
+    let manifest = fs::read_to_string(root.join("slothqueue/Cargo.toml"))
+        .unwrap_or_else(|e| panic!("cannot read slothqueue/Cargo.toml: {e}"));
+    let mut stores: Vec<String> = fs::read_dir(&root)
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| e.file_name().to_str()?.strip_prefix("store-").map(str::to_owned))
+                .filter(|name| root.join(format!("store-{name}/Cargo.toml")).is_file())
+                .collect()
+        })
+        .unwrap_or_default();
+    stores.sort();
+    assert!(stores.len() >= 3, "tidy found too few store crates: {stores:?}");
+    for name in &stores {
+        let krate = format!("slothqueue_store_{}", name.replace('-', "_"));
+        let reexport = format!("#[cfg(feature = \"{name}\")]\npub use {krate} as {name};");
+        assert!(
+            lib.contains(&reexport),
+            "slothqueue/src/lib.rs must re-export store-{name} behind its feature:\n{reexport}"
+        );
+        assert!(
+            manifest.contains(&format!("\n{name} = [\"dep:slothqueue-store-{name}\"")),
+            "slothqueue/Cargo.toml must have a `{name}` feature that turns store-{name} on"
+        );
+    }
 }
