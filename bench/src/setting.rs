@@ -4,7 +4,6 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
@@ -15,48 +14,12 @@ use slothqueue_store_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 
 use crate::pg;
 
-/// A storage backend the bench measures. The bench's own, not the CLI's
-/// `slothqueue::Backend`: a column exists for every backend the bench
-/// knows how to measure (and says "skipped" when it cannot, as PostgreSQL
-/// without a server), whatever features the CLI was built with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Redb,
-    /// A queue in a schema on the server of [`pg::URL_ENV`].
-    Postgres,
-}
-
-impl Backend {
-    /// Every backend, in the table's order.
-    pub const ALL: [Backend; 3] = [Backend::Sqlite, Backend::Redb, Backend::Postgres];
-
-    /// The lower-case name, as `--backend` takes it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "sqlite",
-            Backend::Redb => "redb",
-            Backend::Postgres => "postgres",
-        }
-    }
-}
-
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Backend {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Backend::ALL
-            .into_iter()
-            .find(|b| b.as_str() == s)
-            .ok_or_else(|| format!("unknown backend `{s}` (expected sqlite, redb or postgres)"))
-    }
-}
+/// A storage backend the bench measures: the library's, whose every
+/// variant exists in every build, so a column exists for every backend the
+/// bench knows how to measure (and says "skipped" when it cannot, as
+/// PostgreSQL without a server), whatever features the binary was built
+/// with.
+pub use slothqueue::Backend;
 
 /// Queue names for a backend.
 pub trait QueueFile {

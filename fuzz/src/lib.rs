@@ -99,20 +99,17 @@ pub fn rt() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// The two backends.
-#[derive(Clone, Copy, Debug)]
-pub enum Backend {
-    /// `SqliteStore`.
-    Sqlite,
-    /// `RedbStore`.
-    Redb,
-}
+/// A backend: the targets take the two file backends.
+pub use slothqueue::Backend;
 
-/// Opens the queue at `path` with `backend`.
+/// Opens the queue file at `path` as `backend`'s store itself, not through
+/// `slothqueue::open`, whose look at the header would refuse most
+/// arbitrary bytes before the store ever read them.
 pub fn open(backend: Backend, path: &Path) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match backend {
         Backend::Sqlite => Arc::new(SqliteStore::open(path, SqliteOptions::default())?),
         Backend::Redb => Arc::new(RedbStore::open(path, RedbOptions::default())?),
+        Backend::Postgres => unreachable!("the targets are about queue files"),
     })
 }
 

@@ -196,6 +196,7 @@ async fn a_metrics_addr_serves_metrics_alone_without_the_token(backend: Backend)
     let own_ip = match backend {
         Backend::Sqlite => "127.0.0.2",
         Backend::Redb => "127.0.0.3",
+        Backend::Postgres => "127.0.0.4",
     };
     config.metrics_addr = Some(format!("{own_ip}:0").parse().unwrap());
     let bound = slothqueue_http::bind(store.clone(), config).await.unwrap();

@@ -98,7 +98,7 @@ pub fn lib_runner(args: &[String]) -> Result<ExitCode> {
 fn lib_runner_cmd(ctx: &Ctx, db: &Path, clock: &Path) -> Result<Command> {
     let mut cmd = Command::new(std::env::current_exe().context("cannot find the torture binary")?);
     cmd.arg("lib-runner")
-        .args(["--backend", ctx.backend.name()])
+        .args(["--backend", ctx.backend.as_str()])
         .args(["--db", &db.to_string_lossy()])
         .args(["--clock", &clock.to_string_lossy()])
         .current_dir(ctx.work_dir(db));

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 
-use crate::queue::Backend;
+use crate::queue::{Backend, Where as _};
 use crate::util::{Ended, Rng, run_capture};
 
 /// What the command line asked for.
@@ -62,10 +62,10 @@ pub struct Ctx {
 impl Ctx {
     pub fn new(opts: Options, backend: Backend) -> Result<Ctx> {
         let root = tempfile::Builder::new()
-            .prefix(&format!("sq-torture-{}-", backend.name()))
+            .prefix(&format!("sq-torture-{}-", backend.as_str()))
             .tempdir()
             .context("cannot create the work directory")?;
-        let rng = Rng::new(opts.seed).fork(backend.name());
+        let rng = Rng::new(opts.seed).fork(backend.as_str());
         Ok(Ctx {
             opts,
             backend,
@@ -90,10 +90,10 @@ impl Ctx {
 
     pub fn run_scenario(&mut self, name: &str, f: fn(&mut Ctx) -> Result<Status>) {
         self.scenario = name.to_owned();
-        self.rng = Rng::new(self.opts.seed).fork(&format!("{}/{name}", self.backend.name()));
+        self.rng = Rng::new(self.opts.seed).fork(&format!("{}/{name}", self.backend.as_str()));
         self.problems.clear();
         let started = Instant::now();
-        println!("torture: {} {name} ...", self.backend.name());
+        println!("torture: {} {name} ...", self.backend.as_str());
         let status = f(self);
         let took = started.elapsed();
         let mut problems = std::mem::take(&mut self.problems);
@@ -106,7 +106,7 @@ impl Ctx {
             }
         };
         let mark = if problems.is_empty() { "ok" } else { "FAILED" };
-        println!("torture: {} {name} {mark} — {line}", self.backend.name());
+        println!("torture: {} {name} {mark} — {line}", self.backend.as_str());
         for p in problems.iter().take(20) {
             println!("torture:     {p}");
         }
@@ -131,7 +131,7 @@ impl Ctx {
 
     /// A tag unique to this scenario step, carried by every process.
     pub fn tag(&self, name: &str) -> String {
-        format!("{}-{}-{}-{}", std::process::id(), self.backend.name(), self.scenario, name)
+        format!("{}-{}-{}-{}", std::process::id(), self.backend.as_str(), self.scenario, name)
     }
 
     /// The queue for a scenario step whose directory is `dir`: the file in
@@ -244,7 +244,7 @@ impl Ctx {
     }
 
     pub fn print_report(&self) {
-        println!("torture: {} scenarios:", self.backend.name());
+        println!("torture: {} scenarios:", self.backend.as_str());
         for (name, line, problems) in &self.results {
             let mark = if problems.is_empty() { "ok    " } else { "FAILED" };
             println!("torture:   {name} {mark} {line}");
@@ -259,7 +259,7 @@ impl Ctx {
         let t = &self.tally;
         format!(
             "torture: {} {} kills, {} jobs, {} lost, {} overlapping runs, {} panics, integrity {}",
-            self.backend.name(),
+            self.backend.as_str(),
             t.kills,
             t.jobs,
             t.lost,

@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail};
 use rustix::process::Signal;
 
 use crate::ctx::{Ctx, Status};
-use crate::queue::{self, Backend};
+use crate::queue::{self, Backend, Where as _};
 use crate::util::{Ended, Procs, run_capture, wait_for};
 
 /// Why a queue on a server cannot take part: these scenarios are about
@@ -468,7 +468,7 @@ fn random_bytes(ctx: &mut Ctx, n: usize) -> Vec<u8> {
 
 /// A database of another program in this backend's format.
 fn foreign_file(backend: Backend, base: &Path) -> Result<Vec<u8>> {
-    let p = base.join(format!("foreign.{}", backend.name()));
+    let p = base.join(format!("foreign.{}", backend.as_str()));
     match backend {
         Backend::Sqlite => {
             let c =
@@ -501,7 +501,7 @@ fn other_backend_golden(ctx: &mut Ctx, base: &Path) -> Result<Vec<u8>> {
     std::fs::create_dir_all(&dir).context("cannot create a directory")?;
     let db = dir.join(ctx.backend.other().file_name().context(FILES_ONLY)?);
     let mut cmd = Command::new(&ctx.opts.bin);
-    cmd.arg("--db").arg(&db).args(["--backend", ctx.backend.other().name(), "add", "true"]);
+    cmd.arg("--db").arg(&db).args(["--backend", ctx.backend.other().as_str(), "add", "true"]);
     let e = run_capture("add (other backend)", cmd, Duration::from_secs(60), &ctx.tag("other"))?;
     if e.code() != Some(0) {
         bail!("cannot make the other backend's queue: {}", e.describe());
@@ -594,7 +594,7 @@ pub fn s17_schema(ctx: &mut Ctx) -> Result<Status> {
         opened += 1;
     }
     if fixtures.is_empty() {
-        ctx.problem(format!("no checked-in fixture for {}", ctx.backend.name()));
+        ctx.problem(format!("no checked-in fixture for {}", ctx.backend.as_str()));
     }
     // Several processes create one new file at once.
     let cdir = base.join("concurrent");

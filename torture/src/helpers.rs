@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use crate::history::History;
-use crate::queue::Backend;
+use crate::queue::{Backend, Where as _};
 use crate::util::{Rng, append_line, read_or_empty};
 
 /// `--name value` pairs.

@@ -31,7 +31,7 @@ pub(crate) fn enqueuer(
     cmd.arg("enqueue")
         .args(["--bin", &ctx.opts.bin.to_string_lossy()])
         .args(["--db", &db.to_string_lossy()])
-        .args(["--backend", ctx.backend.name()])
+        .args(["--backend", ctx.backend.as_str()])
         .args(["--dir", &dir.to_string_lossy()])
         .args(["--ack", &dir.join(format!("ack-{n}")).to_string_lossy()])
         .args(["--errors", &dir.join(format!("enqueue-errors-{n}")).to_string_lossy()])
@@ -135,7 +135,7 @@ pub fn s03_contention(ctx: &mut Ctx) -> Result<Status> {
     poll.arg("poll")
         .args(["--bin", &ctx.opts.bin.to_string_lossy()])
         .args(["--db", &db.to_string_lossy()])
-        .args(["--backend", ctx.backend.name()])
+        .args(["--backend", ctx.backend.as_str()])
         .args(["--errors", &dir.join("poll-errors").to_string_lossy()]);
     let poller = procs.spawn("poller", poll)?;
     for pid in enq {

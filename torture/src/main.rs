@@ -47,7 +47,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 
 use crate::ctx::{Ctx, Options, Status};
-use crate::queue::Backend;
+use crate::queue::{Backend, Where as _};
 
 /// A scenario: runs against one backend, records its problems in the
 /// context.
@@ -213,7 +213,7 @@ fn torture(args: &[String]) -> Result<ExitCode> {
         if !elsewhere.is_empty() {
             println!(
                 "torture: {}: {} not run (not about {})",
-                backend.name(),
+                backend.as_str(),
                 elsewhere.join(", "),
                 if backend.is_file() { "a queue file" } else { "a queue on a server" }
             );
@@ -221,9 +221,9 @@ fn torture(args: &[String]) -> Result<ExitCode> {
         if !later.is_empty() {
             println!(
                 "torture: {}: {} not run in this quick pass (`--backend {}` runs them)",
-                backend.name(),
+                backend.as_str(),
                 later.join(", "),
-                backend.name()
+                backend.as_str()
             );
         }
         ctx.print_report();

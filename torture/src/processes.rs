@@ -15,7 +15,7 @@ use slothqueue_core::{
 
 use crate::ctx::{Ctx, Status};
 use crate::history::{self, Expect, History};
-use crate::queue;
+use crate::queue::{self, Where as _};
 use crate::util::{Procs, group_members, read_or_empty, sh_quote, wait_for};
 
 /// `add --json`, the new job's id.

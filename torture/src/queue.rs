@@ -13,28 +13,35 @@ use slothqueue_store_postgres::{PgOptions, PgStore};
 use slothqueue_store_redb::{RedbOptions, RedbStore};
 use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
 
-/// A backend under test.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Redb,
-    /// A queue in a schema of its own on the server `SLOTHQUEUE_PG_URL`
-    /// names (see `pg.rs`).
-    Postgres,
+/// A backend under test: the library's.
+pub use slothqueue::Backend;
+
+/// What the harness asks of a backend beyond its name: where its queue
+/// lives in a scenario directory and how the binary is told about it.
+pub trait Where {
+    /// The queue file's name in a scenario directory; none for a queue on
+    /// a server (whose URL names it; see `pg.rs`).
+    fn file_name(self) -> Option<&'static str>;
+
+    /// The `--backend` the binary is given: a file backend's name; none
+    /// for a queue on a server, which its URL names.
+    fn cli_flag(self) -> Option<&'static str>;
+
+    /// The `--backend` the binary is given for the backend called `name`
+    /// (the harness's helper processes are told the name).
+    fn cli_flag_of(name: &str) -> Option<&str>;
+
+    /// Whether the queue is a file (the scenarios about files, locks and
+    /// disks concern only these).
+    fn is_file(&self) -> bool;
+
+    /// The other file backend, whose file this one must refuse (S16); a
+    /// server has no file, and is given SQLite's.
+    fn other(self) -> Backend;
 }
 
-impl Backend {
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "sqlite",
-            Backend::Redb => "redb",
-            Backend::Postgres => "postgres",
-        }
-    }
-
-    /// The queue file's name in a scenario directory; none for a queue on
-    /// a server.
-    pub fn file_name(self) -> Option<&'static str> {
+impl Where for Backend {
+    fn file_name(self) -> Option<&'static str> {
         match self {
             Backend::Sqlite => Some("queue.db"),
             Backend::Redb => Some("queue.redb"),
@@ -42,27 +49,19 @@ impl Backend {
         }
     }
 
-    /// The `--backend` the binary is given: a file backend's name; none
-    /// for a queue on a server, which its URL names.
-    pub fn cli_flag(self) -> Option<&'static str> {
-        self.is_file().then(|| self.name())
+    fn cli_flag(self) -> Option<&'static str> {
+        self.is_file().then(|| self.as_str())
     }
 
-    /// The `--backend` the binary is given for the backend called `name`
-    /// (the harness's helper processes are told the name).
-    pub fn cli_flag_of(name: &str) -> Option<&str> {
-        (name != Backend::Postgres.name()).then_some(name)
+    fn cli_flag_of(name: &str) -> Option<&str> {
+        (name != Backend::Postgres.as_str()).then_some(name)
     }
 
-    /// Whether the queue is a file (the scenarios about files, locks and
-    /// disks concern only these).
-    pub fn is_file(self) -> bool {
+    fn is_file(&self) -> bool {
         self.file_name().is_some()
     }
 
-    /// The other file backend, whose file this one must refuse (S16); a
-    /// server has no file, and is given SQLite's.
-    pub fn other(self) -> Backend {
+    fn other(self) -> Backend {
         match self {
             Backend::Sqlite => Backend::Redb,
             Backend::Redb | Backend::Postgres => Backend::Sqlite,

@@ -29,6 +29,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use proptest::prelude::*;
+use slothqueue::Backend;
 use slothqueue_core::{
     ClaimRequest, ClockOnly, Event, Job, ListFilter, NewJob, Owner, Store, StoreError, Timestamp,
 };
@@ -46,16 +47,15 @@ fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Backend {
-    Sqlite,
-    Redb,
-}
-
+/// Opens the file at `path` as `backend`'s store itself, not through
+/// `slothqueue::open`, whose look at the header would refuse most
+/// arbitrary bytes before the store ever read them. Files only: a
+/// PostgreSQL queue is not made of bytes an outsider hands over.
 fn open(backend: Backend, path: &Path) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match backend {
         Backend::Sqlite => Arc::new(SqliteStore::open(path, SqliteOptions::default())?),
         Backend::Redb => Arc::new(RedbStore::open(path, RedbOptions::default())?),
+        Backend::Postgres => unreachable!("the properties are about queue files"),
     })
 }
 
@@ -66,6 +66,7 @@ fn golden(backend: Backend) -> &'static [u8] {
     let cell = match backend {
         Backend::Sqlite => &SQLITE,
         Backend::Redb => &REDB,
+        Backend::Postgres => unreachable!("the properties are about queue files"),
     };
     cell.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();

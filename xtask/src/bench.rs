@@ -52,7 +52,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         "--profile",
         &profile,
         "-p",
-        "slothqueue",
+        "slothqueue-cli",
         "-p",
         "slothqueue-bench",
         "--bins",

@@ -3,13 +3,14 @@
 //! whitespace, no wall clock inside `core`, every conformance scenario is
 //! in the one list that runs them, the declared `rust-version` covers the
 //! syntax the code uses, every cited torture scenario is documented in
-//! `docs/reliability.md`, nothing points outside the repository, and
-//! every example is one `cargo xtask ci` runs.
+//! `docs/reliability.md`, nothing points outside the repository, every
+//! example is one `cargo xtask ci` runs, the library builds without clap
+//! and re-exports every backend, and one `Backend` enum is declared.
 //!
-//! Plain `cargo test` does not run them: the workspace's default member is
-//! `cli`. `cargo tidy` (an alias for `cargo test -p xtask`, in
-//! `.cargo/config.toml`) runs these alone; `cargo test --workspace` and
-//! `cargo xtask ci` run them with everything else.
+//! Plain `cargo test` does not run them: the workspace's default members
+//! are `cli` and `slothqueue`. `cargo tidy` (an alias for `cargo test -p
+//! xtask`, in `.cargo/config.toml`) runs these alone; `cargo test
+//! --workspace` and `cargo xtask ci` run them with everything else.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -465,19 +466,19 @@ fn no_import_cycle_between_the_files_of_a_crate() {
 }
 
 /// CI runs the embedding examples through `cargo test --workspace`: each
-/// file of `cli/examples/` must be declared in `cli/Cargo.toml` with
-/// `test = true` and `harness = false` (its `main` is the test), and every
-/// declared example must exist.
+/// file of the library's `slothqueue/examples/` must be declared in
+/// `slothqueue/Cargo.toml` with `test = true` and `harness = false` (its
+/// `main` is the test), and every declared example must exist.
 #[test]
 fn every_example_is_run_by_cargo_test() {
     let mut found: Vec<String> =
-        files_under(&project_root().join("cli/examples"), &[], |name| name.ends_with(".rs"))
+        files_under(&project_root().join("slothqueue/examples"), &[], |name| name.ends_with(".rs"))
             .iter()
             .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
             .collect();
     found.sort();
-    let manifest = std::fs::read_to_string(project_root().join("cli/Cargo.toml"))
-        .unwrap_or_else(|e| panic!("cannot read cli/Cargo.toml: {e}"));
+    let manifest = std::fs::read_to_string(project_root().join("slothqueue/Cargo.toml"))
+        .unwrap_or_else(|e| panic!("cannot read slothqueue/Cargo.toml: {e}"));
     let mut declared = Vec::new();
     for block in manifest.split("[[example]]").skip(1) {
         let block = block.split("\n[").next().unwrap_or(block);
@@ -485,17 +486,21 @@ fn every_example_is_run_by_cargo_test() {
             .lines()
             .find_map(|l| l.trim().strip_prefix("name = "))
             .map(|n| n.trim_matches('"').to_owned())
-            .unwrap_or_else(|| panic!("an [[example]] without a name in cli/Cargo.toml"));
+            .unwrap_or_else(|| panic!("an [[example]] without a name in slothqueue/Cargo.toml"));
         let has = |line: &str| block.lines().any(|l| l.trim() == line);
         assert!(
             has("test = true") && has("harness = false"),
-            "cli/Cargo.toml: example `{name}` needs `test = true` and `harness = false`, \
+            "slothqueue/Cargo.toml: example `{name}` needs `test = true` and `harness = false`, \
              or `cargo test` (and so CI) never runs it"
         );
         declared.push(name);
     }
     declared.sort();
-    assert_eq!(found, declared, "cli/examples/ and cli/Cargo.toml's [[example]] entries differ");
+    assert!(!found.is_empty(), "slothqueue/examples/ holds no example");
+    assert_eq!(
+        found, declared,
+        "slothqueue/examples/ and slothqueue/Cargo.toml's [[example]] entries differ"
+    );
 }
 
 /// The user's design card names the workspace's top level: `Cargo.toml`,
@@ -525,6 +530,121 @@ fn the_top_level_keeps_the_design_cards_names() {
         suite.contains("name = \"slothqueue-conformance\""),
         "the top-level tests/ holds the shared conformance suite"
     );
+}
+
+/// An embedder's dependency builds no command line: `cargo tree -p
+/// slothqueue -e normal` lists no clap (nor the binary's package). The
+/// same rule is one of `cargo xtask ci`'s layering rules.
+#[test]
+fn the_library_builds_without_clap() {
+    let (package, banned) = crate::LIBRARY_LAYER;
+    assert!(banned.contains(&"clap"), "the library's layering rule must ban clap");
+    if let Err(e) = crate::depends_on_none(package, banned) {
+        panic!("{e}");
+    }
+}
+
+/// The one `Backend` enum: the library's (`slothqueue::Backend`), which
+/// the binary, the bench, the harnesses and the tests name a backend with.
+const BACKEND_ENUM: &str = "slothqueue/src/open.rs";
+
+/// Copies of the `Backend` enum that must stay, each with the reason;
+/// empty when there are none. A listed file that no longer has one fails
+/// too, so the list stays true.
+const BACKEND_ENUM_EXCEPTIONS: &[(&str, &str)] = &[];
+
+/// Whether `line` declares an enum called `Backend`, generic or not, by
+/// any visibility; comments and strings do not count. (This file spells
+/// such a declaration only in pieces, so that a plain grep for one finds
+/// the library's alone.)
+fn declares_backend_enum(line: &str) -> bool {
+    let line = without_strings(line);
+    if line.trim_start().starts_with("//") {
+        return false;
+    }
+    let words: Vec<&str> = line.split_whitespace().collect();
+    words.windows(2).any(|w| {
+        w[0] == "enum"
+            && w[1].strip_prefix("Backend").is_some_and(|rest| {
+                rest.is_empty() || rest.starts_with('{') || rest.starts_with('<')
+            })
+    })
+}
+
+#[test]
+fn backend_enum_detection() {
+    let declared =
+        |before: &str, after: &str| declares_backend_enum(&format!("{before} Backend{after}"));
+    assert!(declared("pub enum", " {"));
+    assert!(declared("    enum", "{"));
+    assert!(declared("pub(crate) enum", "<T> {"));
+    assert!(!declared("/// one enum", " in the tree"));
+    assert!(!declared("pub enum", "Kind {"));
+    assert!(!declared("pub use", " as Engine;"));
+    assert!(!declared("let s = \"enum", " {\";"));
+}
+
+/// Issue 30: one `Backend` type in the tree, the fuzz workspace included,
+/// so that adding a backend is one variant, not seven.
+#[test]
+fn at_most_one_backend_enum() {
+    let root = project_root();
+    let mut files = rust_files();
+    files.extend(files_under(&root.join("fuzz"), &["corpus", "artifacts", "coverage"], |name| {
+        name.ends_with(".rs")
+    }));
+    let mut found = Vec::new();
+    for file in &files {
+        let text = fs::read_to_string(file).unwrap_or_default();
+        if text.lines().any(declares_backend_enum) {
+            found.push(rel(file));
+        }
+    }
+    found.sort();
+    let mut allowed: Vec<String> = std::iter::once(BACKEND_ENUM)
+        .chain(BACKEND_ENUM_EXCEPTIONS.iter().map(|(path, _)| *path))
+        .map(str::to_owned)
+        .collect();
+    allowed.sort();
+    assert_eq!(
+        found, allowed,
+        "a `Backend` enum is declared in these files; use `slothqueue::Backend`, or list a \
+         copy that must stay in BACKEND_ENUM_EXCEPTIONS with its reason"
+    );
+}
+
+/// The library re-exports every store of the workspace behind the feature
+/// of the same name (`store-postgres` as `slothqueue::postgres` under
+/// `postgres`), so that an embedder reaches each backend's own options.
+#[test]
+fn the_library_reexports_every_backend() {
+    let root = project_root();
+    let lib = fs::read_to_string(root.join("slothqueue/src/lib.rs"))
+        .unwrap_or_else(|e| panic!("cannot read slothqueue/src/lib.rs: {e}"));
+    let manifest = fs::read_to_string(root.join("slothqueue/Cargo.toml"))
+        .unwrap_or_else(|e| panic!("cannot read slothqueue/Cargo.toml: {e}"));
+    let mut stores: Vec<String> = fs::read_dir(&root)
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| e.file_name().to_str()?.strip_prefix("store-").map(str::to_owned))
+                .filter(|name| root.join(format!("store-{name}/Cargo.toml")).is_file())
+                .collect()
+        })
+        .unwrap_or_default();
+    stores.sort();
+    assert!(stores.len() >= 3, "tidy found too few store crates: {stores:?}");
+    for name in &stores {
+        let krate = format!("slothqueue_store_{}", name.replace('-', "_"));
+        let reexport = format!("#[cfg(feature = \"{name}\")]\npub use {krate} as {name};");
+        assert!(
+            lib.contains(&reexport),
+            "slothqueue/src/lib.rs must re-export store-{name} behind its feature:\n{reexport}"
+        );
+        assert!(
+            manifest.contains(&format!("\n{name} = [\"dep:slothqueue-store-{name}\"")),
+            "slothqueue/Cargo.toml must have a `{name}` feature that turns store-{name} on"
+        );
+    }
 }
 
 /// The crates (and folders) whose stores run `slothqueue_core::ops`: none

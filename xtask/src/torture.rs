@@ -62,12 +62,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
 }
 
 /// Builds `slothqueue` with the failpoints and returns its path, read from
-/// cargo's JSON messages (so `CARGO_TARGET_DIR` is honoured).
+/// cargo's JSON messages (so `CARGO_TARGET_DIR` is honoured). The library
+/// it is built on is also called `slothqueue`; its artifact has no
+/// executable, so the one with an executable is the binary.
 fn build_binary() -> Result<String, String> {
     let build = vec![
         "build",
         "-p",
-        "slothqueue",
+        "slothqueue-cli",
         "--bin",
         "slothqueue",
         "--features",

@@ -47,7 +47,7 @@ impl TestContext {
             #[expect(clippy::print_stderr, reason = "a skipped test says so loudly")]
             let () = eprintln!(
                 "SKIPPED: a PostgreSQL test, for want of a server; run it with \
-                 `cargo xtask pg -- cargo test -p slothqueue --test cli postgres`"
+                 `cargo xtask pg -- cargo test -p slothqueue-cli --test cli postgres`"
             );
             return None;
         };

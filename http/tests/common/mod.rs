@@ -18,12 +18,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// Which store a test runs on.
-#[derive(Clone, Copy, Debug)]
-pub enum Backend {
-    Sqlite,
-    Redb,
-}
+/// Which store a test runs on: a file backend (the server is started on
+/// a queue file).
+pub use slothqueue::Backend;
 
 /// Generates one test per backend for each scenario function `f(Backend)`;
 /// attributes before a name (`#[ignore = "why"]`) go on both of its tests.
@@ -63,6 +60,7 @@ pub fn open_store(backend: Backend, dir: &std::path::Path) -> (Arc<dyn Store>, P
             let store = RedbStore::open(&path, RedbOptions::default()).unwrap();
             (Arc::new(store), path)
         }
+        Backend::Postgres => unreachable!("the HTTP tests run on queue files"),
     }
 }
 

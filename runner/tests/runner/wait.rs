@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use slothqueue::Backend;
 use slothqueue_core::machine::{Completion, Failure};
 use slothqueue_core::{
     ClaimRequest, Claimed, ClockOnly, JobId, JobState, NewJob, Owner, PurgeFilter, Store,
@@ -30,12 +31,6 @@ const DEADLINE: Duration = Duration::from_secs(30);
 
 /// Longer than any test: a poll never releases a wait here.
 const NO_POLL: Duration = Duration::from_secs(3600);
-
-#[derive(Clone, Copy, Debug)]
-enum Backend {
-    Sqlite,
-    Redb,
-}
 
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
@@ -92,6 +87,7 @@ fn queue(backend: Backend) -> Queue {
             let r = RedbStore::open_read_only(&path, RedbOptions::default()).unwrap();
             (path, Arc::new(w), Arc::new(r))
         }
+        Backend::Postgres => unreachable!("these waits watch a queue file"),
     };
     Queue { dir, path, writer, waiter: Arc::new(Intercepted::new(reader)) }
 }

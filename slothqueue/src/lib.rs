@@ -1,12 +1,28 @@
-//! slothqueue: a durable background-job queue for one machine.
+//! slothqueue: a durable background-job queue to embed in a program.
 //!
-//! This crate is the facade a program embeds: it re-exports the job model
-//! and the [`Store`] trait from [`core`], the storage backends the Cargo
-//! features enable (`sqlite` and `redb`, both on by default), the
-//! [`runner`], the HTTP API (`http`, on by default), [`open()`], which
-//! opens a queue file without the caller knowing its backend, and
-//! [`typed`], jobs as Rust types. The `slothqueue` binary is built on
-//! exactly this.
+//! This crate is the library a program depends on: it re-exports the job
+//! model and the [`Store`] trait from [`core`], the storage backends the
+//! Cargo features enable, the [`runner`], the HTTP API, [`open()`], which
+//! opens a queue without the caller knowing its backend, and [`typed`],
+//! jobs as Rust types. The `slothqueue` binary (package `slothqueue-cli`)
+//! is built on exactly this; depending on this crate builds no part of
+//! the command line.
+//!
+//! # Features
+//!
+//! All on by default; each backend's crate is re-exported under its
+//! feature's name, and a build without one names the feature a queue
+//! needs ([`OpenError::FileNeedsFeature`]).
+//!
+//! | feature | re-export | a queue |
+//! |---|---|---|
+//! | `sqlite` | `slothqueue::sqlite` | in one SQLite file, the default for a new file |
+//! | `redb` | `slothqueue::redb` | in one redb file (a `.redb` name) |
+//! | `postgres` | `slothqueue::postgres` | on a PostgreSQL server (a `postgres://` URL), shared by runners on several hosts |
+//! | `http` | `slothqueue::http` | served over loopback HTTP, with a drain worker |
+//!
+//! A file queue is for the runners of one machine; a PostgreSQL queue for
+//! runners on many.
 //!
 //! # Guide: jobs as Rust types
 //!
@@ -80,7 +96,7 @@
 //!   JSON (`slothqueue add` takes shell commands; the HTTP enqueue takes
 //!   `{"kind": "resize", "payload": {…}}`).
 //!
-//! `cli/examples/` has three programs that run as they are:
+//! This crate's `examples/` has three programs that run as they are:
 //! `typed_job.rs` (define, push, run until idle, print the results),
 //! `embedded_runner.rs` (a follow-mode worker inside a program, stopped
 //! when its work is done) and `server_with_handler.rs` (the HTTP server
@@ -114,6 +130,8 @@ pub use slothqueue_core::{
 #[cfg(feature = "http")]
 pub use slothqueue_http as http;
 pub use slothqueue_runner as runner;
+#[cfg(feature = "postgres")]
+pub use slothqueue_store_postgres as postgres;
 #[cfg(feature = "redb")]
 pub use slothqueue_store_redb as redb;
 #[cfg(feature = "sqlite")]
