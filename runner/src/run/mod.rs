@@ -307,7 +307,7 @@ impl Run {
                 Ok(Turn::Again) => {}
                 Ok(Turn::End) => break,
                 // The attempts still running end first (their leases and
-                // processes are theirs to settle), then the run, with the
+                // processes are theirs to end), then the run, with the
                 // first such error.
                 Err(e) if !self.slots.is_empty() => {
                     self.fatal.get_or_insert(e);
