@@ -207,8 +207,10 @@ fn overlap_parser() -> impl clap::builder::TypedValueParser<Value = Overlap> {
 }
 
 /// `edit ID` and `clone ID`: what to change; anything not given stays as
-/// the job has it (docs/edit.md).
+/// the job has it (docs/edit.md). The settings `add` takes too are
+/// [`JobSettings`], worded here for a change.
 #[derive(Debug, Args)]
+#[command(mut_args(worded_for_a_change))]
 pub struct ReviseArgs {
     /// The job (`12` or `#12`).
     #[arg(value_name = "ID", value_parser = parse_id)]
@@ -222,26 +224,9 @@ pub struct ReviseArgs {
     #[arg(long, value_name = "JSON")]
     pub payload: Option<String>,
 
-    /// A new priority (higher runs first).
-    #[arg(long, short = 'p', value_name = "N", value_parser = parse_priority)]
-    pub priority: Option<i32>,
-
-    /// A new max runtime; `none` removes the limit.
-    #[arg(long, value_name = "DUR|none", allow_hyphen_values = true, value_parser = parse_max_runtime)]
-    pub max_runtime: Option<MaxRuntime>,
-
-    /// A new attempt limit (above the attempts already made).
-    #[arg(long, value_name = "N", value_parser = parse_attempts)]
-    pub max_attempts: Option<u32>,
-
-    /// Due this long from now.
-    #[arg(long, value_name = "DUR", conflicts_with = "at", allow_hyphen_values = true,
-          value_parser = duration::parse)]
-    pub delay: Option<Duration>,
-
-    /// Due at this time: RFC 3339 or local `YYYY-MM-DD HH:MM`.
-    #[arg(long, value_name = "TIME", value_parser = super::time::parse_at)]
-    pub at: Option<jiff::Timestamp>,
+    /// The new priority, max runtime, attempt limit or due time.
+    #[command(flatten)]
+    pub settings: JobSettings,
 
     /// Move it to this queue.
     #[arg(long, short = 'q', value_name = "Q")]
@@ -258,6 +243,21 @@ pub struct ReviseArgs {
     /// The job's own limits.
     #[command(flatten)]
     pub limits: LimitArgs,
+}
+
+/// [`JobSettings`]' help as `edit` and `clone` word it: a change to a job.
+/// (`mut_args`, unlike `mut_arg`, keeps the arguments in their order, so
+/// that shell completion lists them as before.)
+fn worded_for_a_change(arg: clap::Arg) -> clap::Arg {
+    let help = match arg.get_id().as_str() {
+        "priority" => "A new priority (higher runs first)",
+        "max_runtime" => "A new max runtime; `none` removes the limit",
+        "max_attempts" => "A new attempt limit (above the attempts already made)",
+        "delay" => "Due this long from now",
+        "at" => "Due at this time: RFC 3339 or local `YYYY-MM-DD HH:MM`",
+        _ => return arg,
+    };
+    arg.help(help)
 }
 
 /// `parallel`.
@@ -433,14 +433,11 @@ pub struct ServeArgs {
     pub runner: RunnerArgs,
 }
 
-/// `add`.
+/// A job's settings that `add` (and `every`) and `edit`/`clone` both take,
+/// declared once: priority, max runtime, attempt limit and due time. The
+/// help words them for `add`; [`ReviseArgs`] rewords them for a change.
 #[derive(Debug, Args)]
-pub struct AddArgs {
-    /// The shell command, as one argument: quote it (`'make test'`).
-    /// Runs with `sh -c` in the current directory.
-    #[arg(value_name = "CMD")]
-    pub command: Option<String>,
-
+pub struct JobSettings {
     /// Higher runs first (any 32-bit integer; default 0).
     #[arg(long, short = 'p', value_name = "N", value_parser = parse_priority)]
     pub priority: Option<i32>,
@@ -463,6 +460,19 @@ pub struct AddArgs {
     /// `YYYY-MM-DD HH:MM`.
     #[arg(long, value_name = "TIME", value_parser = super::time::parse_at)]
     pub at: Option<jiff::Timestamp>,
+}
+
+/// `add`.
+#[derive(Debug, Args)]
+pub struct AddArgs {
+    /// The shell command, as one argument: quote it (`'make test'`).
+    /// Runs with `sh -c` in the current directory.
+    #[arg(value_name = "CMD")]
+    pub command: Option<String>,
+
+    /// Its priority, max runtime, attempt limit and due time.
+    #[command(flatten)]
+    pub settings: JobSettings,
 
     /// Idempotency key: adding the same key and command again adds nothing;
     /// a different command replaces the pending one.
@@ -896,7 +906,7 @@ mod tests {
         .unwrap();
         let Command::Add(add) = cli.command else { panic!("not add") };
         assert_eq!(add.command.as_deref(), Some("sleep 5"));
-        assert_eq!(add.priority, Some(9));
-        assert_eq!(add.max_runtime, Some(MaxRuntime(Some(Duration::from_secs(2)))));
+        assert_eq!(add.settings.priority, Some(9));
+        assert_eq!(add.settings.max_runtime, Some(MaxRuntime(Some(Duration::from_secs(2)))));
     }
 }

@@ -601,7 +601,7 @@ fn add_spec(a: args::AddArgs, process: &Env) -> anyhow::Result<(JobSpec, Vec<Str
         let (k, v) = parse_env_pair(pair)?;
         env.insert(k, v);
     }
-    let when = match (a.delay, a.at) {
+    let when = match (a.settings.delay, a.settings.at) {
         (Some(d), _) => When::After(d),
         (None, Some(t)) => When::At(time::to_stamp(t)),
         (None, None) => When::Now,
@@ -636,9 +636,9 @@ fn add_spec(a: args::AddArgs, process: &Env) -> anyhow::Result<(JobSpec, Vec<Str
         command: a.command,
         kind: a.kind,
         payload,
-        priority: a.priority,
-        max_runtime: a.max_runtime.map(|m| m.0),
-        max_attempts: a.max_attempts,
+        priority: a.settings.priority,
+        max_runtime: a.settings.max_runtime.map(|m| m.0),
+        max_attempts: a.settings.max_attempts,
         when,
         key: a.key,
         queue: a.queue,
@@ -708,8 +708,8 @@ fn every_command(mut a: args::EveryArgs, env: &Env) -> anyhow::Result<Command> {
         return Ok(Command::EveryChange { key, change });
     }
     for (given, flag, why) in [
-        (a.job.delay.is_some(), "--delay", "each tick's job is due at its slot"),
-        (a.job.at.is_some(), "--at", "each tick's job is due at its slot"),
+        (a.job.settings.delay.is_some(), "--delay", "each tick's job is due at its slot"),
+        (a.job.settings.at.is_some(), "--at", "each tick's job is due at its slot"),
         (!a.job.after.is_empty(), "--after", "each tick's job is queued on its own"),
         (a.job.stdin, "--stdin", "a schedule queues one command"),
     ] {
@@ -775,11 +775,11 @@ fn definition_flag(a: &args::EveryArgs) -> Option<&'static str> {
         (a.catch_up.is_some(), "--catch-up"),
         (a.overlap.is_some(), "--overlap"),
         (j.key.is_some(), "--key"),
-        (j.priority.is_some(), "--priority"),
-        (j.max_runtime.is_some(), "--max-runtime"),
-        (j.max_attempts.is_some(), "--max-attempts"),
-        (j.delay.is_some(), "--delay"),
-        (j.at.is_some(), "--at"),
+        (j.settings.priority.is_some(), "--priority"),
+        (j.settings.max_runtime.is_some(), "--max-runtime"),
+        (j.settings.max_attempts.is_some(), "--max-attempts"),
+        (j.settings.delay.is_some(), "--delay"),
+        (j.settings.at.is_some(), "--at"),
         (j.queue.is_some(), "--queue"),
         (j.kind.is_some(), "--kind"),
         (j.payload.is_some(), "--payload"),
