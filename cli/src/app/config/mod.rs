@@ -216,7 +216,7 @@ pub struct Revise {
 /// Slots and gates, as `run` and `serve` take them, validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SlotConfig {
-    /// Jobs run at once (1 to [`args::MAX_SLOTS`]).
+    /// Jobs run at once (1 to `args::values::MAX_SLOTS`).
     pub slots: usize,
     /// The CPU pressure ceiling in percent, if any.
     pub max_cpu_pressure: Option<f64>,
