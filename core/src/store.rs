@@ -617,6 +617,16 @@ pub trait Store: Send + Sync {
         let _ = wake;
         None
     }
+
+    /// The files a commit to this queue writes, for a watch on them
+    /// (`slothqueue_runner::QueueWatch`) to wake waiters at every commit
+    /// by any process: a store in a file names them, so that no watcher
+    /// needs to know a backend's file layout. Empty, the default, for a
+    /// store with no file (or one that notifies through
+    /// [`Store::watch_changes`]).
+    fn watched_files(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
 }
 
 /// What [`Store::watch_changes`] calls after a commit.

@@ -171,7 +171,7 @@ impl ApiState {
     }
 
     /// What wakes a `GET /api/tasks/outbox/{id}?wait=` long poll: a watch
-    /// on the queue file ([`QueueWatch::new`]), so that a job finished by
+    /// on the queue ([`QueueWatch::for_store`]), so that a job finished by
     /// a runner in another process answers it at once. Without one, such
     /// a request looks every [`UNWATCHED_POLL`].
     pub fn with_queue_watch(mut self, watch: Arc<QueueWatch>) -> Self {

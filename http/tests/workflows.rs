@@ -117,7 +117,13 @@ async fn start_watched(backend: Backend) -> (Server, Arc<QueueWatch>) {
         backend,
         |_, _| None,
         |state, queue| {
-            let w = Arc::new(QueueWatch::new(queue).with_poll_interval(Duration::from_secs(3600)));
+            // The files the backend's store names (`Store::watched_files`).
+            let mut files = vec![queue.to_owned()];
+            if let Backend::Sqlite = backend {
+                files.push(queue.with_extension("db-wal"));
+            }
+            let w = QueueWatch::on_files(queue, &files);
+            let w = Arc::new(w.with_poll_interval(Duration::from_secs(3600)));
             watch = Some(w.clone());
             state.with_queue_watch(w)
         },

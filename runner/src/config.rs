@@ -69,7 +69,9 @@ pub struct RunnerConfig {
     /// once, so that a job another process adds starts within
     /// milliseconds, not at the next poll, and an idle runner sleeps
     /// between changes instead of polling (see [`QueueWatch`](crate::QueueWatch):
-    /// its folder is watched for writes to the file and its `-wal`). A
+    /// the store's own notifications, or writes to the files the store
+    /// names, `Store::watched_files`; this path names the queue in the
+    /// runner's warning). A
     /// change wakes it at once and again 5, 25, 125 and 625 ms later (a
     /// commit is notified before it can be read); its own commits wake it
     /// too, for looks that find nothing new. Where the watch cannot be made the runner says why and

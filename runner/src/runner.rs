@@ -116,9 +116,10 @@ impl Runner {
 }
 
 /// In follow mode with a [`RunnerConfig::watch_file`]: a task that wakes
-/// the run at every change of the queue file, and the poll stretched to
-/// [`WATCHED_POLL`] while it does. Where the file cannot be watched, says
-/// why and leaves the poll as it is.
+/// the run at every change of the queue (the store's notifications, or
+/// the files it names), and the poll stretched to [`WATCHED_POLL`] while
+/// it does. Where the queue cannot be watched, says why and leaves the
+/// poll as it is.
 fn watch_queue(
     config: &mut RunnerConfig,
     store: &dyn Store,
@@ -145,9 +146,9 @@ fn watch_queue(
         let _watch = watch;
         loop {
             changes.changed().await;
-            // Woken now and again as the commit settles, unless another
-            // change comes first (then from that one).
-            while settle(&mut changes, &waker).await {}
+            // Woken now and again as the commit becomes visible, unless
+            // another change comes first (then from that one).
+            while wake_and_retry(&mut changes, &waker).await {}
         }
     }))
 }
@@ -159,18 +160,18 @@ fn watch_queue(
 /// writes its header after its pages. A look at the first notification
 /// may find nothing yet, so the run looks again as the fsync ends on a
 /// fast disk, a slow one, and a very slow one; past that, the poll.
-const SETTLE: [Duration; 4] = [
+const WAKE_RETRIES: [Duration; 4] = [
     Duration::from_millis(5),
     Duration::from_millis(25),
     Duration::from_millis(125),
     Duration::from_millis(625),
 ];
 
-/// Wakes the run for a change and at each [`SETTLE`] step after it;
-/// `true` when another change came meanwhile (to settle from it).
-async fn settle(changes: &mut QueueChanges, waker: &Notify) -> bool {
+/// Wakes the run for a change and at each [`WAKE_RETRIES`] step after it;
+/// `true` when another change came meanwhile (to start over from it).
+async fn wake_and_retry(changes: &mut QueueChanges, waker: &Notify) -> bool {
     waker.notify_one();
-    for delay in SETTLE {
+    for delay in WAKE_RETRIES {
         tokio::select! {
             () = tokio::time::sleep(delay) => waker.notify_one(),
             () = changes.changed() => return true,
@@ -187,10 +188,10 @@ mod tests {
     async fn a_watched_follow_runner_is_woken_by_a_write_and_polls_only_as_a_fallback() {
         let dir = tempfile::tempdir().unwrap();
         let waker = Arc::new(Notify::new());
-        // A store in a file has no notifications of its own: the file's
-        // watch serves it.
+        // A store in a file has no notifications of its own: the watch on
+        // the files it names serves it.
         let store = slothqueue_store_sqlite::SqliteStore::open(
-            &dir.path().join("other.db"),
+            &dir.path().join("q.db"),
             slothqueue_store_sqlite::SqliteOptions::default(),
         )
         .unwrap();
@@ -199,10 +200,11 @@ mod tests {
         cfg.watch_file = Some(dir.path().join("q.db"));
         let task = watch_queue(&mut cfg, &store, &waker, &|_: RunnerEvent| {}).unwrap();
         assert_eq!(cfg.poll_interval, WATCHED_POLL);
-        std::fs::write(dir.path().join("q.db-wal"), b"x").unwrap();
+        let job = slothqueue_core::NewJob::shell("true", dir.path().to_string_lossy());
+        store.push(job, slothqueue_core::Timestamp::EPOCH).await.unwrap();
         tokio::time::timeout(Duration::from_secs(10), waker.notified())
             .await
-            .expect("the write to q.db-wal did not wake the runner");
+            .expect("a commit to the queue did not wake the runner");
         task.abort();
 
         // A drain ends by itself: nothing to watch, the poll as it was.

@@ -130,7 +130,7 @@ pub async fn wait(
             () = timer.sleep(sleep) => false,
         };
         if woken_by_change {
-            // Let a burst of commits settle into one look.
+            // Let a burst of commits gather into one look.
             let gap = (cost * 4).max(MIN_GAP);
             let gap = left.map_or(gap, |l| gap.min(l.saturating_sub(started.elapsed())));
             tokio::time::sleep(gap).await;

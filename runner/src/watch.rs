@@ -1,13 +1,14 @@
 //! [`QueueWatch`]: wakes whoever waits on a queue when its file changes,
 //! whichever process changed it.
 //!
-//! Every commit to a queue writes a file beside or in place of the queue:
-//! SQLite appends to `q.db-wal` (and checkpoints into `q.db`), redb
-//! rewrites `q.redb` itself. So the watch is on the queue's *folder*
-//! (a watch on the file alone would miss the WAL, and a file replaced by
-//! a rename), filtered to those two names, through the `notify` crate
-//! (inotify on Linux). Its watcher thread blocks in the kernel with no
-//! timeout: a waiter costs nothing until a commit lands.
+//! Every commit to a queue in a file writes one of a few files, which the
+//! store names ([`Store::watched_files`]: the file itself, a write-ahead
+//! log beside it): the watch knows no backend's file layout. It is on
+//! each file's *folder* (a watch on a file alone would miss one created
+//! later, and a file replaced by a rename), filtered to those names,
+//! through the `notify` crate (inotify on Linux). Its watcher thread
+//! blocks in the kernel with no timeout: a waiter costs nothing until a
+//! commit lands.
 //!
 //! Notifications are not a guarantee (a network filesystem, a full
 //! inotify table, a folder replaced under the watch), so every wait also
@@ -68,17 +69,18 @@ impl std::fmt::Debug for QueueWatch {
 }
 
 impl QueueWatch {
-    /// Watches the queue file at `queue` (which need not exist yet): its
-    /// folder, for changes to the file and to SQLite's `-wal` beside it,
-    /// and, for a symlink, the folder of the file it points to as well.
+    /// Watches `files` (which need not exist yet), the files a commit to
+    /// the queue `queue` writes ([`Store::watched_files`]): their folders,
+    /// for changes to those files, and, for a symlink, the folder of the
+    /// file it points to as well. `queue` names the queue in the notice.
     ///
-    /// Never fails: where notifications cannot be had (no inotify
-    /// instance left, a folder that cannot be watched), the watch polls
-    /// every [`UNNOTIFIED_POLL`] instead and [`QueueWatch::notice`] says
-    /// why.
-    pub fn new(queue: &Path) -> QueueWatch {
+    /// Never fails: where notifications cannot be had (no file to watch,
+    /// no inotify instance left, a folder that cannot be watched), the
+    /// watch polls every [`UNNOTIFIED_POLL`] instead and
+    /// [`QueueWatch::notice`] says why.
+    pub fn on_files(queue: &Path, files: &[PathBuf]) -> QueueWatch {
         let (generation, _) = watch::channel(0u64);
-        match watch_files(queue, generation.clone()) {
+        match watch_files(files, generation.clone()) {
             Ok(watcher) => QueueWatch {
                 generation,
                 _watcher: Some(Notifier::File(watcher)),
@@ -102,7 +104,8 @@ impl QueueWatch {
 
     /// Changes to the queue `store` holds: the store's own notifications
     /// where it has them ([`Store::watch_changes`], a queue on a server),
-    /// else the file `queue`'s, as [`QueueWatch::new`].
+    /// else those of the files it names ([`Store::watched_files`]), as
+    /// [`QueueWatch::on_files`]. `queue` names the queue in the notice.
     pub fn for_store(queue: &Path, store: &dyn Store) -> QueueWatch {
         let (generation, _) = watch::channel(0u64);
         let sender = generation.clone();
@@ -115,7 +118,7 @@ impl QueueWatch {
                 notice: None,
                 unwatched: None,
             },
-            None => QueueWatch::new(queue),
+            None => QueueWatch::on_files(queue, &store.watched_files()),
         }
     }
 
@@ -142,13 +145,13 @@ impl QueueWatch {
         self._watcher.is_some()
     }
 
-    /// Why changes are not notified, when [`QueueWatch::new`] could not
+    /// Why changes are not notified, when [`QueueWatch::on_files`] could not
     /// set that up; a user may want to know why a wait reacts slowly.
     pub fn notice(&self) -> Option<&str> {
         self.notice.as_deref()
     }
 
-    /// Why [`QueueWatch::new`] could not watch the file (the error alone,
+    /// Why [`QueueWatch::on_files`] could not watch the files (the error alone,
     /// for a caller that polls at its own interval and says so itself).
     pub fn unwatched(&self) -> Option<&str> {
         self.unwatched.as_deref()
@@ -201,41 +204,62 @@ fn bump(generation: &watch::Sender<u64>) {
     generation.send_modify(|n| *n = n.wrapping_add(1));
 }
 
-/// The file names whose changes mean a commit: the queue's and SQLite's
-/// write-ahead log beside it.
-fn names_for(queue: &Path) -> Vec<OsString> {
-    let Some(name) = queue.file_name() else { return Vec::new() };
-    let mut wal = name.to_owned();
-    wal.push("-wal");
-    vec![name.to_owned(), wal]
+/// The file names whose changes mean a commit, each once.
+fn names_of(files: &[PathBuf]) -> Vec<OsString> {
+    let mut names: Vec<OsString> = Vec::new();
+    for name in files.iter().filter_map(|f| f.file_name()) {
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_owned());
+        }
+    }
+    names
 }
 
-/// The folder a file name in `queue` lives in (`.` for a bare name).
-fn folder_of(queue: &Path) -> PathBuf {
-    match queue.parent() {
+/// The folder a file lives in (`.` for a bare name).
+fn folder_of(file: &Path) -> PathBuf {
+    match file.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),
     }
 }
 
-fn watch_files(queue: &Path, generation: watch::Sender<u64>) -> notify::Result<RecommendedWatcher> {
-    let mut places = vec![queue.to_owned()];
-    // A symlinked queue: SQLite writes its WAL beside the file it resolves to.
-    if let Ok(real) = std::fs::canonicalize(queue) {
-        if real != queue {
-            places.push(real);
+/// `files`, and for each symlink among them the file it resolves to (a
+/// commit writes that one, in its own folder). Every name counts in
+/// every watched folder, so a log a backend writes beside the resolved
+/// file counts too.
+fn with_resolved(files: &[PathBuf]) -> Vec<PathBuf> {
+    let mut places = files.to_vec();
+    for file in files {
+        if let Ok(real) = std::fs::canonicalize(file) {
+            if !places.contains(&real) {
+                places.push(real);
+            }
         }
     }
-    let mut names: Vec<OsString> = places.iter().flat_map(|p| names_for(p)).collect();
-    names.dedup();
+    places
+}
+
+fn watch_files(
+    files: &[PathBuf],
+    generation: watch::Sender<u64>,
+) -> notify::Result<RecommendedWatcher> {
+    if files.is_empty() {
+        return Err(notify::Error::generic("the store names no file to watch"));
+    }
+    let places = with_resolved(files);
+    let names = names_of(&places);
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         // A lost event (queue overflow) or a broken watch: look.
         if event.map_or(true, |e| is_relevant(&e, &names)) {
             bump(&generation);
         }
     })?;
-    let mut folders: Vec<PathBuf> = places.iter().map(|p| folder_of(p)).collect();
-    folders.dedup();
+    let mut folders: Vec<PathBuf> = Vec::new();
+    for folder in places.iter().map(|p| folder_of(p)) {
+        if !folders.contains(&folder) {
+            folders.push(folder);
+        }
+    }
     for folder in &folders {
         watcher.watch(folder, RecursiveMode::NonRecursive)?;
     }
@@ -281,22 +305,49 @@ mod tests {
         assert!(!is_write(&EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any))));
     }
 
+    /// The files a store in `/q/jobs.db` with a log beside it names.
+    fn queue_files() -> Vec<PathBuf> {
+        vec![PathBuf::from("/q/jobs.db"), PathBuf::from("/q/jobs.log")]
+    }
+
     #[test]
-    fn the_queue_and_its_wal_are_watched_in_its_folder() {
-        let names = names_for(Path::new("/q/jobs.db"));
-        assert_eq!(names, [OsString::from("jobs.db"), OsString::from("jobs.db-wal")]);
+    fn the_named_files_are_watched_in_their_folder() {
+        let mut files = queue_files();
+        files.push(PathBuf::from("/elsewhere/jobs.db"));
+        assert_eq!(names_of(&files), [OsString::from("jobs.db"), OsString::from("jobs.log")]);
         assert_eq!(folder_of(Path::new("/q/jobs.db")), Path::new("/q"));
         assert_eq!(folder_of(Path::new("jobs.db")), Path::new("."));
     }
 
     #[test]
+    fn a_symlinked_file_is_watched_where_it_points_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.db");
+        std::fs::write(&real, b"x").unwrap();
+        let link = dir.path().join("link.db");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let real = std::fs::canonicalize(&real).unwrap();
+        let missing = dir.path().join("missing.db");
+        assert_eq!(with_resolved(&[link.clone(), missing.clone()]), [link, missing, real]);
+    }
+
+    #[test]
+    fn a_store_that_names_no_file_is_polled_and_says_why() {
+        let watch = QueueWatch::on_files(Path::new("q.mem"), &[]);
+        assert!(!watch.is_notified());
+        assert_eq!(watch.poll_interval(), UNNOTIFIED_POLL);
+        assert_eq!(watch.unwatched(), Some("the store names no file to watch"));
+        assert!(watch.notice().is_some_and(|n| n.starts_with("no change notifications for q.mem")));
+    }
+
+    #[test]
     fn only_the_queue_files_count() {
-        let names = names_for(Path::new("/q/jobs.db"));
+        let names = names_of(&queue_files());
         let write = |path: &str| {
             notify::Event::new(EventKind::Modify(ModifyKind::Data(DataChange::Any)))
                 .add_path(PathBuf::from(path))
         };
-        assert!(is_relevant(&write("/q/jobs.db-wal"), &names));
+        assert!(is_relevant(&write("/q/jobs.log"), &names));
         assert!(is_relevant(&write("/q/jobs.db"), &names));
         assert!(!is_relevant(&write("/q/jobs.db-shm"), &names));
         assert!(!is_relevant(&write("/q/other.txt"), &names));
@@ -307,20 +358,65 @@ mod tests {
         assert!(is_relevant(&rescan, &names));
     }
 
-    /// A write to the WAL beside the queue wakes a waiter (a real
-    /// notification from the kernel).
+    /// A write to a file the store names beside the queue (its log) wakes
+    /// a waiter (a real notification from the kernel).
     #[tokio::test]
     async fn a_write_beside_the_queue_wakes_a_waiter() {
         let dir = tempfile::tempdir().unwrap();
         let queue = dir.path().join("q.db");
-        let watch = QueueWatch::new(&queue);
+        let watch = QueueWatch::on_files(&queue, &[queue.clone(), dir.path().join("q.log")]);
         assert!(watch.is_notified(), "{:?}", watch.notice());
         let mut changes = watch.changes();
         changes.mark_seen();
-        std::fs::write(dir.path().join("q.db-wal"), b"x").unwrap();
+        std::fs::write(dir.path().join("q.log"), b"x").unwrap();
         tokio::time::timeout(Duration::from_secs(10), changes.changed())
             .await
-            .expect("the write to q.db-wal was not notified");
+            .expect("the write to q.log was not notified");
+    }
+
+    /// A store in a file says which files to watch: the SQLite store's
+    /// log wakes a waiter through [`QueueWatch::for_store`].
+    #[tokio::test]
+    async fn a_store_names_the_files_that_wake_a_waiter() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = dir.path().join("q.db");
+        let store = slothqueue_store_sqlite::SqliteStore::open(
+            &queue,
+            slothqueue_store_sqlite::SqliteOptions::default(),
+        )
+        .unwrap();
+        let watch = QueueWatch::for_store(&queue, &store);
+        assert!(watch.is_notified(), "{:?}", watch.notice());
+        let mut changes = watch.changes();
+        changes.mark_seen();
+        let job = slothqueue_core::NewJob::shell("true", dir.path().to_string_lossy());
+        store.push(job, slothqueue_core::Timestamp::from_millis(0)).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), changes.changed())
+            .await
+            .expect("the store's commit was not notified");
+    }
+
+    /// A queue reached through a symlink in another folder: its commits
+    /// write beside the file it points to, and still wake a waiter.
+    #[tokio::test]
+    async fn a_symlinked_store_wakes_a_waiter() {
+        let dir = tempfile::tempdir().unwrap();
+        let (real, links) = (dir.path().join("real"), dir.path().join("links"));
+        std::fs::create_dir_all(&real).unwrap();
+        std::fs::create_dir_all(&links).unwrap();
+        let options = slothqueue_store_sqlite::SqliteOptions::default;
+        drop(slothqueue_store_sqlite::SqliteStore::open(&real.join("q.db"), options()).unwrap());
+        let queue = links.join("q.db");
+        std::os::unix::fs::symlink(real.join("q.db"), &queue).unwrap();
+        let store = slothqueue_store_sqlite::SqliteStore::open(&queue, options()).unwrap();
+        let watch = QueueWatch::for_store(&queue, &store);
+        let mut changes = watch.changes();
+        changes.mark_seen();
+        let job = slothqueue_core::NewJob::shell("true", dir.path().to_string_lossy());
+        store.push(job, slothqueue_core::Timestamp::EPOCH).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), changes.changed())
+            .await
+            .expect("the commit beside the symlink's target was not notified");
     }
 
     #[tokio::test]

@@ -986,6 +986,11 @@ impl Store for RedbStore {
         })
         .await
     }
+
+    /// redb writes every commit into the file itself.
+    fn watched_files(&self) -> Vec<std::path::PathBuf> {
+        vec![self.inner.path.clone()]
+    }
 }
 
 impl RedbStore {

@@ -2,7 +2,7 @@
 //! cron expression, the zone a schedule is read in when none is given, and
 //! the key derived from the command when `--key` is not.
 //!
-//! The schedule's job is built by `add`'s own path (`config::add_spec`,
+//! The schedule's job is built by `add`'s own path (`config::job`'s `add_spec`,
 //! `spec::build`), so each tick queues exactly what `add` would have; what
 //! a schedule means (slots, catch-up, overlap) is `core::schedule`'s, and
 //! only checked here by calling it.

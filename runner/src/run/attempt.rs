@@ -21,7 +21,7 @@ use crate::run::decide::{ChainView, may_chain};
 use crate::run::drive::Watch;
 use crate::run::heartbeat::{Cadence, PGID_RECORD_DELAY, Processes, heartbeat_loop};
 use crate::run::job_control::PauseClock;
-use crate::run::{Retried, Worker};
+use crate::run::worker::{Retried, Worker};
 use crate::stop::StopReason;
 
 /// How an attempt's end goes into the store.
@@ -304,9 +304,7 @@ impl Worker {
         self.tally(|s| s.lost += 1);
         self.report(RunnerEvent::LeaseLost { job: id, elapsed });
     }
-}
 
-impl Worker {
     /// Whether the attempt ending now may claim the next job in the same
     /// transaction ([`may_chain`]). The gates are read here instead of
     /// before the claim, so each job still costs one reading.

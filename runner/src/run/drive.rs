@@ -15,9 +15,9 @@ use tokio::time::Instant;
 use crate::contain::Containment;
 use crate::event::RunnerEvent;
 use crate::exec::{ExecContext, ExecOutcome};
-use crate::run::Worker;
 use crate::run::heartbeat::HeartbeatNews;
 use crate::run::job_control::PauseClock;
+use crate::run::worker::Worker;
 use crate::signal::ShutdownSignal;
 use crate::stop::{StopReason, Stopper};
 

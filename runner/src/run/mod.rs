@@ -1,6 +1,4 @@
-//! One run of a [`Runner`](crate::Runner): the main loop, and the plumbing
-//! its steps share (store calls retried through busy spells, the runner
-//! record `status` reads).
+//! One run of a [`Runner`](crate::Runner): the main loop ([`Run`]).
 //!
 //! The loop decides nothing itself: [`decide()`] turns what the run knows
 //! ([`decide::View`]) into the next step, and [`Run::turn`] carries it out
@@ -15,7 +13,11 @@
 //! process when it must (for an attempt and for the on-finish command),
 //! [`heartbeat`] keeps an attempt's lease, [`sweep`] takes back dead
 //! owners' jobs, [`lanes`] reads why the lanes hold due jobs, and
-//! [`on_finish`] runs the notification command.
+//! [`on_finish`] runs the notification command. What the loop and the
+//! attempts share is in [`worker`]: [`Worker`], the plumbing every task's
+//! steps use (store calls retried through busy spells, the runner record
+//! `status` reads), whose methods for each of those steps sit in that
+//! step's file.
 
 mod attempt;
 mod decide;
@@ -25,18 +27,16 @@ pub(crate) mod job_control;
 mod lanes;
 mod on_finish;
 mod sweep;
+mod worker;
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use slothqueue_core::schedule::{self, TickOutcome};
 use slothqueue_core::{
-    AttemptNote, ClaimFilter, ClaimRequest, Claimed, Fence, Job, JobId, JobState, ListFilter,
-    ListOrder, QueuesReport, Reclaim, RunnerActivity, RunnerRecord, Store, StoreError, Timestamp,
+    AttemptNote, Claimed, Fence, JobId, JobState, ListFilter, ListOrder, QueuesReport,
+    RunnerActivity, Store, StoreError, Timestamp,
 };
 use tokio::sync::Notify;
 use tokio::task::{JoinError, JoinSet};
@@ -47,47 +47,16 @@ use crate::contain::{Containment, lease_marker};
 use crate::error::RunnerError;
 use crate::event::{Reporter, RunSummary, RunnerEvent, SkipReason, SkippedJob};
 use crate::exec::Executor;
-use crate::fmt::format_duration;
 use crate::gate::{GateCheck, read_gates};
 use crate::idle::IdleTimer;
 use crate::signal::ShutdownSignal;
 use decide::{Blocked, ClaimState, Gates, Step, View, Wait, decide};
 use job_control::PauseClock;
-
-/// How often the loop looks for dead owners' jobs between claims. A claim
-/// never takes such a job (see [`Worker::claim_request`]), so sweeping less
-/// often only delays their return; sweeping before every claim cost a read
-/// of every running job per job. A drain that finds nothing to claim sweeps
-/// at once.
-const SWEEP_EVERY: Duration = Duration::from_secs(1);
+use worker::{IDLE_RECORD_REFRESH, IdleRecord, Records, Retried, Shared, Worker};
 
 /// How many due jobs a drain ending with nothing claimed looks at to say
 /// which it skipped.
 const SKIPPED_LOOKED_AT: usize = 1_000;
-
-/// How often an idle runner rewrites an unchanged idle record, so that
-/// `status` still hears from it (a runner on another host counts as live
-/// for 5 minutes after its last record). More often would be a write, and
-/// on redb an fsync, every poll of a machine with nothing to do.
-const IDLE_RECORD_REFRESH: Duration = Duration::from_secs(60);
-
-/// What a store call retried through busy spells came to.
-enum Retried<T> {
-    /// It went through, with this answer.
-    Done(T),
-    /// A new shutdown request came while waiting to retry; the call was
-    /// given up.
-    ShutDown,
-}
-
-impl<T> Retried<T> {
-    fn map<U>(self, f: impl FnOnce(T) -> U) -> Retried<U> {
-        match self {
-            Retried::Done(v) => Retried::Done(f(v)),
-            Retried::ShutDown => Retried::ShutDown,
-        }
-    }
-}
 
 /// Whether the loop turns again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,79 +65,6 @@ enum Turn {
     Again,
     /// The run is over.
     End,
-}
-
-/// The idle record last written: an unchanged one is not written again
-/// until [`IDLE_RECORD_REFRESH`] has passed.
-struct IdleRecord {
-    /// What it said.
-    activity: RunnerActivity,
-    /// When it was written.
-    at: Instant,
-    /// The summary then (`status` shows the counts).
-    summary: RunSummary,
-}
-
-impl IdleRecord {
-    /// Whether writing `activity` with `summary` now would say nothing new.
-    fn still_says(&self, activity: &RunnerActivity, summary: &RunSummary) -> bool {
-        self.activity == *activity
-            && self.summary == *summary
-            && self.at.elapsed() < IDLE_RECORD_REFRESH
-    }
-}
-
-/// What the runner record says and should say.
-#[derive(Default)]
-struct Records {
-    /// The idle record last written; `None` once another record was.
-    idle: Option<IdleRecord>,
-    /// The attempts running now, oldest start first.
-    running: Vec<JobId>,
-    /// The jobs the last `Running` record named (empty when the last
-    /// record was another).
-    recorded_running: Vec<JobId>,
-    /// The last record's reading, when it was `Gated`.
-    gated: Option<String>,
-}
-
-/// What the loop and every attempt task share, for the run's life.
-pub(crate) struct Shared {
-    store: Arc<dyn Store>,
-    cfg: RunnerConfig,
-    executors: BTreeMap<String, Arc<dyn Executor>>,
-    reporter: Arc<dyn Reporter>,
-    shutdown: ShutdownSignal,
-    /// Shared with the job-control task (Ctrl-Z), if the run has one.
-    suspended: Arc<job_control::Suspended>,
-    started_at: Timestamp,
-    summary: Mutex<RunSummary>,
-    records: Mutex<Records>,
-    /// When dead owners' jobs were last looked for.
-    last_sweep: Mutex<Instant>,
-    /// A claim may stand in the store that this runner never heard of: a
-    /// call was retried after the server went away mid-call
-    /// ([`StoreError::Unreachable`]), when its commit may have landed and
-    /// only the answer been lost. The loop then looks for jobs held under
-    /// its own lease that no attempt runs ([`Run::hand_back_unheard`]);
-    /// no claim or sweep would take them back while this runner lives.
-    unheard_claims: AtomicBool,
-}
-
-/// The store calls, records and reports of one task (the loop, or one
-/// attempt): the shared state, and whether the current busy spell was
-/// warned about (once per spell, per task).
-pub(crate) struct Worker {
-    sh: Arc<Shared>,
-    busy_warned: bool,
-}
-
-impl Deref for Worker {
-    type Target = Shared;
-
-    fn deref(&self) -> &Shared {
-        &self.sh
-    }
 }
 
 /// A running attempt, as the loop knows it.
@@ -307,7 +203,7 @@ impl Run {
                 Ok(Turn::Again) => {}
                 Ok(Turn::End) => break,
                 // The attempts still running end first (their leases and
-                // processes are theirs to settle), then the run, with the
+                // processes are theirs to end), then the run, with the
                 // first such error.
                 Err(e) if !self.slots.is_empty() => {
                     self.fatal.get_or_insert(e);
@@ -887,150 +783,5 @@ impl Run {
             () = self.waker.notified() => {}
             () = shutdown.requested() => {}
         }
-    }
-}
-
-impl Worker {
-    /// What this runner claims: jobs of its queues and of the kinds it can
-    /// run, and of a running job only an expired lease, never a dead
-    /// owner's job: a claim cannot first kill what is left of the dead
-    /// attempt, so that job is the sweep's ([`Worker::sweep_dead`]), and a
-    /// job never runs twice at once, even when its owner dies between a
-    /// sweep and a claim.
-    fn claim_request(&self) -> ClaimRequest {
-        ClaimRequest::new(self.cfg.owner.clone(), self.cfg.judge.clone())
-            .filter(ClaimFilter {
-                queues: self.cfg.queues.clone(),
-                kinds: Some(self.executors.keys().cloned().collect()),
-            })
-            .reclaim(Reclaim::ExpiredOnly)
-    }
-
-    /// Whether dead owners' jobs are due to be looked for.
-    fn sweep_due(&self) -> bool {
-        self.last_sweep.lock().is_ok_and(|t| t.elapsed() >= SWEEP_EVERY)
-    }
-
-    /// Notes that dead owners' jobs were just looked for.
-    fn swept_now(&self) {
-        if let Ok(mut t) = self.last_sweep.lock() {
-            *t = Instant::now();
-        }
-    }
-
-    /// The run's counts so far.
-    fn summary(&self) -> RunSummary {
-        self.summary.lock().map(|s| *s).unwrap_or_default()
-    }
-
-    /// Changes the run's counts.
-    fn tally(&self, f: impl FnOnce(&mut RunSummary)) {
-        if let Ok(mut s) = self.summary.lock() {
-            f(&mut s);
-        }
-    }
-
-    /// Hands job `id` back to pending without charging the attempt.
-    async fn release(&mut self, id: JobId, fence: &Fence) -> Result<Retried<Job>, RunnerError> {
-        let store = self.store.clone();
-        let clock = self.cfg.clock.clone();
-        self.retrying("release a job", || store.release(id, fence, clock.now())).await
-    }
-
-    /// Calls `op` until it succeeds, waiting out temporary errors (a busy
-    /// queue file, a full disk, a lost server) with one warning per streak.
-    /// Gives up ([`Retried::ShutDown`]) when a new shutdown request arrives
-    /// while waiting. A lost server may have committed the call all the
-    /// same: noted in [`Shared::unheard_claims`].
-    async fn retrying<T, F, Fut>(&mut self, what: &str, op: F) -> Result<Retried<T>, RunnerError>
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = Result<T, StoreError>>,
-    {
-        let seen = self.shutdown.count();
-        loop {
-            match op().await {
-                Ok(v) => {
-                    self.busy_warned = false;
-                    return Ok(Retried::Done(v));
-                }
-                Err(e) if e.is_temporary() => {
-                    if matches!(e, StoreError::Unreachable(_)) {
-                        self.unheard_claims.store(true, Ordering::SeqCst);
-                    }
-                    if !self.busy_warned {
-                        self.busy_warned = true;
-                        self.warn(format!(
-                            "cannot {what}: {e}; retrying every {}",
-                            format_duration(self.cfg.busy_pause)
-                        ));
-                    }
-                    let mut shutdown = self.shutdown.clone();
-                    tokio::select! {
-                        () = tokio::time::sleep(self.cfg.busy_pause) => {}
-                        () = shutdown.reached(seen + 1) => return Ok(Retried::ShutDown),
-                    }
-                }
-                Err(e) => return Err(RunnerError::store(format!("cannot {what}"), e)),
-            }
-        }
-    }
-
-    /// Whether the last record written was a wait with this reading.
-    fn records_say_gated(&self, reading: &str) -> bool {
-        self.records.lock().is_ok_and(|r| r.gated.as_deref() == Some(reading))
-    }
-
-    /// Records the attempts running now, for `status`: `Running` with the
-    /// first started and the others.
-    async fn record_running(&self) {
-        let running = self.records.lock().map(|r| r.running.clone()).unwrap_or_default();
-        let Some((&job, also)) = running.split_first() else { return };
-        self.record(RunnerActivity::Running { job, also: also.to_vec() }).await;
-    }
-
-    /// Records what this runner does, for `status`. Failing to is not worth
-    /// stopping for.
-    async fn record(&self, activity: RunnerActivity) {
-        if let Ok(mut r) = self.records.lock() {
-            if !matches!(activity, RunnerActivity::Idle { .. }) {
-                r.idle = None;
-            }
-            r.gated = match &activity {
-                RunnerActivity::Gated { reading, .. } => Some(reading.clone()),
-                _ => None,
-            };
-            r.recorded_running = match &activity {
-                RunnerActivity::Running { job, also } => {
-                    std::iter::once(*job).chain(also.iter().copied()).collect()
-                }
-                _ => Vec::new(),
-            };
-        }
-        let record = RunnerRecord {
-            owner: self.cfg.owner.clone(),
-            queues: self.cfg.queues.clone(),
-            kinds: Some(self.executors.keys().cloned().collect()),
-            started_at: self.started_at,
-            updated_at: self.now(),
-            activity,
-        };
-        if let Err(e) = self.store.put_runner(&record).await {
-            if !e.is_temporary() {
-                self.warn(format!("cannot record this runner's activity: {e}"));
-            }
-        }
-    }
-
-    fn report(&self, event: RunnerEvent) {
-        self.reporter.report(event);
-    }
-
-    fn warn(&self, message: String) {
-        self.report(RunnerEvent::Warning { message });
-    }
-
-    fn now(&self) -> Timestamp {
-        self.cfg.clock.now()
     }
 }

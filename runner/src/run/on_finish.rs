@@ -8,8 +8,8 @@ use slothqueue_core::Job;
 use tokio::time::Instant;
 
 use crate::exec::{ExecOutcome, ProcessSpec, run_process};
-use crate::run::Worker;
 use crate::run::drive::Watch;
+use crate::run::worker::Worker;
 
 impl Worker {
     /// Runs the `--on-finish` command for `job` (as recorded after the

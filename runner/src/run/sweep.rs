@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use slothqueue_core::{Job, JobId, JobState, ListFilter, Liveness, Timestamp};
+use tokio::time::Instant;
 
 use crate::contain::{Containment, sweep_orphan_cgroups};
 use crate::contain::{LEASE_VAR, lease_marker};
@@ -18,7 +19,7 @@ use crate::error::RunnerError;
 use crate::event::RunnerEvent;
 use crate::process::group::{group_alive, may_signal_group, stop_group};
 use crate::process::procfs::{environ_has, pids, proc_stat, process_started_at};
-use crate::run::{Retried, Worker};
+use crate::run::worker::{Retried, Worker};
 
 /// How much earlier than its job's claim an orphaned group's leader may
 /// seem to have started and still be the job's: process start times derive
@@ -32,7 +33,26 @@ const ORPHAN_START_SLACK: Duration = Duration::from_secs(30);
 /// stranger.
 const LEADER_SPAWN_WINDOW: Duration = Duration::from_secs(600);
 
+/// How often the loop looks for dead owners' jobs between claims. A claim
+/// never takes such a job (see [`Worker::claim_request`]), so sweeping less
+/// often only delays their return; sweeping before every claim cost a read
+/// of every running job per job. A drain that finds nothing to claim sweeps
+/// at once.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
 impl Worker {
+    /// Whether dead owners' jobs are due to be looked for.
+    pub(super) fn sweep_due(&self) -> bool {
+        self.last_sweep.lock().is_ok_and(|t| t.elapsed() >= SWEEP_EVERY)
+    }
+
+    /// Notes that dead owners' jobs were just looked for.
+    pub(super) fn swept_now(&self) {
+        if let Ok(mut t) = self.last_sweep.lock() {
+            *t = Instant::now();
+        }
+    }
+
     /// Reclaims jobs of dead owners on this host, killing each one's
     /// orphaned process group first so that a job never runs twice at once.
     /// Returns how many jobs it took back.

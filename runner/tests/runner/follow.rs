@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use slothqueue_core::{JobState, NewJob, RunnerActivity, Store, Timestamp};
-use slothqueue_runner::{Mode, RunnerEvent};
+use slothqueue_runner::{Mode, Runner, RunnerEvent};
 use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
 
 use crate::support::{DEADLINE, Env, Intercepted, drain_mode, env, eventually};
@@ -148,15 +148,18 @@ async fn a_watched_runner_starts_an_unannounced_job_at_once() {
     assert_eq!(running.finish().await.unwrap().done, 3);
 }
 
-/// A queue file whose folder cannot be watched: the runner says so and
-/// finds jobs at its poll, as without a watch.
+/// A queue file whose folder cannot be watched (the store names a file
+/// in a folder that does not exist): the runner says so and finds jobs at
+/// its poll, as without a watch.
 #[tokio::test]
 async fn an_unwatchable_queue_file_is_said_and_polled() {
     let env = env();
     let mut cfg = drain_mode(env.config(), Mode::Follow);
-    cfg.watch_file = Some(env.path("no-such-folder/queue.db"));
+    cfg.watch_file = Some(env.path("queue.db"));
     cfg.poll_interval = Duration::from_millis(100);
-    let mut running = env.start(env.runner(cfg));
+    let mut store = Intercepted::new(env.store.clone());
+    store.watched_files = Some(vec![env.path("no-such-folder/queue.db")]);
+    let mut running = env.start(Runner::new(Arc::new(store), cfg));
     running
         .events
         .wait_for("the warning", |e| {

@@ -224,6 +224,8 @@ pub struct Intercepted {
     /// How many looks at jobs (`get`, `list`) have returned: a test waits
     /// on it until a waiter has looked, instead of sleeping.
     pub looks: tokio::sync::watch::Sender<u64>,
+    /// The files to name for a watch instead of the real store's.
+    pub watched_files: Option<Vec<PathBuf>>,
 }
 
 impl Intercepted {
@@ -242,6 +244,7 @@ impl Intercepted {
             next_dues: std::sync::atomic::AtomicU32::new(0),
             put_runners: std::sync::atomic::AtomicU32::new(0),
             looks: tokio::sync::watch::channel(0).0,
+            watched_files: None,
         }
     }
 }
@@ -488,6 +491,9 @@ mod intercepted {
         }
         async fn runners(&self) -> Result<Vec<RunnerRecord>, StoreError> {
             self.inner.runners().await
+        }
+        fn watched_files(&self) -> Vec<std::path::PathBuf> {
+            self.watched_files.clone().unwrap_or_else(|| self.inner.watched_files())
         }
     }
 }

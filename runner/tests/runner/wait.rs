@@ -128,7 +128,7 @@ impl Queue {
         target: WaitTarget,
     ) -> tokio::task::JoinHandle<Result<WaitOutcome, RunnerError>> {
         let store = self.waiter.clone();
-        let watch = QueueWatch::new(&self.path).with_poll_interval(NO_POLL);
+        let watch = QueueWatch::for_store(&self.path, &*self.waiter).with_poll_interval(NO_POLL);
         assert!(watch.is_notified(), "{:?}", watch.notice());
         tokio::spawn(async move { wait(store.as_ref(), &watch, &target, None).await })
     }
@@ -167,7 +167,7 @@ async fn a_wait_is_released_by_another_writer(backend: Backend) {
 async fn a_wait_times_out_at_its_deadline(backend: Backend) {
     let q = queue(backend);
     let id = q.push(q.job()).await;
-    let watch = QueueWatch::new(&q.path).with_poll_interval(NO_POLL);
+    let watch = QueueWatch::for_store(&q.path, &*q.waiter).with_poll_interval(NO_POLL);
     let deadline = Instant::now() + Duration::from_millis(300);
     let outcome =
         wait(q.waiter.as_ref(), &watch, &WaitTarget::Jobs(vec![id]), Some(deadline)).await.unwrap();

@@ -96,7 +96,7 @@ fn job_edit(
     if let Some(q) = &args.queue {
         spec::plain_name("--queue", q).map_err(usage)?;
     }
-    let not_before = match (args.delay, args.at) {
+    let not_before = match (args.settings.delay, args.settings.at) {
         (Some(d), _) => Some(now.saturating_add(d)),
         (None, Some(t)) => Some(time::to_stamp(t)),
         (None, None) => None,
@@ -104,9 +104,9 @@ fn job_edit(
     Ok(JobEdit {
         command: args.command,
         payload,
-        priority: args.priority,
-        max_runtime: args.max_runtime.map(|m| m.0),
-        max_attempts: args.max_attempts,
+        priority: args.settings.priority,
+        max_runtime: args.settings.max_runtime.map(|m| m.0),
+        max_attempts: args.settings.max_attempts,
         not_before,
         queue: args.queue,
         env,

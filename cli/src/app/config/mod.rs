@@ -6,21 +6,32 @@
 //! place for the queue file) is caught here, so a command function can
 //! assume its input is sound and "bad input writes nothing" holds by
 //! construction.
+//!
+//! The [`Config`] and what each command gets are here, with the small
+//! checks; the larger ones have files of their own: `job` for the commands
+//! that define a job (`add`, `every`, `edit`/`clone`), `runner` for `run`'s
+//! and `serve`'s runner options, and `env` for what is read from the
+//! process and where the queue's files are.
+
+mod env;
+mod job;
+mod runner;
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use slothqueue::core::{DEFAULT_QUEUE, LaneScope, Limits, NewSchedule};
-use slothqueue::{Backend, JobId, ListFilter, ListOrder, NewJob, Timestamp};
+use slothqueue::{Backend, JobId, ListFilter, ListOrder, NewJob};
 
 use super::args::{self, Cli, Order};
-use super::every;
 use super::exit::usage;
 pub use super::spec::When;
-use super::spec::{self, JobSpec, Source};
-use super::time;
+use super::spec::{self, JobSpec};
+use env::expand_home;
+pub use env::{Env, default_db, log_dir, server_files};
+use job::{add_command, every_command, revise};
+use runner::{run_config, runner_options};
 
 /// Rows `list` shows unless asked for more.
 pub const DEFAULT_LIST_LIMIT: usize = 50;
@@ -205,7 +216,7 @@ pub struct Revise {
 /// Slots and gates, as `run` and `serve` take them, validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SlotConfig {
-    /// Jobs run at once (1 to [`args::MAX_SLOTS`]).
+    /// Jobs run at once (1 to `args::values::MAX_SLOTS`).
     pub slots: usize,
     /// The CPU pressure ceiling in percent, if any.
     pub max_cpu_pressure: Option<f64>,
@@ -319,85 +330,6 @@ pub struct RunnerOptions {
     pub limits: Limits,
 }
 
-/// What the configuration reads from the process environment, gathered in
-/// one place so tests can supply their own.
-#[derive(Debug)]
-pub struct Env {
-    /// `$XDG_DATA_HOME`.
-    pub xdg_data_home: Option<OsString>,
-    /// `$HOME`.
-    pub home: Option<OsString>,
-    /// `$NO_COLOR` is set to something.
-    pub no_color: bool,
-    /// Standard output is a terminal.
-    pub stdout_is_terminal: bool,
-    /// The current directory, recorded as a shell job's `cwd`.
-    pub cwd: std::io::Result<PathBuf>,
-    /// `$USER`, else `$LOGNAME`, else `uid N`: who pauses and holds.
-    pub user: String,
-    /// This host's name, as runners record it.
-    pub host: String,
-    /// Every variable of the environment whose name and value are UTF-8:
-    /// what `add` records a shell job's environment from.
-    pub vars: Vec<(String, String)>,
-    /// This machine's time zone by its IANA name, if it has one: `every`'s
-    /// default `--tz`. Read from the system (`TZ`, else `/etc/localtime`)
-    /// only when asked ([`Env::zone`]): naming it walks the time-zone
-    /// database's folders, a cost every other command (`add` above all)
-    /// need not pay.
-    pub zone: std::cell::OnceCell<Option<String>>,
-}
-
-impl Env {
-    /// The real environment.
-    pub fn from_process() -> Env {
-        use std::io::IsTerminal;
-        Env {
-            xdg_data_home: std::env::var_os("XDG_DATA_HOME"),
-            home: std::env::var_os("HOME"),
-            no_color: std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
-            stdout_is_terminal: std::io::stdout().is_terminal(),
-            cwd: std::env::current_dir(),
-            user: user_name(
-                std::env::var("USER").ok(),
-                std::env::var("LOGNAME").ok(),
-                rustix::process::getuid().as_raw(),
-            ),
-            host: rustix::system::uname().nodename().to_string_lossy().into_owned(),
-            // A variable that is not UTF-8 cannot go into the JSON payload:
-            // skipped (`--env-pass` of one says it is not set).
-            vars: std::env::vars_os()
-                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-                .collect(),
-            zone: std::cell::OnceCell::new(),
-        }
-    }
-
-    /// This machine's time zone by its IANA name, if it has one.
-    pub fn zone(&self) -> Option<&str> {
-        self.zone
-            .get_or_init(|| jiff::tz::TimeZone::system().iana_name().map(str::to_owned))
-            .as_deref()
-    }
-
-    /// `USER@host`: how a pause or a hold names who did it.
-    pub fn who(&self) -> String {
-        format!("{}@{}", self.user, self.host)
-    }
-}
-
-/// The user's name from `$USER` or `$LOGNAME` (the first set to a plain
-/// name), else `uid N`. Control characters and `@` are left out so the
-/// stamp reads as one `name@host`.
-fn user_name(user: Option<String>, logname: Option<String>, uid: u32) -> String {
-    [user, logname]
-        .into_iter()
-        .flatten()
-        .map(|n| n.chars().filter(|c| !c.is_control() && *c != '@').collect::<String>())
-        .find(|n| !n.trim().is_empty())
-        .unwrap_or_else(|| format!("uid {uid}"))
-}
-
 impl Config {
     /// Validates `cli` in `env`.
     pub fn new(cli: Cli, env: &Env) -> anyhow::Result<Config> {
@@ -477,64 +409,6 @@ impl Config {
     }
 }
 
-/// `$XDG_DATA_HOME/slothqueue/queue.db` (an absolute one only, as the XDG
-/// spec says), else `~/.local/share/slothqueue/queue.db`.
-pub fn default_db(env: &Env) -> Option<PathBuf> {
-    let xdg = env.xdg_data_home.as_ref().map(PathBuf::from).filter(|p| p.is_absolute());
-    let base = xdg.or_else(|| {
-        env.home
-            .as_ref()
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .map(|h| h.join(".local").join("share"))
-    })?;
-    Some(base.join("slothqueue").join("queue.db"))
-}
-
-/// Where this host keeps the files of a queue on a server: job logs stay
-/// on the host that ran the job, so each host has its own, in the data
-/// folder, named after the URL without its password:
-/// `postgres://ci:secret@db/jobs?schema=gpu` →
-/// `~/.local/share/slothqueue/postgres-ci@db_jobs_schema=gpu` (and its
-/// `.logs` folder beside it).
-pub fn server_files(url: &Path, env: &Env) -> anyhow::Result<PathBuf> {
-    let data =
-        default_db(env).and_then(|db| db.parent().map(Path::to_path_buf)).ok_or_else(|| {
-            usage("no place for the job logs of a queue on a server: set XDG_DATA_HOME or HOME")
-        })?;
-    let text = url.to_string_lossy();
-    let rest = text.split_once("://").map_or(&*text, |(_, rest)| rest);
-    // `user:password@host` keeps `user@host`.
-    let rest = match rest.split_once('@') {
-        Some((user, host)) => format!("{}@{host}", user.split(':').next().unwrap_or(user)),
-        None => rest.to_owned(),
-    };
-    let name: String = rest
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "@.=-".contains(c) { c } else { '_' })
-        .take(120)
-        .collect();
-    Ok(data.join(format!("postgres-{name}")))
-}
-
-/// A leading `~/` (or a lone `~`) is `$HOME`, as a shell would have made
-/// it: `SLOTHQUEUE_DB='~/q.db'` in a unit file or a quoted `--db` must not
-/// create a folder named `~`. `~user/` is not expanded (it then names a
-/// folder that does not exist, which `open` refuses).
-fn expand_home(path: PathBuf, env: &Env) -> anyhow::Result<PathBuf> {
-    let rest = match path.strip_prefix("~") {
-        Ok(rest) => rest.to_owned(),
-        Err(_) => return Ok(path),
-    };
-    let home = env.home.as_ref().map(PathBuf::from).filter(|h| h.is_absolute()).ok_or_else(|| {
-        usage(format!(
-            "--db (or SLOTHQUEUE_DB) {} starts with `~` but HOME is not set to an absolute path: give the full path",
-            path.display()
-        ))
-    })?;
-    Ok(if rest.as_os_str().is_empty() { home } else { home.join(rest) })
-}
-
 /// `--queue Q` as a lane: that queue, or every queue without the flag.
 fn lane_scope(l: args::LaneArgs) -> anyhow::Result<LaneScope> {
     match l.queue {
@@ -546,353 +420,9 @@ fn lane_scope(l: args::LaneArgs) -> anyhow::Result<LaneScope> {
     }
 }
 
-/// `--slots` and the gates beyond the load, checked: the files they name
-/// must be there now, so a typo is refused at start, not waited on forever.
-fn slot_config(a: args::SlotArgs) -> anyhow::Result<SlotConfig> {
-    if let Some(file) = &a.pressure_file {
-        let text = std::fs::read_to_string(file).map_err(|e| {
-            usage(format!(
-                "--pressure-file {}: cannot read it ({e}); expected the PSI format of /proc/pressure/cpu",
-                file.display()
-            ))
-        })?;
-        if slothqueue::runner::gate::parse_psi_some_avg10(&text).is_none() {
-            return Err(usage(format!(
-                "--pressure-file {} is not in PSI format (expected a line like `some avg10=1.00 avg60=0.50 avg300=0.20 total=100`)",
-                file.display()
-            )));
-        }
-    }
-    if let Some(dir) = &a.power_supply_dir {
-        if !dir.is_dir() {
-            return Err(usage(format!(
-                "--power-supply-dir {} is not a directory (expected the layout of /sys/class/power_supply)",
-                dir.display()
-            )));
-        }
-    }
-    Ok(SlotConfig {
-        slots: a.slots.unwrap_or(1),
-        max_cpu_pressure: a.max_cpu_pressure,
-        pressure_file: a.pressure_file,
-        require_ac_power: a.require_ac_power,
-        power_supply_dir: a.power_supply_dir,
-        suspend_when_gated: a.suspend_when_gated,
-    })
-}
-
 fn plain_name(flag: &str, value: &str) -> anyhow::Result<()> {
     spec::plain_name(flag, value).map_err(usage)
 }
-
-/// The flags of `add` as one [`JobSpec`]: the job itself, or (with
-/// `--stdin`) the defaults every line starts from; and the notes for
-/// stderr.
-fn add_spec(a: args::AddArgs, process: &Env) -> anyhow::Result<(JobSpec, Vec<String>)> {
-    let payload = match a.payload {
-        Some(text) => Some(
-            serde_json::from_str(&text)
-                .map_err(|e| usage(format!("--payload is not valid JSON ({e})")))?,
-        ),
-        None => None,
-    };
-    let mut env = BTreeMap::new();
-    for pair in &a.env {
-        let (k, v) = parse_env_pair(pair)?;
-        env.insert(k, v);
-    }
-    let when = match (a.delay, a.at) {
-        (Some(d), _) => When::After(d),
-        (None, Some(t)) => When::At(time::to_stamp(t)),
-        (None, None) => When::Now,
-    };
-    let limits = a.limits.limits();
-    let mut notes = Vec::new();
-    let recorded = if a.kind.is_some() {
-        // A handler's payload is its own: nothing of the shell goes in.
-        if let Some(flag) = env_flag(&a.env_pass, a.env_all, &limits) {
-            return Err(usage(format!(
-                "{flag} is for shell commands; put a handler's settings in --payload"
-            )));
-        }
-        None
-    } else {
-        let captured =
-            slothqueue::core::shell::capture(process.vars.clone(), &a.env_pass, a.env_all);
-        if let Some(name) = captured.missing.first() {
-            return Err(usage(format!(
-                "--env-pass {name}: {name} is not set in this environment (or its value is not UTF-8); set it, or give it with -e {name}=VALUE"
-            )));
-        }
-        if !captured.secrets_left_out.is_empty() {
-            notes.push(format!(
-                "--env-all left out {} (names that look secret; --env-pass NAME records one)",
-                captured.secrets_left_out.join(", ")
-            ));
-        }
-        Some(captured.env)
-    };
-    let spec = JobSpec {
-        command: a.command,
-        kind: a.kind,
-        payload,
-        priority: a.priority,
-        max_runtime: a.max_runtime.map(|m| m.0),
-        max_attempts: a.max_attempts,
-        when,
-        key: a.key,
-        queue: a.queue,
-        env,
-        recorded,
-        limits: Some(limits).filter(|l| !l.is_empty()),
-        cwd: None,
-        after: a.after,
-    };
-    Ok((spec, notes))
-}
-
-/// The first flag given that only a shell job takes, by its name.
-fn env_flag(pass: &[String], all: bool, limits: &slothqueue::core::Limits) -> Option<&'static str> {
-    if !pass.is_empty() {
-        Some("--env-pass")
-    } else if all {
-        Some("--env-all")
-    } else if limits.nice.is_some() {
-        Some("--nice")
-    } else if limits.ionice.is_some() {
-        Some("--ionice")
-    } else if limits.memory_max.is_some() {
-        Some("--memory-max")
-    } else if limits.cpu_weight.is_some() {
-        Some("--cpu-weight")
-    } else {
-        None
-    }
-}
-
-fn add_command(a: args::AddArgs, env: &Env) -> anyhow::Result<Command> {
-    let stdin = a.stdin;
-    let (spec, notes) = add_spec(a, env)?;
-    if stdin {
-        // The defaults must be sound on their own (a bad --queue is the
-        // flag's fault, not line 1's): check them as a shell job would be.
-        let probe = JobSpec { command: Some("true".to_owned()), ..spec.clone() };
-        spec::build(probe, Source::Flags, &Ok(PathBuf::from("/"))).map_err(usage)?;
-        let current_dir = match &env.cwd {
-            Ok(p) => Ok(p.clone()),
-            Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
-        };
-        return Ok(Command::AddStdin(StdinConfig { defaults: spec, current_dir, notes }));
-    }
-    let (job, when) = spec::build(spec, Source::Flags, &env.cwd).map_err(usage)?;
-    Ok(Command::Add(AddConfig { job, when, notes }))
-}
-
-/// `every`: a change to the schedule a `--pause`, `--resume` or
-/// `--remove` names (nothing else given), or a new schedule, whose job is
-/// built by `add`'s own path and which is checked whole by
-/// `core::schedule::create` before anything is opened.
-fn every_command(mut a: args::EveryArgs, env: &Env) -> anyhow::Result<Command> {
-    let change = match (a.pause.take(), a.resume.take(), a.remove.take()) {
-        (Some(key), _, _) => Some(("--pause", key, EveryChange::Pause { by: env.who() })),
-        (None, Some(key), _) => Some(("--resume", key, EveryChange::Resume)),
-        (None, None, Some(key)) => Some(("--remove", key, EveryChange::Remove)),
-        (None, None, None) => None,
-    };
-    if let Some((flag, key, change)) = change {
-        if let Some(other) = definition_flag(&a) {
-            return Err(usage(format!(
-                "every {flag} KEY takes nothing else (got {other}): it changes a stored schedule, which `every SPEC CMD` defines"
-            )));
-        }
-        return Ok(Command::EveryChange { key, change });
-    }
-    for (given, flag, why) in [
-        (a.job.delay.is_some(), "--delay", "each tick's job is due at its slot"),
-        (a.job.at.is_some(), "--at", "each tick's job is due at its slot"),
-        (!a.job.after.is_empty(), "--after", "each tick's job is queued on its own"),
-        (a.job.stdin, "--stdin", "a schedule queues one command"),
-    ] {
-        if given {
-            return Err(usage(format!("every takes no {flag}: {why}")));
-        }
-    }
-    let Some(text) = a.spec.take() else {
-        return Err(usage(
-            "every needs SPEC and a command: slothqueue every 2h 'make backup' (SPEC: an interval, or a cron expression like '0 3 * * *' or @daily)",
-        ));
-    };
-    let no_job = a.job.command.is_none() && a.job.kind.is_none();
-    let spec = every::parse_spec(&text).map_err(|e| {
-        if no_job {
-            usage(format!("every needs SPEC and a command, and `{text}` is no SPEC: {e}"))
-        } else {
-            usage(e)
-        }
-    })?;
-    if no_job {
-        return Err(usage(format!(
-            "every {} needs a command: slothqueue every {} 'make backup' (or a handler job: --kind K --payload JSON)",
-            render_arg(&text),
-            render_arg(&text)
-        )));
-    }
-    let key = a.job.key.take();
-    let (zone, zone_note) = match a.tz.take() {
-        Some(z) => (z, None),
-        None => every::default_zone(env.zone()),
-    };
-    let catch_up = a.catch_up.unwrap_or_default();
-    let overlap = a.overlap.unwrap_or_default();
-    let (job_spec, mut notes) = add_spec(a.job, env)?;
-    let (job, _) = spec::build(job_spec, Source::Flags, &env.cwd).map_err(usage)?;
-    let derived_key = key.is_none();
-    let key = key.unwrap_or_else(|| every::derived_key(&spec, &job));
-    let schedule = NewSchedule { key, spec, zone, catch_up, overlap, job };
-    // The whole definition as the store will check it; only what the file
-    // holds under the key is left for the store to say. `now` is no part
-    // of what is checked.
-    slothqueue::core::schedule::create(&schedule, None, Timestamp::from_millis(0))
-        .map_err(|e| usage(every::why(e)))?;
-    notes.extend(zone_note);
-    Ok(Command::Every(EveryConfig { schedule, derived_key, notes }))
-}
-
-/// SPEC as the user would retype it in a message.
-fn render_arg(text: &str) -> String {
-    if text.contains(char::is_whitespace) { format!("'{text}'") } else { text.to_owned() }
-}
-
-/// The first argument given that defines a schedule (so has no place
-/// beside `--pause`, `--resume` or `--remove`), by its name.
-fn definition_flag(a: &args::EveryArgs) -> Option<&'static str> {
-    let j = &a.job;
-    let l = &j.limits;
-    [
-        (a.spec.is_some(), "SPEC"),
-        (j.command.is_some(), "CMD"),
-        (a.tz.is_some(), "--tz"),
-        (a.catch_up.is_some(), "--catch-up"),
-        (a.overlap.is_some(), "--overlap"),
-        (j.key.is_some(), "--key"),
-        (j.priority.is_some(), "--priority"),
-        (j.max_runtime.is_some(), "--max-runtime"),
-        (j.max_attempts.is_some(), "--max-attempts"),
-        (j.delay.is_some(), "--delay"),
-        (j.at.is_some(), "--at"),
-        (j.queue.is_some(), "--queue"),
-        (j.kind.is_some(), "--kind"),
-        (j.payload.is_some(), "--payload"),
-        (!j.env.is_empty(), "--env"),
-        (!j.env_pass.is_empty(), "--env-pass"),
-        (j.env_all, "--env-all"),
-        (l.nice.is_some(), "--nice"),
-        (l.ionice.is_some(), "--ionice"),
-        (l.memory_max.is_some(), "--memory-max"),
-        (l.cpu_weight.is_some(), "--cpu-weight"),
-        (!j.after.is_empty(), "--after"),
-        (j.stdin, "--stdin"),
-    ]
-    .into_iter()
-    .find_map(|(given, name)| given.then_some(name))
-}
-
-/// `edit`'s and `clone`'s flags with their `-e` checked and each
-/// `--env-pass NAME` read from this shell (unset: a usage error).
-fn revise(args: args::ReviseArgs, process: &Env) -> anyhow::Result<Revise> {
-    let mut env = BTreeMap::new();
-    for pair in &args.env {
-        let (k, v) = parse_env_pair(pair)?;
-        env.insert(k, v);
-    }
-    for name in &args.env_pass {
-        if name.is_empty() || name.contains(['=', '\0']) {
-            return Err(usage(format!("--env-pass `{name}` is not a variable name")));
-        }
-        let value = process.vars.iter().find(|(k, _)| k == name).ok_or_else(|| {
-            usage(format!(
-                "--env-pass {name}: {name} is not set (or not UTF-8) in this shell; nothing was changed"
-            ))
-        })?;
-        env.insert(name.clone(), value.1.clone());
-    }
-    Ok(Revise { args, env })
-}
-
-fn parse_env_pair(pair: &str) -> anyhow::Result<(String, String)> {
-    match pair.split_once('=') {
-        Some((k, v)) if !k.is_empty() && !k.contains('\0') && !v.contains('\0') => {
-            Ok((k.to_owned(), v.to_owned()))
-        }
-        _ => Err(usage(format!("--env `{pair}` is not NAME=VALUE"))),
-    }
-}
-
-fn run_config(r: args::RunArgs) -> anyhow::Result<RunConfig> {
-    let runner = runner_options(r.runner)?;
-    if r.once && runner.slots.slots > 1 {
-        return Err(usage("--once runs one job: --slots cannot be more than 1 with it"));
-    }
-    let mode = if r.once {
-        RunMode::Once
-    } else if r.follow {
-        RunMode::Follow
-    } else {
-        RunMode::Drain
-    };
-    Ok(RunConfig { mode, runner })
-}
-
-/// The runner's options, as `run` and `serve` take them, checked: the
-/// files and folders they name must be there now.
-fn runner_options(r: args::RunnerArgs) -> anyhow::Result<RunnerOptions> {
-    for q in &r.queue {
-        plain_name("--queue", q)?;
-    }
-    if let Some(dir) = &r.handlers {
-        if !dir.is_dir() {
-            return Err(usage(format!("--handlers {} is not a directory", dir.display())));
-        }
-    }
-    if let Some(file) = &r.load_file {
-        if !file.is_file() {
-            return Err(usage(format!(
-                "--load-file {} is not a file (expected the loadavg format of /proc/loadavg)",
-                file.display()
-            )));
-        }
-    }
-    if r.check_interval == Some(Duration::ZERO) {
-        return Err(usage("--check-interval must be more than 0s (a zero interval would spin)"));
-    }
-    if matches!(&r.on_finish, Some(c) if c.trim().is_empty()) {
-        return Err(usage("--on-finish is empty: give a shell command"));
-    }
-    if let Some(lease) = r.lease {
-        if lease < MIN_LEASE || lease > MAX_LEASE {
-            return Err(usage(
-                "--lease must be from 3s to 24h (heartbeats come every third of it)",
-            ));
-        }
-    }
-    Ok(RunnerOptions {
-        load_ceiling: r.load_ceiling,
-        load_file: r.load_file,
-        cooldown: r.cooldown,
-        check_interval: r.check_interval,
-        queues: r.queue,
-        handlers: r.handlers,
-        on_finish: r.on_finish,
-        lease: r.lease,
-        slots: slot_config(r.slots)?,
-        limits: r.limits.limits(),
-    })
-}
-
-/// The shortest `--lease`: heartbeats every second.
-const MIN_LEASE: Duration = Duration::from_secs(3);
-/// The longest `--lease`: a day.
-const MAX_LEASE: Duration = Duration::from_secs(86_400);
 
 fn list_filter(l: args::ListArgs) -> anyhow::Result<ListFilter> {
     if let Some(q) = &l.queue {
@@ -914,14 +444,11 @@ fn list_filter(l: args::ListArgs) -> anyhow::Result<ListFilter> {
     })
 }
 
-/// The folder a queue's job logs live in: the runner's rule, so `logs`
-/// finds what `run` and `serve` wrote.
-pub fn log_dir(db: &Path) -> PathBuf {
-    slothqueue::runner::log_dir_for(db)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
+    use super::env::user_name;
     use super::*;
     use clap::Parser;
     use slothqueue::core::DEFAULT_MAX_RUNTIME;

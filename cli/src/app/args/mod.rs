@@ -5,6 +5,11 @@
 //! values or the environment (which queue file, a command or a handler
 //! kind, the current directory) is decided in `config`, so that nothing
 //! runs before the whole invocation is known to be valid.
+//!
+//! The shape of the command line is here; the parsers of single values
+//! are in `values`.
+
+mod values;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,6 +19,12 @@ use slothqueue::core::{CatchUp, Overlap, Parent};
 use slothqueue::{Backend, JobId, JobState};
 
 use super::duration;
+pub use values::{MaxRuntime, parse_id};
+use values::{
+    backend_parser, catch_up_parser, overlap_parser, parse_addr, parse_attempts, parse_ceiling,
+    parse_cpu_weight, parse_ionice, parse_limit, parse_max_runtime, parse_memory, parse_nice,
+    parse_parallel, parse_parent, parse_pressure, parse_priority, parse_slots, state_parser,
+};
 
 /// Printed under `--help`: the exit codes scripts can rely on.
 const EXIT_CODES: &str = "\
@@ -192,23 +203,11 @@ pub struct EveryArgs {
     pub remove: Option<String>,
 }
 
-/// `--catch-up`: the names offered to shell completion.
-fn catch_up_parser() -> impl clap::builder::TypedValueParser<Value = CatchUp> {
-    use clap::builder::TypedValueParser as _;
-    clap::builder::PossibleValuesParser::new([CatchUp::Once, CatchUp::None].map(CatchUp::as_str))
-        .map(|s| if s == CatchUp::None.as_str() { CatchUp::None } else { CatchUp::Once })
-}
-
-/// `--overlap`: the names offered to shell completion.
-fn overlap_parser() -> impl clap::builder::TypedValueParser<Value = Overlap> {
-    use clap::builder::TypedValueParser as _;
-    clap::builder::PossibleValuesParser::new([Overlap::Skip, Overlap::Queue].map(Overlap::as_str))
-        .map(|s| if s == Overlap::Queue.as_str() { Overlap::Queue } else { Overlap::Skip })
-}
-
 /// `edit ID` and `clone ID`: what to change; anything not given stays as
-/// the job has it (docs/edit.md).
+/// the job has it (docs/edit.md). The settings `add` takes too are
+/// [`JobSettings`], worded here for a change.
 #[derive(Debug, Args)]
+#[command(mut_args(worded_for_a_change))]
 pub struct ReviseArgs {
     /// The job (`12` or `#12`).
     #[arg(value_name = "ID", value_parser = parse_id)]
@@ -222,26 +221,9 @@ pub struct ReviseArgs {
     #[arg(long, value_name = "JSON")]
     pub payload: Option<String>,
 
-    /// A new priority (higher runs first).
-    #[arg(long, short = 'p', value_name = "N", value_parser = parse_priority)]
-    pub priority: Option<i32>,
-
-    /// A new max runtime; `none` removes the limit.
-    #[arg(long, value_name = "DUR|none", allow_hyphen_values = true, value_parser = parse_max_runtime)]
-    pub max_runtime: Option<MaxRuntime>,
-
-    /// A new attempt limit (above the attempts already made).
-    #[arg(long, value_name = "N", value_parser = parse_attempts)]
-    pub max_attempts: Option<u32>,
-
-    /// Due this long from now.
-    #[arg(long, value_name = "DUR", conflicts_with = "at", allow_hyphen_values = true,
-          value_parser = duration::parse)]
-    pub delay: Option<Duration>,
-
-    /// Due at this time: RFC 3339 or local `YYYY-MM-DD HH:MM`.
-    #[arg(long, value_name = "TIME", value_parser = super::time::parse_at)]
-    pub at: Option<jiff::Timestamp>,
+    /// The new priority, max runtime, attempt limit or due time.
+    #[command(flatten)]
+    pub settings: JobSettings,
 
     /// Move it to this queue.
     #[arg(long, short = 'q', value_name = "Q")]
@@ -258,6 +240,21 @@ pub struct ReviseArgs {
     /// The job's own limits.
     #[command(flatten)]
     pub limits: LimitArgs,
+}
+
+/// [`JobSettings`]' help as `edit` and `clone` word it: a change to a job.
+/// (`mut_args`, unlike `mut_arg`, keeps the arguments in their order, so
+/// that shell completion lists them as before.)
+fn worded_for_a_change(arg: clap::Arg) -> clap::Arg {
+    let help = match arg.get_id().as_str() {
+        "priority" => "A new priority (higher runs first)",
+        "max_runtime" => "A new max runtime; `none` removes the limit",
+        "max_attempts" => "A new attempt limit (above the attempts already made)",
+        "delay" => "Due this long from now",
+        "at" => "Due at this time: RFC 3339 or local `YYYY-MM-DD HH:MM`",
+        _ => return arg,
+    };
+    arg.help(help)
 }
 
 /// `parallel`.
@@ -357,32 +354,6 @@ impl LimitArgs {
     }
 }
 
-fn parse_nice(s: &str) -> Result<i32, String> {
-    match s.parse::<i32>() {
-        Ok(n) if slothqueue::core::shell::NICE_RANGE.contains(&n) => Ok(n),
-        _ => Err(format!("`{s}` is not a niceness: expected an integer from -20 to 19")),
-    }
-}
-
-fn parse_ionice(s: &str) -> Result<slothqueue::core::IoClass, String> {
-    s.parse()
-}
-
-fn parse_memory(s: &str) -> Result<u64, String> {
-    let bytes = slothqueue::core::shell::parse_size(s)?;
-    if bytes < slothqueue::core::shell::MIN_MEMORY_MAX {
-        return Err(format!("`{s}` is below the 1 MiB a process needs"));
-    }
-    Ok(bytes)
-}
-
-fn parse_cpu_weight(s: &str) -> Result<u32, String> {
-    match s.parse::<u32>() {
-        Ok(n) if slothqueue::core::shell::CPU_WEIGHT_RANGE.contains(&n) => Ok(n),
-        _ => Err(format!("`{s}` is not a CPU weight: expected an integer from 1 to 10000")),
-    }
-}
-
 /// `wait`.
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["ids", "queue", "all"])))]
@@ -433,14 +404,11 @@ pub struct ServeArgs {
     pub runner: RunnerArgs,
 }
 
-/// `add`.
+/// A job's settings that `add` (and `every`) and `edit`/`clone` both take,
+/// declared once: priority, max runtime, attempt limit and due time. The
+/// help words them for `add`; [`ReviseArgs`] rewords them for a change.
 #[derive(Debug, Args)]
-pub struct AddArgs {
-    /// The shell command, as one argument: quote it (`'make test'`).
-    /// Runs with `sh -c` in the current directory.
-    #[arg(value_name = "CMD")]
-    pub command: Option<String>,
-
+pub struct JobSettings {
     /// Higher runs first (any 32-bit integer; default 0).
     #[arg(long, short = 'p', value_name = "N", value_parser = parse_priority)]
     pub priority: Option<i32>,
@@ -463,6 +431,19 @@ pub struct AddArgs {
     /// `YYYY-MM-DD HH:MM`.
     #[arg(long, value_name = "TIME", value_parser = super::time::parse_at)]
     pub at: Option<jiff::Timestamp>,
+}
+
+/// `add`.
+#[derive(Debug, Args)]
+pub struct AddArgs {
+    /// The shell command, as one argument: quote it (`'make test'`).
+    /// Runs with `sh -c` in the current directory.
+    #[arg(value_name = "CMD")]
+    pub command: Option<String>,
+
+    /// Its priority, max runtime, attempt limit and due time.
+    #[command(flatten)]
+    pub settings: JobSettings,
 
     /// Idempotency key: adding the same key and command again adds nothing;
     /// a different command replaces the pending one.
@@ -684,139 +665,6 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
-/// `--max-runtime`: a limit, or `none` for no limit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MaxRuntime(pub Option<Duration>);
-
-fn parse_max_runtime(s: &str) -> Result<MaxRuntime, String> {
-    duration::parse_or_none(s).map(MaxRuntime)
-}
-
-/// `IP:PORT`, or `localhost:PORT` (loopback: 127.0.0.1, without asking a
-/// resolver what `localhost` is).
-fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
-    if let Ok(addr) = s.parse() {
-        return Ok(addr);
-    }
-    let bad = || {
-        format!(
-            "`{s}` is not an address: expected IP:PORT (127.0.0.1:7878, [::1]:7878) or localhost:PORT"
-        )
-    };
-    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
-    let port: u16 = port.parse().map_err(|_| bad())?;
-    if host.eq_ignore_ascii_case("localhost") {
-        Ok(std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port)))
-    } else {
-        Err(bad())
-    }
-}
-
-fn parse_priority(s: &str) -> Result<i32, String> {
-    s.parse::<i32>().map_err(|_| {
-        format!("`{s}` is not a priority: expected an integer from {} to {}", i32::MIN, i32::MAX)
-    })
-}
-
-/// `--backend`: the names offered to shell completion (not file names).
-/// Only the file backends: a queue on a server is named by its URL.
-fn backend_parser() -> impl clap::builder::TypedValueParser<Value = Backend> {
-    use clap::builder::TypedValueParser as _;
-    clap::builder::PossibleValuesParser::new([Backend::Sqlite, Backend::Redb].map(Backend::as_str))
-        .try_map(|s| s.parse::<Backend>())
-}
-
-/// `12` or `#12`, positive.
-pub fn parse_id(s: &str) -> Result<JobId, String> {
-    let digits = s.strip_prefix('#').unwrap_or(s);
-    match digits.parse::<JobId>() {
-        Ok(id) if id > 0 && digits.bytes().all(|b| b.is_ascii_digit()) => Ok(id),
-        _ => Err(format!("`{s}` is not a job id: ids are positive integers like 12 or #12")),
-    }
-}
-
-/// `--after`: `12` or `#12` is a job id, anything else the idempotency
-/// key of a job.
-fn parse_parent(s: &str) -> Result<Parent, String> {
-    let digits = s.strip_prefix('#').unwrap_or(s);
-    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-        return parse_id(s).map(Parent::Id);
-    }
-    if s.is_empty() {
-        return Err("an empty --after: give a job id (12 or #12) or an idempotency key".to_owned());
-    }
-    Ok(Parent::Key(s.to_owned()))
-}
-
-fn parse_attempts(s: &str) -> Result<u32, String> {
-    match s.parse::<u32>() {
-        Ok(0) => Err("max attempts must be at least 1".to_owned()),
-        Ok(n) if n <= 1_000_000 => Ok(n),
-        _ => Err(format!("`{s}` is not a number of attempts from 1 to 1000000")),
-    }
-}
-
-fn parse_ceiling(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(f) if f.is_finite() && f > 0.0 => Ok(f),
-        _ => Err(format!("`{s}` is not a load ceiling: expected a positive number like 2 or 3.5")),
-    }
-}
-
-/// `--state`: the names offered to shell completion (not file names).
-fn state_parser() -> impl clap::builder::TypedValueParser<Value = JobState> {
-    use clap::builder::TypedValueParser as _;
-    clap::builder::PossibleValuesParser::new(
-        [
-            JobState::Pending,
-            JobState::Running,
-            JobState::Done,
-            JobState::Failed,
-            JobState::Cancelled,
-        ]
-        .map(JobState::as_str),
-    )
-    .try_map(|s| s.to_ascii_lowercase().parse::<JobState>())
-}
-
-/// The most `--slots` a runner takes: more would be a fork bomb by typo.
-pub const MAX_SLOTS: usize = 64;
-
-fn parse_slots(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if (1..=MAX_SLOTS).contains(&n) => Ok(n),
-        _ => Err(format!("`{s}` is not a number of slots from 1 to {MAX_SLOTS}")),
-    }
-}
-
-/// The highest `parallel N`.
-pub const MAX_PARALLEL: u32 = 10_000;
-
-fn parse_parallel(s: &str) -> Result<u32, String> {
-    match s.parse::<u32>() {
-        Ok(n) if n <= MAX_PARALLEL => Ok(n),
-        _ => Err(format!(
-            "`{s}` is not a limit: expected a number of jobs from 0 (no limit) to {MAX_PARALLEL}"
-        )),
-    }
-}
-
-fn parse_pressure(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(f) if f.is_finite() && f > 0.0 && f <= 100.0 => Ok(f),
-        _ => Err(format!(
-            "`{s}` is not a cpu pressure ceiling: expected a percentage above 0 and at most 100, like 30"
-        )),
-    }
-}
-
-fn parse_limit(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(format!("`{s}` is not a limit: expected a positive number of rows")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -896,7 +744,7 @@ mod tests {
         .unwrap();
         let Command::Add(add) = cli.command else { panic!("not add") };
         assert_eq!(add.command.as_deref(), Some("sleep 5"));
-        assert_eq!(add.priority, Some(9));
-        assert_eq!(add.max_runtime, Some(MaxRuntime(Some(Duration::from_secs(2)))));
+        assert_eq!(add.settings.priority, Some(9));
+        assert_eq!(add.settings.max_runtime, Some(MaxRuntime(Some(Duration::from_secs(2)))));
     }
 }
