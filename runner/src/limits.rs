@@ -3,7 +3,7 @@
 //! they were put in force — the `limits:` part of the log header (which
 //! `show` reads back) and a run line for each one that is not enforced.
 //!
-//! Putting them in force is the executor's (`exec.rs`): the niceness and
+//! Putting them in force is the executor's (`exec/child.rs`): the niceness and
 //! I/O class through `process/manners.rs`, the memory maximum and CPU
 //! weight through the attempt's cgroups (`contain/ceiling.rs`).
 

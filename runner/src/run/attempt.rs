@@ -18,7 +18,7 @@ use crate::exec::{ExecOutcome, Executor};
 use crate::fmt::format_duration;
 use crate::gate::{GateCheck, read_gates};
 use crate::run::decide::{ChainView, may_chain};
-use crate::run::drive::Watch;
+use crate::run::drive::Oversight;
 use crate::run::heartbeat::{Cadence, PGID_RECORD_DELAY, Processes, heartbeat_loop};
 use crate::run::job_control::PauseClock;
 use crate::run::worker::{Retried, Worker};
@@ -99,8 +99,8 @@ struct Settled {
 
 impl Worker {
     /// Executes a claimed job under heartbeats and its max runtime (less
-    /// the time a closed gate kept it stopped, `pause`), and records how it
-    /// ended. Returns the next job when it was claimed in the same
+    /// the time a closed gate kept it stopped, `pause`), and finishes the
+    /// attempt with how it ended. Returns the next job when it was claimed in the same
     /// transaction (see [`may_chain`]). The loop made its containment and
     /// hears its end.
     pub(super) async fn run_job(
@@ -127,7 +127,7 @@ impl Worker {
             Processes { pgid, containment: containment.clone() },
             news_tx,
         ));
-        let watch = Watch {
+        let oversight = Oversight {
             deadline: job.max_runtime.map(|d| started + d),
             signals_seen: 0,
             job: Some(job.id),
@@ -136,7 +136,7 @@ impl Worker {
             containment: Some(containment.clone()),
             pause: Some(pause.clone()),
         };
-        let driven = self.drive(executor.execute(&job, ctx), stopper, watch).await;
+        let driven = self.drive(executor.execute(&job, ctx), stopper, oversight).await;
         beats.abort();
         if driven.abandoned {
             // Its executor was dropped mid-stop: finish the stop here, so
@@ -153,13 +153,13 @@ impl Worker {
         }
         slothqueue_core::failpoint::hit("before_complete");
         let ending = Ending::of(&job, driven.stopped, driven.outcome, driven.self_stop);
-        self.record_outcome(&job, &fence, ending, elapsed).await
+        self.finish_attempt(&job, &fence, ending, elapsed).await
     }
 
-    /// Records how an attempt ended: writes its ending (with
-    /// the next claim when it may chain), reports it, and runs the
-    /// on-finish command for a completed or failed job.
-    async fn record_outcome(
+    /// Finishes an attempt with how it ended: writes its ending (with the
+    /// next claim when it may chain), reports it, and runs the on-finish
+    /// command for a completed or failed job.
+    async fn finish_attempt(
         &mut self,
         job: &Job,
         fence: &Fence,

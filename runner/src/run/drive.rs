@@ -21,8 +21,9 @@ use crate::run::worker::Worker;
 use crate::signal::ShutdownSignal;
 use crate::stop::{StopReason, Stopper};
 
-/// What a drive watches besides the process and shutdown requests.
-pub(super) struct Watch {
+/// What a drive oversees besides the process and shutdown requests (not
+/// a [`QueueWatch`](crate::QueueWatch), which wakes waiters at commits).
+pub(super) struct Oversight {
     /// When the process has run too long: it is stopped as timed out.
     pub deadline: Option<Instant>,
     /// Shutdown requests that came before the drive began. An attempt
@@ -99,9 +100,9 @@ impl Worker {
         &mut self,
         process: impl Future<Output = ExecOutcome>,
         mut stopper: Stopper,
-        watch: Watch,
+        oversight: Oversight,
     ) -> Driven {
-        let Watch {
+        let Oversight {
             mut deadline,
             signals_seen,
             job,
@@ -109,7 +110,7 @@ impl Worker {
             mut news,
             containment,
             pause,
-        } = watch;
+        } = oversight;
         let mut self_stop = None;
         // Time the runner spent stopped (Ctrl-Z), and the time a closed gate
         // kept the attempt stopped, do not count against the deadline: the

@@ -9,7 +9,7 @@
 //! transaction, see [`decide::may_chain`]) and hears each attempt's end.
 //!
 //! The bigger steps have files of their own: [`attempt`] runs one claimed
-//! job and records how it ended, [`drive`] is the one loop that stops a
+//! job and writes how it ended, [`drive`] is the one loop that stops a
 //! process when it must (for an attempt and for the on-finish command),
 //! [`heartbeat`] keeps an attempt's lease, [`sweep`] takes back dead
 //! owners' jobs, [`lanes`] reads why the lanes hold due jobs, and

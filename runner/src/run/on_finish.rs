@@ -8,7 +8,7 @@ use slothqueue_core::Job;
 use tokio::time::Instant;
 
 use crate::exec::{ExecOutcome, ProcessSpec, run_process};
-use crate::run::drive::Watch;
+use crate::run::drive::Oversight;
 use crate::run::worker::Worker;
 
 impl Worker {
@@ -39,7 +39,7 @@ impl Worker {
         // Its process group is not recorded anywhere: a successor has no
         // lease of it to sweep.
         let (ctx, stopper, _) = self.exec_context(job.attempts, self.now(), None, None);
-        let watch = Watch {
+        let oversight = Oversight {
             deadline: Some(Instant::now() + self.cfg.on_finish_timeout),
             signals_seen: self.shutdown.count(),
             job: None,
@@ -48,7 +48,7 @@ impl Worker {
             containment: None,
             pause: None,
         };
-        let driven = self.drive(run_process(job, spec, ctx), stopper, watch).await;
+        let driven = self.drive(run_process(job, spec, ctx), stopper, oversight).await;
         let problem = match driven.outcome {
             ExecOutcome::Success { .. } => return,
             ExecOutcome::Failure { error, .. } => error,
