@@ -1,6 +1,7 @@
 //! The routes: one table drives both the router and the OpenAPI document,
 //! so the document cannot drift from what is served.
 
+mod doc;
 mod enqueue;
 mod jobs;
 mod lanes;
@@ -17,9 +18,9 @@ use slothqueue_core::StoreError;
 
 use crate::{AppState, HttpError};
 
+use doc::{AUTHED, PLAIN_NAME, id_param, ok_json, responses};
 use enqueue::EnqueueRequest;
 pub(crate) use openapi::openapi_document;
-use openapi::{AUTHED, PLAIN_NAME, id_param, ok_json, responses};
 
 /// One served route.
 pub(crate) struct RouteSpec {

@@ -2,7 +2,7 @@
 //! job, assembled once from a [`Store`] and presented by every face: the
 //! CLI's text and `--json`, the HTTP answers, and the page (which shows the
 //! server's words). Each face used to read the store and word "why is this
-//! job not running" on its own; now [`job`] and [`status`] read once and
+//! job not running" on its own; now [`job()`] and [`status()`] read once and
 //! return plain serde types ([`JobView`], [`StatusView`]), and a face only
 //! chooses which of their facts to print and how.
 //!
@@ -15,7 +15,7 @@
 //!
 //! Rooms: [`words`] the phrases every face shares (times, stamps, job
 //! references, lane reasons); [`why`] the one explanation of a job's
-//! situation, pure; [`job`] and [`status`] the assembly.
+//! situation, pure; [`mod@job`] and [`mod@status`] the assembly.
 
 pub mod job;
 pub mod status;

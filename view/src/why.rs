@@ -6,7 +6,7 @@
 //! ones after it: held by a user; waiting on parents not done yet; not due
 //! yet; its lane paused or full; no runner alive; a runner held by its
 //! gate; jobs ahead of it; the runner busy with another job. A pure
-//! function of what [`crate::job`] read from the store and what the
+//! function of what [`mod@crate::job`] read from the store and what the
 //! liveness judge said. A job that a dependency's failure cancelled gets a
 //! line too: why, and which `retry` brings it back.
 

@@ -15,7 +15,7 @@ use slothqueue_core::{
     DEFAULT_MAX_RUNTIME, DEFAULT_QUEUE, NewJob, Parent, Pushed, SHELL_KIND, machine,
 };
 
-use super::openapi::{ok_json, plain_name, responses};
+use super::doc::{ok_json, plain_name, responses};
 use super::{api_words, bad, present, refusal};
 use crate::extract::JsonBody;
 use crate::mask;

@@ -17,8 +17,8 @@ use slothqueue_core::{
 use slothqueue_runner::RunnerError;
 use slothqueue_runner::wait::{WaitTarget, wait};
 
+use super::doc::{AUTHED, id_param, ok_json, plain_name, responses};
 use super::enqueue::shell_payload;
-use super::openapi::{AUTHED, id_param, ok_json, plain_name, responses};
 use super::{bad, present, refusal};
 use crate::extract::{IdParam, JsonBody, MaybeJsonBody, QueryParams, Who, parse_id};
 use crate::mask::{self, Secrets};

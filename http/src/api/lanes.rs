@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use slothqueue_core::{LaneChange, LaneScope, Lanes, QueuesReport, Stamp};
 
-use super::openapi::{AUTHED, ok_json, plain_name, responses};
+use super::doc::{AUTHED, ok_json, plain_name, responses};
 use super::{bad, refusal};
 use crate::extract::{JsonBody, QueueParam, Who};
 use crate::{AppState, HttpError};
