@@ -10,14 +10,11 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use async_trait::async_trait;
 use rusqlite::{Connection, params};
 use slothqueue_core::ops;
 use slothqueue_core::{
-    AttemptNote, ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job,
-    JobEdit, JobId, LaneChange, LaneScope, Lanes, ListFilter, NewJob, NewSchedule, Policy,
-    PurgeFilter, Pushed, PutSchedule, QueueCounts, RunnerRecord, Schedule, ScheduleChange,
-    SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError, Ticks, Timestamp,
+    Event, Fence, HeartbeatAck, Job, JobId, Lanes, ListFilter, Policy, QueueCounts, RunnerRecord,
+    Schedule, Stats, StoreError, Timestamp,
 };
 
 use crate::error::{Context, Error};
@@ -248,261 +245,102 @@ impl SqliteStore {
     }
 }
 
-/// Every operation is core's ([`ops`]), run in one transaction; the reads
-/// are `reads.rs`.
-#[async_trait]
-impl Store for SqliteStore {
-    async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
-        let mut out = self.push_many(vec![job], now).await.map_err(ops::alone)?;
-        out.pop().ok_or_else(|| StoreError::Backend("push returned nothing".to_owned()))
-    }
+// Every write is one of core's operations ([`ops`]) in one write
+// transaction, the glue written by `store_ops!`; a heartbeat commits
+// without the fsync; the reads are `reads.rs`.
+slothqueue_core::store_ops! {
+    impl Store for SqliteStore {
+        ops [
+            push, push_many, claim, complete, fail, settle_and_claim, release, note_attempt,
+            hold, release_hold, edit, clone_job, change_lane, put_schedule, change_schedule,
+            fire_schedules, restore_schedules, cancel, retry, reclaim_dead, purge, restore,
+            restore_many,
+        ];
 
-    async fn push_many(
-        &self,
-        jobs: Vec<NewJob>,
-        now: Timestamp,
-    ) -> Result<Vec<Pushed>, StoreError> {
-        self.write(move |tx, policy| ops::push_many(tx, &jobs, now, policy)).await
-    }
-
-    async fn claim(
-        &self,
-        request: &ClaimRequest,
-        now: Timestamp,
-    ) -> Result<Option<Claimed>, StoreError> {
-        let request = request.clone();
-        self.write(move |tx, policy| ops::claim(tx, &request, now, policy)).await
-    }
-
-    async fn heartbeat(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        child_pgid: Option<i32>,
-        now: Timestamp,
-    ) -> Result<HeartbeatAck, StoreError> {
-        let fence = fence.clone();
-        self.write_unsynced(move |tx, policy| {
-            ops::heartbeat(tx, id, &fence, child_pgid, now, policy)
-        })
-        .await
-    }
-
-    async fn complete(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        done: Completion,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        let fence = fence.clone();
-        self.write(move |tx, _| ops::complete(tx, id, &fence, &done, now)).await
-    }
-
-    async fn fail(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        failure: Failure,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        let fence = fence.clone();
-        self.write(move |tx, policy| ops::fail(tx, id, &fence, &failure, now, policy)).await
-    }
-
-    async fn settle_and_claim(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        settlement: Settlement,
-        next: &ClaimRequest,
-        now: Timestamp,
-    ) -> Result<SettledAndClaimed, StoreError> {
-        let (fence, next) = (fence.clone(), next.clone());
-        self.write(move |tx, policy| {
-            ops::settle_and_claim(tx, id, &fence, &settlement, &next, now, policy)
-        })
-        .await
-    }
-
-    async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError> {
-        let fence = fence.clone();
-        self.write(move |tx, _| ops::release(tx, id, &fence, now)).await
-    }
-
-    async fn note_attempt(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        note: &AttemptNote,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        let (fence, note) = (fence.clone(), note.clone());
-        self.write(move |tx, _| ops::note_attempt(tx, id, &fence, &note, now)).await
-    }
-
-    async fn hold(&self, id: JobId, stamp: Stamp, now: Timestamp) -> Result<Job, StoreError> {
-        self.write(move |tx, _| ops::hold(tx, id, stamp, now)).await
-    }
-
-    async fn release_hold(&self, id: JobId, by: &str, now: Timestamp) -> Result<Job, StoreError> {
-        let by = by.to_owned();
-        self.write(move |tx, _| ops::release_hold(tx, id, &by, now)).await
-    }
-
-    async fn edit(&self, id: JobId, edit: &JobEdit, now: Timestamp) -> Result<Job, StoreError> {
-        let edit = edit.clone();
-        self.write(move |tx, _| ops::edit(tx, id, &edit, now)).await
-    }
-
-    async fn clone_job(
-        &self,
-        id: JobId,
-        edit: &JobEdit,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        let edit = edit.clone();
-        self.write(move |tx, policy| ops::clone_job(tx, id, &edit, now, policy)).await
-    }
-
-    async fn lanes(&self) -> Result<Lanes, StoreError> {
-        self.with(|conn, _| read_lanes(conn)).await
-    }
-
-    async fn change_lane(
-        &self,
-        scope: &LaneScope,
-        change: &LaneChange,
-    ) -> Result<Lanes, StoreError> {
-        let (scope, change) = (scope.clone(), change.clone());
-        self.write(move |tx, _| ops::change_lane(tx, &scope, &change)).await
-    }
-
-    async fn put_schedule(
-        &self,
-        new: &NewSchedule,
-        now: Timestamp,
-    ) -> Result<PutSchedule, StoreError> {
-        let new = new.clone();
-        self.write(move |tx, _| ops::put_schedule(tx, &new, now)).await
-    }
-
-    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
-        self.read(read_schedules).await
-    }
-
-    async fn change_schedule(
-        &self,
-        key: &str,
-        change: &ScheduleChange,
-        now: Timestamp,
-    ) -> Result<Option<Schedule>, StoreError> {
-        let (key, change) = (key.to_owned(), change.clone());
-        self.write(move |tx, _| ops::change_schedule(tx, &key, &change, now)).await
-    }
-
-    async fn fire_schedules(&self, now: Timestamp) -> Result<Ticks, StoreError> {
-        self.write(move |tx, policy| ops::fire_schedules(tx, now, policy)).await
-    }
-
-    async fn restore_schedules(&self, schedules: Vec<Schedule>) -> Result<(), StoreError> {
-        self.write(move |tx, _| ops::restore_schedules(tx, &schedules)).await
-    }
-
-    async fn queue_counts(&self, now: Timestamp) -> Result<Vec<QueueCounts>, StoreError> {
-        self.read(move |conn| queue_counts_tx(conn, now)).await
-    }
-
-    async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.write(move |tx, _| ops::cancel(tx, id, now)).await
-    }
-
-    async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.write(move |tx, _| ops::retry(tx, id, now)).await
-    }
-
-    async fn get(&self, id: JobId) -> Result<Job, StoreError> {
-        self.with(move |conn, _| load(conn, id)).await
-    }
-
-    async fn dependents(&self, id: JobId) -> Result<Vec<JobId>, StoreError> {
-        self.with(move |conn, _| dependents(conn, id)).await
-    }
-
-    async fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
-        self.read(move |conn| events_tx(conn, id)).await
-    }
-
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError> {
-        let filter = filter.clone();
-        self.with(move |conn, _| list_tx(conn, &filter)).await
-    }
-
-    async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError> {
-        self.read(move |conn| stats_tx(conn, now)).await
-    }
-
-    async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
-        self.read(next_due_tx).await
-    }
-
-    async fn reclaim_dead(
-        &self,
-        attempts: &[(JobId, Fence)],
-        now: Timestamp,
-    ) -> Result<Vec<Job>, StoreError> {
-        if attempts.is_empty() {
-            return Ok(Vec::new());
+        async fn heartbeat(
+            &self,
+            id: JobId,
+            fence: &Fence,
+            child_pgid: Option<i32>,
+            now: Timestamp,
+        ) -> Result<HeartbeatAck, StoreError> {
+            let fence = fence.clone();
+            self.write_unsynced(move |tx, policy| {
+                ops::heartbeat(tx, id, &fence, child_pgid, now, policy)
+            })
+            .await
         }
-        let attempts = attempts.to_vec();
-        self.write(move |tx, _| ops::reclaim_dead(tx, &attempts, now)).await
-    }
 
-    async fn purge(&self, filter: &PurgeFilter) -> Result<Vec<JobId>, StoreError> {
-        let filter = filter.clone();
-        self.write(move |tx, _| ops::purge(tx, &filter)).await
-    }
+        async fn lanes(&self) -> Result<Lanes, StoreError> {
+            self.with(|conn, _| read_lanes(conn)).await
+        }
 
-    async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
-        self.restore_many(vec![(job, events)]).await.map_err(ops::alone)
-    }
+        async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
+            self.read(read_schedules).await
+        }
 
-    async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
-        self.write(move |tx, _| ops::restore_many(tx, &jobs)).await
-    }
+        async fn queue_counts(&self, now: Timestamp) -> Result<Vec<QueueCounts>, StoreError> {
+            self.read(move |conn| queue_counts_tx(conn, now)).await
+        }
 
-    async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {
-        let json = serde_json::to_string(record).map_err(|e| {
-            StoreError::InvalidInput(format!("the runner record cannot be stored: {e}"))
-        })?;
-        let owner_id = record.owner.id.clone();
-        let skip_sync = self.inner.can_skip_sync;
-        self.with(move |conn, _| {
-            write_tx_unsynced(conn, skip_sync, |conn| {
-                conn.prepare_cached(
-                    "INSERT INTO runners (owner_id, record) VALUES (?1, ?2)
-                     ON CONFLICT (owner_id) DO UPDATE SET record = excluded.record",
-                )?
-                .execute(params![owner_id, json])?;
-                Ok(())
+        async fn get(&self, id: JobId) -> Result<Job, StoreError> {
+            self.with(move |conn, _| load(conn, id)).await
+        }
+
+        async fn dependents(&self, id: JobId) -> Result<Vec<JobId>, StoreError> {
+            self.with(move |conn, _| dependents(conn, id)).await
+        }
+
+        async fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
+            self.read(move |conn| events_tx(conn, id)).await
+        }
+
+        async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError> {
+            let filter = filter.clone();
+            self.with(move |conn, _| list_tx(conn, &filter)).await
+        }
+
+        async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError> {
+            self.read(move |conn| stats_tx(conn, now)).await
+        }
+
+        async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+            self.read(next_due_tx).await
+        }
+
+        async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {
+            let json = serde_json::to_string(record).map_err(|e| {
+                StoreError::InvalidInput(format!("the runner record cannot be stored: {e}"))
+            })?;
+            let owner_id = record.owner.id.clone();
+            let skip_sync = self.inner.can_skip_sync;
+            self.with(move |conn, _| {
+                write_tx_unsynced(conn, skip_sync, |conn| {
+                    conn.prepare_cached(
+                        "INSERT INTO runners (owner_id, record) VALUES (?1, ?2)
+                         ON CONFLICT (owner_id) DO UPDATE SET record = excluded.record",
+                    )?
+                    .execute(params![owner_id, json])?;
+                    Ok(())
+                })
             })
-        })
-        .await
-    }
+            .await
+        }
 
-    async fn remove_runner(&self, owner_id: &str) -> Result<(), StoreError> {
-        let owner_id = owner_id.to_owned();
-        self.with(move |conn, _| {
-            write_tx(conn, |conn| {
-                conn.execute("DELETE FROM runners WHERE owner_id = ?1", [owner_id])?;
-                Ok(())
+        async fn remove_runner(&self, owner_id: &str) -> Result<(), StoreError> {
+            let owner_id = owner_id.to_owned();
+            self.with(move |conn, _| {
+                write_tx(conn, |conn| {
+                    conn.execute("DELETE FROM runners WHERE owner_id = ?1", [owner_id])?;
+                    Ok(())
+                })
             })
-        })
-        .await
-    }
+            .await
+        }
 
-    async fn runners(&self) -> Result<Vec<RunnerRecord>, StoreError> {
-        self.with(|conn, _| runners_tx(conn)).await
+        async fn runners(&self) -> Result<Vec<RunnerRecord>, StoreError> {
+            self.with(|conn, _| runners_tx(conn)).await
+        }
     }
 
     /// The file and its write-ahead log, which every commit appends to
@@ -528,8 +366,8 @@ mod tests {
     use crate::verbs::{NEXT_QUEUE_SQL, due_at_priority_sql, top_priority_sql};
     use rusqlite::params_from_iter;
     use rusqlite::types::Value;
-    use slothqueue_core::JobState;
     use slothqueue_core::{ClaimFilter, ClockOnly, Owner};
+    use slothqueue_core::{ClaimRequest, Completion, Failure, JobState, NewJob, Settlement, Store};
     use std::time::Duration;
 
     fn t(secs: i64) -> Timestamp {

@@ -26,14 +26,10 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use slothqueue_core::ops::{self, ClaimCursor, DueScope, Tx};
 use slothqueue_core::{
-    AttemptNote, ClaimRequest, Claimed, Completion, Event, Failure, Fence, HeartbeatAck, Job,
-    JobEdit, JobId, JobState, LaneChange, LaneScope, LaneSettings, Lanes, ListFilter, ListOrder,
-    NewJob, NewSchedule, Policy, PurgeFilter, Pushed, PutSchedule, QueueCounts, RunnerRecord,
-    Schedule, ScheduleChange, SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError,
-    Ticks, Timestamp, Transition,
+    Event, Job, JobId, JobState, LaneScope, LaneSettings, Lanes, ListFilter, ListOrder, Policy,
+    QueueCounts, RunnerRecord, Schedule, Stats, Store, StoreError, Timestamp, Transition,
 };
 
 /// One line of the append-only log: a job written whole with the events
@@ -349,280 +345,138 @@ fn open(path: &Path, policy: Policy) -> Result<Arc<dyn Store>, StoreError> {
     Ok(Arc::new(RefStore { path, lock, policy, cache: Mutex::new((0, State::default())) }))
 }
 
-#[async_trait]
-impl Store for RefStore {
-    async fn put_schedule(
-        &self,
-        new: &NewSchedule,
-        now: Timestamp,
-    ) -> Result<PutSchedule, StoreError> {
-        self.with(|st| ops::put_schedule(st, new, now))
+impl RefStore {
+    /// One write operation of `slothqueue_core::ops` under the lock, as
+    /// [`slothqueue_core::store_ops!`] runs them.
+    async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&mut State, &Policy) -> Result<T, StoreError>,
+    {
+        self.with(|st| f(st, &self.policy))
     }
+}
 
-    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
-        self.with(Tx::schedules)
-    }
+slothqueue_core::store_ops! {
+    impl Store for RefStore {
+        ops [
+            put_schedule, change_schedule, fire_schedules, restore_schedules, note_attempt, hold, release_hold, edit, clone_job, change_lane, push, push_many, claim, heartbeat, complete, fail, settle_and_claim, release, cancel, retry, reclaim_dead, purge, restore, restore_many,
+        ];
 
-    async fn change_schedule(
-        &self,
-        key: &str,
-        change: &ScheduleChange,
-        now: Timestamp,
-    ) -> Result<Option<Schedule>, StoreError> {
-        self.with(|st| ops::change_schedule(st, key, change, now))
-    }
+        async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
+            self.with(Tx::schedules)
+        }
 
-    async fn fire_schedules(&self, now: Timestamp) -> Result<Ticks, StoreError> {
-        self.with(|st| ops::fire_schedules(st, now, &self.policy))
-    }
+        async fn lanes(&self) -> Result<Lanes, StoreError> {
+            self.with(|st| Ok(st.lanes.clone()))
+        }
 
-    async fn restore_schedules(&self, schedules: Vec<Schedule>) -> Result<(), StoreError> {
-        self.with(|st| ops::restore_schedules(st, &schedules))
-    }
+        async fn queue_counts(&self, now: Timestamp) -> Result<Vec<QueueCounts>, StoreError> {
+            self.with(|st| Ok(st.queue_counts(now)))
+        }
 
-    async fn note_attempt(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        note: &AttemptNote,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        self.with(|st| ops::note_attempt(st, id, fence, note, now))
-    }
+        async fn dependents(&self, id: JobId) -> Result<Vec<JobId>, StoreError> {
+            self.with(|st| Tx::dependents(st, id))
+        }
 
-    async fn hold(&self, id: JobId, stamp: Stamp, now: Timestamp) -> Result<Job, StoreError> {
-        self.with(|st| ops::hold(st, id, stamp, now))
-    }
+        async fn get(&self, id: JobId) -> Result<Job, StoreError> {
+            self.with(|st| ops::get(st, id))
+        }
 
-    async fn release_hold(&self, id: JobId, by: &str, now: Timestamp) -> Result<Job, StoreError> {
-        self.with(|st| ops::release_hold(st, id, by, now))
-    }
+        async fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
+            self.with(|st| {
+                st.existing(id)?;
+                Ok(st.events.get(&id).cloned().unwrap_or_default())
+            })
+        }
 
-    async fn edit(&self, id: JobId, edit: &JobEdit, now: Timestamp) -> Result<Job, StoreError> {
-        self.with(|st| ops::edit(st, id, edit, now))
-    }
-
-    async fn clone_job(
-        &self,
-        id: JobId,
-        edit: &JobEdit,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        self.with(|st| ops::clone_job(st, id, edit, now, &self.policy))
-    }
-
-    async fn lanes(&self) -> Result<Lanes, StoreError> {
-        self.with(|st| Ok(st.lanes.clone()))
-    }
-
-    async fn change_lane(
-        &self,
-        scope: &LaneScope,
-        change: &LaneChange,
-    ) -> Result<Lanes, StoreError> {
-        self.with(|st| ops::change_lane(st, scope, change))
-    }
-
-    async fn queue_counts(&self, now: Timestamp) -> Result<Vec<QueueCounts>, StoreError> {
-        self.with(|st| Ok(st.queue_counts(now)))
-    }
-
-    async fn push(&self, new: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
-        let mut pushed = self.push_many(vec![new], now).await.map_err(ops::alone)?;
-        pushed.pop().ok_or_else(|| StoreError::Backend("push returned nothing".to_owned()))
-    }
-
-    async fn push_many(
-        &self,
-        jobs: Vec<NewJob>,
-        now: Timestamp,
-    ) -> Result<Vec<Pushed>, StoreError> {
-        self.with(|st| ops::push_many(st, &jobs, now, &self.policy))
-    }
-
-    async fn claim(
-        &self,
-        request: &ClaimRequest,
-        now: Timestamp,
-    ) -> Result<Option<Claimed>, StoreError> {
-        self.with(|st| ops::claim(st, request, now, &self.policy))
-    }
-
-    async fn heartbeat(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        child_pgid: Option<i32>,
-        now: Timestamp,
-    ) -> Result<HeartbeatAck, StoreError> {
-        self.with(|st| ops::heartbeat(st, id, fence, child_pgid, now, &self.policy))
-    }
-
-    async fn complete(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        done: Completion,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        self.with(|st| ops::complete(st, id, fence, &done, now))
-    }
-
-    async fn fail(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        failure: Failure,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        self.with(|st| ops::fail(st, id, fence, &failure, now, &self.policy))
-    }
-
-    async fn settle_and_claim(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        settlement: Settlement,
-        next: &ClaimRequest,
-        now: Timestamp,
-    ) -> Result<SettledAndClaimed, StoreError> {
-        self.with(|st| ops::settle_and_claim(st, id, fence, &settlement, next, now, &self.policy))
-    }
-
-    async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError> {
-        self.with(|st| ops::release(st, id, fence, now))
-    }
-
-    async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.with(|st| ops::cancel(st, id, now))
-    }
-
-    async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.with(|st| ops::retry(st, id, now))
-    }
-
-    async fn dependents(&self, id: JobId) -> Result<Vec<JobId>, StoreError> {
-        self.with(|st| Tx::dependents(st, id))
-    }
-
-    async fn get(&self, id: JobId) -> Result<Job, StoreError> {
-        self.with(|st| ops::get(st, id))
-    }
-
-    async fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
-        self.with(|st| {
-            st.existing(id)?;
-            Ok(st.events.get(&id).cloned().unwrap_or_default())
-        })
-    }
-
-    async fn list(&self, f: &ListFilter) -> Result<Vec<Job>, StoreError> {
-        self.with(|st| {
-            let mut jobs: Vec<Job> = st
-                .jobs
-                .values()
-                .filter(|j| f.state.is_none_or(|s| j.state == s))
-                .filter(|j| f.queue.as_ref().is_none_or(|q| &j.queue == q))
-                .filter(|j| f.kind.as_ref().is_none_or(|k| &j.kind == k))
-                .cloned()
-                .collect();
-            match f.order {
-                ListOrder::Newest => {
-                    jobs.reverse();
-                    jobs.retain(|j| f.cursor.is_none_or(|c| j.id < c));
-                }
-                ListOrder::Oldest => jobs.retain(|j| f.cursor.is_none_or(|c| j.id > c)),
-                ListOrder::DueFirst => jobs.sort_by_key(Job::claim_order),
-            }
-            jobs.truncate(f.limit.unwrap_or(usize::MAX));
-            Ok(jobs)
-        })
-    }
-
-    async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError> {
-        self.with(|st| {
-            let mut s = Stats::default();
-            for j in st.jobs.values() {
-                s.held += u64::from(j.is_held());
-                match j.state {
-                    JobState::Pending if j.is_waiting_on_parents() => {
-                        s.pending += 1;
-                        s.waiting_on_parents += 1;
+        async fn list(&self, f: &ListFilter) -> Result<Vec<Job>, StoreError> {
+            self.with(|st| {
+                let mut jobs: Vec<Job> = st
+                    .jobs
+                    .values()
+                    .filter(|j| f.state.is_none_or(|s| j.state == s))
+                    .filter(|j| f.queue.as_ref().is_none_or(|q| &j.queue == q))
+                    .filter(|j| f.kind.as_ref().is_none_or(|k| &j.kind == k))
+                    .cloned()
+                    .collect();
+                match f.order {
+                    ListOrder::Newest => {
+                        jobs.reverse();
+                        jobs.retain(|j| f.cursor.is_none_or(|c| j.id < c));
                     }
-                    JobState::Pending => s.pending += 1,
-                    JobState::Running => s.running += 1,
-                    JobState::Done => s.done += 1,
-                    JobState::Failed => s.failed += 1,
-                    JobState::Cancelled => s.cancelled += 1,
+                    ListOrder::Oldest => jobs.retain(|j| f.cursor.is_none_or(|c| j.id > c)),
+                    ListOrder::DueFirst => jobs.sort_by_key(Job::claim_order),
                 }
-                if j.is_due(now) {
-                    s.due_now += 1;
-                } else if j.is_claimable() {
-                    s.next_due = Some(s.next_due.map_or(j.not_before, |n| n.min(j.not_before)));
+                jobs.truncate(f.limit.unwrap_or(usize::MAX));
+                Ok(jobs)
+            })
+        }
+
+        async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError> {
+            self.with(|st| {
+                let mut s = Stats::default();
+                for j in st.jobs.values() {
+                    s.held += u64::from(j.is_held());
+                    match j.state {
+                        JobState::Pending if j.is_waiting_on_parents() => {
+                            s.pending += 1;
+                            s.waiting_on_parents += 1;
+                        }
+                        JobState::Pending => s.pending += 1,
+                        JobState::Running => s.running += 1,
+                        JobState::Done => s.done += 1,
+                        JobState::Failed => s.failed += 1,
+                        JobState::Cancelled => s.cancelled += 1,
+                    }
+                    if j.is_due(now) {
+                        s.due_now += 1;
+                    } else if j.is_claimable() {
+                        s.next_due = Some(s.next_due.map_or(j.not_before, |n| n.min(j.not_before)));
+                    }
                 }
-            }
-            Ok(s)
-        })
-    }
+                Ok(s)
+            })
+        }
 
-    async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
-        self.with(|st| {
-            Ok(st
-                .jobs
-                .values()
-                .filter_map(|j| match j.state {
-                    // A job waiting on parents, or held, wakes nobody: its
-                    // parents' ends or its release make it due, not its time.
-                    JobState::Pending if !j.is_claimable() => None,
-                    JobState::Pending => Some(j.not_before),
-                    JobState::Running => j.lease.as_ref().map(|l| l.until),
-                    _ => None,
-                })
-                .min())
-        })
-    }
+        async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+            self.with(|st| {
+                Ok(st
+                    .jobs
+                    .values()
+                    .filter_map(|j| match j.state {
+                        // A job waiting on parents, or held, wakes nobody: its
+                        // parents' ends or its release make it due, not its time.
+                        JobState::Pending if !j.is_claimable() => None,
+                        JobState::Pending => Some(j.not_before),
+                        JobState::Running => j.lease.as_ref().map(|l| l.until),
+                        _ => None,
+                    })
+                    .min())
+            })
+        }
 
-    async fn reclaim_dead(
-        &self,
-        attempts: &[(JobId, Fence)],
-        now: Timestamp,
-    ) -> Result<Vec<Job>, StoreError> {
-        self.with(|st| ops::reclaim_dead(st, attempts, now))
-    }
+        async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {
+            self.with(|st| {
+                let mut runners = st.runners.clone();
+                runners.retain(|r| r.owner.id != record.owner.id);
+                runners.push(record.clone());
+                st.record(Record::Runners(runners));
+                Ok(())
+            })
+        }
 
-    async fn purge(&self, filter: &PurgeFilter) -> Result<Vec<JobId>, StoreError> {
-        self.with(|st| ops::purge(st, filter))
-    }
+        async fn remove_runner(&self, owner_id: &str) -> Result<(), StoreError> {
+            self.with(|st| {
+                let mut runners = st.runners.clone();
+                runners.retain(|r| r.owner.id != owner_id);
+                st.record(Record::Runners(runners));
+                Ok(())
+            })
+        }
 
-    async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
-        self.restore_many(vec![(job, events)]).await.map_err(ops::alone)
-    }
-
-    async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
-        self.with(|st| ops::restore_many(st, &jobs))
-    }
-
-    async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {
-        self.with(|st| {
-            let mut runners = st.runners.clone();
-            runners.retain(|r| r.owner.id != record.owner.id);
-            runners.push(record.clone());
-            st.record(Record::Runners(runners));
-            Ok(())
-        })
-    }
-
-    async fn remove_runner(&self, owner_id: &str) -> Result<(), StoreError> {
-        self.with(|st| {
-            let mut runners = st.runners.clone();
-            runners.retain(|r| r.owner.id != owner_id);
-            st.record(Record::Runners(runners));
-            Ok(())
-        })
-    }
-
-    async fn runners(&self) -> Result<Vec<RunnerRecord>, StoreError> {
-        self.with(|st| Ok(st.runners.clone()))
+        async fn runners(&self) -> Result<Vec<RunnerRecord>, StoreError> {
+            self.with(|st| Ok(st.runners.clone()))
+        }
     }
 }
 

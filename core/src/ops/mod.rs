@@ -17,8 +17,9 @@
 //! **How it plugs in.** Each `Store` method opens the backend's write
 //! transaction and runs the operation inside it, e.g.
 //! `self.write(move |tx, policy| ops::push_many(tx, &jobs, now, policy))`;
-//! the reads that are not operations (`list`, `stats`, `events`, the
-//! runner records) stay the backend's own. A backend may run one operation
+//! [`crate::store_ops!`] writes those methods for the operations a backend
+//! lists, given its `write`. The reads that are not operations (`list`,
+//! `stats`, `events`, the runner records) stay the backend's own. A backend may run one operation
 //! in a transaction mode of its own (PostgreSQL runs `claim` and an
 //! owner's settle under a shared lock with row locks, and may rerun it
 //! exclusively): the operation does not care how the transaction was
@@ -43,8 +44,14 @@ use crate::store::StoreError;
 use crate::time::Timestamp;
 
 mod claim;
+mod glue;
 mod jobs;
 mod schedules;
+
+/// For [`crate::store_ops!`]: the attribute its `impl Store` block needs,
+/// reachable from any backend crate.
+#[doc(hidden)]
+pub use async_trait::async_trait as __async_trait;
 
 pub use claim::{claim, settle_and_claim};
 pub use jobs::{
