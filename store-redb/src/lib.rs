@@ -149,22 +149,29 @@
 // that each uses only files before it (no cycle):
 // - `error`: every redb error (and a panic inside redb) onto `StoreError`;
 // - `schema`: the layout (tables, keys, versions, migrations);
-// - `rows`: `Tx`, the index bookkeeping, the claim's candidates, encoding;
-// - `schedules`: the schedule operations inside a transaction (put,
-//   change, fire, restore), handed the store's push path for a tick's job;
+// - `rows`: `RedbTx`, the tables of one write transaction and the index
+//   bookkeeping (every index in step with the row, the watermark), the
+//   encoding, the index check;
+// - `reads`: the reads that are not operations (list, stats, counts, next
+//   due, trails, runner records), from the indexes;
+// - `verbs`: the row verbs core's operations run on, over `RedbTx`, and
+//   the claim's search in claim order in `ready`;
+// - `seal`: the file's seal, what a writable open may trust;
 // - `txn`: the options, the handle, the write gate, the bounded wait for
 //   another process's lock, the write transaction;
 // - `open`: the sniff and probe, creation, the vetted and read-only opens,
 //   the memory overlay;
-// - `store`: the operations and `impl Store`.
+// - `store`: the handle and `impl Store`, each write one of core's
+//   operations in one transaction.
 mod error;
 mod open;
+mod reads;
 mod rows;
-mod schedules;
 mod schema;
 mod seal;
 mod store;
 mod txn;
+mod verbs;
 
 pub use open::sniff;
 pub use schema::SCHEMA_VERSION;
