@@ -277,7 +277,7 @@ impl RedbStore {
 
 /// Every write is core's operation ([`ops`]) in one write transaction; a
 /// push and a claim first move what became due into `ready`
-/// ([`RedbTx::advance`], the watermark rule). The reads are `reads.rs`.
+/// (`RedbTx::advance`, the watermark rule). The reads are `reads.rs`.
 #[async_trait]
 impl Store for RedbStore {
     async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
