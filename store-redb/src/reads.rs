@@ -49,6 +49,9 @@ pub(crate) fn runners_in(txn: &ReadTransaction) -> Result<Vec<RunnerRecord>, Fai
     Ok(out)
 }
 
+/// The jobs `filter` asks for, in its order, from its cursor: the few
+/// running ones from `running`, the others by one walk of the jobs in id
+/// order (due-first sorts what it admits).
 pub(crate) fn list_in(txn: &ReadTransaction, filter: &ListFilter) -> Result<Vec<Job>, Failure> {
     let jobs = txn.open_table(JOBS)?;
     let limit = filter.limit.unwrap_or(usize::MAX);
@@ -124,6 +127,9 @@ pub(crate) fn list_in(txn: &ReadTransaction, filter: &ListFilter) -> Result<Vec<
     Ok(out)
 }
 
+/// The counts of `status`: per state from `state_counts`, waiting and held
+/// from their indexes' lengths, due now and the next due time from
+/// `pending_by_time`; no job row is read.
 pub(crate) fn stats_in(txn: &ReadTransaction, now: Timestamp) -> Result<Stats, Failure> {
     let counts = txn.open_table(COUNTS)?;
     let pending = txn.open_table(PENDING)?;
@@ -219,6 +225,9 @@ pub(crate) fn queue_counts_in(
     Ok(by_queue.into_values().collect())
 }
 
+/// When something next needs the runner: the earliest pending due time
+/// or lease end, from the first key of `pending_by_time` and the few
+/// entries of `running`.
 pub(crate) fn next_due_in(txn: &ReadTransaction) -> Result<Option<Timestamp>, Failure> {
     let pending = txn.open_table(PENDING)?;
     let running = txn.open_table(RUNNING)?;
