@@ -1,6 +1,34 @@
 //! slothqueue's [`Store`](slothqueue_core::Store) on [redb], a pure-Rust
 //! embedded key-value store: one file, no C toolchain, ACID transactions.
 //!
+//! # The choices, and why
+//!
+//! Each is detailed in a section below.
+//!
+//! - **Every question is a seek.** redb is an ordered key-value store, so
+//!   each index is a table keyed for the question it answers (the claim's
+//!   is keyed in claim order per queue and kind), kept in step with the
+//!   job row by one function in the same transaction.
+//! - **Every operation is the core's.** Each write is one of
+//!   `slothqueue_core::ops` in one write transaction over the row verbs of
+//!   `RedbTx` (`verbs.rs`); the store pushes down into the claim's search
+//!   only what `ready` serves (queues, closed lanes, kinds, due time).
+//! - **Many processes, one file.** redb's multi-writer mode; the threads
+//!   of one process hand the turn to write along a per-file gate, another
+//!   process's lock is polled for, at most `lock_timeout`, then
+//!   [`StoreError::Busy`](slothqueue_core::StoreError::Busy).
+//! - **One durability, `Immediate`**: redb refuses the faster one on a
+//!   file shared between processes.
+//! - **Vetted before anything is written**, by a sniff and a read-only
+//!   probe; a full integrity check only where the file's seal does not
+//!   vouch for it (and at a runner's start).
+//! - **Commands that only look** use redb's read-only handle (a writable
+//!   open rewrites the header); a file a crash left unclean is read as a
+//!   snapshot repaired in memory, refreshed to the real file once a writer
+//!   has repaired it.
+//! - **Ids are never reused**: the next id is a counter in the meta table
+//!   that only goes up, also across purges and restores.
+//!
 //! # Why the tables look the way they do
 //!
 //! redb is an ordered key-value store, so every question the queue asks
@@ -25,21 +53,22 @@
 //! | `schedules` | key → JSON [`Schedule`](slothqueue_core::Schedule) | recurring jobs: definition, cursor, last fire; in key order, the order ticks are decided in |
 //!
 //! A claim is a few O(log n) seeks even with a million pending jobs: the
-//! best due job of each (queue, kind) pair is the first `ready` entry
-//! under that prefix. `ready` holds exactly the pending jobs whose
-//! `not_before` is at or below a stored *watermark*, the latest `now` any
-//! push or claim has seen; a claim first moves the jobs that became due
-//! since then from `pending_by_time` into `ready` (each job moves once), so
-//! jobs scheduled for the future never sit in front of due ones. If the
-//! clock steps backwards, the few `ready` heads that are not due at the
-//! earlier `now` are skipped a priority level at a time. Every index is
-//! written in the same write transaction as the job row, by one function
-//! that removes the old row's entries and adds the new row's.
+//! due jobs of each (queue, kind) pair are the first `ready` entries under
+//! that prefix, already in claim order. `ready` holds exactly the pending
+//! jobs whose `not_before` is at or below a stored *watermark*, the latest
+//! `now` any push or claim has seen; a claim first moves the jobs that
+//! became due since then from `pending_by_time` into `ready` (each job
+//! moves once), so jobs scheduled for the future never sit in front of due
+//! ones. If the clock steps backwards, the few `ready` entries that are not
+//! due at the earlier `now` are skipped a priority level at a time. Every
+//! index is written in the same write transaction as the job row, by one
+//! function (`RedbTx::put`) that removes the old row's entries and adds
+//! the new row's.
 //!
 //! A job with parents (`after`) that are not all `done` is pending but in
 //! `waiting_on_parents` instead: the claim's range scans never meet it,
 //! however many wait. Every transition is written with what it causes to
-//! the jobs waiting on it (`machine::plan_with_dependents`, read through
+//! the jobs waiting on it (core's one write path, which reads
 //! `dependency_edges` in the same transaction), so the write that completes
 //! a job's last parent moves it into `pending_by_time` (and `ready`, by the
 //! watermark rule) before the commit; a failure cancels them the same way.
@@ -56,33 +85,51 @@
 //! and while every queue is paused no pending job is read at all.
 //!
 //! A schedule (schema 4; a v3 queue gains the empty table on open) is one
-//! row: `fire_schedules` reads every row in one write transaction, asks
-//! [`slothqueue_core::schedule::plan_tick`] about each (with the state of
-//! its last tick's job, read there too), pushes a due tick's job through
-//! the same path as `push` (so its key `KEY@SLOT` deduplicates a second
-//! decision of the slot) and writes the row back with its cursor moved.
-//! Two runners firing at once take turns at the write lock, and the second
-//! reads the first's cursor: each slot is decided once.
+//! row: `fire_schedules` reads every row in one write transaction, decides
+//! each due tick (core's `ops::fire_schedules`), pushes a tick's job
+//! through the path every push takes (so its key `KEY@SLOT` deduplicates a
+//! second decision of the slot) and writes the row back with its cursor
+//! moved. Two runners firing at once take turns at the write lock, and the
+//! second reads the first's cursor: each slot is decided once.
 //!
 //! # Transactions and the fence
 //!
-//! Every change is one redb write transaction: read the row, apply the
-//! pure transition from [`slothqueue_core::machine`], write the row and its
-//! index entries, append the events, commit (all on tokio's blocking
-//! pool). redb allows one write transaction at a time across every process
-//! sharing the file, and a write transaction starts from the latest
-//! commit, so the owner and attempt the transition checks (the fence)
-//! cannot change between the read and the write: the transaction is the
-//! `WHERE owner = ? AND attempt = ?` of the SQL backend.
+//! Every change is one of core's operations (`slothqueue_core::ops`) run in
+//! one redb write transaction over the row verbs of `RedbTx` (`verbs.rs`):
+//! the rows read, the pure transition from [`slothqueue_core::machine`],
+//! each row written with its index entries, the events appended, the
+//! commit (all on tokio's blocking pool). redb allows one write
+//! transaction at a time across every process sharing the file, and a
+//! write transaction starts from the latest commit, so the owner and
+//! attempt the transition checks (the fence) cannot change between the
+//! read and the write: the transaction is the `WHERE owner = ? AND attempt
+//! = ?` of the SQL backend. `RedbTx::put` still compares the stored row's
+//! state, attempts and lease with the one planned from, for one lookup, so
+//! that no future change can write over a row it did not read.
 //!
-//! A claim is decided as on every backend: in its write transaction, the
-//! running jobs and the best ready job are read and handed to
-//! [`slothqueue_core::machine::plan_claim`] with the claim's
-//! [`ClaimRequest`](slothqueue_core::ClaimRequest), whose liveness judge (an
-//! `Arc`, so it travels to the blocking pool) is asked about each running
-//! lease there, inside the transaction that acts on its verdict; the plan
-//! is then written. `reclaim_dead` takes the exact (job, attempt) pairs to
-//! take back and changes only a job still at that attempt.
+//! A claim is decided as on every backend, by core: in its write
+//! transaction the running jobs and the lanes are read, and the due jobs
+//! are pulled from `ready` in claim order ([`ClaimRequest`](slothqueue_core::ClaimRequest)'s liveness
+//! judge, an `Arc` that travels to the blocking pool, is asked about each
+//! running lease there, inside the transaction that acts on its verdict).
+//! What the index serves is pushed down: the queues named (each its own
+//! prefix), the closed lanes (a paused or full queue skipped at its first
+//! key, one seek however many of its jobs are due), the kinds (a group
+//! skipped at a time) and the due time; the first pull asks for one job,
+//! which costs one seek per (queue, kind) pair, and core asks for more,
+//! from a cursor, only when it passes jobs over. With no lane settings the
+//! lanes cost one look at an empty table; while every queue is paused no
+//! pending job is read at all. `reclaim_dead` takes the exact (job,
+//! attempt) pairs to take back and changes only a job still at that
+//! attempt; an empty list opens no transaction.
+//!
+//! Every write transaction reads the schema version first, so a handle
+//! whose file a newer build migrated meanwhile (a runner left going across
+//! an upgrade) refuses with
+//! [`StoreError::SchemaTooNew`](slothqueue_core::StoreError::SchemaTooNew)
+//! rather than write rows and indexes in the old layout. After an I/O error
+//! redb has latched (a full disk, say) the store opens the file again and
+//! tries the call once more, so the queue recovers without a restart.
 //!
 //! # Several processes, several handles
 //!
@@ -122,6 +169,40 @@
 //! copy-on-write overlay in memory, and only if that works out is the real
 //! file opened (and repaired by redb) for writing.
 //!
+//! # The seal: a full check only when the file needs one
+//!
+//! A writable open runs redb's integrity check (every page checksum, under
+//! its writer lock) before anything is written, unless the file's seal
+//! vouches for it. redb's plain open trusts the file, and on one damaged
+//! outside redb it can panic twice in a row and abort the process (torture
+//! S16); the check reads the whole file, which on every `add` made its
+//! cost grow with the queue (×30 at 100,000 jobs). The seal (`seal.rs`,
+//! the file `Q.seal`) is the file's device, inode, size and modification
+//! and change times as a slothqueue writer last left it, renewed after
+//! every commit and every close. What protects against what:
+//!
+//! - a file copied or restored in, or written by any other program: its
+//!   times or inode differ from the seal, so the open checks in full;
+//! - a writer killed mid-commit: it could not renew the seal after its
+//!   last write, so the next open checks in full (and redb repairs);
+//! - damage under unchanged timestamps (a disk's bit rot), or a same-size
+//!   change in the same coarse clock tick as a renewal on kernels before
+//!   6.13: a runner (`run`, `serve`) checks in full at every start
+//!   ([`RedbOptions::full_check`]), whatever the seal says;
+//! - a seal planted by someone else: believed only when it is a regular
+//!   file of this user that nobody else may write, opened without
+//!   following a symlink;
+//! - a look (`status`, `list`, …) at a file the seal does not vouch for,
+//!   and a writing open of one before its probe reads it, run the same
+//!   check in the copy-on-write overlay in memory (nothing written; the
+//!   writing open then need not check again). The overlay takes none of
+//!   redb's locks, so the check runs only while nobody has the file open:
+//!   it takes the exclusive `flock` (every redb handle holds the shared
+//!   one) without waiting, and holds it throughout. A file in use is left
+//!   to its users' checks (torture S03: a check of a queue four runners
+//!   wrote read a commit half-made, and redb's close of that image
+//!   panicked).
+//!
 //! # Looking without writing
 //!
 //! A writable redb open rewrites the file's header on opening and closing
@@ -149,22 +230,29 @@
 // that each uses only files before it (no cycle):
 // - `error`: every redb error (and a panic inside redb) onto `StoreError`;
 // - `schema`: the layout (tables, keys, versions, migrations);
-// - `rows`: `Tx`, the index bookkeeping, the claim's candidates, encoding;
-// - `schedules`: the schedule operations inside a transaction (put,
-//   change, fire, restore), handed the store's push path for a tick's job;
+// - `rows`: `RedbTx`, the tables of one write transaction and the index
+//   bookkeeping (every index in step with the row, the watermark), the
+//   encoding, the index check;
+// - `reads`: the reads that are not operations (list, stats, counts, next
+//   due, trails, runner records), from the indexes;
+// - `verbs`: the row verbs core's operations run on, over `RedbTx`, and
+//   the claim's search in claim order in `ready`;
+// - `seal`: the file's seal, what a writable open may trust;
 // - `txn`: the options, the handle, the write gate, the bounded wait for
 //   another process's lock, the write transaction;
 // - `open`: the sniff and probe, creation, the vetted and read-only opens,
 //   the memory overlay;
-// - `store`: the operations and `impl Store`.
+// - `store`: the handle and `impl Store`, each write one of core's
+//   operations in one transaction.
 mod error;
 mod open;
+mod reads;
 mod rows;
-mod schedules;
 mod schema;
 mod seal;
 mod store;
 mod txn;
+mod verbs;
 
 pub use open::sniff;
 pub use schema::SCHEMA_VERSION;

@@ -1,21 +1,20 @@
 //! A job, an event, a schedule or a runner record as entries of the
-//! tables, and back:
-//! [`Tx`], the tables of one write transaction, keeps every index (`ready`,
-//! `pending_by_time`, `waiting_on_parents`, `dependency_edges`, `running`,
-//! `idempotency_keys`, `state_counts`) in step with the row in one function
-//! ([`Tx::put`]), moves due jobs into `ready`, reads the claim's candidates
-//! (the running jobs, the best ready job), and is the
-//! [`machine::Graph`] the dependency rule reads; JSON encode and decode;
-//! and the check that every index agrees with the rows.
+//! tables, and back: [`RedbTx`], the tables of one write transaction,
+//! keeps every index (`ready`, `pending_by_time`, `waiting_on_parents`,
+//! `dependency_edges`, `running`, `idempotency_keys`, `state_counts`) in
+//! step with the row in one function ([`RedbTx::put`]) and moves due jobs
+//! into `ready`; JSON encode and decode; and the check that every index
+//! agrees with the rows. The row verbs core's operations run on are
+//! `verbs.rs`, over these.
 
 use std::collections::HashMap;
 use std::ops::Bound;
 
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
-use slothqueue_core::machine::{self, Graph};
+use slothqueue_core::machine;
 use slothqueue_core::{
-    ClaimFilter, Event, Job, JobId, JobState, LaneCheck, LaneScope, LaneSettings, Lanes, Lease,
-    Schedule, StoreError, Timestamp,
+    Event, Job, JobId, JobState, LaneScope, LaneSettings, Lanes, Lease, Schedule, StoreError,
+    Timestamp,
 };
 
 use crate::error::Failure;
@@ -26,7 +25,7 @@ use crate::schema::{
 };
 
 /// The tables of one write transaction, and the index bookkeeping.
-pub(crate) struct Tx<'t> {
+pub(crate) struct RedbTx<'t> {
     pub(crate) meta: Table<'t, &'static str, u64>,
     pub(crate) jobs: Table<'t, i64, &'static [u8]>,
     pub(crate) ready: Table<'t, ReadyKey, ()>,
@@ -47,7 +46,7 @@ pub(crate) struct Tx<'t> {
     pub(crate) version: u64,
 }
 
-impl<'t> Tx<'t> {
+impl<'t> RedbTx<'t> {
     pub(crate) fn open(txn: &'t WriteTransaction) -> Result<Self, Failure> {
         let meta = txn.open_table(META)?;
         let watermark = meta
@@ -58,7 +57,7 @@ impl<'t> Tx<'t> {
             .get(META_SCHEMA_VERSION)?
             .map(|v| v.value())
             .ok_or_else(|| Failure::Damaged("the meta table has no schema version".to_owned()))?;
-        Ok(Tx {
+        Ok(RedbTx {
             meta,
             jobs: txn.open_table(JOBS)?,
             ready: txn.open_table(READY)?,
@@ -80,10 +79,6 @@ impl<'t> Tx<'t> {
 
     pub(crate) fn job(&self, id: JobId) -> Result<Option<Job>, Failure> {
         load(&self.jobs, id)
-    }
-
-    pub(crate) fn must(&self, id: JobId) -> Result<Job, Failure> {
-        self.job(id)?.ok_or(Failure::Store(StoreError::NotFound(id)))
     }
 
     pub(crate) fn next_id(&self) -> Result<JobId, Failure> {
@@ -309,21 +304,6 @@ impl<'t> Tx<'t> {
         Ok(())
     }
 
-    /// The best due pending job `filter` admits whose lane `lanes` lets
-    /// start (see [`Tx::best_ready`]), once [`Tx::advance`] has moved what
-    /// is due into `ready`.
-    pub(crate) fn best_due(
-        &self,
-        filter: &ClaimFilter,
-        lanes: &LaneCheck,
-        now: Timestamp,
-    ) -> Result<Option<Job>, Failure> {
-        match self.best_ready(filter, lanes, now)? {
-            Some(id) => Ok(Some(self.job(id)?.ok_or_else(|| out_of_step("ready", id))?)),
-            None => Ok(None),
-        }
-    }
-
     /// Moves the pending jobs that became due since the last call into
     /// `ready` and raises the watermark to `now`. Each job moves once; the
     /// watermark never goes down (a clock stepping back is handled by the
@@ -350,112 +330,12 @@ impl<'t> Tx<'t> {
         Ok(())
     }
 
-    /// The best due pending job `filter` admits: the head of each
-    /// (queue, kind) in `ready`, the best of those by claim order. A head
-    /// not due at `now` (the clock stepped back below the watermark) is
-    /// skipped with its whole priority level, whose other jobs are due no
-    /// earlier. A queue whose lane is closed (paused or full) is skipped
-    /// whole at its first key, one seek, however many of its jobs wait;
-    /// with no lane settings nothing is checked.
-    fn best_ready(
-        &self,
-        filter: &ClaimFilter,
-        lanes: &LaneCheck,
-        now: Timestamp,
-    ) -> Result<Option<JobId>, Failure> {
-        let now = now.as_millis();
-        let mut best: Option<(u32, i64, i64)> = None;
-        if lanes.all_paused() {
-            return Ok(None);
-        }
-        let check = !lanes.is_open_everywhere();
-        let queues: Vec<Option<&str>> = if filter.queues.is_empty() {
-            vec![None]
-        } else {
-            filter
-                .queues
-                .iter()
-                .filter(|q| !check || lanes.may_start(q))
-                .map(|q| Some(q.as_str()))
-                .collect()
-        };
-        for only in queues {
-            let mut lower: Bound<(String, String, u32, i64, i64)> = Bound::Included((
-                only.unwrap_or("").to_owned(),
-                String::new(),
-                0,
-                i64::MIN,
-                i64::MIN,
-            ));
-            loop {
-                let head = {
-                    let from = match &lower {
-                        Bound::Included(k) => Bound::Included(borrow_key(k)),
-                        Bound::Excluded(k) => Bound::Excluded(borrow_key(k)),
-                        Bound::Unbounded => Bound::Unbounded,
-                    };
-                    match self
-                        .ready
-                        .range::<(&str, &str, u32, i64, i64)>((from, Bound::Unbounded))?
-                        .next()
-                    {
-                        Some(entry) => {
-                            let (key, _) = entry?;
-                            let (q, k, p, nb, id) = key.value();
-                            Some((q.to_owned(), k.to_owned(), p, nb, id))
-                        }
-                        None => None,
-                    }
-                };
-                let Some((q, kind, p, nb, id)) = head else { break };
-                if only.is_some_and(|o| o != q) {
-                    break;
-                }
-                if check && !lanes.may_start(&q) {
-                    // On to the next queue: the first key above every key
-                    // of `q` starts with the least string above `q`.
-                    lower =
-                        Bound::Included((format!("{q}\0"), String::new(), 0, i64::MIN, i64::MIN));
-                    continue;
-                }
-                let kind_ok = filter.kinds.as_ref().is_none_or(|ks| ks.contains(&kind));
-                if kind_ok && nb > now {
-                    // Skip the rest of this priority level.
-                    lower = Bound::Excluded((q, kind, p, i64::MAX, i64::MAX));
-                    continue;
-                }
-                if kind_ok && best.is_none_or(|b| (p, nb, id) < b) {
-                    best = Some((p, nb, id));
-                }
-                // On to the next (queue, kind).
-                lower = Bound::Excluded((q, kind, u32::MAX, i64::MAX, i64::MAX));
-            }
-        }
-        Ok(best.map(|(_, _, id)| id))
-    }
-}
-
-/// The dependency rule reads the queue as this transaction has it, its
-/// own earlier writes included (a job pushed earlier in the same batch may
-/// be named as a parent).
-impl Graph for Tx<'_> {
-    type Error = Failure;
-
-    fn job(&mut self, id: JobId) -> Result<Option<Job>, Failure> {
-        Tx::job(self, id)
-    }
-
-    fn key_holder(&mut self, key: &str) -> Result<Option<Job>, Failure> {
+    /// The job holding the idempotency key `key`, if any.
+    pub(crate) fn key_holder(&self, key: &str) -> Result<Option<Job>, Failure> {
         match self.keys.get(key)?.map(|v| v.value()) {
-            Some(id) => {
-                Ok(Some(Tx::job(self, id)?.ok_or_else(|| out_of_step("idempotency key", id))?))
-            }
+            Some(id) => Ok(Some(self.job(id)?.ok_or_else(|| out_of_step("idempotency key", id))?)),
             None => Ok(None),
         }
-    }
-
-    fn dependents(&mut self, id: JobId) -> Result<Vec<JobId>, Failure> {
-        dependents_in(&self.edges, id)
     }
 }
 
@@ -509,10 +389,6 @@ fn decode_schedule(key: &str, bytes: &[u8]) -> Result<Schedule, Failure> {
         return Err(Failure::Damaged(format!("row `{key}` holds schedule `{}`", s.key)));
     }
     Ok(s)
-}
-
-fn borrow_key(k: &(String, String, u32, i64, i64)) -> (&str, &str, u32, i64, i64) {
-    (k.0.as_str(), k.1.as_str(), k.2, k.3, k.4)
 }
 
 fn ready_key(job: &Job) -> (&str, &str, u32, i64, i64) {

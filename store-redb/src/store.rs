@@ -1,39 +1,35 @@
-//! [`RedbStore`]: the [`Store`] trait on redb tables (see the crate docs for
-//! the table design), and the operations behind it. Each operation is one
-//! transaction run on tokio's blocking pool; every state change goes
-//! through a [`slothqueue_core::machine`] function, then [`write_plan`]
-//! (the change and what it causes to the jobs waiting on it) and
-//! [`Tx::put`], which keeps the indexes in step with the row. The schedule
-//! operations are `schedules.rs`'s, handed [`push_in`] for a tick's job.
+//! [`RedbStore`]: the [`Store`] trait on redb tables (see the crate docs
+//! for the table design and the mechanism). The handle: the snapshot
+//! refresh of a read-only look, the write transaction behind the write
+//! gate, the reopen after a latched I/O error. Every write of
+//! `impl Store` is one of core's operations ([`ops`]) run in one write
+//! transaction on tokio's blocking pool, over the row verbs of
+//! [`RedbTx`] (`verbs.rs`), which keeps every index in step with the row;
+//! the reads are `reads.rs`'s. Nothing here decides a rule.
 
-use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
-use slothqueue_core::machine::{self, Graph, PushPlan, Transition};
+use redb::ReadTransaction;
+use slothqueue_core::ops;
 use slothqueue_core::{
     AttemptNote, ClaimRequest, Claimed, Completion, Event, Failure as JobFailure, Fence,
-    HeartbeatAck, Job, JobEdit, JobId, JobState, LaneChange, LaneCheck, LaneScope, Lanes,
-    ListFilter, ListOrder, NewJob, NewSchedule, Policy, PurgeFilter, Pushed, PutSchedule,
-    QueueCounts, RunnerRecord, Schedule, ScheduleChange, SettledAndClaimed, Settlement, Stamp,
-    Stats, Store, StoreError, Ticks, Timestamp,
+    HeartbeatAck, Job, JobEdit, JobId, LaneChange, LaneScope, Lanes, ListFilter, ListOrder, NewJob,
+    NewSchedule, Policy, PurgeFilter, Pushed, PutSchedule, QueueCounts, RunnerRecord, Schedule,
+    ScheduleChange, SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError, Ticks,
+    Timestamp,
 };
 
 use crate::error::{Failure, corrupt, guarded, panic_message};
-use crate::rows::{
-    Tx, decode_event, decode_job, dependents_in, lanes_in, load, out_of_step, schedules_in,
-    verify_indexes,
+use crate::reads::{
+    events_in, get_in, list_in, next_due_in, queue_counts_in, runners_in, stats_in,
 };
-use crate::schema::{
-    COUNTS, EDGES, EVENTS, HELD, JOBS, LANES, PENDING, RUNNERS, RUNNING, SCHEDULES, SCHEMA_VERSION,
-    WAITING,
-};
+use crate::rows::{RedbTx, dependents_in, lanes_in, schedules_in, verify_indexes};
+use crate::schema::{EDGES, LANES, SCHEDULES, SCHEMA_VERSION};
 use crate::txn::{self, Db, Gate, Handle, RedbOptions, gate_for, read_only};
-use crate::{open, schedules, seal};
+use crate::{open, seal};
 
 /// A queue in one redb file. Cheap to share (`Arc`); several handles, in
 /// one process or many, may hold the same file.
@@ -207,7 +203,7 @@ impl Inner {
     /// runner left going across an upgrade) is refused as
     /// [`StoreError::SchemaTooNew`] before `f` runs: this build would write
     /// rows and indexes in its own layout, out of step with the new one.
-    fn write<T>(&self, f: impl Fn(&mut Tx<'_>) -> Result<T, Failure>) -> Result<T, StoreError> {
+    fn write<T>(&self, f: impl Fn(&mut RedbTx<'_>) -> Result<T, Failure>) -> Result<T, StoreError> {
         if self.read_only {
             return Err(read_only(&self.path));
         }
@@ -259,484 +255,33 @@ impl Inner {
     }
 }
 
-/// One claim, as [`machine::plan_claim`] decides it from the lanes, the
-/// running jobs and the best due pending job their lanes let start, all
-/// read and judged inside this transaction (so a limit holds across every
-/// claimer on the file). With no lane settings the lanes cost one look at
-/// an empty table.
-fn claim_in(
-    t: &mut Tx<'_>,
-    request: &ClaimRequest,
-    now: Timestamp,
-    policy: &Policy,
-) -> Result<Option<Claimed>, Failure> {
-    t.advance(now)?;
-    let running = t.running_jobs()?;
-    let lanes = LaneCheck::new(t.lanes()?, &running);
-    let best_due = t.best_due(&request.filter, &lanes, now)?;
-    let plan = machine::plan_claim(request, &lanes, running, best_due, now, policy)
-        .map_err(|e| Failure::Damaged(format!("the ready index is out of step: {e}")))?;
-    let claimed = plan.claimed();
-    // A retired job's dependents are waiting (not due), so the cascade
-    // never touches the job taken.
-    for w in plan.retire.into_iter().chain(plan.take) {
-        write_plan(t, w.before, w.after, now)?;
+impl RedbStore {
+    /// Runs `f` on the blocking pool in one write transaction with the
+    /// store's policy: committed if it succeeds, else nothing is written.
+    async fn write<T: Send + 'static>(
+        &self,
+        f: impl Fn(&mut RedbTx<'_>, &Policy) -> Result<T, Failure> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.blocking(move |i| i.write(|t| f(t, &i.options.policy))).await
     }
-    Ok(claimed)
-}
 
-/// Writes `transition` of `before` and every write it causes to the jobs
-/// waiting on it, transitively ([`machine::plan_with_dependents`]), each
-/// conditional on the row it was planned from, all in this transaction.
-/// Every transition a store writes comes here, so none can forget its
-/// dependents; one that cannot affect them reads nothing more. Answers the
-/// job's own new state.
-fn write_plan(
-    t: &mut Tx<'_>,
-    before: Job,
-    transition: Transition,
-    now: Timestamp,
-) -> Result<Job, Failure> {
-    let id = before.id;
-    let plan = machine::plan_with_dependents(t, before, transition, now)?;
-    let mut own = None;
-    for w in plan {
-        t.apply(&w.before, &w.after)?;
-        if w.before.id == id {
-            own = Some(w.after.job);
-        }
-    }
-    own.ok_or_else(|| Failure::Damaged(format!("the plan for job #{id} left it out")))
-}
-
-fn push_in(
-    t: &mut Tx<'_>,
-    new: &NewJob,
-    now: Timestamp,
-    policy: &Policy,
-) -> Result<Pushed, Failure> {
-    machine::validate(new)?;
-    // Parents are resolved on the queue as it is before this push (so an
-    // unknown one is refused even for a duplicate, and the job whose key
-    // this push takes over cannot be one of them).
-    let parents = machine::resolve_parents(t, new)?;
-    let holder = match &new.idempotency_key {
-        Some(k) => Graph::key_holder(t, k)?,
-        None => None,
-    };
-    let id = t.next_id()?;
-    match machine::plan_push(new, holder.as_ref(), id, now) {
-        PushPlan::Duplicate(existing) => {
-            Ok(Pushed { job: t.must(existing)?, created: false, superseded: None })
-        }
-        PushPlan::Insert { displaced, superseded } => {
-            if let (Some(d), Some(old)) = (displaced, holder) {
-                write_plan(t, old, *d, now)?;
-            }
-            // Read again: the displaced holder's write may have changed
-            // them (a parent cancelled along with the holder's dependents).
-            let mut fresh = Vec::with_capacity(parents.len());
-            for p in &parents {
-                fresh.extend(Graph::job(t, p.id)?);
-            }
-            let parents = fresh;
-            let created = machine::create(id, new, &parents, now, policy);
-            t.put(None, Some(&created.job))?;
-            t.append(&created.events)?;
-            t.set_next_id(id.checked_add(1).ok_or_else(|| {
-                Failure::Store(StoreError::InvalidInput("job ids are exhausted".to_owned()))
-            })?)?;
-            Ok(Pushed { job: created.job, created: true, superseded })
-        }
+    /// Runs `f` on the blocking pool in one read transaction (one
+    /// snapshot).
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl Fn(&ReadTransaction) -> Result<T, Failure> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.blocking(move |i| i.read(&f)).await
     }
 }
 
-/// Restores one job of an import into the open write transaction: checked
-/// on its own ([`machine::check_restore`]), then against the queue as this
-/// transaction sees it, so an id or key restored earlier in the same batch
-/// counts as taken; the next id is raised above it.
-fn restore_in(t: &mut Tx<'_>, job: &Job, events: &[Event]) -> Result<(), Failure> {
-    machine::check_restore(job, events)?;
-    let invalid = |m: String| Err(Failure::Store(StoreError::InvalidInput(m)));
-    if t.jobs.get(job.id)?.is_some() {
-        return invalid(format!("job #{} already exists", job.id));
-    }
-    if let Some(k) = &job.idempotency_key {
-        if let Some(holder) = t.keys.get(k.as_str())?.map(|v| v.value()) {
-            return invalid(format!(
-                "job #{}: idempotency key `{k}` is already held by job #{holder}",
-                job.id
-            ));
-        }
-    }
-    t.put(None, Some(job))?;
-    t.append(events)?;
-    if t.next_id()? <= job.id {
-        t.set_next_id(job.id.saturating_add(1))?;
-    }
-    Ok(())
-}
-
-fn purge_in(t: &mut Tx<'_>, filter: &PurgeFilter) -> Result<Vec<JobId>, Failure> {
-    // The jobs table iterates in id order, so the candidates are in it.
-    let mut candidates: Vec<Job> = Vec::new();
-    for entry in t.jobs.iter()? {
-        let (k, v) = entry?;
-        let job = decode_job(k.value(), v.value())?;
-        let (eligible, age) = match job.state {
-            JobState::Running => (false, job.created_at),
-            JobState::Pending => (filter.include_pending, job.created_at),
-            JobState::Done | JobState::Failed | JobState::Cancelled => {
-                (true, job.finished_at.unwrap_or(job.created_at))
-            }
-        };
-        if eligible && filter.older_than.is_none_or(|t| age < t) {
-            candidates.push(job);
-        }
-    }
-    // A pending job that a job left behind still waits on is kept.
-    let ids = machine::plan_purge(t, &candidates)?;
-    // Both lists are in id order.
-    let mut deleting = ids.iter().peekable();
-    for job in &candidates {
-        if deleting.next_if_eq(&&job.id).is_none() {
-            continue;
-        }
-        // The job's own edges (to its parents) go with it; edges naming it
-        // as a parent belong to the children that remain.
-        t.put(Some(job), None)?;
-        t.events.retain_in((job.id, 0)..=(job.id, u32::MAX), |_, _| false)?;
-    }
-    Ok(ids)
-}
-
-fn list_in(txn: &ReadTransaction, filter: &ListFilter) -> Result<Vec<Job>, Failure> {
-    let jobs = txn.open_table(JOBS)?;
-    let limit = filter.limit.unwrap_or(usize::MAX);
-    let admits = |j: &Job| {
-        filter.state.is_none_or(|s| j.state == s)
-            && filter.queue.as_ref().is_none_or(|q| &j.queue == q)
-            && filter.kind.as_ref().is_none_or(|k| &j.kind == k)
-    };
-    let mut out = Vec::new();
-    if limit == 0 {
-        return Ok(out);
-    }
-    // The running jobs are few and indexed: no need to read every row.
-    if filter.state == Some(JobState::Running) {
-        let running = txn.open_table(RUNNING)?;
-        for entry in running.iter()? {
-            let id = entry?.0.value();
-            let job = load(&jobs, id)?.ok_or_else(|| out_of_step("running", id))?;
-            if admits(&job) {
-                out.push(job);
-            }
-        }
-        match filter.order {
-            ListOrder::Newest => out.sort_by_key(|j| std::cmp::Reverse(j.id)),
-            ListOrder::Oldest => out.sort_by_key(|j| j.id),
-            ListOrder::DueFirst => out.sort_by_key(Job::claim_order),
-        }
-        out.retain(|j| match (filter.order, filter.cursor) {
-            (ListOrder::Newest, Some(c)) => j.id < c,
-            (ListOrder::Oldest, Some(c)) => j.id > c,
-            _ => true,
-        });
-        out.truncate(limit);
-        return Ok(out);
-    }
-    let rows = match (filter.order, filter.cursor) {
-        (ListOrder::Newest, Some(c)) => jobs.range(..c)?,
-        (ListOrder::Oldest, Some(c)) => jobs.range((Bound::Excluded(c), Bound::Unbounded))?,
-        _ => jobs.range::<i64>(..)?,
-    };
-    let mut take = |entry: Result<
-        (redb::AccessGuard<'_, i64>, redb::AccessGuard<'_, &'static [u8]>),
-        redb::StorageError,
-    >|
-     -> Result<bool, Failure> {
-        let (k, v) = entry?;
-        let job = decode_job(k.value(), v.value())?;
-        if admits(&job) {
-            out.push(job);
-        }
-        Ok(filter.order == ListOrder::DueFirst || out.len() < limit)
-    };
-    match filter.order {
-        ListOrder::Newest => {
-            for entry in rows.rev() {
-                if !take(entry)? {
-                    break;
-                }
-            }
-        }
-        ListOrder::Oldest | ListOrder::DueFirst => {
-            for entry in rows {
-                if !take(entry)? {
-                    break;
-                }
-            }
-        }
-    }
-    if filter.order == ListOrder::DueFirst {
-        out.sort_by_key(Job::claim_order);
-        out.truncate(limit);
-    }
-    Ok(out)
-}
-
-fn stats_in(txn: &ReadTransaction, now: Timestamp) -> Result<Stats, Failure> {
-    let counts = txn.open_table(COUNTS)?;
-    let pending = txn.open_table(PENDING)?;
-    let waiting = txn.open_table(WAITING)?;
-    let held = txn.open_table(HELD)?;
-    let count = |s: JobState| -> Result<u64, Failure> {
-        Ok(counts.get(s.as_str())?.map(|v| v.value()).unwrap_or(0))
-    };
-    let now_ms = now.as_millis();
-    // Jobs waiting on parents or held are in neither `pending_by_time`
-    // nor `ready`: not counted due, and their time is not `next_due`.
-    let mut due_now = 0u64;
-    for entry in pending.range(..=(now_ms, i64::MAX))? {
-        entry?;
-        due_now += 1;
-    }
-    let next_due =
-        match pending.range((Bound::Excluded((now_ms, i64::MAX)), Bound::Unbounded))?.next() {
-            Some(entry) => Some(Timestamp::from_millis(entry?.0.value().0)),
-            None => None,
-        };
-    Ok(Stats {
-        held: held.len()?,
-        pending: count(JobState::Pending)?,
-        waiting_on_parents: waiting.len()?,
-        running: count(JobState::Running)?,
-        done: count(JobState::Done)?,
-        failed: count(JobState::Failed)?,
-        cancelled: count(JobState::Cancelled)?,
-        due_now,
-        next_due,
-    })
-}
-
-/// What each queue with a pending or running job holds: one pass over
-/// `pending_by_time` (the claimable jobs, due or not), the rows of the jobs
-/// waiting on parents (their queue is in the row), `held` (which names
-/// each one's queue) and the few running jobs.
-fn queue_counts_in(txn: &ReadTransaction, now: Timestamp) -> Result<Vec<QueueCounts>, Failure> {
-    /// Counts one job of `queue` with `f` (the name is copied once per
-    /// queue, not once per job).
-    fn count(
-        by_queue: &mut BTreeMap<String, QueueCounts>,
-        queue: &str,
-        f: impl FnOnce(&mut QueueCounts),
-    ) {
-        match by_queue.get_mut(queue) {
-            Some(c) => f(c),
-            None => {
-                let mut c = QueueCounts { queue: queue.to_owned(), ..QueueCounts::default() };
-                f(&mut c);
-                by_queue.insert(queue.to_owned(), c);
-            }
-        }
-    }
-    let mut by_queue = BTreeMap::new();
-    let now_ms = now.as_millis();
-    for entry in txn.open_table(PENDING)?.iter()? {
-        let (k, v) = entry?;
-        let due = k.value().0 <= now_ms;
-        count(&mut by_queue, v.value().0, |c| {
-            c.pending += 1;
-            c.due += u64::from(due);
-        });
-    }
-    let jobs = txn.open_table(JOBS)?;
-    let waiting = txn.open_table(WAITING)?;
-    for entry in waiting.iter()? {
-        let id = entry?.0.value();
-        let job = load(&jobs, id)?.ok_or_else(|| out_of_step("waiting_on_parents", id))?;
-        count(&mut by_queue, &job.queue, |c| {
-            c.pending += 1;
-            c.waiting_on_parents += 1;
-        });
-    }
-    for entry in txn.open_table(HELD)?.iter()? {
-        let (k, v) = entry?;
-        // A job both held and waiting is counted pending once, above.
-        let also_waiting = waiting.get(k.value())?.is_some();
-        count(&mut by_queue, v.value(), |c| {
-            c.held += 1;
-            c.pending += u64::from(!also_waiting);
-        });
-    }
-    for entry in txn.open_table(RUNNING)?.iter()? {
-        let id = entry?.0.value();
-        let job = load(&jobs, id)?.ok_or_else(|| out_of_step("running", id))?;
-        count(&mut by_queue, &job.queue, |c| c.running += 1);
-    }
-    Ok(by_queue.into_values().collect())
-}
-
-fn next_due_in(txn: &ReadTransaction) -> Result<Option<Timestamp>, Failure> {
-    let pending = txn.open_table(PENDING)?;
-    let running = txn.open_table(RUNNING)?;
-    let mut earliest = pending.first()?.map(|(k, _)| k.value().0);
-    for entry in running.iter()? {
-        let until = entry?.1.value();
-        earliest = Some(earliest.map_or(until, |e| e.min(until)));
-    }
-    Ok(earliest.map(Timestamp::from_millis))
-}
-
-fn pushed_many(
-    t: &mut Tx<'_>,
-    jobs: &[NewJob],
-    now: Timestamp,
-    policy: &Policy,
-) -> Result<Vec<Pushed>, Failure> {
-    // All or nothing: check every element before writing any.
-    for (index, j) in jobs.iter().enumerate() {
-        machine::validate(j).map_err(|e| in_batch(index, e.into()))?;
-    }
-    t.advance(now)?;
-    jobs.iter()
-        .enumerate()
-        .map(|(i, j)| push_in(t, j, now, policy).map_err(|e| in_batch(i, e)))
-        .collect()
-}
-
-/// A refusal of the batch's element `index`, named so ([`StoreError::InBatch`]),
-/// so the caller can point at the line; damage and I/O stay as they are
-/// (they are the queue's, not the element's).
-fn in_batch(index: usize, e: Failure) -> Failure {
-    match e {
-        Failure::Store(error) => {
-            Failure::Store(StoreError::InBatch { index, error: Box::new(error) })
-        }
-        other => other,
-    }
-}
-
-/// The error of a batch of one, as its single operation answers it: the
-/// element's own error, not [`StoreError::InBatch`].
-fn alone(e: StoreError) -> StoreError {
-    match e {
-        StoreError::InBatch { index: 0, error } => *error,
-        other => other,
-    }
-}
-
+/// Every write is core's operation ([`ops`]) in one write transaction; a
+/// push and a claim first move what became due into `ready`
+/// (`RedbTx::advance`, the watermark rule). The reads are `reads.rs`.
 #[async_trait]
 impl Store for RedbStore {
-    async fn put_schedule(
-        &self,
-        new: &NewSchedule,
-        now: Timestamp,
-    ) -> Result<PutSchedule, StoreError> {
-        let new = new.clone();
-        self.blocking(move |i| i.write(|t| schedules::put_in(t, &new, now))).await
-    }
-
-    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
-        self.blocking(|i| i.read(|txn| schedules_in(&txn.open_table(SCHEDULES)?))).await
-    }
-
-    async fn change_schedule(
-        &self,
-        key: &str,
-        change: &ScheduleChange,
-        now: Timestamp,
-    ) -> Result<Option<Schedule>, StoreError> {
-        let (key, change) = (key.to_owned(), change.clone());
-        self.blocking(move |i| i.write(|t| schedules::change_in(t, &key, &change, now))).await
-    }
-
-    async fn fire_schedules(&self, now: Timestamp) -> Result<Ticks, StoreError> {
-        self.blocking(move |i| {
-            let policy = &i.options.policy;
-            i.write(|t| schedules::fire_in(t, now, |t, job| push_in(t, job, now, policy)))
-        })
-        .await
-    }
-
-    async fn restore_schedules(&self, schedules: Vec<Schedule>) -> Result<(), StoreError> {
-        self.blocking(move |i| i.write(|t| schedules::restore_in(t, &schedules))).await
-    }
-
-    async fn note_attempt(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        note: &AttemptNote,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        let (fence, note) = (fence.clone(), note.clone());
-        self.transition(id, now, move |_, job, _| {
-            Ok(machine::note_attempt(job, &fence, &note, now)?)
-        })
-        .await
-    }
-
-    async fn hold(&self, id: JobId, stamp: Stamp, now: Timestamp) -> Result<Job, StoreError> {
-        self.transition(id, now, move |_, job, _| Ok(machine::hold(job, stamp.clone(), now)?)).await
-    }
-
-    async fn release_hold(&self, id: JobId, by: &str, now: Timestamp) -> Result<Job, StoreError> {
-        let by = by.to_owned();
-        self.transition(id, now, move |_, job, _| Ok(machine::release_hold(job, &by, now)?)).await
-    }
-
-    async fn edit(&self, id: JobId, edit: &JobEdit, now: Timestamp) -> Result<Job, StoreError> {
-        let edit = edit.clone();
-        self.transition(id, now, move |_, job, _| Ok(machine::edit(job, &edit, now)?)).await
-    }
-
-    async fn clone_job(
-        &self,
-        id: JobId,
-        edit: &JobEdit,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        let edit = edit.clone();
-        self.blocking(move |i| {
-            i.write(|t| {
-                let original = t.must(id)?;
-                let new = machine::clone_of(&original, &edit)?;
-                let pushed = push_in(t, &new, now, &i.options.policy)?;
-                t.append(&machine::cloned_events(original.id, pushed.job.id, now))?;
-                Ok(pushed.job)
-            })
-        })
-        .await
-    }
-
-    async fn lanes(&self) -> Result<Lanes, StoreError> {
-        self.blocking(|i| i.read(|txn| lanes_in(&txn.open_table(LANES)?))).await
-    }
-
-    async fn change_lane(
-        &self,
-        scope: &LaneScope,
-        change: &LaneChange,
-    ) -> Result<Lanes, StoreError> {
-        let (scope, change) = (scope.clone(), change.clone());
-        self.blocking(move |i| {
-            i.write(|t| {
-                let mut lanes = t.lanes()?;
-                let settings = lanes.apply(&scope, &change)?;
-                t.put_lane(&scope, &settings)?;
-                Ok(lanes)
-            })
-        })
-        .await
-    }
-
-    async fn queue_counts(&self, now: Timestamp) -> Result<Vec<QueueCounts>, StoreError> {
-        self.blocking(move |i| i.read(|txn| queue_counts_in(txn, now))).await
-    }
-
     async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
-        let mut many = self.push_many(vec![job], now).await.map_err(alone)?;
+        let mut many = self.push_many(vec![job], now).await.map_err(ops::alone)?;
         many.pop().ok_or_else(|| StoreError::Backend("a push returned nothing".to_owned()))
     }
 
@@ -745,7 +290,11 @@ impl Store for RedbStore {
         jobs: Vec<NewJob>,
         now: Timestamp,
     ) -> Result<Vec<Pushed>, StoreError> {
-        self.blocking(move |i| i.write(|t| pushed_many(t, &jobs, now, &i.options.policy))).await
+        self.write(move |t, policy| {
+            t.advance(now)?;
+            ops::push_many(t, &jobs, now, policy)
+        })
+        .await
     }
 
     async fn claim(
@@ -754,7 +303,11 @@ impl Store for RedbStore {
         now: Timestamp,
     ) -> Result<Option<Claimed>, StoreError> {
         let request = request.clone();
-        self.blocking(move |i| i.write(|t| claim_in(t, &request, now, &i.options.policy))).await
+        self.write(move |t, policy| {
+            t.advance(now)?;
+            ops::claim(t, &request, now, policy)
+        })
+        .await
     }
 
     async fn heartbeat(
@@ -765,16 +318,7 @@ impl Store for RedbStore {
         now: Timestamp,
     ) -> Result<HeartbeatAck, StoreError> {
         let fence = fence.clone();
-        self.blocking(move |i| {
-            let policy = &i.options.policy;
-            i.write(|t| {
-                let job = t.must(id)?;
-                let (tr, ack) = machine::heartbeat(&job, &fence, now, policy, child_pgid)?;
-                write_plan(t, job, tr, now)?;
-                Ok(ack)
-            })
-        })
-        .await
+        self.write(move |t, policy| ops::heartbeat(t, id, &fence, child_pgid, now, policy)).await
     }
 
     async fn complete(
@@ -785,8 +329,7 @@ impl Store for RedbStore {
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let fence = fence.clone();
-        self.transition(id, now, move |_, job, _| Ok(machine::complete(job, &fence, &done, now)?))
-            .await
+        self.write(move |t, _| ops::complete(t, id, &fence, &done, now)).await
     }
 
     async fn fail(
@@ -797,10 +340,7 @@ impl Store for RedbStore {
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let fence = fence.clone();
-        self.transition(id, now, move |_, job, policy| {
-            Ok(machine::fail(job, &fence, &failure, now, policy)?)
-        })
-        .await
+        self.write(move |t, policy| ops::fail(t, id, &fence, &failure, now, policy)).await
     }
 
     async fn settle_and_claim(
@@ -811,75 +351,74 @@ impl Store for RedbStore {
         next: &ClaimRequest,
         now: Timestamp,
     ) -> Result<SettledAndClaimed, StoreError> {
-        let (fence, request) = (fence.clone(), next.clone());
-        self.blocking(move |i| {
-            let policy = &i.options.policy;
-            i.write(|t| {
-                let job = t.must(id)?;
-                let tr = machine::settle(&job, &fence, &settlement, now, policy)?;
-                let settled = write_plan(t, job, tr, now)?;
-                if settled.state == JobState::Done {
-                    slothqueue_core::failpoint::hit("mid_complete"); // written, not committed
-                }
-                let next = claim_in(t, &request, now, policy)?;
-                Ok(SettledAndClaimed { settled, next })
-            })
+        let (fence, next) = (fence.clone(), next.clone());
+        self.write(move |t, policy| {
+            t.advance(now)?;
+            ops::settle_and_claim(t, id, &fence, &settlement, &next, now, policy)
         })
         .await
     }
 
     async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError> {
         let fence = fence.clone();
-        self.transition(id, now, move |_, job, _| Ok(machine::release(job, &fence, now)?)).await
+        self.write(move |t, _| ops::release(t, id, &fence, now)).await
+    }
+
+    async fn note_attempt(
+        &self,
+        id: JobId,
+        fence: &Fence,
+        note: &AttemptNote,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        let (fence, note) = (fence.clone(), note.clone());
+        self.write(move |t, _| ops::note_attempt(t, id, &fence, &note, now)).await
+    }
+
+    async fn hold(&self, id: JobId, stamp: Stamp, now: Timestamp) -> Result<Job, StoreError> {
+        self.write(move |t, _| ops::hold(t, id, stamp.clone(), now)).await
+    }
+
+    async fn release_hold(&self, id: JobId, by: &str, now: Timestamp) -> Result<Job, StoreError> {
+        let by = by.to_owned();
+        self.write(move |t, _| ops::release_hold(t, id, &by, now)).await
+    }
+
+    async fn edit(&self, id: JobId, edit: &JobEdit, now: Timestamp) -> Result<Job, StoreError> {
+        let edit = edit.clone();
+        self.write(move |t, _| ops::edit(t, id, &edit, now)).await
+    }
+
+    async fn clone_job(
+        &self,
+        id: JobId,
+        edit: &JobEdit,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        let edit = edit.clone();
+        self.write(move |t, policy| ops::clone_job(t, id, &edit, now, policy)).await
     }
 
     async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.transition(id, now, move |_, job, _| Ok(machine::cancel(job, now)?)).await
+        self.write(move |t, _| ops::cancel(t, id, now)).await
     }
 
     async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.transition(id, now, move |t, job, _| {
-            let parents = machine::load_parents(t, job)?;
-            Ok(machine::retry(job, &parents, now)?)
-        })
-        .await
+        self.write(move |t, _| ops::retry(t, id, now)).await
     }
 
     async fn dependents(&self, id: JobId) -> Result<Vec<JobId>, StoreError> {
-        self.blocking(move |i| {
-            i.read(|txn| {
-                // A parent purged before its children still lists them:
-                // an edge lives as long as its child.
-                dependents_in(&txn.open_table(EDGES)?, id)
-            })
-        })
-        .await
+        // A parent purged before its children still lists them: an edge
+        // lives as long as its child.
+        self.read(move |txn| dependents_in(&txn.open_table(EDGES)?, id)).await
     }
 
     async fn get(&self, id: JobId) -> Result<Job, StoreError> {
-        self.blocking(move |i| {
-            i.read(|txn| {
-                load(&txn.open_table(JOBS)?, id)?.ok_or(Failure::Store(StoreError::NotFound(id)))
-            })
-        })
-        .await
+        self.read(move |txn| get_in(txn, id)).await
     }
 
     async fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
-        self.blocking(move |i| {
-            i.read(|txn| {
-                if txn.open_table(JOBS)?.get(id)?.is_none() {
-                    return Err(Failure::Store(StoreError::NotFound(id)));
-                }
-                let events = txn.open_table(EVENTS)?;
-                let mut out = Vec::new();
-                for entry in events.range((id, 0)..=(id, u32::MAX))? {
-                    out.push(decode_event(entry?.1.value())?);
-                }
-                Ok(out)
-            })
-        })
-        .await
+        self.read(move |txn| events_in(txn, id)).await
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError> {
@@ -889,15 +428,19 @@ impl Store for RedbStore {
             ));
         }
         let filter = filter.clone();
-        self.blocking(move |i| i.read(|txn| list_in(txn, &filter))).await
+        self.read(move |txn| list_in(txn, &filter)).await
     }
 
     async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError> {
-        self.blocking(move |i| i.read(|txn| stats_in(txn, now))).await
+        self.read(move |txn| stats_in(txn, now)).await
     }
 
     async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
-        self.blocking(|i| i.read(next_due_in)).await
+        self.read(next_due_in).await
+    }
+
+    async fn queue_counts(&self, now: Timestamp) -> Result<Vec<QueueCounts>, StoreError> {
+        self.read(move |txn| queue_counts_in(txn, now)).await
     }
 
     async fn reclaim_dead(
@@ -905,122 +448,107 @@ impl Store for RedbStore {
         attempts: &[(JobId, Fence)],
         now: Timestamp,
     ) -> Result<Vec<Job>, StoreError> {
+        // Nothing to take back opens no write transaction (a sweep that
+        // found no dead owner costs no commit).
         if attempts.is_empty() {
             return Ok(Vec::new());
         }
         let attempts = attempts.to_vec();
-        self.blocking(move |i| {
-            i.write(|t| {
-                let mut before = Vec::new();
-                for (id, attempt) in &attempts {
-                    let Some(job) = t.job(*id)? else { continue };
-                    if let Some(tr) = machine::reclaim_dead(&job, attempt, now) {
-                        write_plan(t, job.clone(), tr, now)?;
-                        before.push(job);
-                    }
-                }
-                Ok(before)
-            })
-        })
-        .await
+        self.write(move |t, _| ops::reclaim_dead(t, &attempts, now)).await
     }
 
     async fn purge(&self, filter: &PurgeFilter) -> Result<Vec<JobId>, StoreError> {
         let filter = filter.clone();
-        self.blocking(move |i| i.write(|t| purge_in(t, &filter))).await
+        self.write(move |t, _| ops::purge(t, &filter)).await
     }
 
     async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
-        self.restore_many(vec![(job, events)]).await.map_err(alone)
+        self.restore_many(vec![(job, events)]).await.map_err(ops::alone)
     }
 
     async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
-        self.blocking(move |i| {
-            i.write(|t| {
-                jobs.iter()
-                    .enumerate()
-                    .try_for_each(|(n, (j, ev))| restore_in(t, j, ev).map_err(|e| in_batch(n, e)))
-            })
-        })
-        .await
+        self.write(move |t, _| ops::restore_many(t, &jobs)).await
     }
 
     async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(record)
             .map_err(|e| StoreError::Backend(format!("cannot encode a runner record: {e}")))?;
         let owner = record.owner.id.clone();
-        self.blocking(move |i| {
-            i.write(|t| {
-                t.runners.insert(owner.as_str(), bytes.as_slice())?;
-                Ok(())
-            })
+        self.write(move |t, _| {
+            t.runners.insert(owner.as_str(), bytes.as_slice())?;
+            Ok(())
         })
         .await
     }
 
     async fn remove_runner(&self, owner_id: &str) -> Result<(), StoreError> {
         let owner = owner_id.to_owned();
-        self.blocking(move |i| {
-            i.write(|t| {
-                t.runners.remove(owner.as_str())?;
-                Ok(())
-            })
+        self.write(move |t, _| {
+            t.runners.remove(owner.as_str())?;
+            Ok(())
         })
         .await
     }
 
     async fn runners(&self) -> Result<Vec<RunnerRecord>, StoreError> {
-        self.blocking(|i| {
-            i.read(|txn| {
-                let table = txn.open_table(RUNNERS)?;
-                let mut out = Vec::new();
-                for entry in table.iter()? {
-                    let (k, v) = entry?;
-                    let record: RunnerRecord = serde_json::from_slice(v.value()).map_err(|e| {
-                        Failure::Damaged(format!("runner `{}` does not decode: {e}", k.value()))
-                    })?;
-                    out.push(record);
-                }
-                Ok(out)
-            })
-        })
-        .await
+        self.read(runners_in).await
+    }
+
+    async fn put_schedule(
+        &self,
+        new: &NewSchedule,
+        now: Timestamp,
+    ) -> Result<PutSchedule, StoreError> {
+        let new = new.clone();
+        self.write(move |t, _| ops::put_schedule(t, &new, now)).await
+    }
+
+    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
+        self.read(|txn| schedules_in(&txn.open_table(SCHEDULES)?)).await
+    }
+
+    async fn change_schedule(
+        &self,
+        key: &str,
+        change: &ScheduleChange,
+        now: Timestamp,
+    ) -> Result<Option<Schedule>, StoreError> {
+        let (key, change) = (key.to_owned(), change.clone());
+        self.write(move |t, _| ops::change_schedule(t, &key, &change, now)).await
+    }
+
+    async fn fire_schedules(&self, now: Timestamp) -> Result<Ticks, StoreError> {
+        self.write(move |t, policy| ops::fire_schedules(t, now, policy)).await
+    }
+
+    async fn restore_schedules(&self, schedules: Vec<Schedule>) -> Result<(), StoreError> {
+        self.write(move |t, _| ops::restore_schedules(t, &schedules)).await
+    }
+
+    async fn lanes(&self) -> Result<Lanes, StoreError> {
+        self.read(|txn| lanes_in(&txn.open_table(LANES)?)).await
+    }
+
+    async fn change_lane(
+        &self,
+        scope: &LaneScope,
+        change: &LaneChange,
+    ) -> Result<Lanes, StoreError> {
+        let (scope, change) = (scope.clone(), change.clone());
+        self.write(move |t, _| ops::change_lane(t, &scope, &change)).await
     }
 
     /// redb writes every commit into the file itself.
-    fn watched_files(&self) -> Vec<std::path::PathBuf> {
+    fn watched_files(&self) -> Vec<PathBuf> {
         vec![self.inner.path.clone()]
-    }
-}
-
-impl RedbStore {
-    /// One user- or owner-side transition on one job: load, decide (with
-    /// the transaction at hand, to read the job's parents), write it and
-    /// what it causes to the jobs waiting on it.
-    async fn transition<F>(&self, id: JobId, now: Timestamp, decide: F) -> Result<Job, StoreError>
-    where
-        F: Fn(&mut Tx<'_>, &Job, &Policy) -> Result<Transition, Failure> + Send + 'static,
-    {
-        self.blocking(move |i| {
-            let policy = &i.options.policy;
-            i.write(|t| {
-                let job = t.must(id)?;
-                let tr = decide(t, &job, policy)?;
-                let job = write_plan(t, job, tr, now)?;
-                if job.state == JobState::Done {
-                    slothqueue_core::failpoint::hit("mid_complete"); // written, not committed
-                }
-                Ok(job)
-            })
-        })
-        .await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use slothqueue_core::{ClaimFilter, ClockOnly, Owner};
+    use crate::schema::JOBS;
+    use slothqueue_core::{ClaimFilter, ClockOnly, JobState, Owner};
 
     fn t(secs: i64) -> Timestamp {
         Timestamp::from_millis(1_700_000_000_000 + secs * 1000)

@@ -13,7 +13,7 @@ use redb::{Database, Durability, ReadOnlyDatabase, ReadTransaction, ReadableData
 use slothqueue_core::{Policy, StoreError};
 
 use crate::error::Failure;
-use crate::rows::Tx;
+use crate::rows::RedbTx;
 use crate::seal::Seal;
 
 /// How [`RedbStore::open`](crate::RedbStore::open) opens a queue.
@@ -246,7 +246,7 @@ pub(crate) fn write<T>(
     db: &Database,
     gate: &Gate,
     lock_timeout: Duration,
-    f: impl FnOnce(&mut Tx<'_>) -> Result<T, Failure>,
+    f: impl FnOnce(&mut RedbTx<'_>) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
     let (_gate, waited) = gate.enter(lock_timeout)?;
     let left = lock_timeout.saturating_sub(waited);
@@ -259,7 +259,7 @@ pub(crate) fn write<T>(
     // redb refuses `Durability::None` in multi-writer mode.
     txn.set_durability(Durability::Immediate)?;
     let out = {
-        let mut tx = Tx::open(&txn)?;
+        let mut tx = RedbTx::open(&txn)?;
         f(&mut tx)
     };
     match out {
