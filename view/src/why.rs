@@ -124,8 +124,16 @@ fn pending(s: &Situation<'_>) -> String {
         );
     }
     if live.is_empty() {
-        let start = "no runner is alive: it runs when one starts (slothqueue run)";
-        return if ahead.is_empty() { start.to_owned() } else { format!("{ahead}; {start}") };
+        // Runners alive, but none takes its queue: say so, not "none alive".
+        let start = if alive.is_empty() {
+            "no runner is alive: it runs when one starts (slothqueue run)".to_owned()
+        } else {
+            format!(
+                "{coverage}: it runs when one that does starts (slothqueue run --queue {})",
+                job.queue
+            )
+        };
+        return if ahead.is_empty() { start } else { format!("{ahead}; {start}") };
     }
     if let Some(gated) =
         live.iter().find(|r| matches!(r.record.activity, RunnerActivity::Gated { .. }))
@@ -251,6 +259,20 @@ mod tests {
             "next in line: a runner takes it at its next look",
             "a record naming no kinds runs every kind"
         );
+    }
+
+    #[test]
+    fn live_runners_of_other_queues_are_not_none_alive() {
+        let mut other = job(NOW);
+        other.queue = "other".into();
+        let mut default_only = runner(RunnerActivity::Idle { until: None });
+        default_only.queues = vec!["default".into()];
+        let seen = [RunnerView { record: default_only, live: true }];
+        assert_eq!(
+            why_of(&other, 0, &seen),
+            "no live runner serves queue other: it runs when one that does starts (slothqueue run --queue other)"
+        );
+        assert!(why_of(&other, 0, &[]).starts_with("no runner is alive"));
     }
 
     #[test]

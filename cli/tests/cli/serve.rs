@@ -145,6 +145,13 @@ fn serve_with_handlers(backend: Backend) {
         assert!(job["why"].is_string(), "{job}");
         assert_eq!(shown["why"], job["why"], "show --json: {shown}\nHTTP: {job}");
     }
+    let (_, job) = served.json("GET", &format!("/api/tasks/outbox/{other}"), None);
+    assert!(
+        job["why"].as_str().unwrap().ends_with(
+            "no live runner serves queue other: it runs when one that does starts (slothqueue run --queue other)"
+        ),
+        "{job}"
+    );
     let status = ctx.ok(&["status"]);
     assert!(
         status.contains("no handler for kind resize: 1 pending job in queue default"),
