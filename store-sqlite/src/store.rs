@@ -341,16 +341,16 @@ slothqueue_core::store_ops! {
         async fn runners(&self) -> Result<Vec<RunnerRecord>, StoreError> {
             self.with(|conn, _| runners_tx(conn)).await
         }
-    }
 
-    /// The file and its write-ahead log, which every commit appends to
-    /// (checkpoints write the file). A watch on a symlinked file also
-    /// watches these names beside the file it resolves to, where SQLite
-    /// writes its log.
-    fn watched_files(&self) -> Vec<std::path::PathBuf> {
-        let mut wal = self.path().as_os_str().to_owned();
-        wal.push("-wal");
-        vec![self.path().to_owned(), wal.into()]
+        /// The file and its write-ahead log, which every commit appends to
+        /// (checkpoints write the file). A watch on a symlinked file also
+        /// watches these names beside the file it resolves to, where SQLite
+        /// writes its log.
+        fn watched_files(&self) -> Vec<std::path::PathBuf> {
+            let mut wal = self.path().as_os_str().to_owned();
+            wal.push("-wal");
+            vec![self.path().to_owned(), wal.into()]
+        }
     }
 }
 
