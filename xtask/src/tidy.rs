@@ -704,3 +704,54 @@ fn no_store_runs_the_push_or_dependency_rules_itself() {
         found.join("\n")
     );
 }
+
+/// Most non-test lines a source file may have: a file that grows past it
+/// usually holds two roles, and splitting it by role keeps each room
+/// readable. One that is one thing says so in its module doc, in a line
+/// starting `//! One thing:` with the reason.
+const MAX_FILE_LINES: usize = 800;
+
+/// The lines of `text` before its unit tests (a column-0 `#[cfg(test)]`).
+fn non_test_lines(text: &str) -> usize {
+    text.lines().take_while(|l| !l.starts_with("#[cfg(test)]")).count()
+}
+
+/// Rooms of one role: no product source file over [`MAX_FILE_LINES`]
+/// non-test lines unless its top says why it is one thing. Test code
+/// (the conformance suite in `tests/`, each crate's `tests/`, `tests.rs`
+/// files) and the fuzz workspace are not counted.
+#[test]
+fn no_source_file_over_the_size_rule_unless_it_says_why() {
+    let root = project_root();
+    let mut over = Vec::new();
+    for path in rust_files() {
+        let rel = path.strip_prefix(&root).unwrap_or(&path).to_string_lossy().into_owned();
+        let in_tests = rel.starts_with("tests/")
+            || rel.split('/').any(|part| part == "tests")
+            || rel.ends_with("/tests.rs");
+        if in_tests || !rel.contains("/src/") {
+            continue;
+        }
+        let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {rel}: {e}"));
+        let lines = non_test_lines(&text);
+        let says_why = text
+            .lines()
+            .take_while(|l| l.starts_with("//!") || l.trim().is_empty())
+            .any(|l| l.starts_with("//! One thing:"));
+        if lines > MAX_FILE_LINES && !says_why {
+            over.push(format!("{rel}: {lines} non-test lines"));
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "split these by role, or say at the top (`//! One thing: …`) why each is one thing \
+         (at most {MAX_FILE_LINES} non-test lines):\n{}",
+        over.join("\n")
+    );
+}
+
+#[test]
+fn non_test_lines_stop_at_the_unit_tests() {
+    assert_eq!(non_test_lines("a\nb\n#[cfg(test)]\nmod tests {}\n"), 2);
+    assert_eq!(non_test_lines("a\n    #[cfg(test)]\nb\n"), 3);
+}
