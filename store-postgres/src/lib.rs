@@ -106,12 +106,14 @@
 mod error;
 mod listen;
 mod open;
+mod reads;
 mod rows;
 mod schema;
 mod store;
 #[doc(hidden)]
 pub mod testing;
 mod txn;
+mod verbs;
 
 pub use listen::ChangeListener;
 pub use schema::SCHEMA_VERSION;

@@ -6,10 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use slothqueue_core::{ClockOnly, Owner};
+use tokio_postgres::types::ToSql;
 
 use super::*;
-use crate::rows::candidate_sql;
 use crate::testing::{schema_url_for_path, url_from_env};
+use crate::verbs::{Search, due_sql};
 
 fn t(secs: i64) -> Timestamp {
     Timestamp::from_millis(1_700_000_000_000 + secs * 1000)
@@ -59,22 +60,50 @@ fn the_claim_reads_its_candidate_through_the_index() {
         .collect();
     runtime().block_on(store.push_many(jobs, t(0))).unwrap();
     let now = || Box::new(t(1).as_millis()) as Box<dyn ToSql + Sync + Send>;
-    let all = explain(&store, &candidate_sql(false, false, false), vec![now()]);
+    let all = explain(&store, &due_sql(Search::Start, false, false, false, 1), vec![now()]);
     assert!(!all.contains("Seq Scan on jobs"), "{all}");
     assert!(all.contains("Index Scan using jobs_pending on jobs"), "{all}");
     assert!(all.contains("LockRows"), "{all}");
-    let by_queue =
-        explain(&store, &candidate_sql(true, false, false), vec![now(), Box::new("b".to_owned())]);
+    let by_queue = explain(
+        &store,
+        &due_sql(Search::Start, true, false, false, 1),
+        vec![now(), Box::new("b".to_owned())],
+    );
     assert!(!by_queue.contains("Seq Scan on jobs"), "{by_queue}");
     assert!(by_queue.contains("jobs_pending_queue"), "{by_queue}");
     let kinds: Vec<String> = vec!["shell".into()];
     let closed: Vec<String> = vec!["a".into()];
     let filtered = explain(
         &store,
-        &candidate_sql(false, true, true),
+        &due_sql(Search::Start, false, true, true, 1),
         vec![now(), Box::new(kinds), Box::new(closed)],
     );
     assert!(!filtered.contains("Seq Scan on jobs"), "{filtered}");
+    // The later pulls, after a cursor: the rest of its priority level, a
+    // range of the index from the cursor on, then the levels below it; the
+    // cursor bounds the index search, no scan of what comes before it.
+    for by_queue in [false, true] {
+        let index = if by_queue { "jobs_pending_queue" } else { "jobs_pending " };
+        let queue = || Box::new("b".to_owned()) as Box<dyn ToSql + Sync + Send>;
+        let mut rest: Vec<Box<dyn ToSql + Sync + Send>> =
+            vec![now(), Box::new(2_i32), Box::new(t(-1).as_millis()), Box::new(7_i64)];
+        let mut below: Vec<Box<dyn ToSql + Sync + Send>> = vec![now(), Box::new(2_i32)];
+        if by_queue {
+            rest.push(queue());
+            below.push(queue());
+        }
+        let bounds = [
+            (Search::RestOfLevel, rest, "(ROW(not_before, id) > ROW("),
+            (Search::LevelsBelow, below, "(priority < 2)"),
+        ];
+        for (from, params, bound) in bounds {
+            let plan = explain(&store, &due_sql(from, by_queue, false, false, 64), params);
+            assert!(!plan.contains("Seq Scan on jobs"), "{from:?}: {plan}");
+            assert!(plan.contains(index), "{from:?}: {plan}");
+            let cond = plan.lines().find(|l| l.trim_start().starts_with("Index Cond:"));
+            assert!(cond.is_some_and(|c| c.contains(bound)), "{from:?}: {plan}");
+        }
+    }
     let request = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly));
     let claimed = runtime().block_on(store.claim(&request, t(1))).unwrap().unwrap();
     assert_eq!(claimed.job.priority, 4, "the highest priority due first");
