@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use slothqueue_core::ops::{self, Tx};
+use slothqueue_core::ops;
 use slothqueue_core::{
     AttemptNote, ChangeGuard, ChangeWaker, ClaimRequest, Claimed, Completion, Event, Failure,
     Fence, HeartbeatAck, Job, JobEdit, JobId, LaneChange, LaneScope, Lanes, ListFilter, NewJob,
@@ -25,8 +25,10 @@ use crate::listen::{self, ChangeListener};
 use crate::open;
 use crate::reads::{events_tx, list_tx, next_due_tx, queue_counts_tx, runners_tx, stats_tx};
 use crate::rows::{dependents, load, read_lanes, read_schedules};
-use crate::txn::{Db, Keys, Lock, PgOptions, Pool, ServerClock, connection_config, parse_url};
-use crate::verbs::PgTx;
+use crate::txn::{
+    Db, Keys, Lock, PgOptions, Pool, ServerClock, connection_config, parse_url, runtime,
+};
+use crate::verbs::{PgTx, shared_or_exclusive};
 
 /// A batch of at least this many new jobs is followed by `ANALYZE jobs`
 /// ([`PgStore::analyze_after_bulk`]).
@@ -104,37 +106,10 @@ impl PgStore {
             server: target.server.clone(),
             busy_timeout: options.busy_timeout,
         };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .max_blocking_threads(options.pool_size.max(1) + 4)
-            // An idle blocking thread would otherwise exit 10 s after its
-            // last call, waking an idle runner (`run --follow`) for nothing;
-            // a few parked threads cost nothing while they wait.
-            .thread_keep_alive(std::time::Duration::from_secs(3600))
-            .thread_name("slothqueue-pg")
-            .enable_all()
-            .build()
-            .map_err(|e| StoreError::Io {
-                context: "start the store's runtime".into(),
-                source: e,
-            })?;
+        let runtime = runtime(options.pool_size)?;
         let rt = runtime.handle().clone();
         let clock = ServerClock::new(options.host_clock.clone());
-        // Connect and migrate from a plain thread: `block_on` inside the
-        // caller's runtime would panic.
-        let first = std::thread::scope(|s| {
-            s.spawn(|| {
-                let conn = if read_only {
-                    open::open_read_only(&rt, &target, &options, &ctx)?
-                } else {
-                    open::open(&rt, &target, &options, &ctx)?
-                };
-                clock.measure(&Db::on(&conn, &rt, false)).map_err(|e| ctx.map(e))?;
-                Ok::<_, StoreError>(conn)
-            })
-            .join()
-            .unwrap_or_else(|_| Err(StoreError::Backend("the opening thread panicked".into())))
-        });
+        let first = open::first_connection(&rt, &target, &options, &ctx, &clock, read_only);
         let first = match first {
             Ok(c) => c,
             Err(e) => {
@@ -286,8 +261,8 @@ impl PgStore {
     ) -> Result<Job, StoreError> {
         let (fence, now) = (fence.clone(), self.judge(now));
         self.with(true, move |db, inner| {
-            shared_or_exclusive(db, inner, true, false, &mut |tx, policy| {
-                ops::settle(tx, id, &fence, &settlement, now, policy)
+            shared_or_exclusive(db, &inner.keys, true, false, &mut |tx| {
+                ops::settle(tx, id, &fence, &settlement, now, &inner.policy)
             })
         })
         .await
@@ -318,67 +293,8 @@ impl Inner {
     }
 }
 
-/// Tells the queue's listeners, when this transaction commits, that it
-/// changed.
-fn notify(db: &Db<'_>, keys: &Keys) -> Result<(), Error> {
-    db.execute("SELECT 1 FROM pg_notify($1, '')", &[&keys.channel])?;
-    Ok(())
-}
-
-/// Runs `op` (a claim, an owner's settle, or both) under the queue's
-/// **shared** lock, and once more under the exclusive lock when a verb
-/// answers [`Error::Escalate`] (see `PgTx`).
-///
-/// Claimers run side by side: each locks the running jobs it reads and its
-/// candidates with `FOR UPDATE SKIP LOCKED`, so no two take one job and
-/// none waits for another. A settle writes only rows it holds locked: its
-/// own job (locked, and fenced, by its owner), and the jobs waiting on it,
-/// each read `FOR UPDATE` before the core's rule computes its new count of
-/// parents, so two parents settling at once count a shared child down one
-/// after the other, the second from the first's commit (`READ COMMITTED`
-/// re-reads a row it waited for); two that lock children in opposite
-/// orders deadlock, and the server's deadlock is retried. So settles and
-/// claims of many runners run side by side and their commits share the
-/// server's WAL flushes. That is only sound while nothing needs a count
-/// over every running job or writes beyond those rows: with lanes
-/// configured (a limit counts the running jobs of a lane, a pause must be
-/// seen whole) or abandoned jobs to end (their end reaches their
-/// dependents) the whole transaction runs again under the exclusive lock,
-/// where it sees every running job. When `claims`, the lanes are read
-/// before anything else, so with lanes configured the escalation comes
-/// before anything is written or locked. Whatever needs a view of every
-/// job (pushes, cancels, retries, purges) holds the lock exclusively and
-/// waits for these.
-fn shared_or_exclusive<T>(
-    db: &Db<'_>,
-    inner: &Inner,
-    notifies: bool,
-    claims: bool,
-    op: &mut dyn FnMut(&mut PgTx<'_, '_>, &Policy) -> Result<T, Error>,
-) -> Result<T, Error> {
-    let keys = &inner.keys;
-    let mut attempt = |lock: Lock| {
-        db.transaction(keys, lock, notifies, &mut |db| {
-            let mut tx = PgTx::new(db, lock == Lock::Shared);
-            if claims {
-                tx.lanes()?;
-            }
-            let out = op(&mut tx, &inner.policy)?;
-            tx.finish()?;
-            if tx.retired() && !notifies {
-                notify(db, keys)?;
-            }
-            Ok(out)
-        })
-    };
-    match attempt(Lock::Shared) {
-        Err(Error::Escalate) => attempt(Lock::Exclusive),
-        other => other,
-    }
-}
-
 /// Every write is core's operation ([`ops`]) in one transaction over the
-/// row verbs of [`PgTx`], under the lock the crate docs give it; the
+/// row verbs of `PgTx`, under the lock the crate docs give it; the
 /// reads are `reads.rs`.
 #[async_trait]
 impl Store for PgStore {
@@ -507,8 +423,8 @@ impl Store for PgStore {
     ) -> Result<Option<Claimed>, StoreError> {
         let (request, now) = (request.clone(), self.judge(now));
         self.with(true, move |db, inner| {
-            shared_or_exclusive(db, inner, false, true, &mut |tx, policy| {
-                ops::claim(tx, &request, now, policy)
+            shared_or_exclusive(db, &inner.keys, false, true, &mut |tx| {
+                ops::claim(tx, &request, now, &inner.policy)
             })
         })
         .await
@@ -558,8 +474,8 @@ impl Store for PgStore {
     ) -> Result<SettledAndClaimed, StoreError> {
         let (fence, next, now) = (fence.clone(), next.clone(), self.judge(now));
         self.with(true, move |db, inner| {
-            shared_or_exclusive(db, inner, true, true, &mut |tx, policy| {
-                ops::settle_and_claim(tx, id, &fence, &settlement, &next, now, policy)
+            shared_or_exclusive(db, &inner.keys, true, true, &mut |tx| {
+                ops::settle_and_claim(tx, id, &fence, &settlement, &next, now, &inner.policy)
             })
         })
         .await

@@ -211,6 +211,23 @@ pub(crate) fn connection_config(
 // ---------------------------------------------------------------------------
 // Connections
 
+/// The store's own runtime: one worker thread for its connections' tasks,
+/// and blocking threads for its operations (one per pooled connection, a
+/// few more for the listeners and the open).
+pub(crate) fn runtime(pool_size: usize) -> Result<tokio::runtime::Runtime, StoreError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(pool_size.max(1) + 4)
+        // An idle blocking thread would otherwise exit 10 s after its
+        // last call, waking an idle runner (`run --follow`) for nothing;
+        // a few parked threads cost nothing while they wait.
+        .thread_keep_alive(Duration::from_secs(3600))
+        .thread_name("slothqueue-pg")
+        .enable_all()
+        .build()
+        .map_err(|e| StoreError::Io { context: "start the store's runtime".into(), source: e })
+}
+
 /// One connection, with its prepared statements by SQL text.
 pub(crate) struct Conn {
     client: Client,

@@ -1,14 +1,16 @@
 //! [`PgTx`]: the row verbs `slothqueue_core::ops` runs on, over one open
 //! PostgreSQL transaction; the binary-`COPY` buffering of new jobs behind
-//! its insert verb; and the search for due jobs in claim order that the
-//! claim pulls from, pushed down to the claim indexes with
-//! `FOR UPDATE SKIP LOCKED`.
+//! its insert verb; the search for due jobs in claim order that the claim
+//! pulls from, pushed down to the claim indexes with
+//! `FOR UPDATE SKIP LOCKED`; and the shared-lock transaction mode a claim
+//! and an owner's settle run in ([`shared_or_exclusive`]).
 //!
 //! Nothing here decides: every operation is core's, run inside the
 //! transaction `store.rs` opens, in the lock mode it chooses; a verb reads
 //! or writes rows (`rows.rs`). The one thing a verb may answer besides is
 //! [`Error::Escalate`]: under the queue's shared lock, a claim that needs
-//! the exclusive one says so at the verb that shows it.
+//! the exclusive one says so at the verb that shows it (the lanes read
+//! configured, an abandoned job about to be ended).
 
 use std::collections::HashSet;
 
@@ -26,7 +28,7 @@ use crate::rows::{
     write_schedule,
 };
 use crate::schema;
-use crate::txn::Db;
+use crate::txn::{Db, Keys, Lock};
 
 /// The open transaction of one operation. Every read sees the
 /// transaction's earlier writes: new jobs held for one `COPY`
@@ -314,6 +316,67 @@ impl Tx for PgTx<'_, '_> {
             &[],
         )?;
         jobs.iter().try_for_each(|job| delete_job(self.db, job))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The shared lock
+
+/// Tells the queue's listeners, when this transaction commits, that it
+/// changed.
+fn notify(db: &Db<'_>, keys: &Keys) -> Result<(), Error> {
+    db.execute("SELECT 1 FROM pg_notify($1, '')", &[&keys.channel])?;
+    Ok(())
+}
+
+/// Runs `op` (a claim, an owner's settle, or both) under the queue's
+/// **shared** lock, and once more under the exclusive lock when a verb
+/// answers [`Error::Escalate`] ([`PgTx`]).
+///
+/// Claimers run side by side: each locks the running jobs it reads and its
+/// candidates with `FOR UPDATE SKIP LOCKED`, so no two take one job and
+/// none waits for another. A settle writes only rows it holds locked: its
+/// own job (locked, and fenced, by its owner), and the jobs waiting on it,
+/// each read `FOR UPDATE` before the core's rule computes its new count of
+/// parents, so two parents settling at once count a shared child down one
+/// after the other, the second from the first's commit (`READ COMMITTED`
+/// re-reads a row it waited for); two that lock children in opposite
+/// orders deadlock, and the server's deadlock is retried. So settles and
+/// claims of many runners run side by side and their commits share the
+/// server's WAL flushes. That is only sound while nothing needs a count
+/// over every running job or writes beyond those rows: with lanes
+/// configured (a limit counts the running jobs of a lane, a pause must be
+/// seen whole) or abandoned jobs to end (their end reaches their
+/// dependents) the whole transaction runs again under the exclusive lock,
+/// where it sees every running job. When `claims`, the lanes are read
+/// before anything else, so with lanes configured the escalation comes
+/// before anything is written or locked. Whatever needs a view of every
+/// job (pushes, cancels, retries, purges) holds the lock exclusively and
+/// waits for these.
+pub(crate) fn shared_or_exclusive<T>(
+    db: &Db<'_>,
+    keys: &Keys,
+    notifies: bool,
+    claims: bool,
+    op: &mut dyn FnMut(&mut PgTx<'_, '_>) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let mut attempt = |lock: Lock| {
+        db.transaction(keys, lock, notifies, &mut |db| {
+            let mut tx = PgTx::new(db, lock == Lock::Shared);
+            if claims {
+                tx.lanes()?;
+            }
+            let out = op(&mut tx)?;
+            tx.finish()?;
+            if tx.retired() && !notifies {
+                notify(db, keys)?;
+            }
+            Ok(out)
+        })
+    };
+    match attempt(Lock::Shared) {
+        Err(Error::Escalate) => attempt(Lock::Exclusive),
+        other => other,
     }
 }
 
