@@ -96,6 +96,12 @@ impl<'a, 'c> PgTx<'a, 'c> {
         self.flush()
     }
 
+    /// Whether the transaction runs under the queue's shared lock.
+    #[cfg(test)]
+    pub(crate) fn is_shared(&self) -> bool {
+        self.shared
+    }
+
     /// Whether a claim in this transaction ended an abandoned job.
     pub(crate) fn retired(&self) -> bool {
         self.retired
@@ -209,13 +215,16 @@ impl Tx for PgTx<'_, '_> {
     fn jobs_in(&mut self, states: &[JobState]) -> Result<Vec<Job>, Error> {
         self.flush()?;
         // Literals, not parameters: the planner picks an index for a state
-        // it can see.
+        // it can see. No row locks: its one reader, a purge, holds the
+        // queue's exclusive lock, beside which nothing writes a job in
+        // these states (a heartbeat writes a running job only), and the
+        // rows it deletes its `DELETE` locks; locking every row read would
+        // write each one's header, where a purge deletes a few.
         let states: Vec<String> = states.iter().map(|s| format!("'{}'", s.as_str())).collect();
         let sql = format!(
-            "SELECT {} FROM jobs WHERE state IN ({}) ORDER BY id{}",
+            "SELECT {} FROM jobs WHERE state IN ({}) ORDER BY id",
             *COLUMNS,
-            states.join(", "),
-            self.db.for_update()
+            states.join(", ")
         );
         query_jobs(self.db, &sql, &[])
     }

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use slothqueue_core::{ClockOnly, Owner};
+use slothqueue_core::{ClockOnly, JobState, Owner};
 use tokio_postgres::types::ToSql;
 
 use super::*;
@@ -237,6 +237,65 @@ fn a_commit_elsewhere_wakes_a_listener() {
     // A heartbeat-free claim of nothing wakes nobody, and never errs.
     let request = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly));
     assert!(rt.block_on(writer.claim(&request, t(1))).unwrap().is_some());
+}
+
+/// A claim commits under the queue's shared lock unless it must not: one
+/// that would end an abandoned job, or that finds lanes configured, runs
+/// again under the exclusive lock. Ending the abandoned job wakes the
+/// listeners, as any write that may make work claimable does; a plain
+/// claim wakes nobody.
+#[test]
+fn a_claim_escalates_only_when_it_must_and_wakes_when_it_ends_a_job() {
+    let Some((url, _dir)) = fresh("escalate") else { return };
+    let rt = runtime();
+    let store = PgStore::open(&url, PgOptions::default()).unwrap();
+    let push = |job: NewJob| rt.block_on(store.push(job, t(0))).unwrap().job;
+    let doomed = push(NewJob::shell("doomed", "/").max_attempts(1).priority(1));
+    let next = push(NewJob::shell("next", "/"));
+    // The lock each attempt of one claim ran under (shared: true).
+    let claim = |who: &str, now: Timestamp| {
+        let request = ClaimRequest::new(Owner::named(who), Arc::new(ClockOnly));
+        store
+            .inner
+            .run(true, |db, inner| {
+                let mut shared = Vec::new();
+                let claimed = shared_or_exclusive(db, &inner.keys, false, true, &mut |tx| {
+                    shared.push(tx.is_shared());
+                    ops::claim(tx, &request, now, &inner.policy)
+                })?;
+                Ok((shared, claimed.map(|c| c.job.id)))
+            })
+            .unwrap()
+    };
+    assert_eq!(claim("w1", t(1)), (vec![true], Some(doomed.id)));
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let _guard = store.on_change(Box::new(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+    }));
+    let wait_for = |n: usize| {
+        for _ in 0..500 {
+            if calls.load(Ordering::SeqCst) >= n {
+                return true;
+            }
+            crate::txn::nap_blocking(Duration::from_millis(10));
+        }
+        false
+    };
+    assert!(wait_for(1), "called once when listening starts");
+    // The lease (60 s) has run out with no attempt left: the claim ends
+    // the job, and takes the next.
+    assert_eq!(claim("w2", t(200)), (vec![true, false], Some(next.id)));
+    assert_eq!(rt.block_on(store.get(doomed.id)).unwrap().state, JobState::Failed);
+    assert!(wait_for(2), "woken by the job the claim ended");
+
+    let pause = LaneChange::Pause(Stamp::new("ana", t(0)));
+    rt.block_on(store.change_lane(&LaneScope::Queue("paused".into()), &pause)).unwrap();
+    let third = push(NewJob::shell("third", "/"));
+    // With lanes configured the lanes read first escalates, before the
+    // claim runs at all.
+    assert_eq!(claim("w3", t(201)), (vec![false], Some(third.id)), "lanes configured");
 }
 
 /// A large batch leaves the planner's statistics of `jobs` up to date: a
