@@ -111,6 +111,9 @@ impl<'a, 'c> PgTx<'a, 'c> {
     /// jobs the queue holds, so that checking each job against the queue
     /// costs no round trip (`ops::restore_many` asks job by job).
     pub(crate) fn prime_restore(&mut self, jobs: &[(Job, Vec<Event>)]) -> Result<(), Error> {
+        if jobs.is_empty() {
+            return Ok(());
+        }
         let ids: Vec<JobId> = jobs.iter().map(|(j, _)| j.id).collect();
         let mut known = Known::default();
         for row in self.db.query("SELECT id FROM jobs WHERE id = ANY($1)", &[&ids])? {
@@ -339,29 +342,17 @@ fn notify(db: &Db<'_>, keys: &Keys) -> Result<(), Error> {
 }
 
 /// Runs `op` (a claim, an owner's settle, or both) under the queue's
-/// **shared** lock, and once more under the exclusive lock when a verb
-/// answers [`Error::Escalate`] ([`PgTx`]).
-///
-/// Claimers run side by side: each locks the running jobs it reads and its
-/// candidates with `FOR UPDATE SKIP LOCKED`, so no two take one job and
-/// none waits for another. A settle writes only rows it holds locked: its
-/// own job (locked, and fenced, by its owner), and the jobs waiting on it,
-/// each read `FOR UPDATE` before the core's rule computes its new count of
-/// parents, so two parents settling at once count a shared child down one
-/// after the other, the second from the first's commit (`READ COMMITTED`
-/// re-reads a row it waited for); two that lock children in opposite
-/// orders deadlock, and the server's deadlock is retried. So settles and
-/// claims of many runners run side by side and their commits share the
-/// server's WAL flushes. That is only sound while nothing needs a count
-/// over every running job or writes beyond those rows: with lanes
-/// configured (a limit counts the running jobs of a lane, a pause must be
-/// seen whole) or abandoned jobs to end (their end reaches their
-/// dependents) the whole transaction runs again under the exclusive lock,
-/// where it sees every running job. When `claims`, the lanes are read
-/// before anything else, so with lanes configured the escalation comes
-/// before anything is written or locked. Whatever needs a view of every
-/// job (pushes, cancels, retries, purges) holds the lock exclusively and
-/// waits for these.
+/// **shared** lock, and once more, whole, under the exclusive lock when a
+/// verb answers [`Error::Escalate`] (see the crate docs, "The queue's
+/// lock", for why each is sound). Under the shared lock every row written
+/// is one the transaction holds locked: the settled job (its owner's), the
+/// jobs waiting on it (read `FOR UPDATE` before their count of parents
+/// goes down; a deadlock between two settles is the server's to break,
+/// and retried), the running and due jobs a claim reads (`FOR UPDATE SKIP
+/// LOCKED`). When `claims`, the lanes are read before anything else, so
+/// with lanes configured the escalation comes before anything is written
+/// or locked. A claim that ended an abandoned job notifies the listeners
+/// even when `notifies` is off.
 pub(crate) fn shared_or_exclusive<T>(
     db: &Db<'_>,
     keys: &Keys,
