@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use slothqueue_core::{ClockOnly, JobState, Owner};
+use slothqueue_core::{ClaimFilter, ClockOnly, JobState, Owner};
 use tokio_postgres::types::ToSql;
 
 use super::*;
@@ -296,6 +296,60 @@ fn a_claim_escalates_only_when_it_must_and_wakes_when_it_ends_a_job() {
     // With lanes configured the lanes read first escalates, before the
     // claim runs at all.
     assert_eq!(claim("w3", t(201)), (vec![false], Some(third.id)), "lanes configured");
+}
+
+/// A claim that passes over many jobs (here, refused) pulls them from a
+/// cursor in growing batches, across priority levels, from the all-queue
+/// index leaving out a closed lane's queue, or queue by queue (merged in
+/// claim order) when it names queues, and takes the first it may: the
+/// first in claim order of every due job. Run in a transaction rolled
+/// back, so each claim sees the same queue.
+#[test]
+fn a_claim_passing_over_many_jobs_walks_on_in_claim_order() {
+    let Some((url, _dir)) = fresh("cursor") else { return };
+    let rt = runtime();
+    let store = PgStore::open(&url, PgOptions::default()).unwrap();
+    let jobs: Vec<NewJob> = (0..120)
+        .map(|i| {
+            let queue = if i % 3 == 0 { "a" } else { "b" };
+            NewJob::shell("true", "/")
+                .queue(queue)
+                .priority(i % 2)
+                .not_before(t(i64::from(i % 4) - 4))
+        })
+        .collect();
+    let pushed = rt.block_on(store.push_many(jobs, t(0))).unwrap();
+    let mut order: Vec<Job> = pushed.into_iter().map(|p| p.job).collect();
+    order.sort_by_key(Job::claim_order);
+    rt.block_on(store.push(NewJob::shell("true", "/").queue("c").priority(9), t(0))).unwrap();
+    let pause = LaneChange::Pause(Stamp::new("ana", t(0)));
+    rt.block_on(store.change_lane(&LaneScope::Queue("c".into()), &pause)).unwrap();
+
+    let claim = |request: &ClaimRequest| {
+        store
+            .inner
+            .run(true, |db, inner| {
+                db.batch("BEGIN")?;
+                let claimed = ops::claim(&mut PgTx::new(db, false), request, t(1), &inner.policy);
+                db.batch("ROLLBACK")?;
+                Ok(claimed?.map(|c| c.job.id))
+            })
+            .unwrap()
+    };
+    let named = ClaimFilter { queues: vec!["b".into(), "a".into()], kinds: None };
+    for filter in [ClaimFilter::default(), named] {
+        for skip in [0, 1, 9, 80, 119] {
+            let refused = order[..skip].iter().map(|j| j.id);
+            let request = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly))
+                .filter(filter.clone())
+                .refusing(refused);
+            assert_eq!(claim(&request), Some(order[skip].id), "{filter:?}, {skip} refused");
+        }
+        let everything = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly))
+            .filter(filter.clone())
+            .refusing(order.iter().map(|j| j.id));
+        assert_eq!(claim(&everything), None, "{filter:?}");
+    }
 }
 
 /// A large batch leaves the planner's statistics of `jobs` up to date: a
