@@ -232,6 +232,10 @@ pub(crate) fn runtime(pool_size: usize) -> Result<tokio::runtime::Runtime, Store
 pub(crate) struct Conn {
     client: Client,
     stmts: RefCell<HashMap<String, Statement>>,
+    /// Statements run on it (each a round trip, or two for a `COPY`), for
+    /// the tests that hold the bulk paths to their few.
+    #[cfg(test)]
+    statements: std::cell::Cell<usize>,
 }
 
 /// Connects on the store's runtime (its I/O is registered there) and
@@ -249,7 +253,12 @@ pub(crate) fn connect(rt: &Handle, config: &tokio_postgres::Config) -> Result<Co
         });
         Ok::<_, tokio_postgres::Error>(client)
     })?;
-    Ok(Conn { client, stmts: RefCell::new(HashMap::new()) })
+    Ok(Conn {
+        client,
+        stmts: RefCell::new(HashMap::new()),
+        #[cfg(test)]
+        statements: std::cell::Cell::new(0),
+    })
 }
 
 /// A few connections, opened on demand and kept while they work.
@@ -353,6 +362,18 @@ impl<'a> Db<'a> {
         Db { conn, rt, writes }
     }
 
+    /// Counts one statement ([`Conn::statements`]); nothing outside tests.
+    fn count(&self) {
+        #[cfg(test)]
+        self.conn.statements.set(self.conn.statements.get() + 1);
+    }
+
+    /// How many statements this connection has run.
+    #[cfg(test)]
+    pub fn statements(&self) -> usize {
+        self.conn.statements.get()
+    }
+
     fn statement(&self, sql: &str) -> Result<Statement, Error> {
         if let Some(s) = self.conn.stmts.borrow().get(sql) {
             return Ok(s.clone());
@@ -364,6 +385,7 @@ impl<'a> Db<'a> {
 
     /// Every row of a query.
     pub fn query(&self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>, Error> {
+        self.count();
         let stmt = self.statement(sql)?;
         Ok(self.rt.block_on(self.conn.client.query(&stmt, params))?)
     }
@@ -375,6 +397,7 @@ impl<'a> Db<'a> {
 
     /// Runs a statement; the number of rows it changed.
     pub fn execute(&self, sql: &str, params: &Params<'_>) -> Result<u64, Error> {
+        self.count();
         let stmt = self.statement(sql)?;
         Ok(self.rt.block_on(self.conn.client.execute(&stmt, params))?)
     }
@@ -392,6 +415,7 @@ impl<'a> Db<'a> {
         insert: &str,
         rows: impl IntoIterator<Item = Vec<&'v (dyn ToSql + Sync)>>,
     ) -> Result<u64, Error> {
+        self.count();
         let types = self.statement(insert)?.params().to_vec();
         let stmt = self.statement(copy)?;
         self.rt.block_on(async {
@@ -416,6 +440,7 @@ impl<'a> Db<'a> {
 
     /// Runs statements without parameters (the simple protocol).
     pub fn batch(&self, sql: &str) -> Result<(), Error> {
+        self.count();
         Ok(self.rt.block_on(self.conn.client.batch_execute(sql))?)
     }
 

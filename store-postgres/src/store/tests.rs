@@ -352,6 +352,39 @@ fn a_claim_passing_over_many_jobs_walks_on_in_claim_order() {
     }
 }
 
+/// New jobs go to the server in a few statements however many they are
+/// (one binary `COPY` of the jobs, one of their events), where row by row
+/// is two a job: a push of plain jobs, and an import, whose check of each
+/// job against the queue reads the batch's ids and keys in two queries
+/// first (core asks job by job) and flushes nothing before its end.
+#[test]
+fn a_batch_of_new_jobs_costs_a_few_statements() {
+    let Some((url, _dir)) = fresh("bulk") else { return };
+    let Some((other, _other_dir)) = fresh("bulk_import") else { return };
+    let rt = runtime();
+    let one = PgOptions { pool_size: 1, ..PgOptions::default() };
+    let store = PgStore::open(&url, one.clone()).unwrap();
+    let statements = |store: &PgStore| store.inner.run(false, |db, _| Ok(db.statements())).unwrap();
+    let jobs: Vec<NewJob> = (0..100).map(|_| NewJob::shell("true", "/")).collect();
+    let before = statements(&store);
+    rt.block_on(store.push_many(jobs, t(0))).unwrap();
+    let pushed = statements(&store) - before;
+    assert!(pushed <= 6, "100 jobs pushed in {pushed} statements");
+
+    let export: Vec<(Job, Vec<Event>)> = (1..=100)
+        .map(|id| {
+            let job = rt.block_on(store.get(id)).unwrap();
+            (job, rt.block_on(store.events(id)).unwrap())
+        })
+        .collect();
+    let dst = PgStore::open(&other, one).unwrap();
+    let before = statements(&dst);
+    rt.block_on(dst.restore_many(export.clone())).unwrap();
+    let imported = statements(&dst) - before;
+    assert!(imported <= 7, "100 jobs imported in {imported} statements");
+    assert_eq!(rt.block_on(dst.get(100)).unwrap(), export[99].0);
+}
+
 /// A large batch leaves the planner's statistics of `jobs` up to date: a
 /// queue just filled with 100,000 jobs and not yet analyzed by autovacuum
 /// was claimed from at 334 ms a job (PostgreSQL planned on a table it
