@@ -385,6 +385,32 @@ fn a_batch_of_new_jobs_costs_a_few_statements() {
     assert_eq!(rt.block_on(dst.get(100)).unwrap(), export[99].0);
 }
 
+/// A claim costs what one `LIMIT 1` seek of the claim index does, in one
+/// transaction whose lock rides on `BEGIN` and whose notification rides
+/// on `COMMIT`: the lanes, the running jobs, the best due job, the claimed
+/// row and its event. A settle that claims the next job adds the settled
+/// row, its event and the jobs waiting on it, nothing more.
+#[test]
+fn a_claim_and_a_settle_cost_their_few_statements() {
+    let Some((url, _dir)) = fresh("statements") else { return };
+    let rt = runtime();
+    let store = PgStore::open(&url, PgOptions { pool_size: 1, ..PgOptions::default() }).unwrap();
+    let statements = || store.inner.run(false, |db, _| Ok(db.statements())).unwrap();
+    let jobs: Vec<NewJob> = (0..50).map(|_| NewJob::shell("true", "/")).collect();
+    rt.block_on(store.push_many(jobs, t(0))).unwrap();
+    let request = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly));
+    let before = statements();
+    let c = rt.block_on(store.claim(&request, t(1))).unwrap().unwrap();
+    let claim = statements() - before;
+    let before = statements();
+    let done = Settlement::Complete(Completion::default());
+    let next = rt.block_on(store.settle_and_claim(c.job.id, &c.fence, done, &request, t(2)));
+    let settle_and_claim = statements() - before;
+    assert!(next.unwrap().next.is_some());
+    assert_eq!(claim, 8, "BEGIN, lanes, running, due, the row, its event (2), COMMIT");
+    assert_eq!(settle_and_claim, 13, "and the settled row, its event (2), its dependents");
+}
+
 /// A large batch leaves the planner's statistics of `jobs` up to date: a
 /// queue just filled with 100,000 jobs and not yet analyzed by autovacuum
 /// was claimed from at 334 ms a job (PostgreSQL planned on a table it
