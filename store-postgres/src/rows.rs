@@ -376,11 +376,7 @@ pub(crate) fn query_jobs(
     db.query(sql, params)?.iter().map(job_from_row).collect()
 }
 
-pub(crate) fn query_job(
-    db: &Db<'_>,
-    sql: &str,
-    params: &[&(dyn ToSql + Sync)],
-) -> Result<Option<Job>, Error> {
+fn query_job(db: &Db<'_>, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Job>, Error> {
     Ok(query_jobs(db, sql, params)?.into_iter().next())
 }
 
