@@ -51,18 +51,55 @@
 //!   shared child down one after the other (a deadlock between them is the
 //!   server's to detect, and retried). Settles of many runners thus run
 //!   side by side and share the server's WAL flushes.
-//! - **Shared**: `claim`. Claimers run side by side: each locks its
-//!   candidate with `SELECT … FOR UPDATE SKIP LOCKED` in the claim plan's
+//! - **Shared**: `claim`. Claimers run side by side: each locks the due
+//!   jobs it is handed with `SELECT … FOR UPDATE SKIP LOCKED` in claim
 //!   order (priority desc, `not_before`, id, the `jobs_pending` index:
 //!   O(log n) in the backlog) and the running jobs it reads likewise, so
 //!   no two take one job and none waits for another. A claim that needs a
 //!   view of every running job, because lanes are configured (a limit
 //!   counts a lane's running jobs, across every claimer), or that would end
 //!   abandoned jobs (their end reaches their dependents), rolls back and
-//!   runs again under the exclusive lock.
+//!   runs again under the exclusive lock: the row verbs answer
+//!   `Escalate` where they see it (the lanes read first; an abandoned job's
+//!   end about to be written), and the transaction is run again whole.
 //! - **None** (the row lock alone): `heartbeat` and `note_attempt` (one
 //!   running job's row, its owner's), `put_runner`, `remove_runner`, and
 //!   every read.
+//!
+//! # Every operation is the core's
+//!
+//! Each write of [`PgStore`] is one of `slothqueue_core::ops` run inside
+//! one transaction over the row verbs of `PgTx` (`verbs.rs`), in the lock
+//! mode above; every job row it writes carries the old state, owner and
+//! attempt in the `UPDATE`'s condition. What is PostgreSQL's own wraps the
+//! operation, never repeats it:
+//!
+//! - **The claim's search is pushed down to the claim indexes.** Due jobs
+//!   are handed to core in claim order from `jobs_pending` (priority
+//!   DESC, `not_before`, id; pending, waiting on no parent, not held),
+//!   leaving out closed lanes' queues (`queue <> ALL(…)`), or from
+//!   `jobs_pending_queue` per queue when the claim names queues; kinds are
+//!   pushed down as `kind = ANY(…)`. The first pull asks for one job (what
+//!   one `LIMIT 1` seek costs); core asks for more, from a cursor (the
+//!   rest of its priority level, then the levels below: each a range of
+//!   the index), only when it passes jobs over. Everything else a claim
+//!   checks is core's.
+//! - **Bulk writes.** A statement is a round trip, so new jobs (pushed,
+//!   or restored by an import) are held behind the insert verb and written
+//!   together: 3 or more as one binary `COPY` of the jobs, one
+//!   `INSERT … UNNEST` of their edges and one `COPY` of their events
+//!   (about four round trips in all, against two a job row by row); fewer
+//!   row by row, as a lone push always was. What is held is flushed before
+//!   any read whose answer it could change (a held job's id, its key, a
+//!   parent it names), before any other write, and before the commit, so
+//!   every read sees every earlier job of its batch. An import reads the
+//!   batch's ids and keys the queue holds in two queries first, so that
+//!   core's check of each job against the queue costs no round trip.
+//! - **One round trip fewer at each end.** The lock is taken in `BEGIN`'s
+//!   round trip, and the notification sent in `COMMIT`'s (the simple
+//!   protocol runs a string of statements at once).
+//! - **Ids are never reused**: the next id is above both `MAX(id)` and a
+//!   high water in `meta` that a purge raises before it deletes.
 //!
 //! # One clock
 //!
@@ -88,6 +125,15 @@
 //! sends `pg_notify('slothqueue_<schema>', '')` inside its transaction.
 //! [`PgStore::on_change`] listens on one dedicated connection, reconnects
 //! after a lost one, and calls back once after each (re)connect.
+//!
+//! # Tests
+//!
+//! Its tests need a server: `cargo xtask pg -- <command>` makes a
+//! throwaway cluster from the distribution's binaries and runs the command
+//! with `SLOTHQUEUE_PG_URL` set. Without the variable the tests say
+//! `SKIPPED` and how to run them; with `SLOTHQUEUE_PG_REQUIRED=1` (CI) they
+//! fail instead. The shared conformance suite runs through
+//! `conformance_suite!(open, when = pg_available)`.
 
 #![deny(missing_docs)]
 
@@ -98,20 +144,24 @@
 // - `txn`: the options and URL, the runtime's connections and pool, the
 //   synchronous face of a connection, the transactions, the clock offset;
 // - `rows`: jobs, events, runner records, lanes and schedules as rows and
-//   back, the queries, the claim's candidates, the dependency rule's
-//   `Graph` over the open transaction;
+//   back, the queries, the buffer of new jobs written by `COPY`;
+// - `verbs`: `PgTx`, the row verbs core's operations run on, the claim's
+//   due search, the shared-lock transaction mode;
+// - `reads`: the reads that are not operations (list, stats, counts);
 // - `open`: creation and migration under the schema's lock;
 // - `listen`: the change listener (`LISTEN`);
-// - `store`: the operations and `impl Store`.
+// - `store`: `PgStore` and `impl Store`, each write one `ops` call.
 mod error;
 mod listen;
 mod open;
+mod reads;
 mod rows;
 mod schema;
 mod store;
 #[doc(hidden)]
 pub mod testing;
 mod txn;
+mod verbs;
 
 pub use listen::ChangeListener;
 pub use schema::SCHEMA_VERSION;

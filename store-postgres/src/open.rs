@@ -9,7 +9,34 @@ use tokio::runtime::Handle;
 
 use crate::error::{self, Context, Error};
 use crate::schema::{ID_HIGH_WATER, MIGRATIONS, SCHEMA_VERSION, TABLES, VERSION_ROW};
-use crate::txn::{Conn, Db, Keys, PgOptions, Target, connect, connection_config};
+use crate::txn::{Conn, Db, Keys, PgOptions, ServerClock, Target, connect, connection_config};
+
+/// The store's first connection: the queue opened (created and migrated,
+/// or only looked at when `read_only`) and the clock offset measured on
+/// it. Runs on a plain thread of its own: `block_on` inside the caller's
+/// runtime would panic.
+pub(crate) fn first_connection(
+    rt: &Handle,
+    target: &Target,
+    options: &PgOptions,
+    ctx: &Context,
+    clock: &ServerClock,
+    read_only: bool,
+) -> Result<Conn, StoreError> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let conn = if read_only {
+                open_read_only(rt, target, options, ctx)?
+            } else {
+                open(rt, target, options, ctx)?
+            };
+            clock.measure(&Db::on(&conn, rt, false)).map_err(|e| ctx.map(e))?;
+            Ok::<_, StoreError>(conn)
+        })
+        .join()
+        .unwrap_or_else(|_| Err(StoreError::Backend("the opening thread panicked".into())))
+    })
+}
 
 /// What the schema holds.
 #[derive(Debug, PartialEq, Eq)]

@@ -1,20 +1,20 @@
 //! A job, an event or a runner record as rows of the `jobs`, `events` and
 //! `runners` tables, and back, a job's parents as rows of `edges`, the
 //! lanes' settings as rows of `lanes`, schedules as rows of `schedules`;
-//! the queries that read them, among them the claim's candidates (the
-//! running jobs, the best due pending job of an open lane, with
-//! `FOR UPDATE SKIP LOCKED`) and what the dependency rule reads
-//! ([`TxGraph`]); and the writes of a transition, conditional on the row it
-//! was computed from.
+//! the queries that read them (a job by id or key, its dependents, the
+//! running jobs), the buffer of new jobs written by binary `COPY`
+//! ([`NewJobs`]), and the writes of a transition, conditional on the row it
+//! was computed from. The row verbs core's operations run on are
+//! `verbs.rs`, built from these.
 
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use slothqueue_core::machine::{Graph, LaneCheck, Transition};
+use slothqueue_core::machine::Transition;
 use slothqueue_core::{
-    ClaimFilter, Event, EventKind, Job, JobId, JobState, LaneScope, LaneSettings, Lanes, Lease,
-    Owner, Schedule, Stamp, StoreError, Timestamp,
+    Event, EventKind, Job, JobId, JobState, LaneScope, LaneSettings, Lanes, Lease, Owner, Schedule,
+    Stamp, StoreError, Timestamp,
 };
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
@@ -367,36 +367,6 @@ fn held_from(
     }
 }
 
-/// The queue as the open transaction sees it, its earlier writes included:
-/// what `slothqueue_core::machine`'s dependency rule reads. Inside a write
-/// transaction every job it reads is locked (`FOR UPDATE`), since the rule
-/// may write it.
-pub(crate) struct TxGraph<'a, 'c> {
-    db: &'a Db<'c>,
-}
-
-impl<'a, 'c> TxGraph<'a, 'c> {
-    pub(crate) fn new(db: &'a Db<'c>) -> Self {
-        TxGraph { db }
-    }
-}
-
-impl Graph for TxGraph<'_, '_> {
-    type Error = Error;
-
-    fn job(&mut self, id: JobId) -> Result<Option<Job>, Error> {
-        find(self.db, id)
-    }
-
-    fn key_holder(&mut self, key: &str) -> Result<Option<Job>, Error> {
-        key_holder(self.db, key)
-    }
-
-    fn dependents(&mut self, id: JobId) -> Result<Vec<JobId>, Error> {
-        dependents(self.db, id)
-    }
-}
-
 /// Runs a `SELECT` of [`JOB_COLUMNS`] and decodes every row.
 pub(crate) fn query_jobs(
     db: &Db<'_>,
@@ -445,13 +415,18 @@ fn insert_job(db: &Db<'_>, values: &JobValues, parents: &[JobId]) -> Result<(), 
 /// job.
 ///
 /// Nothing in the transaction can see a held job until it is flushed, so
-/// the caller flushes before anything reads the queue (a push naming
-/// parents or carrying a key), and at the end. Each job's values are
-/// taken when it is added, so a job that cannot be stored is refused as
-/// itself, at its place in the batch, not at the flush.
+/// the transaction flushes before any read whose answer a held job could
+/// change (its id, its key, a parent it names: [`NewJobs::holds`],
+/// [`NewJobs::holds_key`], [`NewJobs::holds_child_of`]), before any other
+/// write, and at the end. Each job's values are taken when it is added,
+/// so a job that cannot be stored is refused as itself, at its place in
+/// the batch, not at the flush.
 #[derive(Default)]
 pub(crate) struct NewJobs {
     jobs: Vec<NewRows>,
+    ids: HashSet<JobId>,
+    keys: HashSet<String>,
+    parents: HashSet<JobId>,
 }
 
 /// One held job: its row, its parents (the `edges` rows) and its trail.
@@ -466,6 +441,11 @@ impl NewJobs {
     /// (all of them its own): numbered from 1 when written.
     pub fn add(&mut self, job: &Job, events: Vec<Event>) -> Result<(), Error> {
         let values = JobValues::of(job)?;
+        self.ids.insert(job.id);
+        if let Some(key) = &job.idempotency_key {
+            self.keys.insert(key.clone());
+        }
+        self.parents.extend(job.after.iter().copied());
         self.jobs.push(NewRows { values, parents: job.after.clone(), events });
         Ok(())
     }
@@ -474,11 +454,29 @@ impl NewJobs {
         self.jobs.is_empty()
     }
 
+    /// Whether job `id` is held.
+    pub fn holds(&self, id: JobId) -> bool {
+        self.ids.contains(&id)
+    }
+
+    /// Whether a held job carries the idempotency key `key`.
+    pub fn holds_key(&self, key: &str) -> bool {
+        self.keys.contains(key)
+    }
+
+    /// Whether a held job names `id` as a parent.
+    pub fn holds_child_of(&self, id: JobId) -> bool {
+        self.parents.contains(&id)
+    }
+
     /// Writes every held job, its edges and its trail, and holds none
     /// after. Fewer than [`COPY_MIN`] go row by row; more go as one `COPY`
     /// of the jobs, one `INSERT` of every edge, one `COPY` of the events.
     pub fn flush(&mut self, db: &Db<'_>) -> Result<(), Error> {
         let jobs = std::mem::take(&mut self.jobs);
+        self.ids.clear();
+        self.keys.clear();
+        self.parents.clear();
         if jobs.len() < COPY_MIN {
             for j in &jobs {
                 insert_job(db, &j.values, &j.parents)?;
@@ -643,95 +641,7 @@ pub(crate) fn event_from_row(row: &Row) -> Result<Event, Error> {
 }
 
 // ---------------------------------------------------------------------------
-// The claim's candidates
-
-/// The first due job of the claimable ones (in `queue` when given, of
-/// `kinds` when any, outside the `closed` queues when any), in claim order,
-/// locked and skipping the rows other claimers hold. One walk of
-/// `jobs_pending` (or `jobs_pending_queue`) from its start: O(log n) in
-/// the backlog.
-pub(crate) fn candidate_sql(by_queue: bool, kinds: bool, closed: bool) -> String {
-    let mut sql = format!("SELECT {} FROM jobs WHERE {READY} AND not_before <= $1", *COLUMNS);
-    let mut n = 1;
-    if by_queue {
-        n += 1;
-        sql.push_str(&format!(" AND queue = ${n}"));
-    }
-    if kinds {
-        n += 1;
-        sql.push_str(&format!(" AND kind = ANY(${n})"));
-    }
-    if closed {
-        n += 1;
-        sql.push_str(&format!(" AND queue <> ALL(${n})"));
-    }
-    sql.push_str(" ORDER BY priority DESC, not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED");
-    sql
-}
-
-fn best_due_in(
-    db: &Db<'_>,
-    queue: Option<&str>,
-    kinds: &[String],
-    closed: &[String],
-    now: Timestamp,
-) -> Result<Option<Job>, Error> {
-    let sql = candidate_sql(queue.is_some(), !kinds.is_empty(), !closed.is_empty());
-    let now = now.as_millis();
-    let kinds = kinds.to_vec();
-    let closed = closed.to_vec();
-    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&now];
-    if let Some(q) = &queue {
-        params.push(q);
-    }
-    if !kinds.is_empty() {
-        params.push(&kinds);
-    }
-    if !closed.is_empty() {
-        params.push(&closed);
-    }
-    query_job(db, &sql, &params)
-}
-
-/// The best due pending job the filter admits whose lane lets it start
-/// (`lanes`, read in this transaction), locked.
-///
-/// With every queue paused nothing is read. A filter naming queues reads
-/// each open one's best from `jobs_pending_queue` and keeps the first in
-/// claim order; a filter of every queue reads `jobs_pending` once,
-/// leaving out the closed lanes' jobs.
-pub(crate) fn best_due_pending(
-    db: &Db<'_>,
-    filter: &ClaimFilter,
-    lanes: &LaneCheck,
-    now: Timestamp,
-) -> Result<Option<Job>, Error> {
-    if lanes.all_paused() {
-        return Ok(None);
-    }
-    let kinds: &[String] = match &filter.kinds {
-        Some(ks) if ks.is_empty() => return Ok(None),
-        Some(ks) => ks,
-        None => &[],
-    };
-    let closed: BTreeSet<&str> = lanes.closed_queues().collect();
-    let mut queues: Vec<&str> = filter.queues.iter().map(String::as_str).collect();
-    queues.sort_unstable();
-    queues.dedup();
-    if queues.is_empty() {
-        let closed: Vec<String> = closed.iter().map(|q| (*q).to_owned()).collect();
-        return best_due_in(db, None, kinds, &closed, now);
-    }
-    let mut best: Option<Job> = None;
-    for q in queues.into_iter().filter(|q| !closed.contains(q)) {
-        if let Some(job) = best_due_in(db, Some(q), kinds, &[], now)? {
-            if best.as_ref().is_none_or(|b| job.claim_order() < b.claim_order()) {
-                best = Some(job);
-            }
-        }
-    }
-    Ok(best)
-}
+// The running jobs
 
 /// The running jobs, locked: waiting for each row (`skip_locked` false)
 /// under the exclusive lock, or skipping those another transaction holds

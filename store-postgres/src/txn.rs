@@ -211,10 +211,31 @@ pub(crate) fn connection_config(
 // ---------------------------------------------------------------------------
 // Connections
 
+/// The store's own runtime: one worker thread for its connections' tasks,
+/// and blocking threads for its operations (one per pooled connection, a
+/// few more for the listeners and the open).
+pub(crate) fn runtime(pool_size: usize) -> Result<tokio::runtime::Runtime, StoreError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(pool_size.max(1) + 4)
+        // An idle blocking thread would otherwise exit 10 s after its
+        // last call, waking an idle runner (`run --follow`) for nothing;
+        // a few parked threads cost nothing while they wait.
+        .thread_keep_alive(Duration::from_secs(3600))
+        .thread_name("slothqueue-pg")
+        .enable_all()
+        .build()
+        .map_err(|e| StoreError::Io { context: "start the store's runtime".into(), source: e })
+}
+
 /// One connection, with its prepared statements by SQL text.
 pub(crate) struct Conn {
     client: Client,
     stmts: RefCell<HashMap<String, Statement>>,
+    /// Statements run on it (each a round trip, or two for a `COPY`), for
+    /// the tests that hold the bulk paths to their few.
+    #[cfg(test)]
+    statements: std::cell::Cell<usize>,
 }
 
 /// Connects on the store's runtime (its I/O is registered there) and
@@ -232,7 +253,12 @@ pub(crate) fn connect(rt: &Handle, config: &tokio_postgres::Config) -> Result<Co
         });
         Ok::<_, tokio_postgres::Error>(client)
     })?;
-    Ok(Conn { client, stmts: RefCell::new(HashMap::new()) })
+    Ok(Conn {
+        client,
+        stmts: RefCell::new(HashMap::new()),
+        #[cfg(test)]
+        statements: std::cell::Cell::new(0),
+    })
 }
 
 /// A few connections, opened on demand and kept while they work.
@@ -336,6 +362,18 @@ impl<'a> Db<'a> {
         Db { conn, rt, writes }
     }
 
+    /// Counts one statement ([`Conn::statements`]); nothing outside tests.
+    fn count(&self) {
+        #[cfg(test)]
+        self.conn.statements.set(self.conn.statements.get() + 1);
+    }
+
+    /// How many statements this connection has run.
+    #[cfg(test)]
+    pub fn statements(&self) -> usize {
+        self.conn.statements.get()
+    }
+
     fn statement(&self, sql: &str) -> Result<Statement, Error> {
         if let Some(s) = self.conn.stmts.borrow().get(sql) {
             return Ok(s.clone());
@@ -347,6 +385,7 @@ impl<'a> Db<'a> {
 
     /// Every row of a query.
     pub fn query(&self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>, Error> {
+        self.count();
         let stmt = self.statement(sql)?;
         Ok(self.rt.block_on(self.conn.client.query(&stmt, params))?)
     }
@@ -358,6 +397,7 @@ impl<'a> Db<'a> {
 
     /// Runs a statement; the number of rows it changed.
     pub fn execute(&self, sql: &str, params: &Params<'_>) -> Result<u64, Error> {
+        self.count();
         let stmt = self.statement(sql)?;
         Ok(self.rt.block_on(self.conn.client.execute(&stmt, params))?)
     }
@@ -375,6 +415,7 @@ impl<'a> Db<'a> {
         insert: &str,
         rows: impl IntoIterator<Item = Vec<&'v (dyn ToSql + Sync)>>,
     ) -> Result<u64, Error> {
+        self.count();
         let types = self.statement(insert)?.params().to_vec();
         let stmt = self.statement(copy)?;
         self.rt.block_on(async {
@@ -399,6 +440,7 @@ impl<'a> Db<'a> {
 
     /// Runs statements without parameters (the simple protocol).
     pub fn batch(&self, sql: &str) -> Result<(), Error> {
+        self.count();
         Ok(self.rt.block_on(self.conn.client.batch_execute(sql))?)
     }
 

@@ -5,11 +5,12 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use slothqueue_core::{ClockOnly, Owner};
+use slothqueue_core::{ClaimFilter, ClockOnly, JobState, Owner};
+use tokio_postgres::types::ToSql;
 
 use super::*;
-use crate::rows::candidate_sql;
 use crate::testing::{schema_url_for_path, url_from_env};
+use crate::verbs::{Search, due_sql};
 
 fn t(secs: i64) -> Timestamp {
     Timestamp::from_millis(1_700_000_000_000 + secs * 1000)
@@ -59,22 +60,50 @@ fn the_claim_reads_its_candidate_through_the_index() {
         .collect();
     runtime().block_on(store.push_many(jobs, t(0))).unwrap();
     let now = || Box::new(t(1).as_millis()) as Box<dyn ToSql + Sync + Send>;
-    let all = explain(&store, &candidate_sql(false, false, false), vec![now()]);
+    let all = explain(&store, &due_sql(Search::Start, false, false, false, 1), vec![now()]);
     assert!(!all.contains("Seq Scan on jobs"), "{all}");
     assert!(all.contains("Index Scan using jobs_pending on jobs"), "{all}");
     assert!(all.contains("LockRows"), "{all}");
-    let by_queue =
-        explain(&store, &candidate_sql(true, false, false), vec![now(), Box::new("b".to_owned())]);
+    let by_queue = explain(
+        &store,
+        &due_sql(Search::Start, true, false, false, 1),
+        vec![now(), Box::new("b".to_owned())],
+    );
     assert!(!by_queue.contains("Seq Scan on jobs"), "{by_queue}");
     assert!(by_queue.contains("jobs_pending_queue"), "{by_queue}");
     let kinds: Vec<String> = vec!["shell".into()];
     let closed: Vec<String> = vec!["a".into()];
     let filtered = explain(
         &store,
-        &candidate_sql(false, true, true),
+        &due_sql(Search::Start, false, true, true, 1),
         vec![now(), Box::new(kinds), Box::new(closed)],
     );
     assert!(!filtered.contains("Seq Scan on jobs"), "{filtered}");
+    // The later pulls, after a cursor: the rest of its priority level, a
+    // range of the index from the cursor on, then the levels below it; the
+    // cursor bounds the index search, no scan of what comes before it.
+    for by_queue in [false, true] {
+        let index = if by_queue { "jobs_pending_queue" } else { "jobs_pending " };
+        let queue = || Box::new("b".to_owned()) as Box<dyn ToSql + Sync + Send>;
+        let mut rest: Vec<Box<dyn ToSql + Sync + Send>> =
+            vec![now(), Box::new(2_i32), Box::new(t(-1).as_millis()), Box::new(7_i64)];
+        let mut below: Vec<Box<dyn ToSql + Sync + Send>> = vec![now(), Box::new(2_i32)];
+        if by_queue {
+            rest.push(queue());
+            below.push(queue());
+        }
+        let bounds = [
+            (Search::RestOfLevel, rest, "(ROW(not_before, id) > ROW("),
+            (Search::LevelsBelow, below, "(priority < 2)"),
+        ];
+        for (from, params, bound) in bounds {
+            let plan = explain(&store, &due_sql(from, by_queue, false, false, 64), params);
+            assert!(!plan.contains("Seq Scan on jobs"), "{from:?}: {plan}");
+            assert!(plan.contains(index), "{from:?}: {plan}");
+            let cond = plan.lines().find(|l| l.trim_start().starts_with("Index Cond:"));
+            assert!(cond.is_some_and(|c| c.contains(bound)), "{from:?}: {plan}");
+        }
+    }
     let request = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly));
     let claimed = runtime().block_on(store.claim(&request, t(1))).unwrap().unwrap();
     assert_eq!(claimed.job.priority, 4, "the highest priority due first");
@@ -208,6 +237,178 @@ fn a_commit_elsewhere_wakes_a_listener() {
     // A heartbeat-free claim of nothing wakes nobody, and never errs.
     let request = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly));
     assert!(rt.block_on(writer.claim(&request, t(1))).unwrap().is_some());
+}
+
+/// A claim commits under the queue's shared lock unless it must not: one
+/// that would end an abandoned job, or that finds lanes configured, runs
+/// again under the exclusive lock. Ending the abandoned job wakes the
+/// listeners, as any write that may make work claimable does; a plain
+/// claim wakes nobody.
+#[test]
+fn a_claim_escalates_only_when_it_must_and_wakes_when_it_ends_a_job() {
+    let Some((url, _dir)) = fresh("escalate") else { return };
+    let rt = runtime();
+    let store = PgStore::open(&url, PgOptions::default()).unwrap();
+    let push = |job: NewJob| rt.block_on(store.push(job, t(0))).unwrap().job;
+    let doomed = push(NewJob::shell("doomed", "/").max_attempts(1).priority(1));
+    let next = push(NewJob::shell("next", "/"));
+    // The lock each attempt of one claim ran under (shared: true).
+    let claim = |who: &str, now: Timestamp| {
+        let request = ClaimRequest::new(Owner::named(who), Arc::new(ClockOnly));
+        store
+            .inner
+            .run(true, |db, inner| {
+                let mut shared = Vec::new();
+                let claimed = shared_or_exclusive(db, &inner.keys, false, true, &mut |tx| {
+                    shared.push(tx.is_shared());
+                    ops::claim(tx, &request, now, &inner.policy)
+                })?;
+                Ok((shared, claimed.map(|c| c.job.id)))
+            })
+            .unwrap()
+    };
+    assert_eq!(claim("w1", t(1)), (vec![true], Some(doomed.id)));
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let _guard = store.on_change(Box::new(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+    }));
+    let wait_for = |n: usize| {
+        for _ in 0..500 {
+            if calls.load(Ordering::SeqCst) >= n {
+                return true;
+            }
+            crate::txn::nap_blocking(Duration::from_millis(10));
+        }
+        false
+    };
+    assert!(wait_for(1), "called once when listening starts");
+    // The lease (60 s) has run out with no attempt left: the claim ends
+    // the job, and takes the next.
+    assert_eq!(claim("w2", t(200)), (vec![true, false], Some(next.id)));
+    assert_eq!(rt.block_on(store.get(doomed.id)).unwrap().state, JobState::Failed);
+    assert!(wait_for(2), "woken by the job the claim ended");
+
+    let pause = LaneChange::Pause(Stamp::new("ana", t(0)));
+    rt.block_on(store.change_lane(&LaneScope::Queue("paused".into()), &pause)).unwrap();
+    let third = push(NewJob::shell("third", "/"));
+    // With lanes configured the lanes read first escalates, before the
+    // claim runs at all.
+    assert_eq!(claim("w3", t(201)), (vec![false], Some(third.id)), "lanes configured");
+}
+
+/// A claim that passes over many jobs (here, refused) pulls them from a
+/// cursor in growing batches, across priority levels, from the all-queue
+/// index leaving out a closed lane's queue, or queue by queue (merged in
+/// claim order) when it names queues, and takes the first it may: the
+/// first in claim order of every due job. Run in a transaction rolled
+/// back, so each claim sees the same queue.
+#[test]
+fn a_claim_passing_over_many_jobs_walks_on_in_claim_order() {
+    let Some((url, _dir)) = fresh("cursor") else { return };
+    let rt = runtime();
+    let store = PgStore::open(&url, PgOptions::default()).unwrap();
+    let jobs: Vec<NewJob> = (0..120)
+        .map(|i| {
+            let queue = if i % 3 == 0 { "a" } else { "b" };
+            NewJob::shell("true", "/")
+                .queue(queue)
+                .priority(i % 2)
+                .not_before(t(i64::from(i % 4) - 4))
+        })
+        .collect();
+    let pushed = rt.block_on(store.push_many(jobs, t(0))).unwrap();
+    let mut order: Vec<Job> = pushed.into_iter().map(|p| p.job).collect();
+    order.sort_by_key(Job::claim_order);
+    rt.block_on(store.push(NewJob::shell("true", "/").queue("c").priority(9), t(0))).unwrap();
+    let pause = LaneChange::Pause(Stamp::new("ana", t(0)));
+    rt.block_on(store.change_lane(&LaneScope::Queue("c".into()), &pause)).unwrap();
+
+    let claim = |request: &ClaimRequest| {
+        store
+            .inner
+            .run(true, |db, inner| {
+                db.batch("BEGIN")?;
+                let claimed = ops::claim(&mut PgTx::new(db, false), request, t(1), &inner.policy);
+                db.batch("ROLLBACK")?;
+                Ok(claimed?.map(|c| c.job.id))
+            })
+            .unwrap()
+    };
+    let named = ClaimFilter { queues: vec!["b".into(), "a".into()], kinds: None };
+    for filter in [ClaimFilter::default(), named] {
+        for skip in [0, 1, 9, 80, 119] {
+            let refused = order[..skip].iter().map(|j| j.id);
+            let request = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly))
+                .filter(filter.clone())
+                .refusing(refused);
+            assert_eq!(claim(&request), Some(order[skip].id), "{filter:?}, {skip} refused");
+        }
+        let everything = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly))
+            .filter(filter.clone())
+            .refusing(order.iter().map(|j| j.id));
+        assert_eq!(claim(&everything), None, "{filter:?}");
+    }
+}
+
+/// New jobs go to the server in a few statements however many they are
+/// (one binary `COPY` of the jobs, one of their events), where row by row
+/// is two a job: a push of plain jobs, and an import, whose check of each
+/// job against the queue reads the batch's ids and keys in two queries
+/// first (core asks job by job) and flushes nothing before its end.
+#[test]
+fn a_batch_of_new_jobs_costs_a_few_statements() {
+    let Some((url, _dir)) = fresh("bulk") else { return };
+    let Some((other, _other_dir)) = fresh("bulk_import") else { return };
+    let rt = runtime();
+    let one = PgOptions { pool_size: 1, ..PgOptions::default() };
+    let store = PgStore::open(&url, one.clone()).unwrap();
+    let statements = |store: &PgStore| store.inner.run(false, |db, _| Ok(db.statements())).unwrap();
+    let jobs: Vec<NewJob> = (0..100).map(|_| NewJob::shell("true", "/")).collect();
+    let before = statements(&store);
+    rt.block_on(store.push_many(jobs, t(0))).unwrap();
+    let pushed = statements(&store) - before;
+    assert!(pushed <= 6, "100 jobs pushed in {pushed} statements");
+
+    let export: Vec<(Job, Vec<Event>)> = (1..=100)
+        .map(|id| {
+            let job = rt.block_on(store.get(id)).unwrap();
+            (job, rt.block_on(store.events(id)).unwrap())
+        })
+        .collect();
+    let dst = PgStore::open(&other, one).unwrap();
+    let before = statements(&dst);
+    rt.block_on(dst.restore_many(export.clone())).unwrap();
+    let imported = statements(&dst) - before;
+    assert!(imported <= 7, "100 jobs imported in {imported} statements");
+    assert_eq!(rt.block_on(dst.get(100)).unwrap(), export[99].0);
+}
+
+/// A claim costs what one `LIMIT 1` seek of the claim index does, in one
+/// transaction whose lock rides on `BEGIN` and whose notification rides
+/// on `COMMIT`: the lanes, the running jobs, the best due job, the claimed
+/// row and its event. A settle that claims the next job adds the settled
+/// row, its event and the jobs waiting on it, nothing more.
+#[test]
+fn a_claim_and_a_settle_cost_their_few_statements() {
+    let Some((url, _dir)) = fresh("statements") else { return };
+    let rt = runtime();
+    let store = PgStore::open(&url, PgOptions { pool_size: 1, ..PgOptions::default() }).unwrap();
+    let statements = || store.inner.run(false, |db, _| Ok(db.statements())).unwrap();
+    let jobs: Vec<NewJob> = (0..50).map(|_| NewJob::shell("true", "/")).collect();
+    rt.block_on(store.push_many(jobs, t(0))).unwrap();
+    let request = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly));
+    let before = statements();
+    let c = rt.block_on(store.claim(&request, t(1))).unwrap().unwrap();
+    let claim = statements() - before;
+    let before = statements();
+    let done = Settlement::Complete(Completion::default());
+    let next = rt.block_on(store.settle_and_claim(c.job.id, &c.fence, done, &request, t(2)));
+    let settle_and_claim = statements() - before;
+    assert!(next.unwrap().next.is_some());
+    assert_eq!(claim, 8, "BEGIN, lanes, running, due, the row, its event (2), COMMIT");
+    assert_eq!(settle_and_claim, 13, "and the settled row, its event (2), its dependents");
 }
 
 /// A large batch leaves the planner's statistics of `jobs` up to date: a
