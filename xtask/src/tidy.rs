@@ -650,7 +650,7 @@ fn the_library_reexports_every_backend() {
 /// The crates (and folders) whose stores run `slothqueue_core::ops`: none
 /// of them may reach for the dependency and push rules themselves. The
 /// lead adds `store-redb` and `store-postgres` as their ports merge.
-const PORTED: &[&str] = &["store-sqlite", "store-redb", "tests"];
+const PORTED: &[&str] = &["store-sqlite", "store-redb", "store-postgres", "tests"];
 
 /// Whether `text` names `ident` as a whole identifier (not a longer one
 /// that starts or ends with it).
