@@ -140,7 +140,7 @@ pub fn plan_with_dependents<G: Graph>(
     if ripple(&before, &after.job).is_none() {
         return Ok(vec![PlannedWrite { before, after }]);
     }
-    let mut plan = Plan { writes: BTreeMap::new() };
+    let mut plan = Plan { writes: BTreeMap::new(), read: BTreeMap::new() };
     let mut todo: BTreeSet<JobId> = BTreeSet::new();
     todo.insert(before.id);
     plan.writes.insert(before.id, PlannedWrite { before, after });
@@ -152,24 +152,32 @@ pub fn plan_with_dependents<G: Graph>(
         children.sort_unstable();
         children.dedup();
         for child_id in children {
-            let Some(child) = plan.current(g, child_id)? else { continue };
+            plan.load(g, child_id)?;
+            let Some(child) = plan.get(child_id) else { continue };
             let next = match &kind {
-                Ripple::Done => parent_done(&child),
+                Ripple::Done => parent_done(child),
                 Ripple::Ended { root, old_root } => {
-                    parent_ended(&child, &parent, *root, *old_root, now)
+                    parent_ended(child, &parent, *root, *old_root, now)
                 }
-                Ripple::Revived { root } => {
-                    let mut parents = Vec::with_capacity(child.after.len());
-                    for p in &child.after {
-                        if let Some(p) = plan.current(g, *p)? {
-                            parents.push(p);
-                        }
+                // A child's parents are read only when this root's retry
+                // brings it back, which happens once: afterwards it is
+                // pending, or cancelled under another root. Reading them on
+                // every edge into it made a wide fan-in quadratic.
+                Ripple::Revived { root } if revivable(child, *root) => {
+                    let after = child.after.clone();
+                    for p in &after {
+                        plan.load(g, *p)?;
                     }
-                    parent_revived(&child, &parents, *root, now)
+                    let parents: Vec<&Job> = after.iter().filter_map(|p| plan.get(*p)).collect();
+                    match plan.get(child_id) {
+                        Some(child) => parent_revived(child, &parents, *root, now),
+                        None => None,
+                    }
                 }
+                Ripple::Revived { .. } => None,
             };
             if let Some(t) = next {
-                plan.record(g, child_id, t)?;
+                plan.record(child_id, t);
                 todo.insert(child_id);
             }
         }
@@ -181,33 +189,45 @@ pub fn plan_with_dependents<G: Graph>(
     Ok(writes)
 }
 
-/// The writes planned so far, by job: the job as read and as it will be.
+/// The writes planned so far, by job (the job as read and as it will be),
+/// and the jobs read but not (yet) written. Each job is read from the
+/// store at most once per plan and never copied to be looked at, so a plan
+/// costs reads and work linear in the jobs and edges it visits.
 struct Plan {
     writes: BTreeMap<JobId, PlannedWrite>,
+    read: BTreeMap<JobId, Option<Job>>,
 }
 
 impl Plan {
-    /// A job as the plan has it so far: planned, or as the store has it.
-    fn current<G: Graph>(&self, g: &mut G, id: JobId) -> Result<Option<Job>, G::Error> {
+    /// Reads job `id` from the store unless the plan has it already.
+    fn load<G: Graph>(&mut self, g: &mut G, id: JobId) -> Result<(), G::Error> {
+        if !self.writes.contains_key(&id) && !self.read.contains_key(&id) {
+            self.read.insert(id, g.job(id)?);
+        }
+        Ok(())
+    }
+
+    /// A loaded job as the plan has it so far: planned, or as read.
+    fn get(&self, id: JobId) -> Option<&Job> {
         match self.writes.get(&id) {
-            Some(w) => Ok(Some(w.after.job.clone())),
-            None => g.job(id),
+            Some(w) => Some(&w.after.job),
+            None => self.read.get(&id).and_then(Option::as_ref),
         }
     }
 
-    /// Records `t` (computed from the job's current planned state).
-    fn record<G: Graph>(&mut self, g: &mut G, id: JobId, t: Transition) -> Result<(), G::Error> {
+    /// Records `t` (computed from the loaded job's current planned state).
+    fn record(&mut self, id: JobId, t: Transition) {
         match self.writes.get_mut(&id) {
             Some(w) => {
                 w.after.job = t.job;
                 w.after.events.extend(t.events);
             }
             None => {
-                let Some(before) = g.job(id)? else { return Ok(()) };
-                self.writes.insert(id, PlannedWrite { before, after: t });
+                if let Some(before) = self.read.remove(&id).flatten() {
+                    self.writes.insert(id, PlannedWrite { before, after: t });
+                }
             }
         }
-        Ok(())
     }
 }
 
@@ -298,8 +318,18 @@ fn parent_ended(
     }
 }
 
-fn parent_revived(child: &Job, parents: &[Job], root: JobId, now: Timestamp) -> Option<Transition> {
-    if child.state != JobState::Cancelled || child.cancelled_by != Some(root) {
+/// Whether `root`'s retry brings `child` back (it was cancelled by it).
+fn revivable(child: &Job, root: JobId) -> bool {
+    child.state == JobState::Cancelled && child.cancelled_by == Some(root)
+}
+
+fn parent_revived(
+    child: &Job,
+    parents: &[&Job],
+    root: JobId,
+    now: Timestamp,
+) -> Option<Transition> {
+    if !revivable(child, root) {
         return None;
     }
     let mut next = child.clone();
@@ -313,7 +343,8 @@ fn parent_revived(child: &Job, parents: &[Job], root: JobId, now: Timestamp) -> 
         return Some(Transition { job: next, events: Vec::new() });
     }
     next.state = JobState::Pending;
-    next.pending_parents = count_not_done(parents);
+    let waiting = parents.iter().filter(|p| p.state != JobState::Done).count();
+    next.pending_parents = u32::try_from(waiting).unwrap_or(u32::MAX);
     next.attempts = 0;
     next.cancelled_by = None;
     next.last_error = None;
@@ -375,17 +406,21 @@ mod tests {
     #[derive(Default)]
     struct Mem {
         jobs: BTreeMap<JobId, Job>,
+        /// Rows read through the graph (jobs and dependents lists).
+        reads: usize,
     }
 
     impl Graph for Mem {
         type Error = TransitionError;
         fn job(&mut self, id: JobId) -> Result<Option<Job>, TransitionError> {
+            self.reads += 1;
             Ok(self.jobs.get(&id).cloned())
         }
         fn key_holder(&mut self, key: &str) -> Result<Option<Job>, TransitionError> {
             Ok(self.jobs.values().find(|j| j.idempotency_key.as_deref() == Some(key)).cloned())
         }
         fn dependents(&mut self, id: JobId) -> Result<Vec<JobId>, TransitionError> {
+            self.reads += 1;
             Ok(self.jobs.values().filter(|j| j.after.contains(&id)).map(|j| j.id).collect())
         }
     }
@@ -576,5 +611,44 @@ mod tests {
         assert_eq!(only_c, vec![c]);
         let both = plan_purge(&mut m, &[ja, jb]).unwrap();
         assert_eq!(both, vec![a, b]);
+    }
+
+    /// A failed root whose dependents feed wide fan-ins, each also waiting
+    /// on finished jobs: cancelling and retrying it reads each job and
+    /// each dependents list a bounded number of times, however wide the
+    /// fan-in (linear in jobs plus edges). Reading a fan-in's parents on
+    /// every edge into it read n² rows.
+    #[test]
+    fn a_retry_through_wide_fan_ins_reads_linearly() {
+        const FAN_INS: usize = 4;
+        const WIDTH: usize = 200;
+        let mut m = Mem::default();
+        let root = m.push(shell("root"));
+        let mut joins = Vec::new();
+        for _ in 0..FAN_INS {
+            let mut join = shell("join");
+            for i in 0..WIDTH {
+                let mid = m.push(shell(&format!("mid {i}")).after(root));
+                let done = m.push(shell(&format!("done {i}")));
+                m.run(done, true);
+                join = join.after(mid).after(done);
+            }
+            joins.push(m.push(join));
+        }
+        let jobs = m.jobs.len();
+        let edges: usize = m.jobs.values().map(|j| j.after.len()).sum();
+        let bound = 4 * (jobs + edges);
+
+        m.reads = 0;
+        m.run(root, false);
+        let cancelling = m.reads;
+        m.reads = 0;
+        m.retry(root);
+        let retrying = m.reads;
+        for &j in &joins {
+            assert_eq!(m.state(j), (JobState::Pending, WIDTH as u32, None));
+        }
+        assert!(cancelling <= bound, "cancel read {cancelling} rows; bound {bound}");
+        assert!(retrying <= bound, "retry read {retrying} rows; bound {bound}");
     }
 }
