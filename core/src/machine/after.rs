@@ -83,6 +83,42 @@ pub fn resolve_parents<G: Graph>(g: &mut G, new: &NewJob) -> Result<Vec<Job>, G:
     Ok(parents)
 }
 
+/// **A supersede never strands a workflow.** A push that would supersede
+/// `holder` (pending, holding the pushed job's key, with another job) is
+/// refused while jobs still wait on it: superseding cancels the holder,
+/// and with it, silently, every job waiting on it. The refusal names them
+/// and says what to do instead: change the holder in place (`edit`; they
+/// keep waiting on it), or cancel it first (they are cancelled with it,
+/// and a push with the key is then a new job). A holder that is not
+/// pending is not superseded (a running one keeps running and its
+/// dependents keep waiting on it), so nothing is refused.
+pub fn check_supersede<G: Graph>(g: &mut G, holder: &Job) -> Result<(), G::Error> {
+    if holder.state != JobState::Pending {
+        return Ok(());
+    }
+    let mut waiting = Vec::new();
+    for child in g.dependents(holder.id)? {
+        if g.job(child)?.is_some_and(|c| !c.state.is_terminal()) && !waiting.contains(&child) {
+            waiting.push(child);
+        }
+    }
+    if waiting.is_empty() {
+        return Ok(());
+    }
+    waiting.sort_unstable();
+    let key = holder.idempotency_key.as_deref().unwrap_or_default();
+    let names: Vec<String> = waiting.iter().map(|id| format!("#{id}")).collect();
+    let (them, wait) = if waiting.len() == 1 { ("it", "waits") } else { ("them", "wait") };
+    Err(invalid(format!(
+        "job #{id} holds the key `{key}` and {jobs} {wait} on it: replacing it would cancel {them}, \
+         so nothing was changed. Change #{id} in place (slothqueue edit {id}; {them} keep waiting on it), \
+         or cancel #{id} first ({them} are cancelled with it)",
+        id = holder.id,
+        jobs = names.join(", "),
+    ))
+    .into())
+}
+
 /// The parents of `job` as the store has them now; a parent that is gone
 /// (purged after it finished) is left out: it no longer holds anyone up.
 pub fn load_parents<G: Graph>(g: &mut G, job: &Job) -> Result<Vec<Job>, G::Error> {
@@ -650,5 +686,33 @@ mod tests {
         }
         assert!(cancelling <= bound, "cancel read {cancelling} rows; bound {bound}");
         assert!(retrying <= bound, "retry read {retrying} rows; bound {bound}");
+    }
+
+    /// A pending key holder that jobs wait on is not superseded (the push
+    /// is refused, naming them); once nothing waits on it, or it runs, the
+    /// push goes through. A superseded job's retry is refused, naming its
+    /// replacement.
+    #[test]
+    fn a_supersede_never_strands_a_workflow() {
+        let mut m = Mem::default();
+        let old = m.push(shell("v1").key("k"));
+        let child = m.push(shell("notify").after("k"));
+        let holder = m.jobs[&old].clone();
+        let e = check_supersede(&mut m, &holder).unwrap_err();
+        let e = e.to_string();
+        assert!(e.contains(&format!("#{child} waits on it")), "{e}");
+        assert!(e.contains(&format!("slothqueue edit {old}")), "{e}");
+        m.apply(child, |j| machine::cancel(j, T0).expect("cancel"));
+        assert!(check_supersede(&mut m, &holder).is_ok(), "nothing waits now");
+
+        let holder = m.jobs[&old].clone();
+        let new = shell("v2").key("k");
+        let replaced = match machine::plan_push(&new, Some(&holder), 9, T0) {
+            machine::PushPlan::Insert { displaced: Some(t), superseded: Some(_) } => t.job,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(machine::superseded_by(&replaced), Some(9));
+        let e = machine::retry(&replaced, &[], T0).unwrap_err().to_string();
+        assert!(e.contains("superseded by #9") && e.contains("Retry #9"), "{e}");
     }
 }

@@ -21,7 +21,7 @@ mod lanes;
 mod validate;
 
 pub use after::{
-    Graph, MAX_PARENTS, check_retry, count_not_done, load_parents, plan_purge,
+    Graph, MAX_PARENTS, check_retry, check_supersede, count_not_done, load_parents, plan_purge,
     plan_with_dependents, resolve_parents,
 };
 pub use claim::{
@@ -139,6 +139,19 @@ pub enum PushPlan {
     },
 }
 
+/// How a superseded job's `last_error` starts; the replacement's id
+/// follows.
+pub const SUPERSEDED_BY: &str = "superseded by #";
+
+/// The job that superseded `job`, when a push with its key replaced it
+/// while it was pending (it is cancelled, saying so in `last_error`).
+pub fn superseded_by(job: &Job) -> Option<JobId> {
+    if job.state != JobState::Cancelled || job.cancelled_by.is_some() {
+        return None;
+    }
+    job.last_error.as_deref()?.strip_prefix(SUPERSEDED_BY)?.parse().ok()
+}
+
 /// Decides a push against the current holder of its key (the newer wins).
 pub fn plan_push(new: &NewJob, holder: Option<&Job>, new_id: JobId, now: Timestamp) -> PushPlan {
     let Some(old) = holder else { return PushPlan::Insert { displaced: None, superseded: None } };
@@ -153,6 +166,8 @@ pub fn plan_push(new: &NewJob, holder: Option<&Job>, new_id: JobId, now: Timesta
         job.state = JobState::Cancelled;
         job.finished_at = Some(now);
         job.held = None;
+        // Why it ended, where `show` and a refused `retry` can say it.
+        job.last_error = Some(format!("{SUPERSEDED_BY}{new_id}"));
         superseded = Some(job.id);
         events.push(
             Event::new(job.id, EventKind::Superseded, now)
@@ -508,6 +523,13 @@ pub fn cancel(job: &Job, now: Timestamp) -> Result<Transition, TransitionError> 
 pub fn retry(job: &Job, parents: &[Job], now: Timestamp) -> Result<Transition, TransitionError> {
     if !matches!(job.state, JobState::Failed | JobState::Cancelled) {
         return Err(invalid(job, "retry"));
+    }
+    if let Some(by) = superseded_by(job) {
+        return Err(TransitionError::InvalidJob(format!(
+            "cannot retry job #{}: it was superseded by #{by} (a push with its key and another job); \
+             it would run beside its replacement. Retry #{by}, or add the old job again under another key",
+            job.id
+        )));
     }
     check_retry(job, parents)?;
     let mut next = job.clone();

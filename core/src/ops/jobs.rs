@@ -3,6 +3,8 @@
 //! users, the sweep's reclaim, purge and restore. Each runs inside one
 //! write transaction of the backend ([`Tx`]).
 
+use std::collections::BTreeMap;
+
 use crate::job::{Event, Fence, Job, JobId, JobState, NewJob};
 use crate::lane::Stamp;
 use crate::machine::{
@@ -36,7 +38,9 @@ pub fn push_many<T: Tx>(
 
 /// One job of a push (every push, clone and schedule tick goes through
 /// here): its parents looked up (refused when one is unknown, also for a
-/// duplicate), the key's holder displaced if need be, then the job created
+/// duplicate), the key's holder displaced if need be (a pending holder
+/// that jobs wait on is not: [`machine::check_supersede`] refuses the
+/// push, naming them), then the job created
 /// from its parents **as they are after that** (the displaced holder may
 /// be one of them, just cancelled). `next` is the id it gets if created,
 /// counted up.
@@ -62,6 +66,9 @@ pub(super) fn push_one<T: Tx>(
             Ok(Pushed { job, created: false, superseded: None })
         }
         PushPlan::Insert { displaced, superseded } => {
+            if let (Some(_), Some(old)) = (superseded, holder.as_ref()) {
+                machine::check_supersede(tx, old)?;
+            }
             if let (Some(t), Some(old)) = (displaced, holder) {
                 write(tx, old, *t, now)?;
                 parents = parents.iter().map(|p| get(tx, p.id)).collect::<Result<_, _>>()?;
@@ -260,14 +267,30 @@ pub fn purge<T: Tx>(tx: &mut T, filter: &PurgeFilter) -> Result<Vec<JobId>, T::E
 /// queue as this transaction sees it, so an id or key restored earlier in
 /// the same batch counts as taken. A refusal is [`StoreError::InBatch`]
 /// naming the element.
+///
+/// **Dependency counts are recomputed, never trusted**: each job's
+/// `pending_parents` is the count of its parents not `done`, each parent
+/// as the file has it (in any order) or else as the queue has it. A file
+/// saying `0` for a child whose parent is pending would otherwise import
+/// it due now, to run before its parent. A pending or running job naming a
+/// parent in neither the file nor the queue is refused (it would wait
+/// forever); a finished job's parents no longer matter, and are left as
+/// named.
 pub fn restore_many<T: Tx>(tx: &mut T, jobs: &[(Job, Vec<Event>)]) -> Result<(), T::Error> {
-    jobs.iter()
-        .enumerate()
-        .try_for_each(|(i, (job, events))| restore_one(tx, job, events).map_err(in_batch(i)))
+    let in_file: BTreeMap<JobId, &Job> = jobs.iter().map(|(j, _)| (j.id, j)).collect();
+    jobs.iter().enumerate().try_for_each(|(i, (job, events))| {
+        restore_one(tx, job, events, &in_file).map_err(in_batch(i))
+    })
 }
 
-/// **The restore conflicts**: the id free, the key held by no job.
-fn restore_one<T: Tx>(tx: &mut T, job: &Job, events: &[Event]) -> Result<(), T::Error> {
+/// **The restore conflicts**: the id free, the key held by no job; then
+/// the job's count of parents not done, from the parents themselves.
+fn restore_one<T: Tx>(
+    tx: &mut T,
+    job: &Job,
+    events: &[Event],
+    in_file: &BTreeMap<JobId, &Job>,
+) -> Result<(), T::Error> {
     machine::check_restore(job, events)?;
     let invalid = |m: String| Err(StoreError::InvalidInput(m).into());
     if tx.job(job.id)?.is_some() {
@@ -281,5 +304,32 @@ fn restore_one<T: Tx>(tx: &mut T, job: &Job, events: &[Event]) -> Result<(), T::
             ));
         }
     }
-    tx.insert(job, events)
+    // A parent named twice is waited on once, as at push.
+    let parents: std::collections::BTreeSet<JobId> = job.after.iter().copied().collect();
+    let mut waiting = 0u32;
+    for p in parents {
+        let done = match in_file.get(&p) {
+            Some(parent) => parent.state == JobState::Done,
+            None => match tx.job(p)? {
+                Some(parent) => parent.state == JobState::Done,
+                None if job.state.is_terminal() => continue,
+                None => {
+                    return invalid(format!(
+                        "job #{}: it waits on job #{p}, which is in neither the file nor the queue \
+                         (it would wait forever); add #{p} to the file, or import into the queue that holds it",
+                        job.id
+                    ));
+                }
+            },
+        };
+        if !done {
+            waiting = waiting.saturating_add(1);
+        }
+    }
+    if waiting == job.pending_parents {
+        return tx.insert(job, events);
+    }
+    let mut counted = job.clone();
+    counted.pending_parents = waiting;
+    tx.insert(&counted, events)
 }

@@ -16,6 +16,7 @@ pub mod queries;
 pub mod retry;
 pub mod schedules;
 pub mod settle;
+pub mod workflows;
 
 /// The one list of scenarios: calls back `$crate::$cb!` with the given
 /// context and `[area::name, …]`. The test macro, [`crate::run_all`] and
@@ -113,6 +114,9 @@ macro_rules! __with_scenarios {
             after::a_diamond_is_due_only_after_both_parents,
             after::a_job_cannot_wait_on_the_job_it_replaces,
             after::dependents_outlive_a_purged_parent,
+            workflows::a_supersede_never_strands_the_jobs_waiting_on_the_holder,
+            workflows::import_recomputes_dependency_counts,
+            workflows::import_refuses_a_parent_in_neither_the_file_nor_the_queue,
             lanes::a_limit_closes_its_lane_at_the_boundary,
             lanes::a_limit_holds_across_claimers_and_handles,
             lanes::a_limit_holds_under_a_claim_race_across_handles,
