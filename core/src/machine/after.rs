@@ -107,14 +107,21 @@ pub fn check_supersede<G: Graph>(g: &mut G, holder: &Job) -> Result<(), G::Error
     }
     waiting.sort_unstable();
     let key = holder.idempotency_key.as_deref().unwrap_or_default();
-    let names: Vec<String> = waiting.iter().map(|id| format!("#{id}")).collect();
-    let (them, wait) = if waiting.len() == 1 { ("it", "waits") } else { ("them", "wait") };
+    let mut names: Vec<String> = waiting.iter().take(5).map(|id| format!("#{id}")).collect();
+    if waiting.len() > 5 {
+        names.push(format!("{} more", waiting.len() - 5));
+    }
+    let jobs = names.join(", ");
+    let (wait, they, keep, are) = if waiting.len() == 1 {
+        ("waits", jobs.as_str(), "keeps", "is")
+    } else {
+        ("wait", "they", "keep", "are")
+    };
     Err(invalid(format!(
-        "job #{id} holds the key `{key}` and {jobs} {wait} on it: replacing it would cancel {them}, \
-         so nothing was changed. Change #{id} in place (slothqueue edit {id}; {them} keep waiting on it), \
-         or cancel #{id} first ({them} are cancelled with it)",
+        "job #{id} holds the key `{key}` and {jobs} {wait} on it: replacing it would cancel {they}, \
+         so nothing was changed. Change #{id} in place (slothqueue edit {id}; {they} {keep} waiting on it), \
+         or cancel #{id} first ({they} {are} cancelled with it)",
         id = holder.id,
-        jobs = names.join(", "),
     ))
     .into())
 }

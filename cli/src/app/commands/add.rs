@@ -41,8 +41,13 @@ pub async fn add(ctx: &Ctx, add: AddConfig) -> Outcome {
         return Ok(Code::Success);
     }
     writeln!(out, "{}", render::added(&pushed.job, now))?;
+    // A supersede is refused while jobs wait on the holder (the refusal
+    // names them), so one that went through stranded nobody: say so.
     if let Some(old) = pushed.superseded {
-        writeln!(out, "superseded job #{old} (same key, different job; it will not run)")?;
+        writeln!(
+            out,
+            "superseded job #{old} (same key, different job; it will not run, and no job waited on it)"
+        )?;
     }
     if let Some(line) =
         after_line(&pushed.job, &jobs_by_id(store.as_ref(), &pushed.job.after).await?)
