@@ -100,4 +100,23 @@ both_backends! {
         ctx.ok(&["import", &good]);
         assert_eq!(ctx.job(12).payload["command"], "echo two");
     }
+
+    fn an_export_filtered_of_a_parent_is_refused_naming_the_line(ctx) {
+        let source = TestContext::new(ctx.backend);
+        source.ok(&["add", "make", "--queue", "build"]);
+        source.ok(&["add", "make test", "--after", "1"]);
+        let mut lines = lines_of(&source.ok(&["export"]));
+        lines.retain(|l| l["queue"] != "build");
+        let file = write_lines(&ctx, "filtered.jsonl", &lines);
+        refused_untouched(&ctx, &file, "line 1: cannot import");
+        let out = ctx.run(&["import", &file]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("job #1, which is in neither the file nor the queue"), "{stderr}");
+
+        let mut trusting = lines_of(&source.ok(&["export"]));
+        trusting[1]["pending_parents"] = 0.into();
+        let file = write_lines(&ctx, "trusting.jsonl", &trusting);
+        ctx.ok(&["import", &file]);
+        assert_eq!(ctx.job(2).pending_parents, 1, "recomputed, not the file's 0");
+    }
 }

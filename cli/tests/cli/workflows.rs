@@ -321,4 +321,25 @@ both_backends! {
             assert_eq!(ctx.job(id).state, JobState::Done, "#{id}");
         }
     }
+
+    fn a_supersede_with_waiting_jobs_is_refused_and_a_superseded_job_is_not_retried(ctx) {
+        ctx.ok(&["add", "make convert", "--key", "convert"]);
+        ctx.ok(&["add", "make publish", "--after", "convert"]);
+        let before = ctx.ok(&["export"]);
+        let out = ctx.run(&["add", "make convert --fast", "--key", "convert"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("#2 waits on it"), "{stderr}");
+        assert!(stderr.contains("slothqueue edit 1"), "{stderr}");
+        assert_eq!(ctx.ok(&["export"]), before, "the refused add wrote something");
+
+        ctx.ok(&["cancel", "2"]);
+        let added = ctx.ok(&["add", "make convert --fast", "--key", "convert"]);
+        assert!(added.contains("superseded job #1"), "{added}");
+        let out = ctx.run(&["retry", "1"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("superseded by #3"), "{stderr}");
+        assert_eq!(ctx.job(1).state, JobState::Cancelled);
+    }
 }
