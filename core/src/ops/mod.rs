@@ -28,11 +28,12 @@
 //! so a batch names the element that was refused.
 //!
 //! What lives here once: the batch error mapping ([`in_batch`], [`alone`]),
-//! the push path (parents resolved, the key's holder displaced, the
-//! parents re-read after that, the job created), the claim's candidate
-//! walk ([`claim`]), purge eligibility ([`crate::PurgeFilter::admits`] and
-//! [`crate::machine::plan_purge`]), the restore conflicts, and the firing
-//! of schedules.
+//! the push path (parents resolved, the key's holder displaced — refused
+//! while jobs wait on a pending holder — the parents re-read after that,
+//! the job created), the claim's candidate walk ([`claim`]), purge
+//! eligibility ([`crate::PurgeFilter::admits`] and
+//! [`crate::machine::plan_purge`]), the restore conflicts and the
+//! dependency counts an import recomputes, and the firing of schedules.
 
 use std::collections::BTreeSet;
 
