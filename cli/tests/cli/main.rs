@@ -40,6 +40,7 @@ mod bad_input;
 mod creation;
 mod e2e;
 mod env;
+mod handlers;
 mod import;
 mod lanes;
 mod limits;
