@@ -6,7 +6,9 @@
 //! job appear after `slothqueue add`, open it, watch its log tail grow,
 //! cancel it, see its state change; a queue paused from the list, a job
 //! waiting on it held and released from its page, the page saying why it
-//! waits in the server's words (the same `show --json` gives); a spent link refused and the token form used instead.
+//! waits in the server's words (the same `show --json` gives); the cookie
+//! without the key its login left in the origin's storage sent to the
+//! login; a spent link refused and the token form used instead.
 //! Screenshots of the list and the job page are saved under
 //! `target/screenshots/` for a reviewer to look at.
 //!
@@ -388,6 +390,14 @@ async fn the_page_shows_the_queue_follows_a_log_and_cancels_a_job() {
         .expect("scroll to the jobs");
     screenshot(&client, &shots, "list-phone.png").await;
     client.set_window_size(1280, 900).await.expect("desktop width");
+
+    // The cookie alone opens nothing (a browser sends it to every port):
+    // without the key the login left in this origin's storage, the page
+    // goes to the login.
+    client.execute("localStorage.clear()", vec![]).await.expect("forget the key");
+    client.goto(home.as_str()).await.expect("the page again");
+    let login = home.join("login").expect("url");
+    client.wait().at_most(WAIT).for_url(&login).await.expect("sent to the login");
 
     // The link was spent: opened again, it is refused, and the token
     // pasted into the form logs in instead.

@@ -547,9 +547,11 @@ impl World {
         }
     }
 
-    /// Claim as a store does: the running jobs and the best due pending job
-    /// go to `plan_claim`, and its plan is checked against the model's own
-    /// reading of the design before it is written.
+    /// Claim as a store does: the running jobs and every pending job, in
+    /// claim order and unfiltered (a store may push nothing down), go to
+    /// `plan_claim_in_order`, which applies every predicate itself; its
+    /// plan is checked against the model's own reading of the design
+    /// before it is written.
     fn claim(&mut self, owner: usize) {
         let now = self.now();
         let running: Vec<Job> = self
@@ -559,17 +561,17 @@ impl World {
             .filter(|j| j.state == JobState::Running)
             .collect();
         let check = machine::LaneCheck::new(self.lanes.clone(), &running);
-        let best_due = self
+        let mut pending: Vec<Job> = self
             .jobs
             .iter()
-            .map(|(j, _)| j)
-            .filter(|_| !check.all_paused())
-            .filter(|j| j.is_due(now) && check.may_start(&j.queue))
-            .min_by_key(|j| j.claim_order())
-            .cloned();
+            .map(|(j, _)| j.clone())
+            .filter(|j| j.state == JobState::Pending)
+            .collect();
+        pending.sort_by_key(|j| j.claim_order());
         let me = self.owners[owner].clone();
         let request = ClaimRequest::new(me.clone(), Arc::new(DeadSet(self.dead.clone())));
-        let plan = machine::plan_claim(&request, &check, running, best_due, now, &self.policy)
+        let due = pending.into_iter().map(Ok::<Job, machine::TransitionError>);
+        let plan = machine::plan_claim_in_order(&request, &check, running, due, now, &self.policy)
             .expect("a plan from consistent candidates");
         // The model: every abandoned job (owner dead, or lease expired) that
         // is cancelled or out of attempts retires; of the rest and the due

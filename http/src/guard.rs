@@ -5,12 +5,19 @@
 //! They run in that order so that a client without the token learns nothing
 //! but "401" about the rest of the request.
 //!
-//! The web page's session cookie stands in for the token (`web::session`):
-//! a request that carries no bearer token but a live session's cookie is
-//! let through, and one that changes anything (any method but `GET` and
-//! `HEAD`) must also carry that session's CSRF token. The page's own paths
-//! (`/`, `/login`, its assets) pass the `Host` and `Origin` checks here and
-//! check the session themselves.
+//! The web page's session stands in for the token (`web::session`): a
+//! request that carries no bearer token but a live session's cookie **and**
+//! that session's key (`X-Session-Key`) is let through, whatever its
+//! method. The cookie alone is no key: browsers send it to every port of
+//! the host (issue 31, finding 3), so a request with it but not the key is
+//! a 401 like one with neither. The page's own paths (`/`, `/login`, its
+//! assets) pass the `Host` and `Origin` checks here and check the session
+//! themselves (they serve nothing secret to the cookie alone).
+//!
+//! Every answer, the API's JSON as the page's HTML, says
+//! `X-Content-Type-Options: nosniff` ([`no_sniffing`], the router's
+//! outermost layer): a browser never reads a job's output in a JSON answer
+//! as a script or a page.
 //!
 //! (This file uses `web/session.rs` alone, never the page's handlers,
 //! which use the extractors that use this file.)
@@ -18,7 +25,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -85,19 +92,23 @@ fn check(app: &AppState, req: &Request) -> Result<(), HttpError> {
         return check_body_headers(req.headers(), api.body_limit);
     }
     if !authorized(req.headers(), &api.token) {
-        match crate::web::session::session_of(api, req.headers()) {
-            None => return Err(HttpError::Unauthorized),
-            Some(session) => {
-                let safe = matches!(*req.method(), Method::GET | Method::HEAD);
-                if !safe && !session.csrf_ok(req.headers()) {
-                    return Err(HttpError::Forbidden(
-                        "missing or wrong x-csrf-token header (reload the page)".to_owned(),
-                    ));
-                }
-            }
+        let session = crate::web::session::session_of(api, req.headers());
+        if !session.is_some_and(|s| s.key_ok(req.headers())) {
+            return Err(HttpError::Unauthorized);
         }
     }
     check_body_headers(req.headers(), api.body_limit)
+}
+
+/// `X-Content-Type-Options: nosniff` on every answer that does not already
+/// say it: the router's outermost layer, so refusals, panics and the
+/// fallback's answers have it too.
+pub(crate) async fn no_sniffing(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .entry(header::X_CONTENT_TYPE_OPTIONS)
+        .or_insert(HeaderValue::from_static("nosniff"));
+    response
 }
 
 /// `Authorization: Bearer <token>`, the scheme case-insensitive as RFC 9110

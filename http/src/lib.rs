@@ -33,11 +33,11 @@
 //! Beside them, the web page (module `web`): `GET /` for a person at the
 //! same machine, its login at `/login` (a one-time code from
 //! [`Bound::login_link`], or the token pasted in), which sets an
-//! `HttpOnly`, `SameSite=Strict` session cookie. The API routes take that
-//! cookie in place of the bearer token; a request so authenticated that
-//! changes anything must also carry the session's CSRF token in
-//! `X-CSRF-Token`. The loopback `Host` and `Origin` checks apply to the
-//! page as to the API.
+//! `HttpOnly`, `SameSite=Strict` session cookie and hands the page the
+//! session's key. The API routes take that cookie with the key in
+//! `X-Session-Key` in place of the bearer token (the cookie alone is not
+//! enough: browsers send it to every port). The loopback `Host` and
+//! `Origin` checks apply to the page as to the API.
 //!
 //! # Why it is this strict
 //!
@@ -275,6 +275,7 @@ pub fn router(store: Arc<dyn Store>, state: ApiState) -> Router {
             axum::response::IntoResponse::into_response(HttpError::Internal)
         }))
         .layer(axum::middleware::map_response(error::json_refusals))
+        .layer(axum::middleware::map_response(guard::no_sniffing))
         .with_state(app)
 }
 
@@ -289,6 +290,7 @@ pub(crate) fn metrics_router(store: Arc<dyn Store>, mut state: ApiState) -> Rout
         .method_not_allowed_fallback(api::wrong_method)
         .layer(axum::middleware::from_fn_with_state(app.clone(), guard::guard))
         .layer(axum::middleware::map_response(error::json_refusals))
+        .layer(axum::middleware::map_response(guard::no_sniffing))
         .with_state(app)
 }
 

@@ -65,6 +65,7 @@ mod idle;
 mod limits;
 mod logfile;
 mod owner;
+pub mod private;
 mod process;
 mod run;
 mod runner;
@@ -82,7 +83,10 @@ pub use error::RunnerError;
 pub use event::{
     LaneBlock, LaneHold, Reporter, RetryPlan, RunSummary, RunnerEvent, SkipReason, SkippedJob,
 };
-pub use exec::{ExecContext, ExecOutcome, Executor, HandlerDirExecutor, ShellExecutor, handler_fn};
+pub use exec::{
+    ExecContext, ExecOutcome, Executor, HandlerDirExecutor, RefusedHandler, ShellExecutor,
+    handler_fn,
+};
 pub use fmt::{format_duration, format_timestamp};
 pub use gate::{AcPowerGate, Gate, GateReading, LoadGate, LoadProbe, PressureGate};
 pub use logfile::{log_dir_for, log_file_name, log_path};

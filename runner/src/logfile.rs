@@ -43,29 +43,25 @@ pub fn log_dir_for(queue_file: &Path) -> PathBuf {
     queue_file.with_file_name(name)
 }
 
-/// Refuses `path` unless this user owns it and nobody else may write it.
+/// Refuses `path` unless this user owns it and nobody else may write it
+/// ([`check_private`](crate::private::check_private), the queue file's rule).
 fn check_private(
     path: &Path,
     meta: &std::fs::Metadata,
     what: &str,
     chmod: &str,
 ) -> std::io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let me = rustix::process::geteuid().as_raw();
-    let refuse = |why: String| {
-        Err(std::io::Error::new(
+    use crate::private::{AlsoOwnedBy, NotPrivate};
+    crate::private::check_private(meta, AlsoOwnedBy::Nobody).map_err(|why| {
+        let hint = match why {
+            NotPrivate::Owner { .. } => String::new(),
+            NotPrivate::Writable { .. } => format!(": chmod {chmod} it"),
+        };
+        std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
-            format!("{what} {} {why}", path.display()),
-        ))
-    };
-    if meta.uid() != me {
-        return refuse(format!("is owned by uid {}, not by this user (uid {me})", meta.uid()));
-    }
-    let mode = meta.mode() & 0o777;
-    if mode & 0o022 != 0 {
-        return refuse(format!("is writable by other users (mode {mode:04o}): chmod {chmod} it"));
-    }
-    Ok(())
+            format!("{what} {} {why}{hint}", path.display()),
+        )
+    })
 }
 
 /// A log file opened for appending, with how much more it may grow.

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use crate::config::{Mode, RunnerConfig, WATCHED_POLL};
 use crate::error::RunnerError;
 use crate::event::{Reporter, RunSummary, RunnerEvent};
-use crate::exec::{Executor, HandlerDirExecutor, ShellExecutor};
+use crate::exec::{Executor, HandlerDirExecutor, RefusedHandler, ShellExecutor};
 use crate::fmt::format_duration;
 use crate::process::spawn::{catch_inherited_ignores, seal_inherited_fds};
 use crate::run::Run;
@@ -28,6 +28,8 @@ pub struct Runner {
     executors: BTreeMap<String, Arc<dyn Executor>>,
     waker: Arc<Notify>,
     job_control: Option<Suspension>,
+    /// Handlers refused at open, said once when the run starts.
+    refused: Vec<RefusedHandler>,
 }
 
 impl Runner {
@@ -36,7 +38,14 @@ impl Runner {
     pub fn new(store: Arc<dyn Store>, config: RunnerConfig) -> Runner {
         let mut executors: BTreeMap<String, Arc<dyn Executor>> = BTreeMap::new();
         executors.insert(SHELL_KIND.to_owned(), Arc::new(ShellExecutor));
-        Runner { store, config, executors, waker: Arc::new(Notify::new()), job_control: None }
+        Runner {
+            store,
+            config,
+            executors,
+            waker: Arc::new(Notify::new()),
+            job_control: None,
+            refused: Vec::new(),
+        }
     }
 
     /// Runs jobs of `kind` with `executor` (replacing any before).
@@ -46,7 +55,13 @@ impl Runner {
 
     /// Runs every kind a handler directory has an executable for, except
     /// `shell`: a file named `shell` must not take over shell jobs.
+    ///
+    /// Its refused handlers ([`HandlerDirExecutor::refused`]) are not
+    /// registered: their jobs are never claimed (left pending, where
+    /// `status` and `/metrics` count them as unserved, rather than claimed
+    /// and refused again and again), and the run's start says each once.
     pub fn register_handlers(&mut self, dir: HandlerDirExecutor) {
+        self.refused.extend(dir.refused().iter().filter(|r| r.kind != SHELL_KIND).cloned());
         let dir = Arc::new(dir);
         for kind in dir.kinds() {
             if kind != SHELL_KIND {
@@ -100,6 +115,14 @@ impl Runner {
         seal_inherited_fds();
         catch_inherited_ignores();
         let reporter = Arc::new(reporter);
+        for refused in &self.refused {
+            reporter.report(RunnerEvent::Warning {
+                message: format!(
+                    "{}; its jobs (kind `{}`) stay pending",
+                    refused.why, refused.kind
+                ),
+            });
+        }
         let suspended = Arc::new(Suspended::default());
         let control = self.job_control.map(|s| job_control::spawn(s, suspended.clone()));
         let mut config = self.config;

@@ -406,28 +406,20 @@ fn file_metadata(path: &Path) -> Result<Option<std::fs::Metadata>, OpenError> {
     Err(OpenError::NotAFile { path: path.into(), what })
 }
 
+/// The queue file's rule, shared with the log folder and handlers
+/// ([`slothqueue_runner::private`]), worded for a queue.
 fn check_owner(path: &Path, meta: &std::fs::Metadata) -> Result<(), OpenError> {
-    use std::os::unix::fs::MetadataExt;
-    let me = rustix::process::geteuid().as_raw();
-    if meta.uid() != me {
-        return Err(OpenError::Unsafe {
-            path: path.into(),
-            detail: format!(
-                "owned by uid {}, not by you (uid {me}): its owner could make you run any command; use a queue of your own",
-                meta.uid()
-            ),
-        });
-    }
-    let mode = meta.mode() & 0o777;
-    if mode & 0o022 != 0 {
-        return Err(OpenError::Unsafe {
-            path: path.into(),
-            detail: format!(
-                "mode {mode:04o} lets other users change it (and so run commands as you); chmod 600 it"
-            ),
-        });
-    }
-    Ok(())
+    use slothqueue_runner::private::{AlsoOwnedBy, NotPrivate, check_private};
+    let detail = match check_private(meta, AlsoOwnedBy::Nobody) {
+        Ok(()) => return Ok(()),
+        Err(NotPrivate::Owner { uid, me }) => format!(
+            "owned by uid {uid}, not by you (uid {me}): its owner could make you run any command; use a queue of your own"
+        ),
+        Err(NotPrivate::Writable { mode }) => format!(
+            "mode {mode:04o} lets other users change it (and so run commands as you); chmod 600 it"
+        ),
+    };
+    Err(OpenError::Unsafe { path: path.into(), detail })
 }
 
 /// A new file's folder: created (private) when allowed, else it must exist.

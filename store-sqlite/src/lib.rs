@@ -54,7 +54,29 @@
 //!   a cursor, only when it passes jobs over. Everything else a claim
 //!   checks is core's.
 //! - **Ids are never reused**: the next id is above both `MAX(id)` and a
-//!   high water in `meta` that a purge raises before it deletes.
+//!   high water in `meta` that a purge raises before it deletes (no
+//!   `AUTOINCREMENT`).
+//! - **Partial indexes only, each one count.** A push writes 5 b-tree
+//!   pages (the row, the two claim indexes, the due index, the event);
+//!   every count `stats` and `queues` show is the size of one partial
+//!   index (read with `dbstat`), never a walk of the table. A job waiting
+//!   on parents or held is in none of the claim and due indexes
+//!   (`pending_parents = 0 AND held = 0` in their conditions; the 0/1
+//!   `held` flag is what indexes name, since SQLite treats an index as
+//!   covering only for a column its condition fixes), so a backlog of
+//!   waiting jobs costs a claim nothing. A job's parents are a JSON column
+//!   and an `edges (parent, child)` table keyed by parent, an edge written
+//!   and deleted with its child.
+//! - **The layout is versioned** (`user_version`; the current one in
+//!   [`SCHEMA_VERSION`]): every older file migrates on open, one version at
+//!   a time, in place where a column is added. An open compares the file's
+//!   whole `sqlite_schema` with the one its version must have — for the
+//!   current version by fingerprint (a SHA-256 a unit test recomputes from
+//!   the migrations), so a damaged schema is refused before anything is
+//!   written. A writing open of a file whose header alone says "current
+//!   layout, whole", with no WAL frames beside it, skips the probe's own
+//!   connection and vets the schema before its first write; a WAL with
+//!   frames always goes through the probe's read-only look.
 
 #![deny(missing_docs)]
 

@@ -11,7 +11,9 @@
 //! line too: why, and which `retry` brings it back.
 
 use slothqueue_core::serving::{self, Coverage};
-use slothqueue_core::{Job, JobState, LaneVerdict, Lanes, Liveness, RunnerActivity, Timestamp};
+use slothqueue_core::{
+    Job, JobState, LaneVerdict, Lanes, Liveness, RunnerActivity, SHELL_KIND, Timestamp,
+};
 
 use crate::RunnerView;
 use crate::words::{self, activity, format_span, local, runner_name};
@@ -118,20 +120,40 @@ fn pending(s: &Situation<'_>) -> String {
         n => format!("waiting behind {n} due job(s) of higher priority"),
     };
     let coverage = serving::coverage(&job.queue, &job.kind, alive.iter().map(|r| &r.record));
+    // A plain `run` runs shell jobs only: another kind needs its handler,
+    // and a runner refuses one that another user could change.
+    let handler = |kind: &str| {
+        format!(
+            "--handlers DIR, where DIR/{kind} is an executable of yours that nobody else can write"
+        )
+    };
     if let Coverage::NoHandler { kind } = &coverage {
         return format!(
-            "{coverage}: no live runner of its queue has one; start one with --handlers DIR, where DIR/{kind} is an executable"
+            "{coverage}: no live runner of its queue has one; start one with {}",
+            handler(kind)
         );
     }
     if live.is_empty() {
         // Runners alive, but none takes its queue: say so, not "none alive".
-        let start = if alive.is_empty() {
-            "no runner is alive: it runs when one starts (slothqueue run)".to_owned()
-        } else {
-            format!(
+        let shell = job.kind == SHELL_KIND;
+        let start = match (alive.is_empty(), shell) {
+            (true, true) => {
+                "no runner is alive: it runs when one starts (slothqueue run)".to_owned()
+            }
+            (true, false) => format!(
+                "no runner is alive: it runs when one with a handler for kind {} starts (slothqueue run {})",
+                job.kind,
+                handler(&job.kind)
+            ),
+            (false, true) => format!(
                 "{coverage}: it runs when one that does starts (slothqueue run --queue {})",
                 job.queue
-            )
+            ),
+            (false, false) => format!(
+                "{coverage}: it runs when one that does starts (slothqueue run --queue {} {})",
+                job.queue,
+                handler(&job.kind)
+            ),
         };
         return if ahead.is_empty() { start } else { format!("{ahead}; {start}") };
     }
@@ -246,7 +268,7 @@ mod tests {
         let seen = [RunnerView { record: shell_only.clone(), live: true }];
         assert_eq!(
             why_of(&download, 0, &seen),
-            "no handler for kind download: no live runner of its queue has one; start one with --handlers DIR, where DIR/download is an executable"
+            "no handler for kind download: no live runner of its queue has one; start one with --handlers DIR, where DIR/download is an executable of yours that nobody else can write"
         );
         let mut both = shell_only.clone();
         both.kinds = Some(vec!["download".into(), "shell".into()]);
@@ -273,6 +295,27 @@ mod tests {
             "no live runner serves queue other: it runs when one that does starts (slothqueue run --queue other)"
         );
         assert!(why_of(&other, 0, &[]).starts_with("no runner is alive"));
+    }
+
+    /// Issue 31 finding 10: a plain `run` does not run a handler job, so
+    /// the explanation names what will.
+    #[test]
+    fn a_handler_job_with_no_runner_says_a_runner_needs_its_handler() {
+        let new = NewJob::new("download", serde_json::json!({})).not_before(NOW);
+        let download = machine::create(1, &new, &[], NOW, &Policy::default()).job;
+        assert_eq!(
+            why_of(&download, 0, &[]),
+            "no runner is alive: it runs when one with a handler for kind download starts (slothqueue run --handlers DIR, where DIR/download is an executable of yours that nobody else can write)"
+        );
+        let mut elsewhere = download.clone();
+        elsewhere.queue = "other".into();
+        let mut default_only = runner(RunnerActivity::Idle { until: None });
+        default_only.queues = vec!["default".into()];
+        let seen = [RunnerView { record: default_only, live: true }];
+        assert_eq!(
+            why_of(&elsewhere, 0, &seen),
+            "no live runner serves queue other: it runs when one that does starts (slothqueue run --queue other --handlers DIR, where DIR/download is an executable of yours that nobody else can write)"
+        );
     }
 
     #[test]

@@ -648,8 +648,8 @@ fn the_library_reexports_every_backend() {
 }
 
 /// The crates (and folders) whose stores run `slothqueue_core::ops`: none
-/// of them may reach for the dependency and push rules themselves. The
-/// lead adds `store-redb` and `store-postgres` as their ports merge.
+/// of them may reach for the dependency, push and claim rules themselves:
+/// every store, and the conformance suite's reference store.
 const PORTED: &[&str] = &["store-sqlite", "store-redb", "store-postgres", "tests"];
 
 /// Whether `text` names `ident` as a whole identifier (not a longer one
@@ -674,12 +674,12 @@ fn names_ident_sees_whole_identifiers_only() {
 /// **Every rule written once**: the push path, the dependency rule and the
 /// claim's choice are run by `core::ops`; a store that calls
 /// `machine::plan_push`, `plan_with_dependents`, `resolve_parents` or the
-/// one-candidate `plan_claim` itself writes the choreography a second
+/// claim rule itself writes the choreography a second
 /// time. Checked in the ported folders ([`PORTED`]); comments may name
 /// the rules.
 #[test]
 fn no_store_runs_the_push_or_dependency_rules_itself() {
-    let rules = ["plan_push", "plan_with_dependents", "resolve_parents", "plan_claim"];
+    let rules = ["plan_push", "plan_with_dependents", "resolve_parents", "plan_claim_in_order"];
     let root = project_root();
     let mut found = Vec::new();
     for dir in PORTED {

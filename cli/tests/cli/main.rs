@@ -23,7 +23,10 @@
 //! - `limits`: `run`'s niceness, I/O class and ceilings, and what `show`
 //!   says is in force (issue #17).
 //! - `serve`: `serve --handlers DIR` runs a handler job enqueued over
-//!   HTTP; a kind without a handler is named; `/metrics` parses (issue #18).
+//!   HTTP; a kind without a handler is named; `/metrics` parses (issue #18);
+//!   a handler others can write is refused and counted unserved (issue 31).
+//! - `handlers`: `run --handlers DIR` refuses a world-writable handler,
+//!   says so once, and leaves its job pending (issue 31 finding 1).
 //! - `schedules`: `every`, its pause, resume and removal, `schedules`,
 //!   `show` of a tick's job, schedules through export/import (issue #19).
 //! - `postgres`: the commands on a queue on a PostgreSQL server, and a
@@ -40,6 +43,7 @@ mod bad_input;
 mod creation;
 mod e2e;
 mod env;
+mod handlers;
 mod import;
 mod lanes;
 mod limits;

@@ -66,6 +66,11 @@ fn serve_with_handlers(backend: Backend) {
     let download = handlers.join("download");
     std::fs::write(&download, "#!/bin/sh\nread payload\necho \"downloaded $payload\"\n").unwrap();
     std::fs::set_permissions(&download, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A `resize` handler anyone may change (issue 31 finding 1): refused,
+    // so a `resize` job stays pending and unserved, as with no handler.
+    let resize = handlers.join("resize");
+    std::fs::write(&resize, "#!/bin/sh\necho resized\n").unwrap();
+    std::fs::set_permissions(&resize, std::fs::Permissions::from_mode(0o777)).unwrap();
     let mut child = ctx.spawn(&[
         "serve",
         "--addr",
@@ -148,7 +153,7 @@ fn serve_with_handlers(backend: Backend) {
     let (_, job) = served.json("GET", &format!("/api/tasks/outbox/{other}"), None);
     assert!(
         job["why"].as_str().unwrap().ends_with(
-            "no live runner serves queue other: it runs when one that does starts (slothqueue run --queue other)"
+            "no live runner serves queue other: it runs when one that does starts (slothqueue run --queue other --handlers DIR, where DIR/download is an executable of yours that nobody else can write)"
         ),
         "{job}"
     );

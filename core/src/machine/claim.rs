@@ -135,7 +135,7 @@ pub struct PlannedWrite {
     pub after: Transition,
 }
 
-/// What one claim writes, decided by [`plan_claim`]: the abandoned jobs it
+/// What one claim writes, decided by [`plan_claim_in_order`]: the abandoned jobs it
 /// ends on the way, then the job it takes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClaimPlan {
@@ -168,60 +168,6 @@ impl ClaimPlan {
             reclaimed_from: take.before.lease.as_ref().map(|l| l.owner.clone()),
         })
     }
-}
-
-/// The claim rule of a store that finds the best due job itself, kept for
-/// the stores not yet on [`crate::ops`] (which uses
-/// [`plan_claim_in_order`]); it goes once every store runs `ops::claim`.
-/// Which job a claim takes, and which abandoned jobs it ends on the way,
-/// from the candidates a store read inside the claim's transaction:
-///
-/// - `lanes`: the lanes' settings with every running job counted
-///   ([`LaneCheck::new`], built from the same read as `running`);
-/// - `running`: every running job (the plan applies the filter itself and
-///   asks the request's judge about each lease);
-/// - `best_due`: the first due pending job the filter admits whose lane
-///   lets it start ([`LaneCheck::may_start`]; none at all while every
-///   queue is paused), in claim order (highest priority, earliest
-///   `not_before`, lowest id), or `None`.
-///
-/// An expired job is taken back only when its lane would let it start
-/// besides itself ([`LaneCheck::may_take_back`]): not while paused, and
-/// only under the limit. Retiring an abandoned job starts nothing, so
-/// lanes do not hold it up.
-///
-/// Every admitted running job that may be taken from its owner (see
-/// [`Reclaim`] and [`reclaimable`](super::reclaimable)) but must not run again is retired,
-/// whether or not it would have won. Of the others and `best_due`, the
-/// first in claim order is taken. A `best_due` that is not a due pending
-/// job the filter admits means the store's index is out of step with its
-/// rows: `InvalidTransition`, and the store reports damage; so does a
-/// `best_due` whose lane is closed (the store read past `lanes`).
-pub fn plan_claim(
-    request: &ClaimRequest,
-    lanes: &LaneCheck,
-    running: impl IntoIterator<Item = Job>,
-    best_due: Option<Job>,
-    now: Timestamp,
-    policy: &Policy,
-) -> Result<ClaimPlan, TransitionError> {
-    let mut plan = plan_running(request, lanes, running, now, policy);
-    if let Some(job) = best_due {
-        if plan.take.as_ref().is_none_or(|b| job.claim_order() < b.before.claim_order()) {
-            if !request.filter.admits(&job) || !lanes.may_start(&job.queue) {
-                return Err(invalid(&job, "claim"));
-            }
-            match claim(&job, &request.owner, now, policy, Liveness::Unknown)? {
-                ClaimOutcome::Claimed(after) => {
-                    plan.take = Some(PlannedWrite { before: job, after })
-                }
-                // A pending job is never retired: claim() retires only
-                // running ones.
-                ClaimOutcome::Retired(_) => return Err(invalid(&job, "claim")),
-            }
-        }
-    }
-    Ok(plan)
 }
 
 /// The most due jobs one claim looks at before it gives up: a claim whose

@@ -1,12 +1,20 @@
 // slothqueue's page: a client of the JSON API, authenticated by the session
-// cookie (sent by the browser, unreadable here) and, for every request that
-// changes something, the session's CSRF token from the page's <meta>.
+// cookie (sent by the browser, unreadable here) and the session's key, sent
+// with every request. The login hands the key over once; it is kept in this
+// origin's localStorage, which no page of another port can read (the
+// cookie, a browser sends to every port of 127.0.0.1).
 // It looks again once a second while the tab is visible, not at all while
 // it is hidden. Everything shown is set as text, never as HTML.
 "use strict";
 
 (function () {
   const $ = (id) => document.getElementById(id);
+  const KEY = "slothqueue.session-key";
+  const store = {
+    get() { try { return localStorage.getItem(KEY); } catch (e) { return null; } },
+    set(key) { try { localStorage.setItem(KEY, key); } catch (e) { /* the page then asks to log in */ } },
+    clear() { try { localStorage.removeItem(KEY); } catch (e) { /* nothing kept */ } },
+  };
 
   /** An element with attributes and children (strings become text). */
   function el(tag, attrs, ...children) {
@@ -26,6 +34,14 @@
 
   // ---- the login page -----------------------------------------------------
   if (document.body.dataset.page === "login") {
+    // The answer to a login link carries the new session's key: keep it,
+    // then open the queue.
+    const handed = document.querySelector('meta[name="session-key"]');
+    if (handed) {
+      store.set(handed.content);
+      location.replace("/");
+      return;
+    }
     const form = $("login");
     form.addEventListener("submit", async (ev) => {
       ev.preventDefault();
@@ -37,7 +53,9 @@
         body: JSON.stringify({ token: $("token").value }),
         credentials: "same-origin",
       });
-      if (r.status === 204) {
+      const answer = r.ok ? await r.json().catch(() => ({})) : {};
+      if (r.ok && typeof answer.key === "string") {
+        store.set(answer.key);
         location.replace("/");
       } else {
         err.textContent = r.status === 401 ? "That is not the token." : "Refused: " + r.status;
@@ -48,7 +66,12 @@
   }
 
   // ---- the queue page -----------------------------------------------------
-  const csrf = document.querySelector('meta[name="csrf-token"]').content;
+  if (!store.get()) {
+    // A tab of a browser that never logged in here (or logged out): the
+    // cookie alone opens nothing.
+    location.replace("/login");
+    return;
+  }
   const POLL_MS = 1000;
   const LOG_KEEP = 256 * 1024; // characters of log kept on the page
   const PAGE_SIZE = 25;
@@ -57,15 +80,16 @@
   let busy = false;
 
   class Refused extends Error {
-    constructor(status, message) { super(message); this.status = status; }
+    constructor(status, message, key) { super(message); this.status = status; this.key = key; }
   }
 
   async function api(method, path) {
-    const headers = { Accept: "application/json" };
-    if (method !== "GET") headers["X-CSRF-Token"] = csrf;
+    // Read each time: a login in another tab replaces both the cookie and
+    // the key, and this tab goes on with the new pair.
+    const headers = { Accept: "application/json", "X-Session-Key": store.get() || "" };
     const r = await fetch(path, { method, headers, credentials: "same-origin", cache: "no-store" });
     const body = await r.json().catch(() => ({}));
-    if (!r.ok) throw new Refused(r.status, body.error || "refused (" + r.status + ")");
+    if (!r.ok) throw new Refused(r.status, body.error || "refused (" + r.status + ")", headers["X-Session-Key"]);
     return body;
   }
 
@@ -302,7 +326,8 @@
   $("pause-all").addEventListener("click", () => act("POST", "/api/pause"));
   $("resume-all").addEventListener("click", () => act("POST", "/api/resume"));
   $("logout").addEventListener("click", async () => {
-    await fetch("/logout", { method: "POST", headers: { "X-CSRF-Token": csrf }, credentials: "same-origin" });
+    await fetch("/logout", { method: "POST", headers: { "X-Session-Key": store.get() || "" }, credentials: "same-origin" });
+    store.clear();
     location.replace("/login");
   });
   $("filters").addEventListener("submit", (ev) => ev.preventDefault());
@@ -343,6 +368,7 @@
     } catch (e) {
       if (e instanceof Refused && e.status === 401) {
         view.loggedOut = true;
+        if (e.key === store.get()) store.clear();
         setLive("err", "logged out");
         flash("Your session has ended.", el("a", { href: "/login" }, "Log in again"));
         return;

@@ -3,17 +3,18 @@
 //! (`include_str!`), no build step and nothing fetched from elsewhere.
 //!
 //! The page is a client of the JSON API: its script calls the same routes
-//! a program does, authenticated by the session cookie instead of the
-//! bearer token, with the session's CSRF token on every request that
-//! changes something (the guard checks both, see `guard.rs`). How a
-//! browser logs in is `session.rs`.
+//! a program does, authenticated by the session cookie and the session's
+//! key in `X-Session-Key` instead of the bearer token (the guard checks
+//! both, see `guard.rs`). The key is handed out once, in the answer to the
+//! login, and the page keeps it in `localStorage`; nothing served to the
+//! cookie alone contains it. How a browser logs in is `session.rs`.
 //!
 //! | path | does |
 //! |---|---|
-//! | `GET /` | the page, with the session's CSRF token in a `<meta>`; without a session, a redirect to `/login` |
-//! | `GET /login` | the login form (paste the token); with `?code=`, spends a one-time login code and starts a session |
-//! | `POST /login` | `{"token": "…"}`: starts a session for the right token (401 otherwise) |
-//! | `POST /logout` | ends the session |
+//! | `GET /` | the page (nothing secret in it); without a session's cookie, a redirect to `/login` |
+//! | `GET /login` | the login form (paste the token); with `?code=`, spends a one-time login code and starts a session: the cookie, and the key in a `<meta>` of the answer, which its script stores and goes on to `/` |
+//! | `POST /login` | `{"token": "…"}`: starts a session for the right token: the cookie, and `{"key": "…"}` (401 otherwise) |
+//! | `POST /logout` | ends the session (with its key) |
 //! | `GET /app.css`, `GET /app.js` | the page's style and script |
 
 pub(crate) mod session;
@@ -37,8 +38,9 @@ const LOGIN_HTML: &str = include_str!("login.html");
 const APP_CSS: &str = include_str!("app.css");
 const APP_JS: &str = include_str!("app.js");
 
-/// Where the page's CSRF token goes in `index.html`.
-const CSRF_SLOT: &str = "{{csrf}}";
+/// Where a new session's key goes in `login.html` (the answer to a login
+/// code, and only that).
+const KEY_SLOT: &str = "<!--key-->";
 /// Where a message to the person goes in `login.html`.
 const NOTICE_SLOT: &str = "{{notice}}";
 
@@ -97,11 +99,13 @@ fn login_html(notice: &str) -> String {
     LOGIN_HTML.replace(NOTICE_SLOT, notice)
 }
 
-/// `GET /`: the page for a session, else the login.
+/// `GET /`: the page for a session's cookie, else the login. The page
+/// holds nothing secret: the cookie alone may reach any other port's
+/// server, and its script finds the session's key in `localStorage` (or
+/// goes to the login).
 async fn index(State(app): State<AppState>, headers: HeaderMap) -> Response {
     match session_of(&app.api, &headers) {
-        // The token is hex: nothing in it needs escaping in an attribute.
-        Some(s) => html(StatusCode::OK, INDEX_HTML.replace(CSRF_SLOT, &s.csrf)),
+        Some(_) => html(StatusCode::OK, INDEX_HTML.to_owned()),
         None => see_other("/login"),
     }
 }
@@ -113,30 +117,31 @@ struct LoginQuery {
     code: Option<String>,
 }
 
-/// `GET /login`: the form, or with `?code=` the exchange of a login code
-/// for a session.
+/// `GET /login`: the form (also to a session's cookie: the tab asking may
+/// not hold the key), or with `?code=` the exchange of a login code for a
+/// session.
 async fn login_page(
     State(app): State<AppState>,
-    headers: HeaderMap,
     QueryParams(q): QueryParams<LoginQuery>,
 ) -> Response {
     let api = &app.api;
     let Some(code) = q.code else {
-        if session_of(api, &headers).is_some() {
-            return see_other("/");
-        }
         return html(StatusCode::OK, login_html(""));
     };
     match api.sessions.redeem(&code, api.clock.now()) {
         Ok(session) => {
-            // A page that goes on to `/` by itself rather than a redirect:
-            // opened from another site's page, a redirect would be that
-            // site's navigation, and the browser would not send the new
-            // `SameSite=Strict` cookie along; this page's own is this
-            // site's. The spent code stays in the history, useless.
+            // The key in the answer to the code, which only its holder
+            // sees (`no-store`: no cache keeps it); the page's script keeps
+            // it in `localStorage` and goes on to `/` by itself rather than
+            // by a redirect: opened from another site's page, a redirect
+            // would be that site's navigation, and the browser would not
+            // send the new `SameSite=Strict` cookie along; this page's own
+            // is this site's. The spent code stays in the history, useless.
+            // The key is hex: nothing in it needs escaping in an attribute.
+            let meta = format!(r#"<meta name="session-key" content="{}">"#, session.key);
             let body = LOGIN_HTML
                 .replace(NOTICE_SLOT, "Logged in; opening the queue…")
-                .replace("<!--refresh-->", r#"<meta http-equiv="refresh" content="0; url=/">"#);
+                .replace(KEY_SLOT, &meta);
             let cookie = session::set_cookie(&cookie_name(api), &session);
             with_cookie(html(StatusCode::OK, body), &cookie)
         }
@@ -162,6 +167,13 @@ struct TokenLogin {
     token: String,
 }
 
+/// What `POST /login` answers: the session's key, for the page to keep
+/// (the cookie comes beside it).
+#[derive(Debug, serde::Serialize)]
+struct LoginAnswer {
+    key: String,
+}
+
 /// `POST /login`: a session for whoever knows the token.
 async fn login_with_token(
     State(app): State<AppState>,
@@ -174,16 +186,17 @@ async fn login_with_token(
     }
     let session = api.sessions.start(api.clock.now()).map_err(HttpError::Random)?;
     let cookie = session::set_cookie(&cookie_name(api), &session);
-    Ok(with_cookie(secured(StatusCode::NO_CONTENT.into_response(), "no-store"), &cookie))
+    let answer = axum::Json(LoginAnswer { key: session.key }).into_response();
+    Ok(with_cookie(secured(answer, "no-store"), &cookie))
 }
 
-/// `POST /logout`: ends the session (it needs its CSRF token, so another
-/// page cannot log a person out).
+/// `POST /logout`: ends the session (it needs its key, so another page
+/// cannot log a person out).
 async fn logout(State(app): State<AppState>, headers: HeaderMap) -> Result<Response, HttpError> {
     let api = &app.api;
     if let Some(session) = session_of(api, &headers) {
-        if !session.csrf_ok(&headers) {
-            return Err(HttpError::Forbidden("missing or wrong x-csrf-token header".to_owned()));
+        if !session.key_ok(&headers) {
+            return Err(HttpError::Forbidden("missing or wrong x-session-key header".to_owned()));
         }
         api.sessions.end(&session.id);
     }

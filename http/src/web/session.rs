@@ -1,16 +1,27 @@
-//! The page's login: one-time login codes, sessions held in a cookie, and
-//! the CSRF token of each session.
+//! The page's login: one-time login codes, and sessions in two halves, a
+//! cookie and a key.
 //!
 //! The API token never travels in a URL. `serve` prints a link with a
 //! **login code** instead: random, good for one use within
 //! [`LOGIN_CODE_TTL`], and unrelated to the token. Opening it (or pasting
 //! the token into the login form) starts a **session**: a random id in an
 //! `HttpOnly`, `SameSite=Strict` cookie that the page's scripts cannot
-//! read and that no other site's page makes the browser send. Each session
-//! has its own **CSRF token**, written into the page it is served; a
-//! request authenticated by the cookie that changes anything must carry it
-//! in `X-CSRF-Token`. Sessions live in the server's memory only: a
-//! restarted server has none, and the page asks to log in again.
+//! read and that no other site's page makes the browser send, and a random
+//! **key** handed once, in the answer to the login itself, which the page
+//! keeps in its origin's `localStorage` and sends in `X-Session-Key` with
+//! every request.
+//!
+//! Why two halves: a browser sends the cookies of `127.0.0.1` to every
+//! port of it, so any other local user's server on another port receives
+//! the cookie (issue 31, finding 3). `localStorage` is per origin, port
+//! included: no other port's page can read the key, and nothing this
+//! server serves to the cookie alone contains it. A request with the
+//! cookie but not its key is treated as one with neither (401). The
+//! key in a custom header is also what a CSRF token would be: another
+//! site's page can neither read it nor make the browser send the header.
+//!
+//! Sessions live in the server's memory only: a restarted server has
+//! none, and the page asks to log in again.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -31,16 +42,17 @@ const MAX_SESSIONS: usize = 32;
 /// The most unused login codes kept at once; a new one past it voids the
 /// oldest.
 const MAX_CODES: usize = 8;
-/// The header that carries a session's CSRF token.
-pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
+/// The header that carries a session's key.
+pub(crate) const KEY_HEADER: &str = "x-session-key";
 
 /// One logged-in browser.
 #[derive(Clone, Debug)]
 pub(crate) struct Session {
     /// The cookie's value.
     pub id: String,
-    /// What state-changing requests of this session must carry.
-    pub csrf: String,
+    /// The half every request of this session carries in [`KEY_HEADER`],
+    /// never in a cookie; handed out only in the answer to the login.
+    pub key: String,
     /// When it ends.
     expires: Timestamp,
 }
@@ -108,7 +120,7 @@ impl Sessions {
     pub(crate) fn start(&self, now: Timestamp) -> std::io::Result<Session> {
         let session = Session {
             id: random_hex(32)?,
-            csrf: random_hex(32)?,
+            key: random_hex(32)?,
             expires: now.saturating_add(SESSION_TTL),
         };
         let mut inner = self.lock();
@@ -140,11 +152,11 @@ impl Sessions {
 }
 
 impl Session {
-    /// Whether `headers` carry this session's CSRF token.
-    pub(crate) fn csrf_ok(&self, headers: &HeaderMap) -> bool {
-        let mut values = headers.get_all(CSRF_HEADER).iter();
+    /// Whether `headers` carry this session's key (exactly once).
+    pub(crate) fn key_ok(&self, headers: &HeaderMap) -> bool {
+        let mut values = headers.get_all(KEY_HEADER).iter();
         match (values.next(), values.next()) {
-            (Some(v), None) => constant_time_eq(v.as_bytes(), self.csrf.as_bytes()),
+            (Some(v), None) => constant_time_eq(v.as_bytes(), self.key.as_bytes()),
             _ => false,
         }
     }
@@ -169,7 +181,9 @@ pub(crate) fn cookie_name(api: &ApiState) -> String {
     }
 }
 
-/// The live session whose cookie the request carries.
+/// The live session whose cookie the request carries, whether or not it
+/// carries the key too (the page's own routes serve nothing secret to the
+/// cookie alone; the API wants both, see `guard.rs`).
 pub(crate) fn session_of(api: &ApiState, headers: &HeaderMap) -> Option<Session> {
     let id = cookie_value(headers, &cookie_name(api))?;
     api.sessions.find(id, api.clock.now())
@@ -233,7 +247,8 @@ mod tests {
         let a = s.start(at(0)).unwrap();
         let b = s.start(at(0)).unwrap();
         assert_ne!(a.id, b.id);
-        assert_ne!(a.csrf, b.csrf);
+        assert_ne!(a.key, b.key);
+        assert_ne!(a.key, a.id);
         s.end(&a.id);
         assert!(s.find(&a.id, at(1)).is_none());
         assert!(s.find(&b.id, at(1)).is_some());
@@ -254,18 +269,19 @@ mod tests {
     }
 
     #[test]
-    fn cookies_and_the_csrf_header_are_read_exactly() {
+    fn cookies_and_the_key_header_are_read_exactly() {
         let mut h = HeaderMap::new();
         h.insert(header::COOKIE, "a=1; slothqueue_session_7878=abc ; b=2".parse().unwrap());
         assert_eq!(cookie_value(&h, "slothqueue_session_7878"), Some("abc"));
         assert_eq!(cookie_value(&h, "slothqueue_session"), None);
         let session = Sessions::default().start(at(0)).unwrap();
-        assert!(!session.csrf_ok(&h));
-        h.insert(CSRF_HEADER, session.csrf.parse().unwrap());
-        assert!(session.csrf_ok(&h));
-        h.append(CSRF_HEADER, session.csrf.parse().unwrap());
-        assert!(!session.csrf_ok(&h), "two headers are one too many");
+        assert!(!session.key_ok(&h));
+        h.insert(KEY_HEADER, session.key.parse().unwrap());
+        assert!(session.key_ok(&h));
+        h.append(KEY_HEADER, session.key.parse().unwrap());
+        assert!(!session.key_ok(&h), "two headers are one too many");
         let cookie = set_cookie("n", &session);
         assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+        assert!(!cookie.contains(&session.key), "the key is never in the cookie");
     }
 }

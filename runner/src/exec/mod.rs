@@ -28,6 +28,7 @@ use tokio::sync::watch;
 use crate::contain::Containment;
 use crate::error::RunnerError;
 use crate::event::Reporter;
+use crate::private::{AlsoOwnedBy, NotPrivate, check_private};
 use crate::stop::StopListener;
 pub(crate) use child::{ProcessSpec, run_process};
 
@@ -294,16 +295,44 @@ impl Executor for ShellExecutor {
 /// Nothing outside `DIR` ever runs: `K` must be a plain name (no `/`, no
 /// leading `.`), and `DIR/K` resolved through symlinks must still lie in
 /// `DIR` resolved.
+///
+/// Nothing another user could have written runs either: the handler (resolved)
+/// and every folder from it up to `DIR` (included) must be this user's or
+/// root's and writable by neither group nor others — the queue file's rule
+/// ([`crate::private`]), since whoever can change a handler runs commands
+/// as the runner's user. A handler that fails it is *refused*: not among
+/// [`HandlerDirExecutor::kinds`], so a runner never claims its jobs (they
+/// stay pending, counted as unserved), and listed with the reason in
+/// [`HandlerDirExecutor::refused`] for the runner to say once.
 #[derive(Clone, Debug)]
 pub struct HandlerDirExecutor {
     dir: PathBuf,
     kinds: Vec<String>,
+    refused: Vec<RefusedHandler>,
+}
+
+/// A handler the directory has but that must not run, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusedHandler {
+    /// The kind (the file's name in the directory).
+    pub kind: String,
+    /// Why, in one line naming the file or folder at fault.
+    pub why: String,
+}
+
+/// Why a name in the directory does not run.
+enum Unfit {
+    /// It is no handler at all (not a plain name, missing, outside the
+    /// directory, not an executable file): left out silently at open.
+    NotAHandler(String),
+    /// A handler, but one that others could have changed: refused, said.
+    Refused(String),
 }
 
 impl HandlerDirExecutor {
     /// Opens a handler directory and lists its handlers (executable files
-    /// with plain names). The list is fixed for the runner's lifetime: the
-    /// runner only claims kinds it can run.
+    /// with plain names), vetted: the list and the refusals are fixed for
+    /// the runner's lifetime, and the runner only claims kinds it can run.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, RunnerError> {
         let given = dir.as_ref();
         let dir = given.canonicalize().map_err(|e| {
@@ -318,13 +347,17 @@ impl HandlerDirExecutor {
         let entries = std::fs::read_dir(&dir).map_err(|e| {
             RunnerError::io(format!("cannot list handler directory {}", dir.display()), e)
         })?;
-        let mut this = HandlerDirExecutor { dir, kinds: Vec::new() };
-        let mut kinds: Vec<String> = entries
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter(|name| this.resolve(name).is_ok())
-            .collect();
-        kinds.sort();
-        this.kinds = kinds;
+        let mut this = HandlerDirExecutor { dir, kinds: Vec::new(), refused: Vec::new() };
+        let mut names: Vec<String> =
+            entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+        names.sort();
+        for name in names {
+            match this.find(&name) {
+                Ok(_) => this.kinds.push(name),
+                Err(Unfit::Refused(why)) => this.refused.push(RefusedHandler { kind: name, why }),
+                Err(Unfit::NotAHandler(_)) => {}
+            }
+        }
         Ok(this)
     }
 
@@ -333,39 +366,77 @@ impl HandlerDirExecutor {
         &self.dir
     }
 
-    /// The kinds this directory handles (its executables' names).
+    /// The kinds this directory handles (its vetted executables' names).
     pub fn kinds(&self) -> &[String] {
         &self.kinds
     }
 
-    /// The executable for `kind`, or why there is none.
+    /// The handlers found but refused at open, by name, with why.
+    pub fn refused(&self) -> &[RefusedHandler] {
+        &self.refused
+    }
+
+    /// The executable for `kind`, or why there is none (or why it must not
+    /// run). Vetted again at every call: a handler made writable after the
+    /// open is refused from then on.
     pub fn resolve(&self, kind: &str) -> Result<PathBuf, RunnerError> {
+        self.find(kind).map_err(|unfit| match unfit {
+            Unfit::NotAHandler(why) | Unfit::Refused(why) => RunnerError::Handler(why),
+        })
+    }
+
+    fn find(&self, kind: &str) -> Result<PathBuf, Unfit> {
         if !is_plain_name(kind) {
-            return Err(RunnerError::Handler(format!(
+            return Err(Unfit::NotAHandler(format!(
                 "handler name `{kind}` is not a plain name (letters, digits, `-`, `_`, `.`)"
             )));
         }
         let path = self.dir.join(kind);
         let real = path.canonicalize().map_err(|e| {
-            RunnerError::Handler(format!("no handler `{kind}` in {}: {e}", self.dir.display()))
+            Unfit::NotAHandler(format!("no handler `{kind}` in {}: {e}", self.dir.display()))
         })?;
         if !real.starts_with(&self.dir) {
-            return Err(RunnerError::Handler(format!(
+            return Err(Unfit::NotAHandler(format!(
                 "handler `{kind}` resolves to {}, outside {}; refusing to run it",
                 real.display(),
                 self.dir.display()
             )));
         }
         let meta = real.metadata().map_err(|e| {
-            RunnerError::Handler(format!("cannot inspect handler {}: {e}", real.display()))
+            Unfit::NotAHandler(format!("cannot inspect handler {}: {e}", real.display()))
         })?;
         if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
-            return Err(RunnerError::Handler(format!(
+            return Err(Unfit::NotAHandler(format!(
                 "handler {} is not an executable file",
                 real.display()
             )));
         }
+        self.vet(&real, &meta)?;
         Ok(real)
+    }
+
+    /// The handler `real` (resolved, inside the directory) and each folder
+    /// from it up to the directory, by the queue file's rule.
+    fn vet(&self, real: &Path, meta: &std::fs::Metadata) -> Result<(), Unfit> {
+        let refuse = |what: String, why: NotPrivate| {
+            Unfit::Refused(format!(
+                "{what} {why}: whoever can change it can run commands as you; refusing to run handler {}",
+                real.display()
+            ))
+        };
+        check_private(meta, AlsoOwnedBy::Root)
+            .map_err(|why| refuse(format!("handler {}", real.display()), why))?;
+        for folder in real.ancestors().skip(1) {
+            let meta = folder.metadata().map_err(|e| {
+                Unfit::Refused(format!("cannot inspect folder {}: {e}", folder.display()))
+            })?;
+            check_private(&meta, AlsoOwnedBy::Root)
+                .map_err(|why| refuse(format!("folder {}", folder.display()), why))?;
+            if folder == self.dir {
+                break;
+            }
+        }
+        Ok(())
     }
 }
 

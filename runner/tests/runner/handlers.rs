@@ -115,3 +115,123 @@ async fn a_drain_says_which_due_jobs_it_skipped_and_why() {
         )
     );
 }
+
+/// A handler directory with mode 0755, whatever the umask: the vetting
+/// below refuses a group-writable folder.
+fn handler_dir(env: &crate::support::Env, name: &str) -> std::path::PathBuf {
+    let dir = env.path(name);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// Drains a runner over `dir` with one job of kind `kind` pushed, and
+/// returns the job's id with the runner's lines: the job must stay pending,
+/// never claimed, and the handler (which writes `ran`) never run.
+async fn drain_refused(env: &crate::support::Env, dir: &Path, kind: &str) -> Vec<String> {
+    let handlers = HandlerDirExecutor::open(dir).unwrap();
+    assert!(!handlers.kinds().iter().any(|k| k == kind), "{kind} is not offered to the runner");
+    let id =
+        env.store.push(NewJob::new(kind, serde_json::json!({})), env.now()).await.unwrap().job.id;
+    let mut runner = env.runner(env.config());
+    runner.register_handlers(handlers);
+    let (summary, lines) = env.drain(runner).await;
+    assert_eq!(summary.done + summary.failed, 0, "{lines:?}");
+    let job = env.job(id).await;
+    assert_eq!(job.state, JobState::Pending, "{lines:?}");
+    assert_eq!(job.attempts, 0, "never claimed");
+    assert!(!env.path("ran").exists(), "the refused handler ran");
+    lines
+}
+
+/// The runner's lines that say `kind`'s handler was refused.
+fn refusals<'a>(lines: &'a [String], kind: &str) -> Vec<&'a String> {
+    lines
+        .iter()
+        .filter(|l| {
+            l.contains("refusing to run handler") && l.contains(&format!("(kind `{kind}`)"))
+        })
+        .collect()
+}
+
+/// Issue 31 finding 1: a world-writable (or group-writable) handler is
+/// anyone's command run as the runner's user; it is refused, said once.
+#[tokio::test]
+async fn a_handler_others_can_write_is_refused_and_its_job_stays_pending() {
+    for (mode, kind) in [(0o777, "open"), (0o775, "group")] {
+        let env = env();
+        let dir = handler_dir(&env, "handlers");
+        let ran = env.path("ran");
+        script(&dir.join(kind), &format!("touch {}", ran.display()));
+        std::fs::set_permissions(dir.join(kind), std::fs::Permissions::from_mode(mode)).unwrap();
+        let lines = drain_refused(&env, &dir, kind).await;
+        let said = refusals(&lines, kind);
+        assert_eq!(said.len(), 1, "said once: {lines:?}");
+        assert!(said[0].contains(&format!("(mode {mode:04o})")), "{}", said[0]);
+    }
+}
+
+/// A private handler in a folder anyone can write (0777) could be
+/// replaced by anyone: refused too.
+#[tokio::test]
+async fn a_handler_in_a_world_writable_directory_is_refused() {
+    let env = env();
+    let dir = handler_dir(&env, "handlers");
+    script(&dir.join("work"), &format!("touch {}", env.path("ran").display()));
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let lines = drain_refused(&env, &dir, "work").await;
+    let said = refusals(&lines, "work");
+    assert_eq!(said.len(), 1, "{lines:?}");
+    assert!(said[0].contains("folder") && said[0].contains("(mode 0777)"), "{}", said[0]);
+}
+
+/// Every folder between the handler (resolved through a link) and the
+/// directory counts, not only the directory.
+#[tokio::test]
+async fn a_handler_linked_from_a_world_writable_subfolder_is_refused() {
+    let env = env();
+    let dir = handler_dir(&env, "handlers");
+    let sub = dir.join("lib");
+    std::fs::create_dir(&sub).unwrap();
+    std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o777)).unwrap();
+    script(&sub.join("real"), &format!("touch {}", env.path("ran").display()));
+    symlink("lib/real", dir.join("linked")).unwrap();
+    let lines = drain_refused(&env, &dir, "linked").await;
+    assert!(
+        refusals(&lines, "linked")[0].contains(&sub.canonicalize().unwrap().display().to_string())
+    );
+}
+
+/// A handler owned by another user is theirs to change: refused. Needs
+/// root to give a file away; skipped (said on stderr) otherwise.
+#[tokio::test]
+async fn a_handler_owned_by_another_user_is_refused() {
+    if !rustix::process::geteuid().is_root() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED a_handler_owned_by_another_user_is_refused: needs root to chown"
+        );
+        return;
+    }
+    let env = env();
+    let dir = handler_dir(&env, "handlers");
+    script(&dir.join("theirs"), &format!("touch {}", env.path("ran").display()));
+    std::os::unix::fs::chown(dir.join("theirs"), Some(4242), Some(4242)).unwrap();
+    let lines = drain_refused(&env, &dir, "theirs").await;
+    assert!(refusals(&lines, "theirs")[0].contains("owned by uid 4242"), "{lines:?}");
+}
+
+/// A handler made writable after the runner opened the directory is
+/// refused when its job would start, not run.
+#[tokio::test]
+async fn a_handler_made_writable_after_the_open_does_not_run() {
+    let env = env();
+    let dir = handler_dir(&env, "handlers");
+    script(&dir.join("late"), &format!("touch {}", env.path("ran").display()));
+    let handlers = HandlerDirExecutor::open(&dir).unwrap();
+    assert_eq!(handlers.kinds(), ["late"]);
+    std::fs::set_permissions(dir.join("late"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let err = handlers.resolve("late").unwrap_err().to_string();
+    assert!(err.contains("writable by other users"), "{err}");
+}
