@@ -85,9 +85,9 @@ both_backends! {
         refused_untouched(&ctx, &same_key, "line 2: idempotency key `k1` is also on line 1");
         keyed["idempotency_key"] = "mine".into();
         let held = write_lines(&ctx, "held.jsonl", &[renumber(&jobs[0], 11), keyed]);
-        refused_untouched(&ctx, &held, "line 2: idempotency key `mine` is already held in the queue");
+        refused_untouched(&ctx, &held, "line 2: cannot import (nothing was imported): job #12: idempotency key `mine` is already held by job #1");
         let taken = write_lines(&ctx, "taken.jsonl", &[renumber(&jobs[0], 11), renumber(&jobs[1], 1)]);
-        refused_untouched(&ctx, &taken, "line 2: job #1 already exists in the queue");
+        refused_untouched(&ctx, &taken, "line 2: cannot import (nothing was imported): job #1 already exists");
         let mut long = renumber(&jobs[1], 12);
         long["payload"]["command"] = "a".repeat(131_072).into();
         let long = write_lines(&ctx, "long.jsonl", &[renumber(&jobs[0], 11), long]);

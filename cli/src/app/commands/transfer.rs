@@ -32,14 +32,14 @@
 //! reclaim charges it (failed with `expired` if none is left, cancelled if
 //! a cancel was pending).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
 
 use anyhow::Context as _;
 use slothqueue::core::{LaneChange, LaneScope, Lanes, Schedule, machine, schedule};
 use slothqueue::{
-    Event, EventKind, Job, JobState, ListFilter, ListOrder, NewJob, Store, StoreError, Timestamp,
+    Event, EventKind, Job, JobState, ListFilter, ListOrder, NewJob, StoreError, Timestamp,
 };
 
 use super::{Ctx, Secrets, job_json_with, print_json, schedule_line};
@@ -260,48 +260,6 @@ fn check_duplicates(lines: &[Line]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Refuses the whole file if one of its ids or idempotency keys is already
-/// taken in the queue.
-async fn check_taken(lines: &[Line], store: &dyn Store) -> anyhow::Result<()> {
-    let mut taken_ids = HashSet::new();
-    let mut taken_keys = HashSet::new();
-    let mut cursor = None;
-    loop {
-        let filter = ListFilter {
-            limit: Some(PAGE),
-            cursor,
-            order: ListOrder::Oldest,
-            ..ListFilter::default()
-        };
-        let page = store.list(&filter).await.context("cannot list the queue's jobs")?;
-        for job in &page {
-            taken_ids.insert(job.id);
-            if let Some(k) = &job.idempotency_key {
-                taken_keys.insert(k.clone());
-            }
-        }
-        match page.last() {
-            Some(last) if page.len() == PAGE => cursor = Some(last.id),
-            _ => break,
-        }
-    }
-    for line in lines {
-        if taken_ids.contains(&line.job.id) {
-            return Err(usage(format!(
-                "line {}: job #{} already exists in the queue (nothing was written)",
-                line.number, line.job.id
-            )));
-        }
-        if let Some(key) = line.job.idempotency_key.as_ref().filter(|k| taken_keys.contains(*k)) {
-            return Err(usage(format!(
-                "line {}: idempotency key `{key}` is already held in the queue (nothing was written)",
-                line.number
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// The first `#N` an error message names, to point at its line (for a
 /// refusal that is not of one element, so carries no batch index).
 fn first_job_named(message: &str) -> Option<slothqueue::JobId> {
@@ -354,7 +312,6 @@ pub async fn import(ctx: &Ctx, file: Option<PathBuf>) -> Outcome {
     }
     check_duplicates(&lines)?;
     let store = ctx.open(true)?;
-    check_taken(&lines, store.as_ref()).await?;
     if !schedules.is_empty() {
         // A file without schedules reads none: it imports as it did
         // before schedules existed.
@@ -377,8 +334,9 @@ pub async fn import(ctx: &Ctx, file: Option<PathBuf>) -> Outcome {
         lines.iter().map(|l| (l.job.id, l.number)).collect();
     let line_numbers: Vec<usize> = lines.iter().map(|l| l.number).collect();
     let batch: Vec<_> = lines.into_iter().map(|l| (l.job, l.events)).collect();
-    // One transaction: a clash the checks above could not see (a writer
-    // that took an id or key since) writes nothing either.
+    // One transaction, which checks every job against the queue and the
+    // jobs before it (`core::ops::restore_many`: an id taken, a key held, a
+    // parent missing) and writes nothing if one is refused.
     store.restore_many(batch).await.map_err(|e| {
         let line = match &e {
             StoreError::InBatch { index, .. } => line_numbers.get(*index).copied(),
