@@ -102,16 +102,63 @@ pub const CAPTURED_NAMES: &[&str] = &[
 ];
 
 /// Variables `add` records by default, by prefix: locale categories,
-/// conda, asdf, nvm, mise and direnv's own.
-pub const CAPTURED_PREFIXES: &[&str] =
-    &["LC_", "CONDA_", "ASDF_", "NVM_", "MISE_", "DIRENV_", "VIRTUAL_ENV_"];
+/// conda, asdf, nvm and mise. (Not direnv's `DIRENV_*`: that is its
+/// bookkeeping, see [`BOOKKEEPING_PREFIXES`].)
+pub const CAPTURED_PREFIXES: &[&str] = &["LC_", "CONDA_", "ASDF_", "NVM_", "MISE_", "VIRTUAL_ENV_"];
+
+/// Prefixes (any case) of another tool's bookkeeping: variables a tool
+/// keeps for itself in the shell it manages, which pack the values of
+/// other variables (the old and new values of everything it set, secrets
+/// included) and mean nothing to a job's `sh -c`. Never recorded unless
+/// named (`--env-pass`), not even by `--env-all`; masked whole wherever a
+/// job is shown.
+///
+/// - `DIRENV_`: `DIRENV_DIFF` (base64 of zlib of JSON of every value an
+///   `.envrc` exported, before and after), `DIRENV_WATCHES`, `DIRENV_DIR`,
+///   `DIRENV_FILE`, `DIRENV_DUMP_FILE_PATH`.
+/// - `__MISE_`, `__RTX_`: mise's (formerly rtx's) `__MISE_DIFF`,
+///   `__MISE_WATCH`, `__MISE_ORIG_PATH`, `__MISE_SESSION`.
+/// - `__SHADOWENV`: shadowenv's `__shadowenv_data`, the values it replaced.
+/// - `__LMOD_`, `_MODULETABLE`: Lmod's stacks of pushed values and its
+///   packed module table.
+/// - `__MODULES_`: Environment Modules' pushed values and shares.
+/// - `CONDA_BACKUP_`: the values conda's activation scripts replaced.
+pub const BOOKKEEPING_PREFIXES: &[&str] = &[
+    "DIRENV_",
+    "__MISE_",
+    "__RTX_",
+    "__SHADOWENV",
+    "__LMOD_",
+    "_MODULETABLE",
+    "__MODULES_",
+    "CONDA_BACKUP_",
+];
+
+/// Whether `name` is another tool's bookkeeping ([`BOOKKEEPING_PREFIXES`]).
+pub fn is_bookkeeping(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    BOOKKEEPING_PREFIXES.iter().any(|p| upper.starts_with(p))
+}
 
 /// Whether `add` records `name` without being asked: in the allowlist
-/// ([`CAPTURED_NAMES`], [`CAPTURED_PREFIXES`]) and not looking like a
-/// secret.
+/// ([`CAPTURED_NAMES`], [`CAPTURED_PREFIXES`]), not looking like a
+/// secret and not another tool's bookkeeping.
 pub fn is_captured_by_default(name: &str) -> bool {
     (CAPTURED_NAMES.contains(&name) || CAPTURED_PREFIXES.iter().any(|p| name.starts_with(p)))
-        && !looks_secret(name)
+        && !hides_value(name)
+}
+
+/// Whether a variable's whole value is masked when shown: its name looks
+/// secret ([`looks_secret`]) or it is another tool's bookkeeping
+/// ([`is_bookkeeping`]).
+pub fn hides_value(name: &str) -> bool {
+    looks_secret(name) || is_bookkeeping(name)
+}
+
+/// Whether a variable holds a secret: by its name ([`hides_value`]) or
+/// inside its value ([`mask_value`] changes it: a URL's password).
+pub fn holds_secret(name: &str, value: &str) -> bool {
+    hides_value(name) || mask_value(value) != value
 }
 
 /// Parts of a name (upper-cased) that mark a secret anywhere in it.
@@ -152,13 +199,21 @@ pub struct Captured {
     /// Secret-looking names left out because they were not named (only
     /// said with `all`, where the user may expect everything).
     pub secrets_left_out: Vec<String>,
+    /// Names left out, not named, because their value holds a secret (a
+    /// URL's password, [`mask_value`]); said with `all`, as above.
+    pub secret_values_left_out: Vec<String>,
+    /// Other tools' bookkeeping left out, not named ([`is_bookkeeping`]);
+    /// said with `all`, as above.
+    pub bookkeeping_left_out: Vec<String>,
 }
 
 /// The environment `add` records from `vars` (the adding shell's): the
-/// allowlist, plus the names in `pass`, plus with `all` every variable
-/// whose name does not look secret. `SLOTHQUEUE_*` is never taken from the
-/// shell: a job gets its own. Variables that are not valid UTF-8 are the
-/// caller's to skip.
+/// allowlist, plus the names in `pass`, plus with `all` every other
+/// variable. Unless named in `pass`, a variable that holds a secret (its
+/// name looks secret, it is another tool's bookkeeping, or its value holds
+/// a password: [`holds_secret`]) is left out. `SLOTHQUEUE_*` is never
+/// taken from the shell: a job gets its own. Variables that are not valid
+/// UTF-8 are the caller's to skip.
 pub fn capture<I>(vars: I, pass: &[String], all: bool) -> Captured
 where
     I: IntoIterator<Item = (String, String)>,
@@ -171,34 +226,170 @@ where
             continue;
         }
         let named = pass.contains(&name);
-        let take = named || is_captured_by_default(&name) || (all && !looks_secret(&name));
-        if take {
+        let wanted = all || is_captured_by_default(&name);
+        if named || (wanted && !holds_secret(&name, &value)) {
             out.env.insert(name, value);
+        } else if all && is_bookkeeping(&name) {
+            out.bookkeeping_left_out.push(name);
         } else if all && looks_secret(&name) {
             out.secrets_left_out.push(name);
+        } else if all {
+            out.secret_values_left_out.push(name);
         }
     }
     out.missing = pass.iter().filter(|n| !seen.contains(*n)).cloned().collect();
     out.missing.dedup();
+    // In name order, whatever the environment's: a note reads the same
+    // from every shell.
+    out.secrets_left_out.sort();
+    out.secret_values_left_out.sort();
+    out.bookkeeping_left_out.sort();
     out
 }
 
 /// What a masked value reads as.
 pub const MASK: &str = "<secret>";
 
-/// The payload as shown to someone who did not ask for secrets: the value
-/// of every `env` variable whose name [`looks_secret`] replaced by
-/// [`MASK`]. Anything else is unchanged.
+/// The payload as shown to someone who did not ask for secrets: the whole
+/// value of every `env` variable whose name [`hides_value`] (looks secret,
+/// or is a tool's bookkeeping) replaced by [`MASK`], and the secrets inside
+/// every other value masked ([`mask_value`]). Anything else is unchanged.
 pub fn masked(payload: &serde_json::Value) -> serde_json::Value {
     let mut out = payload.clone();
     if let Some(serde_json::Value::Object(env)) = out.get_mut("env") {
         for (name, value) in env.iter_mut() {
-            if looks_secret(name) {
+            if hides_value(name) {
                 *value = serde_json::Value::String(MASK.to_owned());
+            } else if let serde_json::Value::String(text) = value {
+                let shown = mask_value(text);
+                if shown != *text {
+                    *value = serde_json::Value::String(shown);
+                }
             }
         }
     }
     out
+}
+
+/// Query parameters (lower-cased) whose value is a secret though their
+/// name does not [`looks_secret`]: `?key=` (API keys), signatures of
+/// presigned URLs, and short forms of password and auth.
+const SECRET_QUERY_NAMES: &[&str] =
+    &["key", "sig", "signature", "x-amz-signature", "pass", "pwd", "auth"];
+
+/// A value as shown to someone who did not ask for secrets: in every
+/// URL-shaped part (`scheme://…`) the password of its userinfo
+/// (`postgres://app:<secret>@db/app`), or the whole userinfo when it has no
+/// password (a lone user part is where tokens go: a Sentry DSN's key,
+/// `https://TOKEN@github.com`), and the values of query parameters whose
+/// name says secret (`?password=`, `?token=`, `?key=`, `?sig=`); in a part
+/// without a scheme, `user:<secret>@host` (a proxy written `u:p@proxy:3128`).
+/// Parts are separated by whitespace. Anything else is unchanged.
+pub fn mask_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find(|c: char| !c.is_whitespace()) {
+        out.push_str(&rest[..start]);
+        rest = &rest[start..];
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        out.push_str(&mask_part(&rest[..end]));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// [`mask_value`] of one whitespace-free part.
+fn mask_part(part: &str) -> String {
+    if !part.contains("://") {
+        return mask_bare_userinfo(part);
+    }
+    let mut out = String::with_capacity(part.len());
+    let mut rest = part;
+    while let Some(i) = rest.find("://") {
+        out.push_str(&rest[..i + 3]);
+        rest = &rest[i + 3..];
+        // The authority ends at the path, the query, the fragment or the
+        // next URL (`redis://a:p@h1,redis://b:q@h2`); a password holding a
+        // raw `/`, `?` or `#` is not a URL's.
+        let next = next_url(rest);
+        let end = rest[..next].find(['/', '?', '#']).unwrap_or(next);
+        let authority = &rest[..end];
+        match authority.rfind('@') {
+            Some(at) => {
+                match authority[..at].split_once(':') {
+                    Some((user, _)) => {
+                        out.push_str(user);
+                        out.push(':');
+                        out.push_str(MASK);
+                    }
+                    None => out.push_str(MASK),
+                }
+                out.push_str(&authority[at..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &rest[end..];
+        let next = next_url(rest);
+        out.push_str(&mask_query(&rest[..next]));
+        rest = &rest[next..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where the next `scheme://` in `s` starts (its scheme's first
+/// character), or `s`'s length.
+fn next_url(s: &str) -> usize {
+    match s.find("://") {
+        Some(i) => s[..i]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+            .map_or(0, |j| j + 1),
+        None => s.len(),
+    }
+}
+
+/// A URL's path, query and fragment with the values of secret query
+/// parameters masked.
+fn mask_query(tail: &str) -> String {
+    let Some(q) = tail.find('?') else { return tail.to_owned() };
+    let (path, query) = tail.split_at(q + 1);
+    let (query, fragment) = match query.find('#') {
+        Some(h) => query.split_at(h),
+        None => (query, ""),
+    };
+    let params: Vec<String> = query
+        .split('&')
+        .map(|param| match param.split_once('=') {
+            Some((name, v)) if !v.is_empty() && secret_query_name(name) => {
+                format!("{name}={MASK}")
+            }
+            _ => param.to_owned(),
+        })
+        .collect();
+    format!("{path}{}{fragment}", params.join("&"))
+}
+
+/// Whether a query parameter's name says its value is a secret.
+fn secret_query_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    looks_secret(name) || SECRET_QUERY_NAMES.contains(&lower.as_str())
+}
+
+/// A part without a scheme written `user:password@host` (a proxy as curl
+/// takes it): `user:<secret>@host`. A part with a `/` before its `@` (a
+/// path) or no `:` before it (`git@host:repo`, an address) is unchanged.
+fn mask_bare_userinfo(part: &str) -> String {
+    let Some(at) = part.rfind('@') else { return part.to_owned() };
+    let userinfo = &part[..at];
+    match userinfo.split_once(':') {
+        Some((user, pass))
+            if !user.is_empty() && !pass.is_empty() && !userinfo.contains(['/', '=']) =>
+        {
+            format!("{user}:{MASK}{}", &part[at..])
+        }
+        _ => part.to_owned(),
+    }
 }
 
 /// A job's payload as shown to someone who did not ask for secrets: a
@@ -226,13 +417,19 @@ pub fn marked_secrets_of(kind: &str, payload: &serde_json::Value) -> Vec<String>
     if kind == SHELL_KIND { secret_names(payload) } else { Vec::new() }
 }
 
-/// The names of the payload's `env` variables that [`looks_secret`], in
-/// order: what an export marks.
+/// The names of the payload's `env` variables that hold a secret (by
+/// name, or inside the value: [`holds_secret`]), in order: what an export
+/// marks, and what [`masked`] masks.
 pub fn secret_names(payload: &serde_json::Value) -> Vec<String> {
     match payload.get("env") {
-        Some(serde_json::Value::Object(env)) => {
-            env.keys().filter(|n| looks_secret(n)).cloned().collect()
-        }
+        Some(serde_json::Value::Object(env)) => env
+            .iter()
+            .filter(|(n, v)| match v {
+                serde_json::Value::String(v) => holds_secret(n, v),
+                _ => hides_value(n),
+            })
+            .map(|(n, _)| n.clone())
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -471,7 +668,7 @@ mod tests {
         assert!(c.env.contains_key("EDITOR"));
         assert!(!c.env.contains_key("GITHUB_TOKEN"));
         assert!(!c.env.contains_key("SLOTHQUEUE_TOKEN"));
-        assert_eq!(c.secrets_left_out, ["GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY"]);
+        assert_eq!(c.secrets_left_out, ["AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN"]);
     }
 
     #[test]
@@ -503,6 +700,87 @@ mod tests {
         let handler = crate::machine::create(2, &handler, &[], now, &policy).job;
         assert_eq!(masked_payload(&handler), payload);
         assert!(marked_secrets(&handler).is_empty());
+    }
+
+    /// Issue 31, finding 2: direnv's `DIRENV_DIFF` packs every value an
+    /// `.envrc` exported, secrets included; no tool's bookkeeping is
+    /// recorded unless named, and a named one is masked whole.
+    #[test]
+    fn another_tools_bookkeeping_is_never_recorded_unless_named() {
+        let env = vars(&[
+            ("PATH", "/bin"),
+            ("DIRENV_DIFF", "eJzEkM1u2zAQhN9lz4t"),
+            ("DIRENV_WATCHES", "eJyszkFqwzAQheG7zNoHSJFO"),
+            ("DIRENV_DIR", "-/home/ana/app"),
+            ("__MISE_DIFF", "eAFrYA"),
+            ("CONDA_BACKUP_CC", "gcc"),
+            ("CONDA_PREFIX", "/conda"),
+        ]);
+        for all in [false, true] {
+            let c = capture(env.clone(), &[], all);
+            let names: Vec<&str> = c.env.keys().map(String::as_str).collect();
+            assert_eq!(names, ["CONDA_PREFIX", "PATH"], "all: {all}");
+        }
+        let c = capture(env.clone(), &[], true);
+        let left =
+            ["CONDA_BACKUP_CC", "DIRENV_DIFF", "DIRENV_DIR", "DIRENV_WATCHES", "__MISE_DIFF"];
+        assert_eq!(c.bookkeeping_left_out, left);
+        let c = capture(env, &["DIRENV_DIFF".to_owned()], false);
+        assert_eq!(c.env["DIRENV_DIFF"], "eJzEkM1u2zAQhN9lz4t", "named, recorded");
+        let p = serde_json::json!({"command": "x", "env": c.env});
+        assert_eq!(masked(&p)["env"]["DIRENV_DIFF"], MASK);
+        assert_eq!(secret_names(&p), ["DIRENV_DIFF"]);
+    }
+
+    /// Issue 31, finding 9: a URL's password is a secret whatever the
+    /// variable's name.
+    #[test]
+    fn passwords_inside_values_are_masked() {
+        let cases = [
+            ("postgres://app:PASSWORD@db/app", "postgres://app:<secret>@db/app"),
+            ("redis://:PASSWORD@cache:6379/0", "redis://:<secret>@cache:6379/0"),
+            ("https://KEY@o1.ingest.sentry.io/2", "https://<secret>@o1.ingest.sentry.io/2"),
+            ("http://u:p@proxy:3128", "http://u:<secret>@proxy:3128"),
+            ("u:p@proxy:3128", "u:<secret>@proxy:3128"),
+            ("mysql://u:p@ss:w@db/x?ssl=1", "mysql://u:<secret>@db/x?ssl=1"),
+            ("redis://a:p@h1,redis://b:q@h2", "redis://a:<secret>@h1,redis://b:<secret>@h2"),
+            ("--db postgres://u:p@h/d --x", "--db postgres://u:<secret>@h/d --x"),
+            ("postgres://h/d?user=u&password=p", "postgres://h/d?user=u&password=<secret>"),
+            ("https://h/f?X-Amz-Signature=ab&a=1", "https://h/f?X-Amz-Signature=<secret>&a=1"),
+            ("https://h/x?key=AIza#top", "https://h/x?key=<secret>#top"),
+        ];
+        for (value, shown) in cases {
+            assert_eq!(mask_value(value), shown, "{value}");
+            assert!(holds_secret("DATABASE_URL", value), "{value}");
+        }
+        for plain in [
+            "/usr/bin:/bin",
+            "https://example.com/a@b/c",
+            "git@github.com:org/repo.git",
+            "ana@example.com",
+            "https://registry.npmjs.org/@babel/core",
+            "postgres://app@db/app?sslmode=require",
+            "",
+        ] {
+            let expect = if plain.starts_with("postgres://app@") {
+                "postgres://<secret>@db/app?sslmode=require".to_owned()
+            } else {
+                plain.to_owned()
+            };
+            assert_eq!(mask_value(plain), expect, "{plain}");
+        }
+        let env = vars(&[
+            ("DATABASE_URL", "postgres://app:PASSWORD@db/app"),
+            ("https_proxy", "http://u:p@proxy:3128"),
+            ("EDITOR", "vi"),
+        ]);
+        let c = capture(env.clone(), &[], true);
+        assert_eq!(c.env.keys().collect::<Vec<_>>(), ["EDITOR"]);
+        assert_eq!(c.secret_values_left_out, ["DATABASE_URL", "https_proxy"]);
+        let c = capture(env, &["DATABASE_URL".to_owned()], false);
+        let p = serde_json::json!({"command": "x", "env": c.env});
+        assert_eq!(masked(&p)["env"]["DATABASE_URL"], "postgres://app:<secret>@db/app");
+        assert_eq!(secret_names(&p), ["DATABASE_URL"]);
     }
 
     #[test]

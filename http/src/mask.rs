@@ -1,5 +1,7 @@
-//! Secrets in the jobs the API answers with: a shell job's secret-looking
-//! environment values (`slothqueue_core::shell::looks_secret`) read as
+//! Secrets in the jobs the API answers with: a shell job's environment
+//! values that hold a secret (a secret-looking name, a tool's bookkeeping
+//! such as `DIRENV_DIFF`, a URL's password inside a value:
+//! `slothqueue_core::shell::masked`) read as
 //! [`slothqueue_core::shell::MASK`] unless the client asks for them
 //! (`?show_secrets=true` on the routes that look). Every route that answers
 //! with a job passes it through [`job`] (a schedule's job through

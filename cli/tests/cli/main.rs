@@ -20,6 +20,8 @@
 //!   job cloned with a fixed command, an edit refused for a running job.
 //! - `env`: the environment `add` records, secrets masked, kept by export
 //!   (issue #17).
+//! - `secrets`: no secret leaves by default (issue 31): direnv's
+//!   bookkeeping, passwords inside values, every look of a job.
 //! - `limits`: `run`'s niceness, I/O class and ceilings, and what `show`
 //!   says is in force (issue #17).
 //! - `serve`: `serve --handlers DIR` runs a handler job enqueued over
@@ -57,6 +59,7 @@ mod read_only;
 mod read_only_disk;
 mod revise;
 mod schedules;
+mod secrets;
 #[cfg(feature = "http")]
 mod serve;
 mod signals;

@@ -475,8 +475,10 @@ pub struct AddArgs {
     #[arg(long, value_name = "NAME")]
     pub env_pass: Vec<String>,
 
-    /// Record every variable of your environment except those whose name
-    /// looks secret (they are named on stderr; --env-pass takes one).
+    /// Record every variable of your environment except those holding a
+    /// secret: a name that looks secret, a value with a password in it
+    /// (a URL's), another tool's bookkeeping such as DIRENV_DIFF (they are
+    /// named on stderr; --env-pass takes one).
     #[arg(long)]
     pub env_all: bool,
 

@@ -54,12 +54,7 @@ fn add_spec(a: args::AddArgs, process: &Env) -> anyhow::Result<(JobSpec, Vec<Str
                 "--env-pass {name}: {name} is not set in this environment (or its value is not UTF-8); set it, or give it with -e {name}=VALUE"
             )));
         }
-        if !captured.secrets_left_out.is_empty() {
-            notes.push(format!(
-                "--env-all left out {} (names that look secret; --env-pass NAME records one)",
-                captured.secrets_left_out.join(", ")
-            ));
-        }
+        notes.extend(env_all_note(&captured));
         Some(captured.env)
     };
     let spec = JobSpec {
@@ -79,6 +74,29 @@ fn add_spec(a: args::AddArgs, process: &Env) -> anyhow::Result<(JobSpec, Vec<Str
         after: a.after,
     };
     Ok((spec, notes))
+}
+
+/// What `--env-all` left out and why, as one note for stderr: names that
+/// look secret, values holding a password, other tools' bookkeeping (none
+/// is recorded unless named); `None` when it left nothing out.
+fn env_all_note(captured: &slothqueue::core::shell::Captured) -> Option<String> {
+    let groups = [
+        (&captured.secrets_left_out, "names that look secret"),
+        (&captured.secret_values_left_out, "values holding a password"),
+        (&captured.bookkeeping_left_out, "other tools' bookkeeping, which packs their values"),
+    ];
+    let parts: Vec<String> = groups
+        .iter()
+        .filter(|(names, _)| !names.is_empty())
+        .map(|(names, why)| format!("{} ({why})", names.join(", ")))
+        .collect();
+    (!parts.is_empty()).then(|| {
+        format!(
+            "--env-all recorded {} variables and left out {}; --env-pass NAME records one",
+            captured.env.len(),
+            parts.join("; ")
+        )
+    })
 }
 
 /// The first flag given that only a shell job takes, by its name.
