@@ -530,9 +530,8 @@ mod tests {
         assert!(add.job.payload["env"].get("GITHUB_TOKEN").is_none());
         assert_eq!(
             add.notes,
-            [
-                "--env-all left out GITHUB_TOKEN (names that look secret; --env-pass NAME records one)"
-            ]
+            ["--env-all recorded 3 variables and left out GITHUB_TOKEN (names that look secret); \
+                 --env-pass NAME records one"]
         );
     }
 
