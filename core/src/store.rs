@@ -83,6 +83,19 @@ pub struct ListFilter {
     pub order: ListOrder,
 }
 
+impl ListFilter {
+    /// Refuses a filter no store can answer: a cursor with the due-first
+    /// order, whose position an id alone cannot mark.
+    pub fn check(&self) -> Result<(), StoreError> {
+        if self.order == ListOrder::DueFirst && self.cursor.is_some() {
+            return Err(StoreError::InvalidInput(
+                "a cursor cannot be used with the due-first order".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Counts per state and what is due.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {

@@ -4,8 +4,7 @@
 //! answers from SQL aggregates over the job indexes.
 
 use slothqueue_core::{
-    Event, Job, JobId, ListFilter, ListOrder, QueueCounts, RunnerRecord, Stats, StoreError,
-    Timestamp,
+    Event, Job, JobId, ListFilter, ListOrder, QueueCounts, RunnerRecord, Stats, Timestamp,
 };
 use tokio_postgres::types::ToSql;
 
@@ -17,6 +16,7 @@ use crate::txn::Db;
 pub(crate) fn list_sql(
     filter: &ListFilter,
 ) -> Result<(String, Vec<Box<dyn ToSql + Sync + Send>>), Error> {
+    filter.check()?;
     let mut sql = format!("SELECT {} FROM jobs WHERE TRUE", *COLUMNS);
     let mut params: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
     let mut bind = |sql: &mut String, cond: &str, v: Box<dyn ToSql + Sync + Send>| {
@@ -37,12 +37,8 @@ pub(crate) fn list_sql(
     match (filter.order, filter.cursor) {
         (ListOrder::Newest, Some(c)) => bind(&mut sql, "id <", Box::new(c)),
         (ListOrder::Oldest, Some(c)) => bind(&mut sql, "id >", Box::new(c)),
-        (ListOrder::DueFirst, Some(_)) => {
-            return Err(Error::Store(StoreError::InvalidInput(
-                "a cursor cannot be used with the due-first order".to_owned(),
-            )));
-        }
-        (_, None) => {}
+        // `ListFilter::check` refused a cursor with the due-first order.
+        (ListOrder::DueFirst, Some(_)) | (_, None) => {}
     }
     sql.push_str(match filter.order {
         ListOrder::Newest => " ORDER BY id DESC",

@@ -16,7 +16,7 @@ use redb::ReadTransaction;
 use slothqueue_core::ops;
 use slothqueue_core::{
     AttemptNote, ClaimRequest, Claimed, Completion, Event, Failure as JobFailure, Fence,
-    HeartbeatAck, Job, JobEdit, JobId, LaneChange, LaneScope, Lanes, ListFilter, ListOrder, NewJob,
+    HeartbeatAck, Job, JobEdit, JobId, LaneChange, LaneScope, Lanes, ListFilter, NewJob,
     NewSchedule, Policy, PurgeFilter, Pushed, PutSchedule, QueueCounts, RunnerRecord, Schedule,
     ScheduleChange, SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError, Ticks,
     Timestamp,
@@ -422,11 +422,7 @@ impl Store for RedbStore {
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError> {
-        if filter.order == ListOrder::DueFirst && filter.cursor.is_some() {
-            return Err(StoreError::InvalidInput(
-                "a cursor cannot be used with the due-first order".to_owned(),
-            ));
-        }
+        filter.check()?;
         let filter = filter.clone();
         self.read(move |txn| list_in(txn, &filter)).await
     }

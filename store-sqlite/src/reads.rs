@@ -22,6 +22,7 @@ pub(crate) fn list_tx(conn: &Connection, filter: &ListFilter) -> Result<Vec<Job>
 
 /// The `SELECT` behind `list`, and its parameters.
 pub(crate) fn list_sql(filter: &ListFilter) -> Result<(String, Vec<Value>), Error> {
+    filter.check()?;
     // Running jobs are few and their index is by lease: without the hint
     // the planner walks the whole table in id order to find them.
     let hint =
@@ -46,12 +47,8 @@ pub(crate) fn list_sql(filter: &ListFilter) -> Result<(String, Vec<Value>), Erro
     match (filter.order, filter.cursor) {
         (ListOrder::Newest, Some(c)) => bind(&mut sql, "id <", Value::Integer(c)),
         (ListOrder::Oldest, Some(c)) => bind(&mut sql, "id >", Value::Integer(c)),
-        (ListOrder::DueFirst, Some(_)) => {
-            return Err(Error::Store(StoreError::InvalidInput(
-                "a cursor cannot be used with the due-first order".to_owned(),
-            )));
-        }
-        (_, None) => {}
+        // `ListFilter::check` refused a cursor with the due-first order.
+        (ListOrder::DueFirst, Some(_)) | (_, None) => {}
     }
     sql.push_str(match filter.order {
         ListOrder::Newest => " ORDER BY id DESC",

@@ -390,6 +390,7 @@ slothqueue_core::store_ops! {
         }
 
         async fn list(&self, f: &ListFilter) -> Result<Vec<Job>, StoreError> {
+            f.check()?;
             self.with(|st| {
                 let mut jobs: Vec<Job> = st
                     .jobs

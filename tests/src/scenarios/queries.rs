@@ -1,7 +1,9 @@
 //! Read-only questions: `stats`, `next_due`, `list`, `events`.
 
 use serde_json::json;
-use slothqueue_core::{Completion, Failure, JobId, JobState, ListFilter, ListOrder, NewJob, Stats};
+use slothqueue_core::{
+    Completion, Failure, JobId, JobState, ListFilter, ListOrder, NewJob, Stats, StoreError,
+};
 
 use crate::{Harness, secs, shell};
 
@@ -138,4 +140,7 @@ pub async fn list_orders_limits_and_pages(h: &Harness) {
     assert_eq!(list(page(ListOrder::Oldest, Some(1), Some(j5))).await, Vec::<JobId>::new());
     assert_eq!(list(page(ListOrder::DueFirst, Some(2), None)).await, [j2, j4]);
     assert_eq!(list(page(ListOrder::Newest, Some(0), None)).await, Vec::<JobId>::new());
+    // An id cannot mark a place in the due-first order: refused, on every store alike.
+    let refused = s.list(&page(ListOrder::DueFirst, Some(2), Some(j2))).await;
+    assert!(matches!(refused, Err(StoreError::InvalidInput(_))), "{refused:?}");
 }
