@@ -34,6 +34,42 @@ pub struct Pushed {
     pub superseded: Option<JobId>,
 }
 
+/// What [`Store::push_stream`] did with one element: the job's id and
+/// what a caller says of it, not the job (a stream of 200,000 holds
+/// 200,000 of these, a few bytes each, where whole jobs, environments
+/// and all, would take gigabytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushedId {
+    /// The job now holding the element's idempotency key (or the new job).
+    pub id: JobId,
+    /// `false` when an identical job with the same key already existed.
+    pub created: bool,
+    /// The pending job this push superseded, if any.
+    pub superseded: Option<JobId>,
+    /// The job's state right after the push (a new job whose parent had
+    /// already failed is cancelled at once).
+    pub state: JobState,
+}
+
+impl From<&Pushed> for PushedId {
+    fn from(p: &Pushed) -> Self {
+        PushedId { id: p.job.id, created: p.created, superseded: p.superseded, state: p.job.state }
+    }
+}
+
+/// The new jobs of a [`Store::push_stream`], made one at a time as the
+/// push takes them, so that a long batch never sits in memory whole (a
+/// `NewJob` carries its recorded environment: kilobytes each).
+///
+/// A store may run its transaction again (a connection lost before the
+/// commit, a latched I/O error), so [`JobSource::jobs`] may be called more
+/// than once, and must yield the same jobs each time, from the first.
+pub trait JobSource: Send + Sync {
+    /// The jobs, in order. An `Err` refuses the whole push: the store
+    /// answers [`StoreError::InBatch`] with its place, nothing written.
+    fn jobs(&self) -> Box<dyn Iterator<Item = Result<NewJob, StoreError>> + '_>;
+}
+
 /// What [`Store::put_schedule`] did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PutSchedule {
@@ -356,6 +392,32 @@ pub trait Store: Send + Sync {
     /// is [`StoreError::InvalidInput`].
     async fn push_many(&self, jobs: Vec<NewJob>, now: Timestamp)
     -> Result<Vec<Pushed>, StoreError>;
+
+    /// [`Store::push_many`] of the jobs `source` makes, taken one at a time
+    /// inside the one transaction: all or none, a job naming as parents
+    /// jobs earlier in the stream as in a batch, a refused element (or an
+    /// `Err` of the source) rejecting the whole push with
+    /// [`StoreError::InBatch`] naming it. Memory stays bounded whatever
+    /// the length: what is returned is one [`PushedId`] per element, and
+    /// a backend that holds new rows to write them together writes them
+    /// in bounded batches.
+    ///
+    /// The default collects the stream and calls `push_many`, which is
+    /// atomic but holds it whole; it serves wrappers and models, and a
+    /// backend overrides it with [`crate::ops::push_stream`].
+    async fn push_stream(
+        &self,
+        source: std::sync::Arc<dyn JobSource>,
+        now: Timestamp,
+    ) -> Result<Vec<PushedId>, StoreError> {
+        let jobs = source
+            .jobs()
+            .enumerate()
+            .map(|(index, job)| job.map_err(|e| StoreError::InBatch { index, error: Box::new(e) }))
+            .collect::<Result<Vec<_>, _>>()?;
+        let pushed = self.push_many(jobs, now).await?;
+        Ok(pushed.iter().map(PushedId::from).collect())
+    }
 
     /// Hands the best available job to `request.owner`, as
     /// [`crate::machine::plan_claim_in_order`] decides from the lanes'

@@ -97,6 +97,13 @@ const INSERT_EDGES: &str = "INSERT INTO edges (parent, child)
 /// server only widens the gap past three.
 pub(crate) const COPY_MIN: usize = 3;
 
+/// At most this many new jobs are held before they are written: a long
+/// push (`push_stream` of 200,000 lines, each job's row a few KB with its
+/// recorded environment) then holds a bounded batch, not all of it until
+/// the commit. A thousand keeps the `COPY`'s fixed cost (about four round
+/// trips) well below a millisecond a job and the batch at a few MB.
+pub(crate) const HOLD_MAX: usize = 1_000;
+
 /// Every column but the id, with the old state, owner and attempt in the
 /// condition: the write lands only on the row the transition was computed
 /// from (the fence).
@@ -452,6 +459,11 @@ impl NewJobs {
 
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
+    }
+
+    /// How many jobs are held.
+    pub fn len(&self) -> usize {
+        self.jobs.len()
     }
 
     /// Whether job `id` is held.

@@ -14,10 +14,10 @@ use async_trait::async_trait;
 use slothqueue_core::ops;
 use slothqueue_core::{
     AttemptNote, ChangeGuard, ChangeWaker, ClaimRequest, Claimed, Completion, Event, Failure,
-    Fence, HeartbeatAck, Job, JobEdit, JobId, LaneChange, LaneScope, Lanes, ListFilter, NewJob,
-    NewSchedule, Policy, PurgeFilter, Pushed, PutSchedule, QueueCounts, RunnerRecord, Schedule,
-    ScheduleChange, SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError, Ticks,
-    Timestamp,
+    Fence, HeartbeatAck, Job, JobEdit, JobId, JobSource, LaneChange, LaneScope, Lanes, ListFilter,
+    NewJob, NewSchedule, Policy, PurgeFilter, Pushed, PushedId, PutSchedule, QueueCounts,
+    RunnerRecord, Schedule, ScheduleChange, SettledAndClaimed, Settlement, Stamp, Stats, Store,
+    StoreError, Ticks, Timestamp,
 };
 
 use crate::error::{Context, Error};
@@ -293,6 +293,25 @@ impl Inner {
     }
 }
 
+/// The jobs of a [`Store::push_stream`] with their own times (a due time)
+/// on the server's clock, as [`PgStore::judge_new`] puts a batch's: judged
+/// one at a time as the push takes them.
+struct Judged {
+    source: Arc<dyn JobSource>,
+    clock: Arc<Inner>,
+}
+
+impl JobSource for Judged {
+    fn jobs(&self) -> Box<dyn Iterator<Item = Result<NewJob, StoreError>> + '_> {
+        Box::new(self.source.jobs().map(|job| {
+            job.map(|mut job| {
+                job.not_before = job.not_before.map(|t| self.clock.clock.judge(t));
+                job
+            })
+        }))
+    }
+}
+
 /// Every write is core's operation ([`ops`]) in one transaction over the
 /// row verbs of `PgTx`, under the lock the crate docs give it; the
 /// reads are `reads.rs`.
@@ -413,6 +432,22 @@ impl Store for PgStore {
             .write(Lock::Exclusive, true, move |tx, policy| ops::push_many(tx, &jobs, now, policy))
             .await?;
         self.analyze_after_bulk(count).await;
+        Ok(pushed)
+    }
+
+    async fn push_stream(
+        &self,
+        source: Arc<dyn JobSource>,
+        now: Timestamp,
+    ) -> Result<Vec<PushedId>, StoreError> {
+        let source = Judged { source, clock: Arc::clone(&self.inner) };
+        let now = self.judge(now);
+        let pushed = self
+            .write(Lock::Exclusive, true, move |tx, policy| {
+                ops::push_stream(tx, &source, now, policy)
+            })
+            .await?;
+        self.analyze_after_bulk(pushed.len()).await;
         Ok(pushed)
     }
 

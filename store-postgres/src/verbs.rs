@@ -23,9 +23,9 @@ use tokio_postgres::types::ToSql;
 
 use crate::error::Error;
 use crate::rows::{
-    COLUMNS, NewJobs, READY, append_events, apply, delete_job, delete_schedule, dependents, find,
-    find_schedule, key_holder, query_jobs, read_lanes, read_schedules, running_jobs, write_lane,
-    write_schedule,
+    COLUMNS, HOLD_MAX, NewJobs, READY, append_events, apply, delete_job, delete_schedule,
+    dependents, find, find_schedule, key_holder, query_jobs, read_lanes, read_schedules,
+    running_jobs, write_lane, write_schedule,
 };
 use crate::schema;
 use crate::txn::{Db, Keys, Lock};
@@ -282,11 +282,15 @@ impl Tx for PgTx<'_, '_> {
         Ok(row.map(|r| r.try_get::<_, i64>(0)).transpose()?.unwrap_or(1))
     }
 
-    /// Held, to go with the others in one `COPY` ([`NewJobs::flush`]).
+    /// Held, to go with the others in one `COPY` ([`NewJobs::flush`]),
+    /// written once [`HOLD_MAX`] are held.
     fn insert(&mut self, job: &Job, events: &[Event]) -> Result<(), Error> {
         self.held.add(job, events.to_vec())?;
         if let Some(known) = &mut self.known {
             known.note(job);
+        }
+        if self.held.len() >= HOLD_MAX {
+            self.flush()?;
         }
         Ok(())
     }

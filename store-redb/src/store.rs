@@ -16,10 +16,10 @@ use redb::ReadTransaction;
 use slothqueue_core::ops;
 use slothqueue_core::{
     AttemptNote, ClaimRequest, Claimed, Completion, Event, Failure as JobFailure, Fence,
-    HeartbeatAck, Job, JobEdit, JobId, LaneChange, LaneScope, Lanes, ListFilter, NewJob,
-    NewSchedule, Policy, PurgeFilter, Pushed, PutSchedule, QueueCounts, RunnerRecord, Schedule,
-    ScheduleChange, SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError, Ticks,
-    Timestamp,
+    HeartbeatAck, Job, JobEdit, JobId, JobSource, LaneChange, LaneScope, Lanes, ListFilter, NewJob,
+    NewSchedule, Policy, PurgeFilter, Pushed, PushedId, PutSchedule, QueueCounts, RunnerRecord,
+    Schedule, ScheduleChange, SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError,
+    Ticks, Timestamp,
 };
 
 use crate::error::{Failure, corrupt, guarded, panic_message};
@@ -293,6 +293,18 @@ impl Store for RedbStore {
         self.write(move |t, policy| {
             t.advance(now)?;
             ops::push_many(t, &jobs, now, policy)
+        })
+        .await
+    }
+
+    async fn push_stream(
+        &self,
+        source: Arc<dyn JobSource>,
+        now: Timestamp,
+    ) -> Result<Vec<PushedId>, StoreError> {
+        self.write(move |t, policy| {
+            t.advance(now)?;
+            ops::push_stream(t, source.as_ref(), now, policy)
         })
         .await
     }

@@ -251,7 +251,7 @@ impl SqliteStore {
 slothqueue_core::store_ops! {
     impl Store for SqliteStore {
         ops [
-            push, push_many, claim, complete, fail, settle_and_claim, release, note_attempt,
+            push, push_many, push_stream, claim, complete, fail, settle_and_claim, release, note_attempt,
             hold, release_hold, edit, clone_job, change_lane, put_schedule, change_schedule,
             fire_schedules, restore_schedules, cancel, retry, reclaim_dead, purge, restore,
             restore_many,

@@ -359,7 +359,7 @@ impl RefStore {
 slothqueue_core::store_ops! {
     impl Store for RefStore {
         ops [
-            put_schedule, change_schedule, fire_schedules, restore_schedules, note_attempt, hold, release_hold, edit, clone_job, change_lane, push, push_many, claim, heartbeat, complete, fail, settle_and_claim, release, cancel, retry, reclaim_dead, purge, restore, restore_many,
+            put_schedule, change_schedule, fire_schedules, restore_schedules, note_attempt, hold, release_hold, edit, clone_job, change_lane, push, push_many, push_stream, claim, heartbeat, complete, fail, settle_and_claim, release, cancel, retry, reclaim_dead, purge, restore, restore_many,
         ];
 
         async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {

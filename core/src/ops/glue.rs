@@ -33,8 +33,8 @@
 /// }
 /// ```
 ///
-/// The operations that can be listed: `push`, `push_many`, `claim`,
-/// `heartbeat`, `complete`, `fail`, `settle_and_claim`, `release`,
+/// The operations that can be listed: `push`, `push_many`, `push_stream`,
+/// `claim`, `heartbeat`, `complete`, `fail`, `settle_and_claim`, `release`,
 /// `note_attempt`, `hold`, `release_hold`, `edit`, `clone_job`,
 /// `change_lane`, `put_schedule`, `change_schedule`, `fire_schedules`,
 /// `restore_schedules`, `cancel`, `retry`, `reclaim_dead`, `purge`,
@@ -78,6 +78,20 @@ macro_rules! __store_ops {
                 now: $crate::Timestamp,
             ) -> ::core::result::Result<::std::vec::Vec<$crate::Pushed>, $crate::StoreError> {
                 self.write(move |tx, policy| $crate::ops::push_many(tx, &jobs, now, policy)).await
+            }
+        ]; [$($own)*]; $($rest),*);
+    };
+    (@munch $store:ty; [$($acc:tt)*]; [$($own:tt)*]; push_stream $(, $rest:ident)*) => {
+        $crate::__store_ops!(@munch $store; [$($acc)*
+            async fn push_stream(
+                &self,
+                source: ::std::sync::Arc<dyn $crate::JobSource>,
+                now: $crate::Timestamp,
+            ) -> ::core::result::Result<::std::vec::Vec<$crate::PushedId>, $crate::StoreError> {
+                self.write(move |tx, policy| {
+                    $crate::ops::push_stream(tx, source.as_ref(), now, policy)
+                })
+                .await
             }
         ]; [$($own)*]; $($rest),*);
     };

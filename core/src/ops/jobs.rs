@@ -11,7 +11,7 @@ use crate::machine::{
     self, AttemptNote, Completion, Failure, HeartbeatAck, JobEdit, PushPlan, Settlement, Transition,
 };
 use crate::policy::Policy;
-use crate::store::{PurgeFilter, Pushed, StoreError};
+use crate::store::{JobSource, PurgeFilter, Pushed, PushedId, StoreError};
 use crate::time::Timestamp;
 
 use super::{Tx, get, in_batch, write};
@@ -34,6 +34,34 @@ pub fn push_many<T: Tx>(
         .enumerate()
         .map(|(i, j)| push_one(tx, j, now, policy, &mut next).map_err(in_batch(i)))
         .collect()
+}
+
+/// Adds the jobs `source` makes, all or none, one at a time: each checked
+/// ([`machine::validate`]) and pushed as it comes, so a job may name as
+/// parents jobs earlier in the stream, and only its [`PushedId`] is kept.
+/// A refused element, or an `Err` of the source, is
+/// [`StoreError::InBatch`] naming it; the caller's transaction then
+/// writes nothing.
+///
+/// Unlike [`push_many`], an element is checked when it comes, so the
+/// refusal named is the first element that fails any check (push_many
+/// checks every element before pushing any).
+pub fn push_stream<T: Tx>(
+    tx: &mut T,
+    source: &dyn JobSource,
+    now: Timestamp,
+    policy: &Policy,
+) -> Result<Vec<PushedId>, T::Error> {
+    let mut next = tx.next_id()?;
+    let mut pushed = Vec::new();
+    for (index, job) in source.jobs().enumerate() {
+        let refused = |e: StoreError| StoreError::InBatch { index, error: Box::new(e) };
+        let job = job.map_err(refused)?;
+        machine::validate(&job).map_err(|e| refused(e.into()))?;
+        let one = push_one(tx, &job, now, policy, &mut next).map_err(in_batch(index))?;
+        pushed.push(PushedId::from(&one));
+    }
+    Ok(pushed)
 }
 
 /// One job of a push (every push, clone and schedule tick goes through

@@ -57,7 +57,7 @@ pub use async_trait::async_trait as __async_trait;
 pub use claim::{claim, settle_and_claim};
 pub use jobs::{
     cancel, clone_job, complete, edit, fail, heartbeat, hold, note_attempt, purge, push_many,
-    reclaim_dead, release, release_hold, restore_many, retry, settle,
+    push_stream, reclaim_dead, release, release_hold, restore_many, retry, settle,
 };
 pub use schedules::{
     change_lane, change_schedule, fire_schedules, put_schedule, restore_schedules,

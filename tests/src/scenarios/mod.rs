@@ -40,6 +40,7 @@ macro_rules! __with_scenarios {
             push::push_records_the_job_as_asked,
             push::invalid_pushes_are_rejected_and_write_nothing,
             push::push_many_is_all_or_nothing,
+            push::push_stream_is_all_or_nothing_and_takes_jobs_as_they_come,
             push::ids_are_never_reused_after_purge,
             lease::dead_worker_lease_is_recovered_after_expiry,
             lease::non_owner_heartbeat_is_refused_and_changes_nothing,

@@ -4,9 +4,11 @@ use std::time::Duration;
 
 use serde_json::json;
 use slothqueue_core::machine::payload_hash;
+use std::sync::Arc;
+
 use slothqueue_core::{
-    DEFAULT_QUEUE, EventKind, JobState, ListFilter, NewJob, PurgeFilter, SHELL_KIND, Stats,
-    StoreError,
+    DEFAULT_QUEUE, EventKind, JobSource, JobState, ListFilter, ListOrder, NewJob, PurgeFilter,
+    PushedId, SHELL_KIND, Stats, StoreError,
 };
 
 use crate::{Harness, event_kinds, job, refused_in_batch, secs, shell};
@@ -127,6 +129,115 @@ pub async fn push_many_is_all_or_nothing(h: &Harness) {
         assert_eq!(event_kinds(&*s, p.job.id).await, [EventKind::Pushed]);
     }
     assert_eq!(s.stats(t).await.expect("stats").pending, 4);
+}
+
+/// A long stream for [`push_stream_is_all_or_nothing_and_takes_jobs_as_they_come`]:
+/// `len` jobs made as they are taken, every 100th with a key that the
+/// next one and a job 1,500 further on wait on (a parent written well
+/// before, past any batch a store holds back), and at `fault` what the
+/// fault says instead of a job.
+struct Stream {
+    len: usize,
+    fault: Option<(usize, Fault)>,
+}
+
+#[derive(Clone, Copy)]
+enum Fault {
+    /// The source itself refuses the element (a line that does not parse).
+    Source,
+    /// A job the door checks refuse (a queue name with a space).
+    BadQueue,
+    /// A job naming a key nothing holds.
+    UnknownParent,
+}
+
+impl JobSource for Stream {
+    fn jobs(&self) -> Box<dyn Iterator<Item = Result<NewJob, StoreError>> + '_> {
+        Box::new((0..self.len).map(move |i| {
+            let mut job = shell(&format!("echo {i}"));
+            if i % 100 == 0 {
+                job = job.key(format!("k{i}"));
+            } else if i % 100 == 1 {
+                job = job.after(format!("k{}", i - 1).as_str());
+            }
+            if i >= 1_500 && i % 100 == 50 {
+                job = job.after(format!("k{}", (i - 1_500) / 100 * 100).as_str());
+            }
+            match self.fault {
+                Some((at, Fault::Source)) if at == i => {
+                    Err(StoreError::InvalidInput(format!("element {i} is no job")))
+                }
+                Some((at, Fault::BadQueue)) if at == i => Ok(job.queue("no good")),
+                Some((at, Fault::UnknownParent)) if at == i => Ok(job.after("nobody-holds-this")),
+                _ => Ok(job),
+            }
+        }))
+    }
+}
+
+/// `push_stream` is `push_many` of what a source makes, one at a time:
+/// all or nothing (a refusal by the source, by the door checks or for an
+/// unknown parent, even at the last of 2,500 elements, is `InBatch` naming
+/// its place around the cause, and nothing is written); parents named by
+/// the key of an earlier element of the stream, near or far, are waited
+/// on; a key an identical job already holds adds nothing. It answers one
+/// `PushedId` per element, as the store then has the job.
+pub async fn push_stream_is_all_or_nothing_and_takes_jobs_as_they_come(h: &Harness) {
+    let s = h.store();
+    let t = h.start();
+    let resident = h.push(&*s, shell("echo 0").key("k0"), t).await;
+    let before = s.stats(t).await.expect("stats");
+    let len = 2_500;
+    for (at, fault, what) in [
+        (len - 1, Fault::Source, "the source's refusal"),
+        (len - 1, Fault::BadQueue, "a bad queue"),
+        (1_777, Fault::UnknownParent, "an unknown parent"),
+    ] {
+        let out = s.push_stream(Arc::new(Stream { len, fault: Some((at, fault)) }), t).await;
+        let (index, message) = refused_in_batch(&out, what);
+        assert_eq!(index, at, "{what}: {message}");
+        if let Fault::Source = fault {
+            assert_eq!(message, format!("element {at} is no job"), "the source's own message");
+        }
+        assert_eq!(s.stats(t).await.expect("stats"), before, "{what}: nothing written");
+    }
+    let after_resident =
+        ListFilter { cursor: Some(resident.id), order: ListOrder::Oldest, ..ListFilter::default() };
+    let none = s.list(&after_resident).await.expect("list");
+    assert!(none.is_empty(), "no job after the resident one: {none:?}");
+
+    let pushed = s.push_stream(Arc::new(Stream { len, fault: None }), t).await.expect("a stream");
+    assert_eq!(pushed.len(), len);
+    assert_eq!(
+        pushed[0],
+        PushedId { id: resident.id, created: false, superseded: None, state: JobState::Pending },
+        "k0 is held by the same job already"
+    );
+    let created: Vec<_> = pushed[1..].iter().map(|p| p.id).collect();
+    assert!(pushed[1..].iter().all(|p| p.created && p.superseded.is_none()));
+    assert!(created.windows(2).all(|w| w[0] + 1 == w[1]), "ids one after the other");
+    assert!(created[0] > resident.id);
+    for i in [1, 99, 100, 101, 1_050, 1_550, 2_450, len - 1] {
+        let job = job(&*s, pushed[i].id).await;
+        assert_eq!(job.command(), Some(format!("echo {i}").as_str()));
+        assert_eq!(job.state, pushed[i].state);
+        let mut parents = Vec::new();
+        if i % 100 == 1 {
+            parents.push(pushed[i - 1].id);
+        }
+        if i >= 1_500 && i % 100 == 50 {
+            parents.push(pushed[(i - 1_500) / 100 * 100].id);
+        }
+        assert_eq!(job.after, parents, "element {i}");
+        assert_eq!(job.pending_parents as usize, parents.len(), "element {i}");
+    }
+    let stats = s.stats(t).await.expect("stats");
+    assert_eq!(stats.pending, before.pending + len as u64 - 1);
+    for (parent, children) in [(100, [101, 1_650]), (2_400, [2_401, 0])] {
+        let expected: Vec<_> = children.iter().filter(|&&c| c > 0).map(|&c| pushed[c].id).collect();
+        let got = s.dependents(pushed[parent].id).await.expect("dependents");
+        assert_eq!(got, expected, "the children of element {parent}");
+    }
 }
 
 /// Ids increase and are never reused, even after every job was purged.
