@@ -99,5 +99,5 @@ pub use signal::{
     unix_signals_with,
 };
 pub use stop::{StopListener, StopReason, StopRequest};
-pub use wait::{WaitEnd, WaitOutcome, WaitTarget};
+pub use wait::{WaitEnd, WaitOutcome, WaitTarget, Waited};
 pub use watch::QueueWatch;

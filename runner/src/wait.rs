@@ -11,6 +11,14 @@
 //! more than about a fifth of a CPU however fast the queue moves: after a
 //! look that took `t`, the next one comes no sooner than `4 t` later (and
 //! at least [`MIN_GAP`]). The commits in between are seen together.
+//!
+//! A wait on a whole queue keeps each job's id and state, never the job
+//! (200,000 pending jobs, each with its recorded environment, would be
+//! gigabytes), and reads the queue a page of [`PAGE`] jobs at a time, so
+//! what it holds is bounded by the ids, not by the jobs. A look is raced
+//! against the deadline: on a queue so long that one look takes seconds,
+//! the wait still ends when its deadline comes (a page is a short read,
+//! so the one left running in the background ends soon after).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -24,6 +32,10 @@ use crate::watch::QueueWatch;
 
 /// The least time between two looks of a wait woken by changes.
 pub const MIN_GAP: Duration = Duration::from_millis(20);
+
+/// How many jobs one read of a look lists: a few MB of jobs at most,
+/// a few milliseconds of the store's time.
+pub const PAGE: usize = 500;
 
 /// What a wait waits for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +58,16 @@ pub enum WaitEnd {
     TimedOut,
 }
 
+/// One job waited on, as last seen: its id and state, not the job (what a
+/// caller reports of the few that did not end done it reads by id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waited {
+    /// The job.
+    pub id: JobId,
+    /// Its state when last seen.
+    pub state: JobState,
+}
+
 /// What a wait saw last.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WaitOutcome {
@@ -54,8 +76,9 @@ pub struct WaitOutcome {
     /// Every job waited on as last seen: for [`WaitTarget::Jobs`] in the
     /// order given (each once); for a queue or all, in id order, every job
     /// that was pending or running there at some look of the wait or was
-    /// added after it started.
-    pub jobs: Vec<Job>,
+    /// added after it started (a wait that timed out during its first
+    /// look has only those that look had seen).
+    pub jobs: Vec<Waited>,
     /// Jobs waited on that were deleted (`clear`) before they were seen
     /// finished: how they ended is unknown.
     pub gone: Vec<JobId>,
@@ -75,12 +98,12 @@ impl WaitOutcome {
     }
 
     /// The jobs that ended failed or cancelled.
-    pub fn unsuccessful(&self) -> impl Iterator<Item = &Job> {
+    pub fn unsuccessful(&self) -> impl Iterator<Item = &Waited> {
         self.jobs.iter().filter(|j| matches!(j.state, JobState::Failed | JobState::Cancelled))
     }
 
     /// The jobs not finished when the wait ended (none unless it timed out).
-    pub fn unfinished(&self) -> impl Iterator<Item = &Job> {
+    pub fn unfinished(&self) -> impl Iterator<Item = &Waited> {
         self.jobs.iter().filter(|j| !j.state.is_terminal())
     }
 }
@@ -89,7 +112,9 @@ impl WaitOutcome {
 /// awake time, as a max runtime counts) passes, looking at `store` each
 /// time `watch` reports a change and at least every
 /// [`QueueWatch::poll_interval`]. With no deadline it waits as long as it
-/// takes. A deadline already past still looks once.
+/// takes. A deadline already past still looks once, the whole look; a
+/// look under way when the deadline comes is left unfinished, and the
+/// wait ends timed out with what the looks had seen.
 ///
 /// An id of [`WaitTarget::Jobs`] that does not exist when the wait starts
 /// is an error ([`StoreError::NotFound`] inside [`RunnerError::Store`]);
@@ -106,10 +131,19 @@ pub async fn wait(
     let mut timer = IdleTimer::default();
     let mut tracker = Tracker::new(target);
     let mut first = true;
+    // A deadline past before the wait began is one whole look.
+    let whole = deadline.is_some_and(|d| d <= Instant::now());
     loop {
         changes.mark_seen();
         let started = Instant::now();
-        match tracker.look(store, first).await {
+        let looked = match deadline.filter(|_| !whole) {
+            Some(d) => match tokio::time::timeout_at(d, tracker.look(store, first)).await {
+                Ok(looked) => looked,
+                Err(_) => return Ok(tracker.outcome(WaitEnd::TimedOut)),
+            },
+            None => tracker.look(store, first).await,
+        };
+        match looked {
             Ok(true) => return Ok(tracker.outcome(WaitEnd::Finished)),
             Ok(false) => first = false,
             // Looked at again after the gap; a first look is done again whole.
@@ -141,8 +175,8 @@ pub async fn wait(
 /// What a wait knows so far.
 struct Tracker {
     kind: Kind,
-    /// Every job waited on, as last seen.
-    jobs: BTreeMap<JobId, Job>,
+    /// Every job waited on, by id: its state as last seen.
+    states: BTreeMap<JobId, JobState>,
     gone: BTreeSet<JobId>,
 }
 
@@ -164,30 +198,32 @@ impl Tracker {
             WaitTarget::Queue(q) => Kind::Queue { queue: Some(q.clone()), high: None },
             WaitTarget::All => Kind::Queue { queue: None, high: None },
         };
-        Tracker { kind, jobs: BTreeMap::new(), gone: BTreeSet::new() }
+        Tracker { kind, states: BTreeMap::new(), gone: BTreeSet::new() }
     }
 
-    /// Looks at the queue once; `true` when everything is finished.
+    /// Looks at the queue once; `true` when everything is finished. What
+    /// it learns it records as it goes, so a look cut short by the
+    /// deadline leaves the tracker true to what was seen.
     async fn look(&mut self, store: &dyn Store, first: bool) -> Result<bool, StoreError> {
         match &mut self.kind {
             Kind::Jobs(ids) => {
                 for &id in ids.iter() {
-                    let finished = self.jobs.get(&id).is_some_and(|j| j.state.is_terminal());
+                    let finished = self.states.get(&id).is_some_and(|s| s.is_terminal());
                     if finished || self.gone.contains(&id) {
                         continue;
                     }
                     match store.get(id).await {
                         Ok(job) => {
-                            self.jobs.insert(id, job);
+                            self.states.insert(id, job.state);
                         }
                         Err(StoreError::NotFound(_)) if !first => {
-                            self.jobs.remove(&id);
+                            self.states.remove(&id);
                             self.gone.insert(id);
                         }
                         Err(e) => return Err(e),
                     }
                 }
-                Ok(self.jobs.values().all(|j| j.state.is_terminal()))
+                Ok(self.states.values().all(|s| s.is_terminal()))
             }
             Kind::Queue { queue, high } => {
                 if first {
@@ -210,31 +246,29 @@ impl Tracker {
                         queue: queue.clone(),
                         ..Default::default()
                     };
-                    for job in store.list(&filter).await? {
+                    pages(store, filter, |job| {
                         active.insert(job.id);
-                        self.jobs.insert(job.id, job);
-                    }
+                        self.states.insert(job.id, job.state);
+                    })
+                    .await?;
                 }
                 if !first {
-                    let added = ListFilter {
-                        queue: queue.clone(),
-                        cursor: *high,
-                        order: ListOrder::Oldest,
-                        ..ListFilter::default()
-                    };
-                    for job in store.list(&added).await? {
+                    let added =
+                        ListFilter { queue: queue.clone(), cursor: *high, ..ListFilter::default() };
+                    pages(store, added, |job| {
                         *high = Some(high.map_or(job.id, |h| h.max(job.id)));
                         if !job.state.is_terminal() {
                             active.insert(job.id);
                         }
-                        self.jobs.insert(job.id, job);
-                    }
+                        self.states.insert(job.id, job.state);
+                    })
+                    .await?;
                 }
                 // Jobs seen active before and not now: how did they end?
                 let left: Vec<JobId> = self
-                    .jobs
+                    .states
                     .iter()
-                    .filter(|(id, j)| !j.state.is_terminal() && !active.contains(id))
+                    .filter(|(id, s)| !s.is_terminal() && !active.contains(id))
                     .map(|(id, _)| *id)
                     .collect();
                 for id in left {
@@ -243,10 +277,10 @@ impl Tracker {
                             if !job.state.is_terminal() {
                                 active.insert(id);
                             }
-                            self.jobs.insert(id, job);
+                            self.states.insert(id, job.state);
                         }
                         Err(StoreError::NotFound(_)) => {
-                            self.jobs.remove(&id);
+                            self.states.remove(&id);
                             self.gone.insert(id);
                         }
                         Err(e) => return Err(e),
@@ -258,10 +292,32 @@ impl Tracker {
     }
 
     fn outcome(&self, end: WaitEnd) -> WaitOutcome {
+        let waited = |(&id, &state): (&JobId, &JobState)| Waited { id, state };
         let jobs = match &self.kind {
-            Kind::Jobs(ids) => ids.iter().filter_map(|id| self.jobs.get(id)).cloned().collect(),
-            Kind::Queue { .. } => self.jobs.values().cloned().collect(),
+            Kind::Jobs(ids) => {
+                ids.iter().filter_map(|id| self.states.get_key_value(id)).map(waited).collect()
+            }
+            Kind::Queue { .. } => self.states.iter().map(waited).collect(),
         };
         WaitOutcome { end, jobs, gone: self.gone.iter().copied().collect() }
+    }
+}
+
+/// Every job `filter` names, oldest first, a [`PAGE`] at a time, each
+/// handed to `each` and dropped: what a look holds at once is one page.
+async fn pages(
+    store: &dyn Store,
+    mut filter: ListFilter,
+    mut each: impl FnMut(&Job),
+) -> Result<(), StoreError> {
+    filter.order = ListOrder::Oldest;
+    filter.limit = Some(PAGE);
+    loop {
+        let page = store.list(&filter).await?;
+        page.iter().for_each(&mut each);
+        match page.last() {
+            Some(last) if page.len() >= PAGE => filter.cursor = Some(last.id),
+            _ => return Ok(()),
+        }
     }
 }

@@ -120,14 +120,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         reports.push(counted.report);
     }
     let waited = queue.wait(&reports, Some(Duration::from_secs(30))).await?;
-    for job in &waited.jobs {
+    for waited in &waited.jobs {
+        let job = queue.get(waited.id).await?;
         println!("#{} {}: {}", job.id, job.state, job.result.as_deref().unwrap_or(""));
     }
 
     // Cancel the crunch: the runner asks it to stop, it does.
     queue.store().cancel(crunch.id, queue.clock().now()).await?;
     let waited = queue.wait(&[crunch.id], Some(Duration::from_secs(30))).await?;
-    for job in &waited.jobs {
+    for waited in &waited.jobs {
+        let job = queue.get(waited.id).await?;
         println!("#{} {}: {}", job.id, job.state, job.last_error.as_deref().unwrap_or(""));
     }
 

@@ -1,6 +1,16 @@
-//! The lines of `add --stdin`, read into jobs before anything is opened:
-//! one job a line, a plain line a shell command, a line starting with `{`
-//! a JSON object with `add`'s fields, each laid over the flags' defaults.
+//! The lines of `add --stdin`, checked before anything is opened: one job
+//! a line, a plain line a shell command, a line starting with `{` a JSON
+//! object with `add`'s fields, each laid over the flags' defaults.
+//!
+//! The text is read twice and its jobs are never held together: once to
+//! check every line ([`Lines::check`]), then again as the store takes the
+//! jobs one at a time inside its transaction ([`Lines::jobs`], behind
+//! `Store::push_stream`). A job carries its recorded environment (a few
+//! KB), so 200,000 lines held as jobs were most of a gigabyte; held as
+//! text they are what was read. The text is read whole before the store
+//! is opened, so a slow writer on the other end of the pipe never holds
+//! the queue's write lock, and a store that runs its transaction again
+//! reads the same jobs again.
 //!
 //! Everything that can be known without the queue is refused here, naming
 //! its line: malformed JSON, an unknown field, what [`spec::build`]
@@ -100,37 +110,115 @@ enum After {
     Many(Vec<Parent>),
 }
 
-/// Every job of `text`, in line order, or the first refusal as a message
-/// starting `line N: `.
-pub fn parse(
-    text: &str,
-    defaults: &JobSpec,
-    current_dir: &std::io::Result<PathBuf>,
-) -> Result<Vec<LineJob>, String> {
-    let mut jobs = Vec::new();
-    // Whether a job's `after` is its line's own (else the flag's), to name it.
-    let mut own_after = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        let number = i + 1;
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
+/// The text of `add --stdin` with what every line starts from: checked
+/// whole, then read again job by job.
+pub struct Lines {
+    text: String,
+    defaults: JobSpec,
+    current_dir: std::io::Result<PathBuf>,
+}
+
+/// A job line whose `after` names keys: what [`check_keys`] needs of it
+/// once its job is dropped.
+struct KeyRefs {
+    number: usize,
+    /// Whether the `after` is the line's own (else the flag's), to name it.
+    own: bool,
+    keys: Vec<String>,
+}
+
+impl Lines {
+    /// `text`, each job line laid over `defaults`, a plain line run in
+    /// `current_dir`.
+    pub fn new(text: String, defaults: JobSpec, current_dir: std::io::Result<PathBuf>) -> Self {
+        Lines { text, defaults, current_dir }
+    }
+
+    /// Checks every line, holding no job: the number of each job line, in
+    /// order (what a refusal of the store's, naming its place in the
+    /// batch, maps back through), or the first refusal as a message
+    /// starting `line N: `.
+    pub fn check(&self) -> Result<Vec<usize>, String> {
+        let mut numbers = Vec::new();
+        let mut keys: HashMap<String, usize> = HashMap::new();
+        let mut refs = Vec::new();
+        for line in self.jobs_with_own() {
+            let (line, own) = line?;
+            if let Some(k) = &line.job.idempotency_key {
+                if let Some(first) = keys.insert(k.clone(), line.number) {
+                    return Err(format!(
+                        "line {}: key `{k}` is also on line {first}; give each job its own key",
+                        line.number
+                    ));
+                }
+            }
+            let named: Vec<String> = line
+                .job
+                .after
+                .iter()
+                .filter_map(|p| match p {
+                    Parent::Key(k) => Some(k.clone()),
+                    Parent::Id(_) => None,
+                })
+                .collect();
+            if !named.is_empty() {
+                refs.push(KeyRefs { number: line.number, own, keys: named });
+            }
+            numbers.push(line.number);
         }
+        check_keys(&keys, &refs)?;
+        Ok(numbers)
+    }
+
+    /// Every job line's job, in order, made as it is taken; a refusal is
+    /// a message starting `line N: ` (none after a [`Lines::check`] that
+    /// passed: the same text gives the same jobs).
+    pub fn jobs(&self) -> impl Iterator<Item = Result<LineJob, String>> + '_ {
+        self.jobs_with_own().map(|line| line.map(|(job, _)| job))
+    }
+
+    /// [`Lines::jobs`], each with whether its `after` is its line's own.
+    fn jobs_with_own(&self) -> impl Iterator<Item = Result<(LineJob, bool), String>> + '_ {
+        self.text.lines().enumerate().filter_map(|(i, raw)| {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                return None;
+            }
+            Some(self.line(i + 1, line))
+        })
+    }
+
+    /// The job of line `number`, which is not blank nor a comment.
+    fn line(&self, number: usize, line: &str) -> Result<(LineJob, bool), String> {
         let at = |e: String| format!("line {number}: {e}");
         let (spec, own) = if line.starts_with('{') {
             let parsed: JsonLine = serde_json::from_str(line)
                 .map_err(|e| at(format!("not a job ({})", without_position(&e))))?;
             let own = parsed.after.is_some();
-            (over(defaults, parsed).map_err(at)?, own)
+            (over(&self.defaults, parsed).map_err(at)?, own)
         } else {
-            (JobSpec { command: Some(line.to_owned()), ..defaults.clone() }, false)
+            (JobSpec { command: Some(line.to_owned()), ..self.defaults.clone() }, false)
         };
-        let (job, when) = spec::build(spec, Source::Line, current_dir).map_err(at)?;
-        jobs.push(LineJob { number, job, when });
-        own_after.push(own);
+        let (job, when) = spec::build(spec, Source::Line, &self.current_dir).map_err(at)?;
+        Ok((LineJob { number, job, when }, own))
     }
-    check_keys(&jobs, &own_after)?;
-    Ok(jobs)
+}
+
+/// Every job of `text`, in line order, or the first refusal as a message
+/// starting `line N: `: [`Lines::check`], then [`Lines::jobs`] collected.
+#[cfg(test)]
+pub fn parse(
+    text: &str,
+    defaults: &JobSpec,
+    current_dir: &std::io::Result<PathBuf>,
+) -> Result<Vec<LineJob>, String> {
+    let current_dir = match current_dir {
+        Ok(dir) => Ok(dir.clone()),
+        Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+    };
+    let lines = Lines::new(text.to_owned(), defaults.clone(), current_dir);
+    lines.check()?;
+    lines.jobs().collect()
 }
 
 /// A JSON line laid over the defaults: each field it gives replaces the
@@ -213,35 +301,23 @@ fn without_position(e: &serde_json::Error) -> String {
     }
 }
 
-/// No key is defined by two lines, and an `after` naming a key of the
-/// batch names an earlier line's.
-fn check_keys(jobs: &[LineJob], own_after: &[bool]) -> Result<(), String> {
-    let mut keys: HashMap<&str, usize> = HashMap::new();
-    for j in jobs {
-        if let Some(k) = &j.job.idempotency_key {
-            if let Some(first) = keys.insert(k, j.number) {
-                return Err(format!(
-                    "line {}: key `{k}` is also on line {first}; give each job its own key",
-                    j.number
-                ));
-            }
-        }
-    }
-    for (j, own) in jobs.iter().zip(own_after) {
-        let name = if *own { "`after`" } else { "--after" };
-        for p in &j.job.after {
-            let Parent::Key(k) = p else { continue };
+/// An `after` naming a key of the batch names an earlier line's (no key
+/// is defined by two lines: [`Lines::check`] refused that as it went).
+fn check_keys(keys: &HashMap<String, usize>, refs: &[KeyRefs]) -> Result<(), String> {
+    for r in refs {
+        let name = if r.own { "`after`" } else { "--after" };
+        for k in &r.keys {
             match keys.get(k.as_str()) {
-                Some(n) if *n == j.number => {
+                Some(n) if *n == r.number => {
                     return Err(format!(
                         "line {}: {name} names the line's own key `{k}`; a job cannot wait on itself",
-                        j.number
+                        r.number
                     ));
                 }
-                Some(n) if *n > j.number => {
+                Some(n) if *n > r.number => {
                     return Err(format!(
                         "line {}: {name} names key `{k}` of line {n}; a job can only wait on earlier ones",
-                        j.number
+                        r.number
                     ));
                 }
                 _ => {}

@@ -216,7 +216,8 @@ async fn failed_and_cancelled_jobs_are_told_apart(backend: Backend) {
     assert!(!outcome.all_done());
     let bad: Vec<JobId> = outcome.unsuccessful().map(|j| j.id).collect();
     assert_eq!(bad, [cancelled, failed]);
-    assert_eq!(outcome.jobs[2].exit_code, Some(3));
+    let failed = q.writer.get(outcome.jobs[2].id).await.unwrap();
+    assert_eq!(failed.exit_code, Some(3), "the outcome's ids read back the jobs");
 }
 
 async fn a_queue_wait_counts_jobs_added_meanwhile(backend: Backend) {

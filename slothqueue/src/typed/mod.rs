@@ -59,7 +59,7 @@ pub use job::{Job, JobContext, JobError};
 pub use push::{Enqueued, Push};
 pub use queue::Queue;
 pub use slothqueue_runner::{
-    Mode, RunSummary, RunnerConfig, RunnerEvent, StopReason, WaitEnd, WaitOutcome,
+    Mode, RunSummary, RunnerConfig, RunnerEvent, StopReason, WaitEnd, WaitOutcome, Waited,
 };
 pub use worker::Worker;
 

@@ -117,10 +117,10 @@ impl Queue {
 
     /// Waits until each job of `ids` is finished (done, failed or
     /// cancelled), whichever process runs them, or until `timeout` passes
-    /// (`None`: no limit); [`WaitOutcome`] says which and holds the jobs as
-    /// last seen. A queue opened from a file is looked at again when the
-    /// file changes; one over a bare store ([`Queue::from_store`]) every
-    /// second.
+    /// (`None`: no limit); [`WaitOutcome`] says which and holds each job's
+    /// state as last seen (read a job itself with [`Queue::get`]). A queue
+    /// opened from a file is looked at again when the file changes; one
+    /// over a bare store ([`Queue::from_store`]) every second.
     pub async fn wait(
         &self,
         ids: &[JobId],

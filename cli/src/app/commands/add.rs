@@ -1,9 +1,17 @@
 //! `add`: push one job, or (`--stdin`) one job a line in one transaction,
 //! and say what was added and what it waits on.
+//!
+//! `--stdin` checks every line first (naming the line at fault, before the
+//! queue is opened), then streams the jobs into one `push_stream`: the
+//! store takes them one at a time and answers an id a line, so 200,000
+//! lines never sit in memory as jobs (each carries its recorded
+//! environment), and a `--json` answer reads each job back as it writes it.
 
 use std::io::{self, Read as _, Write};
+use std::sync::Arc;
 
-use slothqueue::{Job, JobState, StoreError};
+use slothqueue::core::{JobSource, PushedId};
+use slothqueue::{Job, JobState, NewJob, Store, StoreError, Timestamp};
 
 use super::inspect::jobs_by_id;
 use super::{Ctx, job_json, print_json};
@@ -81,33 +89,46 @@ fn after_line(job: &Job, parents: &[Job]) -> Option<String> {
     })
 }
 
+/// The jobs of stdin's lines as `push_stream` takes them: each due as its
+/// line says, from the time of the push.
+struct StdinJobs {
+    lines: batch::Lines,
+    now: Timestamp,
+}
+
+impl JobSource for StdinJobs {
+    fn jobs(&self) -> Box<dyn Iterator<Item = Result<NewJob, StoreError>> + '_> {
+        Box::new(self.lines.jobs().map(|line| {
+            let mut line = line.map_err(StoreError::InvalidInput)?;
+            line.job.not_before = line.when.resolve(self.now);
+            Ok(line.job)
+        }))
+    }
+}
+
 /// Reads stdin's lines, checks every one, and pushes them in one
-/// `push_many`: all of them or, naming the line at fault, none.
+/// `push_stream`: all of them or, naming the line at fault, none.
 pub async fn add_stdin(ctx: &Ctx, config: StdinConfig) -> Outcome {
     let mut text = String::new();
     io::stdin().read_to_string(&mut text).map_err(|e| usage(format!("cannot read stdin: {e}")))?;
-    let lines = batch::parse(&text, &config.defaults, &config.current_dir).map_err(usage)?;
-    say_notes(&config.notes)?;
-    let mut out = io::stdout().lock();
-    if lines.is_empty() {
+    let StdinConfig { defaults, current_dir, notes } = config;
+    let lines = batch::Lines::new(text, defaults, current_dir);
+    let numbers = lines.check().map_err(usage)?;
+    say_notes(&notes)?;
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    if numbers.is_empty() {
         if ctx.json {
             writeln!(out, "[]")?;
         } else {
             writeln!(out, "added 0 jobs (stdin held no job lines)")?;
         }
+        out.flush()?;
         return Ok(Code::Success);
     }
     let store = ctx.open(true)?;
     let now = ctx.now();
-    let numbers: Vec<usize> = lines.iter().map(|l| l.number).collect();
-    let jobs = lines
-        .into_iter()
-        .map(|mut l| {
-            l.job.not_before = l.when.resolve(now);
-            l.job
-        })
-        .collect();
-    let pushed = store.push_many(jobs, now).await.map_err(|e| match e {
+    let source = Arc::new(StdinJobs { lines, now });
+    let pushed = store.push_stream(source, now).await.map_err(|e| match e {
         StoreError::InBatch { index, error } => match numbers.get(index) {
             Some(&line) => anyhow::Error::new(AtLine { line, source: *error }),
             None => anyhow::Error::new(*error).context("cannot add the jobs (nothing was added)"),
@@ -123,19 +144,48 @@ pub async fn add_stdin(ctx: &Ctx, config: StdinConfig) -> Outcome {
         }
     })?;
     if ctx.json {
-        let all: Vec<serde_json::Value> =
-            pushed.iter().map(|p| job_json(&p.job, None)).collect::<anyhow::Result<_>>()?;
-        print_json(&mut out, &serde_json::Value::Array(all))?;
-        return Ok(Code::Success);
+        write_json(&mut out, store.as_ref(), &pushed).await?;
+    } else {
+        writeln!(out, "{}", summary(&pushed))?;
     }
-    let created: Vec<&Job> = pushed.iter().filter(|p| p.created).map(|p| &p.job).collect();
-    let mut line = match created.as_slice() {
-        [] => "added 0 jobs".to_owned(),
-        [one] => format!("added 1 job (#{})", one.id),
-        [first, .., last] => format!("added {} jobs (#{}–#{})", created.len(), first.id, last.id),
+    out.flush()?;
+    Ok(Code::Success)
+}
+
+/// The jobs pushed, as `show --json` has each, read back one at a time
+/// and written as read (the answer to 200,000 lines is long; it is never
+/// held whole).
+async fn write_json(
+    out: &mut impl Write,
+    store: &dyn Store,
+    pushed: &[PushedId],
+) -> anyhow::Result<()> {
+    write!(out, "[")?;
+    for (i, p) in pushed.iter().enumerate() {
+        if i > 0 {
+            write!(out, ",")?;
+        }
+        let job = store.get(p.id).await.map_err(|e| {
+            anyhow::Error::new(e).context(format!("added, but cannot read job #{} back", p.id))
+        })?;
+        serde_json::to_writer(&mut *out, &job_json(&job, None)?)?;
+    }
+    writeln!(out, "]")?;
+    Ok(())
+}
+
+/// `added 3 jobs (#4–#6)`, and what else happened: lines whose key an
+/// identical job held already, supersedes, jobs cancelled at once.
+fn summary(pushed: &[PushedId]) -> String {
+    let mut created = pushed.iter().filter(|p| p.created);
+    let count = created.clone().count();
+    let mut line = match (created.next(), created.next_back()) {
+        (None, _) => "added 0 jobs".to_owned(),
+        (Some(one), None) => format!("added 1 job (#{})", one.id),
+        (Some(first), Some(last)) => format!("added {count} jobs (#{}–#{})", first.id, last.id),
     };
     let mut notes = Vec::new();
-    let held = pushed.len() - created.len();
+    let held = pushed.len() - count;
     if held > 0 {
         notes.push(format!("{held} already held by a job with the same key and job"));
     }
@@ -143,7 +193,7 @@ pub async fn add_stdin(ctx: &Ctx, config: StdinConfig) -> Outcome {
     if superseded > 0 {
         notes.push(format!("{superseded} superseded an older pending job of the same key"));
     }
-    let cancelled = created.iter().filter(|j| j.state == JobState::Cancelled).count();
+    let cancelled = pushed.iter().filter(|p| p.created && p.state == JobState::Cancelled).count();
     if cancelled > 0 {
         notes.push(format!(
             "{cancelled} cancelled at once: a job they wait on had already failed or been cancelled"
@@ -152,6 +202,5 @@ pub async fn add_stdin(ctx: &Ctx, config: StdinConfig) -> Outcome {
     if !notes.is_empty() {
         line.push_str(&format!("; {}", notes.join("; ")));
     }
-    writeln!(out, "{line}")?;
-    Ok(Code::Success)
+    line
 }

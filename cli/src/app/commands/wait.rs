@@ -12,15 +12,21 @@
 //! running there when the wait starts or at a later look, and every job
 //! added during the wait: a job that failed before the wait started does
 //! not make it exit 1, one that fails during it does.
+//!
+//! The wait keeps each job's id and state, not the job; what the report
+//! says of a job that did not end done (its exit code, its error, the
+//! job whose failure cancelled it) is read by id at the end, one job at a
+//! time, as is every job of the JSON, written as it is read: a wait on a
+//! queue of 200,000 holds ids, never 200,000 jobs.
 
 use std::io::{self, Write};
 use std::time::Duration;
 
-use slothqueue::runner::wait::{WaitOutcome, WaitTarget, wait as wait_on};
+use slothqueue::runner::wait::{WaitOutcome, WaitTarget, Waited, wait as wait_on};
 use slothqueue::runner::{QueueWatch, format_duration};
-use slothqueue::{Job, JobState};
+use slothqueue::{Job, JobState, Store, StoreError};
 
-use super::{Ctx, job_json, print_json};
+use super::{Ctx, job_json};
 use crate::app::Outcome;
 use crate::app::exit::Code;
 use crate::app::render::{one_line, red};
@@ -34,22 +40,61 @@ pub async fn wait(ctx: &Ctx, target: WaitTarget, timeout: Option<Duration>) -> O
     }
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let outcome = wait_on(store.as_ref(), &watch, &target, deadline).await?;
-    let mut out = io::stdout().lock();
+    let mut out = io::BufWriter::new(io::stdout().lock());
     if ctx.json {
-        let jobs = outcome.jobs.iter().map(|j| job_json(j, None)).collect::<Result<Vec<_>, _>>()?;
-        let value = serde_json::json!({
-            "outcome": verdict(&outcome),
-            "jobs": jobs,
-            "gone": outcome.gone,
-        });
-        print_json(&mut out, &value)?;
+        write_json(&mut out, store.as_ref(), &outcome).await?;
     } else {
-        for line in lines(&outcome, timeout, ctx.color) {
-            writeln!(out, "{line}")?;
+        for waited in &outcome.jobs {
+            let job = match waited.state {
+                JobState::Failed | JobState::Cancelled => read(store.as_ref(), waited.id).await?,
+                _ => None,
+            };
+            if let Some(line) = job_line(waited, job.as_ref(), ctx.color) {
+                writeln!(out, "{line}")?;
+            }
         }
+        for id in &outcome.gone {
+            writeln!(out, "#{id} was deleted before it was seen finished")?;
+        }
+        writeln!(out, "{}", summary(&outcome, timeout))?;
     }
     out.flush()?;
     Ok(code(&outcome))
+}
+
+/// Job `id` as the store has it now; `None` when it was deleted since
+/// the wait saw it (its line then says what the wait saw, without why).
+async fn read(store: &dyn Store, id: i64) -> anyhow::Result<Option<Job>> {
+    match store.get(id).await {
+        Ok(job) => Ok(Some(job)),
+        Err(StoreError::NotFound(_)) => Ok(None),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot read job #{id}"))),
+    }
+}
+
+/// `{"outcome": …, "jobs": […], "gone": […]}`, each job read and written
+/// in turn (as `show --json` has it; one deleted since the wait saw it is
+/// its id and the state seen).
+async fn write_json(
+    out: &mut impl Write,
+    store: &dyn Store,
+    outcome: &WaitOutcome,
+) -> anyhow::Result<()> {
+    write!(out, "{{\"outcome\":{},\"jobs\":[", serde_json::to_string(verdict(outcome))?)?;
+    for (i, waited) in outcome.jobs.iter().enumerate() {
+        if i > 0 {
+            write!(out, ",")?;
+        }
+        let value = match read(store, waited.id).await? {
+            Some(job) => job_json(&job, None)?,
+            None => serde_json::json!({"id": waited.id, "state": waited.state}),
+        };
+        serde_json::to_writer(&mut *out, &value)?;
+    }
+    write!(out, "],\"gone\":")?;
+    serde_json::to_writer(&mut *out, &outcome.gone)?;
+    writeln!(out, "}}")?;
+    Ok(())
 }
 
 /// The exit code: a timeout first, then any job that did not end done.
@@ -72,26 +117,26 @@ fn verdict(outcome: &WaitOutcome) -> &'static str {
     }
 }
 
-/// One line per job that did not end done (`#12 failed: exit 3`), then a
-/// count. Done jobs get no line of their own: a wait on a whole queue
-/// may cover thousands.
-fn lines(outcome: &WaitOutcome, timeout: Option<Duration>, color: bool) -> Vec<String> {
-    let mut lines = Vec::new();
-    for job in &outcome.jobs {
-        match job.state {
-            JobState::Done => {}
-            JobState::Failed => {
-                lines.push(format!("#{} {}: {}", job.id, red("failed", color), failure(job)))
-            }
-            JobState::Cancelled => lines.push(cancelled(job)),
-            JobState::Pending | JobState::Running => {
-                lines.push(format!("#{} still {}", job.id, job.state.as_str()))
-            }
-        }
-    }
-    for id in &outcome.gone {
-        lines.push(format!("#{id} was deleted before it was seen finished"));
-    }
+/// The line of a job that did not end done (`#12 failed: exit 3`), from
+/// the state the wait saw and, for a failed or cancelled one, the job as
+/// read at the end (`None` when it is gone since); none for a done job:
+/// a wait on a whole queue may cover thousands.
+fn job_line(waited: &Waited, job: Option<&Job>, color: bool) -> Option<String> {
+    let id = waited.id;
+    Some(match waited.state {
+        JobState::Done => return None,
+        JobState::Failed => match job {
+            Some(job) => format!("#{id} {}: {}", red("failed", color), failure(job)),
+            None => format!("#{id} {}", red("failed", color)),
+        },
+        JobState::Cancelled => cancelled(id, job),
+        JobState::Pending | JobState::Running => format!("#{id} still {}", waited.state.as_str()),
+    })
+}
+
+/// The last line: how many jobs ended how, or how many were not finished
+/// when the wait timed out.
+fn summary(outcome: &WaitOutcome, timeout: Option<Duration>) -> String {
     let count = |state: JobState| outcome.jobs.iter().filter(|j| j.state == state).count();
     let total = outcome.jobs.len() + outcome.gone.len();
     let mut parts = vec![format!("{} done", count(JobState::Done))];
@@ -107,7 +152,7 @@ fn lines(outcome: &WaitOutcome, timeout: Option<Duration>, color: bool) -> Vec<S
     }
     let unfinished = outcome.unfinished().count();
     let jobs = if total == 1 { "job" } else { "jobs" };
-    lines.push(match (outcome.timed_out(), total) {
+    match (outcome.timed_out(), total) {
         (true, _) => format!(
             "timed out after {}: {unfinished} of {total} {jobs} not finished ({})",
             timeout.map_or_else(|| "0s".to_owned(), format_duration),
@@ -115,8 +160,7 @@ fn lines(outcome: &WaitOutcome, timeout: Option<Duration>, color: bool) -> Vec<S
         ),
         (false, 0) => "nothing to wait for: no job pending or running".to_owned(),
         (false, _) => format!("{total} {jobs} finished: {}", parts.join(", ")),
-    });
-    lines
+    }
 }
 
 /// Why a failed job failed, shortest first: its exit code, else its error.
@@ -129,12 +173,10 @@ fn failure(job: &Job) -> String {
 }
 
 /// `#13 cancelled`, with the job whose failure cancelled it when known.
-fn cancelled(job: &Job) -> String {
-    match job.cancelled_by {
-        Some(root) => {
-            format!("#{} cancelled: #{root}, which it runs after, did not succeed", job.id)
-        }
-        None => format!("#{} cancelled", job.id),
+fn cancelled(id: i64, job: Option<&Job>) -> String {
+    match job.and_then(|j| j.cancelled_by) {
+        Some(root) => format!("#{id} cancelled: #{root}, which it runs after, did not succeed"),
+        None => format!("#{id} cancelled"),
     }
 }
 
@@ -154,8 +196,23 @@ mod tests {
         job
     }
 
-    fn outcome(end: WaitEnd, jobs: Vec<Job>, gone: Vec<i64>) -> WaitOutcome {
+    fn outcome(end: WaitEnd, jobs: &[Job], gone: Vec<i64>) -> WaitOutcome {
+        let jobs = jobs.iter().map(|j| Waited { id: j.id, state: j.state }).collect();
         WaitOutcome { end, jobs, gone }
+    }
+
+    /// The lines `wait` prints for `o`, each job as `jobs` has it.
+    fn lines(o: &WaitOutcome, jobs: &[Job], timeout: Option<Duration>) -> Vec<String> {
+        let mut lines: Vec<String> = o
+            .jobs
+            .iter()
+            .filter_map(|w| job_line(w, jobs.iter().find(|j| j.id == w.id), false))
+            .collect();
+        lines.extend(
+            o.gone.iter().map(|id| format!("#{id} was deleted before it was seen finished")),
+        );
+        lines.push(summary(o, timeout));
+        lines
     }
 
     #[test]
@@ -167,13 +224,10 @@ mod tests {
         killed.last_error = Some("timeout: exceeded max runtime of 2s\n".into());
         let mut child = job(14, JobState::Cancelled);
         child.cancelled_by = Some(12);
-        let o = outcome(
-            WaitEnd::Finished,
-            vec![job(11, JobState::Done), failed, killed, child],
-            vec![15],
-        );
+        let jobs = [job(11, JobState::Done), failed, killed, child];
+        let o = outcome(WaitEnd::Finished, &jobs, vec![15]);
         assert_eq!(
-            lines(&o, None, false),
+            lines(&o, &jobs, None),
             [
                 "#12 failed: exit 3",
                 "#13 failed: timeout: exceeded max runtime of 2s ",
@@ -184,28 +238,28 @@ mod tests {
         );
         assert_eq!(code(&o), Code::Failure);
         assert_eq!(verdict(&o), "failed");
+        assert_eq!(
+            lines(&o, &jobs[..1], None)[..3],
+            ["#12 failed", "#13 failed", "#14 cancelled"],
+            "a job deleted since the wait saw it: what the wait saw"
+        );
     }
 
     #[test]
     fn all_done_exits_0_and_a_timeout_124() {
-        let done = outcome(WaitEnd::Finished, vec![job(1, JobState::Done)], vec![]);
-        assert_eq!(lines(&done, None, false), ["1 job finished: 1 done"]);
+        let one = [job(1, JobState::Done)];
+        let done = outcome(WaitEnd::Finished, &one, vec![]);
+        assert_eq!(lines(&done, &one, None), ["1 job finished: 1 done"]);
         assert_eq!(code(&done), Code::Success);
-        let nothing = outcome(WaitEnd::Finished, vec![], vec![]);
-        assert_eq!(
-            lines(&nothing, None, false),
-            ["nothing to wait for: no job pending or running"]
-        );
+        let nothing = outcome(WaitEnd::Finished, &[], vec![]);
+        assert_eq!(lines(&nothing, &[], None), ["nothing to wait for: no job pending or running"]);
         assert_eq!(code(&nothing), Code::Success);
         let mut failed = job(3, JobState::Failed);
         failed.exit_code = Some(1);
-        let late = outcome(
-            WaitEnd::TimedOut,
-            vec![job(1, JobState::Done), job(2, JobState::Running), failed],
-            vec![],
-        );
+        let jobs = [job(1, JobState::Done), job(2, JobState::Running), failed];
+        let late = outcome(WaitEnd::TimedOut, &jobs, vec![]);
         assert_eq!(
-            lines(&late, Some(Duration::from_secs(5)), false),
+            lines(&late, &jobs, Some(Duration::from_secs(5))),
             [
                 "#2 still running",
                 "#3 failed: exit 1",
