@@ -14,6 +14,9 @@
 //! - `workflows`: jobs that run after others (`--after`, `--stdin`), what
 //!   the looks say of them, failure and retry down a chain, export/import.
 //! - `wait`: `wait`'s exit codes and a wait released by another process.
+//! - `long_queue`: `wait --all` on 131,072 jobs ends at its timeout, and
+//!   it and `add --stdin` of 20,000 lines hold ids, not jobs (issue 31
+//!   finding 8).
 //! - `lanes`: limits, pauses, holds and slots (issue #16); the scenarios
 //!   that need the stores' lane methods are `both_backends_with_lanes!`.
 //! - `revise`: `edit` and `clone` (issue #17): a fixed typo runs, a failed
@@ -49,6 +52,8 @@ mod handlers;
 mod import;
 mod lanes;
 mod limits;
+#[cfg(feature = "sqlite")]
+mod long_queue;
 mod namespaces;
 #[cfg(feature = "postgres")]
 mod postgres;

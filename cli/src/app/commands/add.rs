@@ -14,6 +14,7 @@ use slothqueue::core::{JobSource, PushedId};
 use slothqueue::{Job, JobState, NewJob, Store, StoreError, Timestamp};
 
 use super::inspect::jobs_by_id;
+use super::read_back::ReadBack;
 use super::{Ctx, job_json, print_json};
 use crate::app::Outcome;
 use crate::app::batch;
@@ -160,14 +161,18 @@ async fn write_json(
     store: &dyn Store,
     pushed: &[PushedId],
 ) -> anyhow::Result<()> {
+    let mut jobs = ReadBack::new(store);
     write!(out, "[")?;
     for (i, p) in pushed.iter().enumerate() {
         if i > 0 {
             write!(out, ",")?;
         }
-        let job = store.get(p.id).await.map_err(|e| {
-            anyhow::Error::new(e).context(format!("added, but cannot read job #{} back", p.id))
-        })?;
+        let cannot = || format!("added, but cannot read job #{} back", p.id);
+        let job = jobs
+            .job(p.id)
+            .await
+            .map_err(|e| anyhow::Error::new(e).context(cannot()))?
+            .ok_or_else(|| anyhow::anyhow!("{}: it was deleted since", cannot()))?;
         serde_json::to_writer(&mut *out, &job_json(&job, None)?)?;
     }
     writeln!(out, "]")?;

@@ -9,6 +9,7 @@ mod demo;
 mod edit;
 mod inspect;
 mod lanes;
+mod read_back;
 mod revise;
 mod run;
 mod schedules;

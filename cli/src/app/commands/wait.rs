@@ -24,8 +24,9 @@ use std::time::Duration;
 
 use slothqueue::runner::wait::{WaitOutcome, WaitTarget, Waited, wait as wait_on};
 use slothqueue::runner::{QueueWatch, format_duration};
-use slothqueue::{Job, JobState, Store, StoreError};
+use slothqueue::{Job, JobState};
 
+use super::read_back::ReadBack;
 use super::{Ctx, job_json};
 use crate::app::Outcome;
 use crate::app::exit::Code;
@@ -41,12 +42,13 @@ pub async fn wait(ctx: &Ctx, target: WaitTarget, timeout: Option<Duration>) -> O
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let outcome = wait_on(store.as_ref(), &watch, &target, deadline).await?;
     let mut out = io::BufWriter::new(io::stdout().lock());
+    let mut jobs = ReadBack::new(store.as_ref());
     if ctx.json {
-        write_json(&mut out, store.as_ref(), &outcome).await?;
+        write_json(&mut out, &mut jobs, &outcome).await?;
     } else {
         for waited in &outcome.jobs {
             let job = match waited.state {
-                JobState::Failed | JobState::Cancelled => read(store.as_ref(), waited.id).await?,
+                JobState::Failed | JobState::Cancelled => read(&mut jobs, waited.id).await?,
                 _ => None,
             };
             if let Some(line) = job_line(waited, job.as_ref(), ctx.color) {
@@ -64,12 +66,8 @@ pub async fn wait(ctx: &Ctx, target: WaitTarget, timeout: Option<Duration>) -> O
 
 /// Job `id` as the store has it now; `None` when it was deleted since
 /// the wait saw it (its line then says what the wait saw, without why).
-async fn read(store: &dyn Store, id: i64) -> anyhow::Result<Option<Job>> {
-    match store.get(id).await {
-        Ok(job) => Ok(Some(job)),
-        Err(StoreError::NotFound(_)) => Ok(None),
-        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot read job #{id}"))),
-    }
+async fn read(jobs: &mut ReadBack<'_>, id: i64) -> anyhow::Result<Option<Job>> {
+    jobs.job(id).await.map_err(|e| anyhow::Error::new(e).context(format!("cannot read job #{id}")))
 }
 
 /// `{"outcome": …, "jobs": […], "gone": […]}`, each job read and written
@@ -77,7 +75,7 @@ async fn read(store: &dyn Store, id: i64) -> anyhow::Result<Option<Job>> {
 /// its id and the state seen).
 async fn write_json(
     out: &mut impl Write,
-    store: &dyn Store,
+    jobs: &mut ReadBack<'_>,
     outcome: &WaitOutcome,
 ) -> anyhow::Result<()> {
     write!(out, "{{\"outcome\":{},\"jobs\":[", serde_json::to_string(verdict(outcome))?)?;
@@ -85,7 +83,7 @@ async fn write_json(
         if i > 0 {
             write!(out, ",")?;
         }
-        let value = match read(store, waited.id).await? {
+        let value = match read(jobs, waited.id).await? {
             Some(job) => job_json(&job, None)?,
             None => serde_json::json!({"id": waited.id, "state": waited.state}),
         };
