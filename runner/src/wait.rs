@@ -82,6 +82,10 @@ pub struct WaitOutcome {
     /// Jobs waited on that were deleted (`clear`) before they were seen
     /// finished: how they ended is unknown.
     pub gone: Vec<JobId>,
+    /// The deadline came during the wait's first look: `jobs` holds only
+    /// the jobs that look had seen (of a queue, not every one pending or
+    /// running there; of [`WaitTarget::Jobs`], not every id given).
+    pub cut_short: bool,
 }
 
 impl WaitOutcome {
@@ -139,7 +143,11 @@ pub async fn wait(
         let looked = match deadline.filter(|_| !whole) {
             Some(d) => match tokio::time::timeout_at(d, tracker.look(store, first)).await {
                 Ok(looked) => looked,
-                Err(_) => return Ok(tracker.outcome(WaitEnd::TimedOut)),
+                Err(_) => {
+                    let mut outcome = tracker.outcome(WaitEnd::TimedOut);
+                    outcome.cut_short = first;
+                    return Ok(outcome);
+                }
             },
             None => tracker.look(store, first).await,
         };
@@ -299,7 +307,7 @@ impl Tracker {
             }
             Kind::Queue { .. } => self.states.iter().map(waited).collect(),
         };
-        WaitOutcome { end, jobs, gone: self.gone.iter().copied().collect() }
+        WaitOutcome { end, jobs, gone: self.gone.iter().copied().collect(), cut_short: false }
     }
 }
 

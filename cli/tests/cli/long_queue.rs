@@ -121,7 +121,11 @@ fn a_wait_on_a_long_queue_ends_at_its_timeout_and_holds_ids_not_jobs() {
         "a wait with --timeout 100ms took {took:?} (one whole look takes {look:?})"
     );
     let out = String::from_utf8(out.stdout).unwrap();
-    assert!(out.contains("timed out after 100ms: "), "{out}");
+    let last = out.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("timed out after 100ms during its first look: "),
+        "the count is of the jobs seen, and says so: {last}"
+    );
 }
 
 #[test]

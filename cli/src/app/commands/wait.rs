@@ -70,7 +70,8 @@ async fn read(jobs: &mut ReadBack<'_>, id: i64) -> anyhow::Result<Option<Job>> {
     jobs.job(id).await.map_err(|e| anyhow::Error::new(e).context(format!("cannot read job #{id}")))
 }
 
-/// `{"outcome": …, "jobs": […], "gone": […]}`, each job read and written
+/// `{"outcome": …, "jobs": […], "gone": […]}` (and `"cut_short": true`
+/// when the deadline came during the first look), each job read and written
 /// in turn (as `show --json` has it; one deleted since the wait saw it is
 /// its id and the state seen).
 async fn write_json(
@@ -91,6 +92,10 @@ async fn write_json(
     }
     write!(out, "],\"gone\":")?;
     serde_json::to_writer(&mut *out, &outcome.gone)?;
+    if outcome.cut_short {
+        // The jobs are those its first look saw before the deadline.
+        write!(out, ",\"cut_short\":true")?;
+    }
     writeln!(out, "}}")?;
     Ok(())
 }
@@ -151,6 +156,11 @@ fn summary(outcome: &WaitOutcome, timeout: Option<Duration>) -> String {
     let unfinished = outcome.unfinished().count();
     let jobs = if total == 1 { "job" } else { "jobs" };
     match (outcome.timed_out(), total) {
+        (true, _) if outcome.cut_short => format!(
+            "timed out after {} during its first look: {unfinished} of the {total} {jobs} it saw not finished ({})",
+            timeout.map_or_else(|| "0s".to_owned(), format_duration),
+            parts.join(", ")
+        ),
         (true, _) => format!(
             "timed out after {}: {unfinished} of {total} {jobs} not finished ({})",
             timeout.map_or_else(|| "0s".to_owned(), format_duration),
@@ -196,7 +206,7 @@ mod tests {
 
     fn outcome(end: WaitEnd, jobs: &[Job], gone: Vec<i64>) -> WaitOutcome {
         let jobs = jobs.iter().map(|j| Waited { id: j.id, state: j.state }).collect();
-        WaitOutcome { end, jobs, gone }
+        WaitOutcome { end, jobs, gone, cut_short: false }
     }
 
     /// The lines `wait` prints for `o`, each job as `jobs` has it.
@@ -266,5 +276,10 @@ mod tests {
         );
         assert_eq!(code(&late), Code::TimedOut, "a timeout wins over a failure");
         assert_eq!(verdict(&late), "timed_out");
+        let cut = WaitOutcome { cut_short: true, ..late };
+        assert_eq!(
+            lines(&cut, &jobs, Some(Duration::from_secs(5))).last().unwrap(),
+            "timed out after 5s during its first look: 1 of the 3 jobs it saw not finished (1 done, 1 failed)"
+        );
     }
 }
