@@ -102,6 +102,12 @@ impl<'a, 'c> PgTx<'a, 'c> {
         self.shared
     }
 
+    /// How many new jobs are held, not written yet.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.held.len()
+    }
+
     /// Whether a claim in this transaction ended an abandoned job.
     pub(crate) fn retired(&self) -> bool {
         self.retired

@@ -385,6 +385,35 @@ fn a_batch_of_new_jobs_costs_a_few_statements() {
     assert_eq!(rt.block_on(dst.get(100)).unwrap(), export[99].0);
 }
 
+/// A long push (`push_stream` of 200,000 lines, each job a few KB with its
+/// recorded environment) holds at most [`HOLD_MAX`] new jobs before
+/// writing them, not every one until the commit; all are written.
+#[test]
+fn a_long_push_holds_a_bounded_batch_of_new_jobs() {
+    use slothqueue_core::machine;
+    use slothqueue_core::ops::Tx;
+
+    use crate::rows::HOLD_MAX;
+
+    let Some((url, _dir)) = fresh("long_push") else { return };
+    let rt = runtime();
+    let store = PgStore::open(&url, PgOptions::default()).unwrap();
+    let jobs = 2 * HOLD_MAX + 500;
+    let most = rt
+        .block_on(store.write(Lock::Exclusive, false, move |tx, policy| {
+            let (first, mut most) = (tx.next_id()?, 0);
+            for id in first..first + jobs as i64 {
+                let t = machine::create(id, &NewJob::shell("true", "/"), &[], t(0), policy);
+                tx.insert(&t.job, &t.events)?;
+                most = most.max(tx.held());
+            }
+            Ok(most)
+        }))
+        .unwrap();
+    assert!(most <= HOLD_MAX, "held {most} new jobs at once");
+    assert_eq!(rt.block_on(store.stats(t(0))).unwrap().pending, jobs as u64);
+}
+
 /// A claim costs what one `LIMIT 1` seek of the claim index does, in one
 /// transaction whose lock rides on `BEGIN` and whose notification rides
 /// on `COMMIT`: the lanes, the running jobs, the best due job, the claimed
