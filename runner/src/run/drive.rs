@@ -5,6 +5,7 @@
 //! it, with a context from the one builder here.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -131,6 +132,8 @@ impl Worker {
         // A fence's stop turns into a KILL once its grace is over.
         let mut fence_kill_at: Option<Instant> = None;
         let mut abandoned = false;
+        // The runner record's write in flight, if one is.
+        let mut recording: Option<Pin<Box<dyn Future<Output = ()> + Send>>> = None;
         let outcome = loop {
             tokio::select! {
                 out = &mut process => break out,
@@ -189,9 +192,14 @@ impl Worker {
                 () = sleep_until_opt(record_running_at) => {
                     record_running_at = None;
                     if job.is_some() {
-                        self.record_running().await;
+                        // Beside the loop, not in it: a store that does not
+                        // answer (a partition) must not hold up the stop
+                        // when the fence falls (S26).
+                        let worker = Worker { sh: self.sh.clone(), busy_warned: false };
+                        recording = Some(Box::pin(async move { worker.record_running().await }));
                     }
                 }
+                () = poll_opt(&mut recording) => recording = None,
                 () = sleep_until_opt(stopper.abandon_at()) => {
                     abandoned = true;
                     break ExecOutcome::Stopped {
@@ -200,6 +208,11 @@ impl Worker {
                 }
             }
         };
+        // Finished before the attempt's end is written, so that the
+        // records keep their order.
+        if let Some(recording) = recording {
+            recording.await;
+        }
         Driven { outcome, stopped: stopper.reason(), lease_lost, fenced, abandoned, self_stop }
     }
 }
@@ -227,6 +240,13 @@ fn sent_by_the_job(c: &Containment, shutdown: &ShutdownSignal, before: u32) -> O
 pub(super) async fn sleep_until_opt(t: Option<Instant>) {
     match t {
         Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn poll_opt(f: &mut Option<Pin<Box<dyn Future<Output = ()> + Send>>>) {
+    match f {
+        Some(f) => f.await,
         None => std::future::pending().await,
     }
 }
