@@ -87,6 +87,20 @@ pub enum RunnerEvent {
         /// How long it ran.
         elapsed: Duration,
     },
+    /// No renewal of the job's lease reached the store for `silent` (the
+    /// runner is cut off from the queue): its processes are being stopped
+    /// (TERM, KILL after `grace`) before the lease can run out and another
+    /// runner take the job. The attempt is recorded as failed once the
+    /// store answers again, or reported lost if the job moved on.
+    Fenced {
+        /// The job.
+        job: JobId,
+        /// Since the last renewal that the store answered was sent.
+        silent: Duration,
+        /// TERM to KILL in this stop (shorter than the kill grace when the
+        /// lease leaves no room for it).
+        grace: Duration,
+    },
     /// The runner was told to stop: the job was killed and handed back to
     /// pending without charging the attempt.
     Released {
@@ -312,6 +326,13 @@ impl fmt::Display for RunnerEvent {
                 "job #{job} lost its lease after {:.1}s — killed, not completed",
                 elapsed.as_secs_f64()
             ),
+            RunnerEvent::Fenced { job, silent, grace } => write!(
+                f,
+                "job #{job}: no lease renewal got through for {:.1}s — stopping it before its \
+                 lease runs out (KILL in {}); recorded when the queue answers again",
+                silent.as_secs_f64(),
+                format_duration(*grace)
+            ),
             RunnerEvent::Released { job, elapsed } => write!(
                 f,
                 "job #{job} interrupted after {:.2}s — returned to pending",
@@ -533,6 +554,11 @@ mod tests {
             (
                 RunnerEvent::LeaseLost { job: 6, elapsed: ms(3100) },
                 "job #6 lost its lease after 3.1s — killed, not completed",
+            ),
+            (
+                RunnerEvent::Fenced { job: 6, silent: ms(56_600), grace: ms(2000) },
+                "job #6: no lease renewal got through for 56.6s — stopping it before its lease \
+                 runs out (KILL in 2s); recorded when the queue answers again",
             ),
             (
                 RunnerEvent::Reclaimed { jobs: vec![4], killed_groups: vec![] },

@@ -35,6 +35,9 @@ pub(crate) enum Error {
     /// one (lanes are configured, or it would end abandoned jobs): the
     /// transaction is rolled back and run again under the exclusive lock.
     Escalate,
+    /// The server did not answer a round trip within the call timeout
+    /// (`PgOptions::call_timeout`): the link is taken for cut off.
+    Silent(Duration),
 }
 
 impl From<tokio_postgres::Error> for Error {
@@ -74,6 +77,7 @@ impl Error {
     pub fn breaks_connection(&self) -> bool {
         match self {
             Error::Sql(e) => e.is_closed() || e.code().is_none() && is_io(e),
+            Error::Silent(_) => true,
             _ => false,
         }
     }
@@ -101,6 +105,11 @@ impl Context {
             Error::Escalate => {
                 StoreError::Backend("a claim asked for the exclusive lock twice".into())
             }
+            Error::Silent(waited) => StoreError::Unreachable(format!(
+                "{}: no answer within {}s; the connection is dropped and a new one made",
+                self.server,
+                waited.as_secs_f64()
+            )),
         }
     }
 

@@ -27,6 +27,12 @@
 //!   waited for longer than [`PgOptions::busy_timeout`] (`lock_timeout`).
 //!   A lost server is
 //!   [`StoreError::Unreachable`](slothqueue_core::StoreError::Unreachable).
+//! - **Every round trip is bounded** ([`PgOptions::call_timeout`], 30 s):
+//!   a server behind a link that went silent without a reset (a
+//!   partition, a frozen proxy) would otherwise be waited on forever. Past
+//!   it the call is `Unreachable` and its connection dropped, so the next
+//!   call connects afresh and a runner gets back to the server once the
+//!   link heals (S26).
 //!
 //! # The queue's lock
 //!
@@ -166,4 +172,4 @@ mod verbs;
 pub use listen::ChangeListener;
 pub use schema::SCHEMA_VERSION;
 pub use store::PgStore;
-pub use txn::{DEFAULT_SCHEMA, HostClock, PgOptions, valid_schema_name};
+pub use txn::{DEFAULT_CALL_TIMEOUT, DEFAULT_SCHEMA, HostClock, PgOptions, valid_schema_name};

@@ -132,7 +132,8 @@ pub(crate) fn open(
     options: &PgOptions,
     ctx: &Context,
 ) -> Result<Conn, StoreError> {
-    let conn = connect(rt, &connection_config(target, options, false)).map_err(|e| ctx.map(e))?;
+    let conn = connect(rt, &connection_config(target, options, false), options.call_timeout)
+        .map_err(|e| ctx.map(e))?;
     let keys = Keys::new(&target.schema);
     let schema = target.schema.as_str();
     let db = Db::on(&conn, rt, true);
@@ -166,7 +167,8 @@ pub(crate) fn open_read_only(
     options: &PgOptions,
     ctx: &Context,
 ) -> Result<Conn, StoreError> {
-    let conn = connect(rt, &connection_config(target, options, true)).map_err(|e| ctx.map(e))?;
+    let conn = connect(rt, &connection_config(target, options, true), options.call_timeout)
+        .map_err(|e| ctx.map(e))?;
     let db = Db::on(&conn, rt, false);
     let found = db.read(|db| probe(db, &target.schema)).map_err(|e| ctx.map(e))?;
     match found {

@@ -121,6 +121,7 @@ impl PgStore {
             connection_config(&target, &options, read_only),
             rt.clone(),
             options.pool_size,
+            options.call_timeout,
             Some(first),
         );
         Ok(PgStore {

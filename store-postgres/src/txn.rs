@@ -43,6 +43,17 @@ pub struct PgOptions {
     /// How long connecting may take before `StoreError::Unreachable`
     /// (unless the URL sets `connect_timeout`).
     pub connect_timeout: Duration,
+    /// How long one round trip (a statement, a `COPY`, connecting and
+    /// logging in) may wait for the server's answer before the connection
+    /// is taken for cut off: the call fails with `StoreError::Unreachable`
+    /// and the connection is dropped, so the next call opens a new one. A
+    /// link that went silent without a reset (a partition, a frozen
+    /// proxy) is otherwise waited on forever: TCP keepalives are answered
+    /// by whatever still holds the socket, and `statement_timeout` is the
+    /// server's, which is not there. Long enough for the slowest statement
+    /// the store sends (a bulk `COPY`, a purge), with `busy_timeout`
+    /// bounding its lock waits (default 30 s).
+    pub call_timeout: Duration,
     /// This host's wall clock, which the `now` given to every call is read
     /// from; `None` for the system clock. Tests inject a wrong one (see
     /// the crate docs, "One clock").
@@ -56,6 +67,7 @@ impl Default for PgOptions {
             pool_size: 4,
             busy_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
+            call_timeout: DEFAULT_CALL_TIMEOUT,
             host_clock: None,
         }
     }
@@ -68,10 +80,14 @@ impl std::fmt::Debug for PgOptions {
             .field("pool_size", &self.pool_size)
             .field("busy_timeout", &self.busy_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("call_timeout", &self.call_timeout)
             .field("host_clock", &self.host_clock.as_ref().map(|_| "injected"))
             .finish()
     }
 }
+
+/// [`PgOptions::call_timeout`]'s default.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The schema a URL without `?schema=` names.
 pub const DEFAULT_SCHEMA: &str = "slothqueue";
@@ -232,6 +248,11 @@ pub(crate) fn runtime(pool_size: usize) -> Result<tokio::runtime::Runtime, Store
 pub(crate) struct Conn {
     client: Client,
     stmts: RefCell<HashMap<String, Statement>>,
+    /// How long a round trip on it may wait ([`PgOptions::call_timeout`]).
+    timeout: Duration,
+    /// A round trip waited longer than `timeout`: the connection is cut
+    /// off, every later call on it fails at once, and it is dropped.
+    silent: std::cell::Cell<bool>,
     /// Statements run on it (each a round trip, or two for a `COPY`), for
     /// the tests that hold the bulk paths to their few.
     #[cfg(test)]
@@ -239,23 +260,31 @@ pub(crate) struct Conn {
 }
 
 /// Connects on the store's runtime (its I/O is registered there) and
-/// spawns the connection's task on it. Called from a thread outside any
-/// runtime's async context.
-pub(crate) fn connect(rt: &Handle, config: &tokio_postgres::Config) -> Result<Conn, Error> {
+/// spawns the connection's task on it, all within `timeout` (a server
+/// behind a frozen link accepts the socket and never answers the login).
+/// Called from a thread outside any runtime's async context.
+pub(crate) fn connect(
+    rt: &Handle,
+    config: &tokio_postgres::Config,
+    timeout: Duration,
+) -> Result<Conn, Error> {
     let config = config.clone();
     let spawner = rt.clone();
     let client = rt.block_on(async move {
-        let (client, connection) = config.connect(NoTls).await?;
+        let connected = tokio::time::timeout(timeout, config.connect(NoTls)).await;
+        let (client, connection) = connected.map_err(|_| Error::Silent(timeout))??;
         spawner.spawn(async move {
             // Ends when the client is dropped or the server goes away;
             // the client then reports itself closed.
             let _ = connection.await;
         });
-        Ok::<_, tokio_postgres::Error>(client)
+        Ok::<_, Error>(client)
     })?;
     Ok(Conn {
         client,
         stmts: RefCell::new(HashMap::new()),
+        timeout,
+        silent: std::cell::Cell::new(false),
         #[cfg(test)]
         statements: std::cell::Cell::new(0),
     })
@@ -265,6 +294,7 @@ pub(crate) fn connect(rt: &Handle, config: &tokio_postgres::Config) -> Result<Co
 pub(crate) struct Pool {
     config: tokio_postgres::Config,
     rt: Handle,
+    timeout: Duration,
     idle: Mutex<Vec<Conn>>,
     permits: tokio::sync::Semaphore,
 }
@@ -274,11 +304,13 @@ impl Pool {
         config: tokio_postgres::Config,
         rt: Handle,
         size: usize,
+        timeout: Duration,
         first: Option<Conn>,
     ) -> Pool {
         Pool {
             config,
             rt,
+            timeout,
             idle: Mutex::new(first.into_iter().collect()),
             permits: tokio::sync::Semaphore::new(size.max(1)),
         }
@@ -294,13 +326,13 @@ impl Pool {
         let reused = loop {
             let next = self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
             match next {
-                Some(c) if c.client.is_closed() => continue,
+                Some(c) if c.client.is_closed() || c.silent.get() => continue,
                 other => break other,
             }
         };
         let conn = match reused {
             Some(c) => c,
-            None => connect(&self.rt, &self.config)?,
+            None => connect(&self.rt, &self.config, self.timeout)?,
         };
         Ok(Pooled { pool: self, conn: Some(conn), broken: false, _permit: permit })
     }
@@ -325,7 +357,7 @@ impl Pooled<'_> {
 impl Drop for Pooled<'_> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            if !self.broken && !conn.client.is_closed() {
+            if !self.broken && !conn.client.is_closed() && !conn.silent.get() {
                 self.pool.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(conn);
             }
         }
@@ -374,11 +406,31 @@ impl<'a> Db<'a> {
         self.conn.statements.get()
     }
 
+    /// Waits for one round trip on the connection, at most its timeout
+    /// ([`PgOptions::call_timeout`]): past it the connection is taken for
+    /// cut off ([`Error::Silent`]), and so is every later call on it.
+    fn wait<T, E: Into<Error>>(
+        &self,
+        round_trip: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, Error> {
+        let limit = self.conn.timeout;
+        if self.conn.silent.get() {
+            return Err(Error::Silent(limit));
+        }
+        match self.rt.block_on(async { tokio::time::timeout(limit, round_trip).await }) {
+            Ok(answer) => answer.map_err(Into::into),
+            Err(_) => {
+                self.conn.silent.set(true);
+                Err(Error::Silent(limit))
+            }
+        }
+    }
+
     fn statement(&self, sql: &str) -> Result<Statement, Error> {
         if let Some(s) = self.conn.stmts.borrow().get(sql) {
             return Ok(s.clone());
         }
-        let s = self.rt.block_on(self.conn.client.prepare(sql))?;
+        let s = self.wait(self.conn.client.prepare(sql))?;
         self.conn.stmts.borrow_mut().insert(sql.to_owned(), s.clone());
         Ok(s)
     }
@@ -387,7 +439,7 @@ impl<'a> Db<'a> {
     pub fn query(&self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>, Error> {
         self.count();
         let stmt = self.statement(sql)?;
-        Ok(self.rt.block_on(self.conn.client.query(&stmt, params))?)
+        self.wait(self.conn.client.query(&stmt, params))
     }
 
     /// The first row of a query, if any.
@@ -399,7 +451,7 @@ impl<'a> Db<'a> {
     pub fn execute(&self, sql: &str, params: &Params<'_>) -> Result<u64, Error> {
         self.count();
         let stmt = self.statement(sql)?;
-        Ok(self.rt.block_on(self.conn.client.execute(&stmt, params))?)
+        self.wait(self.conn.client.execute(&stmt, params))
     }
 
     /// Writes `rows` with one `COPY ... FROM STDIN (FORMAT binary)`
@@ -418,7 +470,7 @@ impl<'a> Db<'a> {
         self.count();
         let types = self.statement(insert)?.params().to_vec();
         let stmt = self.statement(copy)?;
-        self.rt.block_on(async {
+        self.wait(async {
             let sink = self.conn.client.copy_in(&stmt).await?;
             let mut writer = std::pin::pin!(BinaryCopyInWriter::new(sink, &types));
             for row in rows {
@@ -441,7 +493,7 @@ impl<'a> Db<'a> {
     /// Runs statements without parameters (the simple protocol).
     pub fn batch(&self, sql: &str) -> Result<(), Error> {
         self.count();
-        Ok(self.rt.block_on(self.conn.client.batch_execute(sql))?)
+        self.wait(self.conn.client.batch_execute(sql))
     }
 
     /// ` FOR UPDATE` inside a write transaction, else nothing.

@@ -10,14 +10,15 @@
 //!
 //! The `postgres` backend runs on the server `SLOTHQUEUE_PG_URL` names, a
 //! fresh schema per queue (`pg.rs`), the scenarios that do not concern
-//! files, and S25 (the server restarted mid-run). Without `--backend` it
-//! runs when that variable is set: only S04 and S25 with `--quick` (CI's
+//! files, S25 (the server restarted mid-run) and S26 (a runner cut off
+//! from the server past its lease). Without `--backend` it
+//! runs when that variable is set: only S04, S25 and S26 with `--quick` (CI's
 //! pass, kept short), every applicable scenario without.
 //!
 //! The last lines are the summary, one per backend:
 //! `torture: <backend> <N> kills, <M> jobs, <L> lost, <D> overlapping runs, <P> panics, integrity ok|FAILED`.
 //!
-//! Hidden helper modes (`enqueue`, `poll`, `lib-runner`) are this binary
+//! Hidden helper modes (`enqueue`, `poll`, `lib-runner`, `relay`) are this binary
 //! started by the scenarios as their own processes.
 
 #![allow(
@@ -34,6 +35,7 @@ mod files;
 mod helpers;
 mod history;
 mod load;
+mod partition;
 mod pg;
 mod processes;
 mod queue;
@@ -79,6 +81,7 @@ const SCENARIOS: &[(&str, Concerns, Scenario)] = &[
     ("S03", Concerns::Every, load::s03_contention),
     ("S04", Concerns::Every, load::s04_kill_loop),
     ("S25", Concerns::Server, server::s25_server_restart),
+    ("S26", Concerns::Server, partition::s26_partition),
     ("S05", Concerns::Every, load::s05_failpoints),
     ("S07", Concerns::Every, processes::s07_graceful_signals),
     ("S08", Concerns::Every, processes::s08_max_runtime),
@@ -95,9 +98,10 @@ const SCENARIOS: &[(&str, Concerns, Scenario)] = &[
 ];
 
 /// The PostgreSQL scenarios of a quick run that names no backend (CI's):
-/// the kill loop and the server restart, so the pass stays within about a
-/// minute beside the file backends' full quick set.
-const PG_QUICK: &[&str] = &["S04", "S25"];
+/// the kill loop, the server restart and the partition (one round, about
+/// 5 s), so the pass stays within about a minute beside the file backends'
+/// full quick set.
+const PG_QUICK: &[&str] = &["S04", "S25", "S26"];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -105,6 +109,7 @@ fn main() -> ExitCode {
         Some("enqueue") => helpers::enqueue(&args[1..]),
         Some("poll") => helpers::poll(&args[1..]),
         Some("lib-runner") => clock::lib_runner(&args[1..]),
+        Some("relay") => partition::relay(&args[1..]),
         _ => torture(&args),
     };
     match result {

@@ -11,7 +11,8 @@
 //! `--backend postgres` (or `all`) without it starts a throwaway cluster
 //! ([`crate::pg::Cluster`]) for the run. Without `--backend`, the scenarios
 //! run on PostgreSQL too when the variable is set (as `ci` sets it): with
-//! `--quick`, its kill loop and server restart only (S04, S25).
+//! `--quick`, its kill loop, server restart and partition only (S04, S25,
+//! S26).
 //!
 //! redb and the bundled SQLite are compiled optimised even in this debug
 //! build (the workspace's `profile.dev.package` settings, which every

@@ -19,7 +19,9 @@ use crate::fmt::format_duration;
 use crate::gate::{GateCheck, read_gates};
 use crate::run::decide::{ChainView, may_chain};
 use crate::run::drive::Oversight;
-use crate::run::heartbeat::{Cadence, PGID_RECORD_DELAY, Processes, heartbeat_loop};
+use crate::run::heartbeat::{
+    Cadence, FencePlan, PGID_RECORD_DELAY, Processes, Taken, heartbeat_loop,
+};
 use crate::run::job_control::PauseClock;
 use crate::run::worker::{Retried, Worker};
 use crate::stop::StopReason;
@@ -36,14 +38,26 @@ impl Ending {
     /// What `outcome` means for `job`, given why the runner stopped it (if
     /// it did): the runner words a stop, the executor only says it obeyed.
     /// A shutdown the job's own processes asked for (`self_stop`, its
-    /// wording) is charged as a failure, not released.
+    /// wording) is charged as a failure, not released. An attempt stopped
+    /// by the self-fence (`fenced`: for how long no renewal got through)
+    /// fails with that reason: like a lease that expired, it is charged.
     fn of(
         job: &Job,
         stopped: Option<StopReason>,
         outcome: ExecOutcome,
         self_stop: Option<String>,
+        fenced: Option<Duration>,
     ) -> Ending {
         let failure = match (stopped, outcome) {
+            (_, ExecOutcome::Stopped { detail }) if fenced.is_some() => Failure {
+                error: format!(
+                    "cut off from the queue: no lease renewal got through for {}, so this \
+                     runner stopped the job before its lease could run out ({detail})",
+                    format_duration(fenced.unwrap_or_default())
+                ),
+                exit_code: None,
+                permanent: false,
+            },
             (Some(StopReason::Shutdown), ExecOutcome::Stopped { detail }) => match self_stop {
                 None => return Ending::Release,
                 Some(why) => Failure {
@@ -94,7 +108,7 @@ impl Ending {
 /// when one was claimed in the same transaction.
 struct Settled {
     job: Job,
-    next: Option<Claimed>,
+    next: Option<Taken>,
 }
 
 impl Worker {
@@ -103,15 +117,22 @@ impl Worker {
     /// attempt with how it ended. Returns the next job when it was claimed in the same
     /// transaction (see [`may_chain`]). The loop made its containment and
     /// hears its end.
+    ///
+    /// When no renewal of the lease gets through in time (the self-fence,
+    /// [`FencePlan`], counted from when the claim was asked for), the job is
+    /// stopped before the lease can run out, reported at once, and
+    /// recorded as failed once the store answers again (or reported lost,
+    /// if another runner took it meanwhile).
     pub(super) async fn run_job(
         &mut self,
-        claimed: Claimed,
+        taken: Taken,
         executor: Arc<dyn Executor>,
         marker: String,
         containment: Arc<Containment>,
         pause: Arc<PauseClock>,
-    ) -> Result<Option<Claimed>, RunnerError> {
-        let Claimed { job, fence, .. } = claimed;
+    ) -> Result<Option<Taken>, RunnerError> {
+        let Taken { claimed: Claimed { job, fence, .. }, asked } = taken;
+        let plan = FencePlan::for_job(&job, self.cfg.kill_grace);
         let started = Instant::now();
         let wall_start = self.now();
         let cadence = Cadence::new(&self.cfg, job.lease.as_ref(), wall_start);
@@ -125,6 +146,7 @@ impl Worker {
             fence.clone(),
             cadence,
             Processes { pgid, containment: containment.clone() },
+            (plan, asked),
             news_tx,
         ));
         let oversight = Oversight {
@@ -152,7 +174,8 @@ impl Worker {
             return Ok(None);
         }
         slothqueue_core::failpoint::hit("before_complete");
-        let ending = Ending::of(&job, driven.stopped, driven.outcome, driven.self_stop);
+        let ending =
+            Ending::of(&job, driven.stopped, driven.outcome, driven.self_stop, driven.fenced);
         self.finish_attempt(&job, &fence, ending, elapsed).await
     }
 
@@ -165,7 +188,7 @@ impl Worker {
         fence: &Fence,
         ending: Ending,
         elapsed: Duration,
-    ) -> Result<Option<Claimed>, RunnerError> {
+    ) -> Result<Option<Taken>, RunnerError> {
         let chain = match ending {
             Ending::Release => false,
             Ending::Settle(_) => self.chain_now().await,
@@ -256,6 +279,8 @@ impl Worker {
             return Ok(settled.map(|job| Settled { job, next: None }));
         }
         let request = self.claim_request();
+        // The next job's lease is dated no earlier than this.
+        let asked = Instant::now();
         let settled = self
             .retrying(ending.what(), || {
                 let (store, request) = (&store, &request);
@@ -263,7 +288,10 @@ impl Worker {
                 async move { store.settle_and_claim(id, fence, settlement, request, now).await }
             })
             .await?;
-        Ok(settled.map(|r| Settled { job: r.settled, next: r.next }))
+        Ok(settled.map(|r| Settled {
+            job: r.settled,
+            next: r.next.map(|claimed| Taken { claimed, asked }),
+        }))
     }
 
     /// Counts and reports a settled attempt: done, cancelled, or failed

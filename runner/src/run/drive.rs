@@ -5,6 +5,7 @@
 //! it, with a context from the one builder here.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +55,10 @@ pub(super) struct Driven {
     pub stopped: Option<StopReason>,
     /// The heartbeat task found the lease gone while it ran.
     pub lease_lost: bool,
+    /// The heartbeat task could not renew the lease in time, and the
+    /// process was stopped before the lease could run out: for how long
+    /// no renewal had reached the store.
+    pub fenced: Option<Duration>,
     /// It did not stop when asked and was dropped.
     pub abandoned: bool,
     /// The shutdown came from the job's own processes (`kill $PPID`):
@@ -92,7 +97,9 @@ impl Worker {
 
     /// Runs `process` until it ends, asking it to stop (through `stopper`)
     /// when its deadline passes, a shutdown is requested, or the heartbeat
-    /// task says the job was cancelled or its lease lost. A first shutdown
+    /// task says the job was cancelled or its lease lost, or that it could
+    /// not renew the lease in time (the self-fence: killed once the fence's
+    /// grace is over, however the executor counts its own). A first shutdown
     /// request stops it gracefully unless something else already does; a
     /// second one kills it at once. A process that has not stopped by the
     /// stopper's abandon time is dropped.
@@ -121,7 +128,12 @@ impl Worker {
         let mut shutdown = self.shutdown.clone();
         let mut signals = signals_seen;
         let mut lease_lost = false;
+        let mut fenced = None;
+        // A fence's stop turns into a KILL once its grace is over.
+        let mut fence_kill_at: Option<Instant> = None;
         let mut abandoned = false;
+        // The runner record's write in flight, if one is.
+        let mut recording: Option<Pin<Box<dyn Future<Output = ()> + Send>>> = None;
         let outcome = loop {
             tokio::select! {
                 out = &mut process => break out,
@@ -160,16 +172,34 @@ impl Worker {
                         lease_lost = true;
                         stopper.stop(StopReason::LeaseLost, false);
                     }
+                    Some(HeartbeatNews::Fenced { silent, grace }) => {
+                        fenced = Some(silent);
+                        if let Some(job) = job {
+                            self.report(RunnerEvent::Fenced { job, silent, grace });
+                        }
+                        // Stopped as a lost lease is: it may be lost by now.
+                        stopper.stop(StopReason::LeaseLost, grace.is_zero());
+                        fence_kill_at = Some(Instant::now() + grace);
+                    }
                     Some(HeartbeatNews::CancelRequested) => stopper.stop(StopReason::Cancelled, false),
                     Some(HeartbeatNews::Warning(message)) => self.warn(message),
                     None => news = None,
                 },
+                () = sleep_until_opt(fence_kill_at) => {
+                    fence_kill_at = None;
+                    stopper.stop(StopReason::LeaseLost, true);
+                }
                 () = sleep_until_opt(record_running_at) => {
                     record_running_at = None;
                     if job.is_some() {
-                        self.record_running().await;
+                        // Beside the loop, not in it: a store that does not
+                        // answer (a partition) must not hold up the stop
+                        // when the fence falls (S26).
+                        let worker = Worker { sh: self.sh.clone(), busy_warned: false };
+                        recording = Some(Box::pin(async move { worker.record_running().await }));
                     }
                 }
+                () = poll_opt(&mut recording) => recording = None,
                 () = sleep_until_opt(stopper.abandon_at()) => {
                     abandoned = true;
                     break ExecOutcome::Stopped {
@@ -178,7 +208,12 @@ impl Worker {
                 }
             }
         };
-        Driven { outcome, stopped: stopper.reason(), lease_lost, abandoned, self_stop }
+        // Finished before the attempt's end is written, so that the
+        // records keep their order.
+        if let Some(recording) = recording {
+            recording.await;
+        }
+        Driven { outcome, stopped: stopper.reason(), lease_lost, fenced, abandoned, self_stop }
     }
 }
 
@@ -205,6 +240,13 @@ fn sent_by_the_job(c: &Containment, shutdown: &ShutdownSignal, before: u32) -> O
 pub(super) async fn sleep_until_opt(t: Option<Instant>) {
     match t {
         Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn poll_opt(f: &mut Option<Pin<Box<dyn Future<Output = ()> + Send>>>) {
+    match f {
+        Some(f) => f.await,
         None => std::future::pending().await,
     }
 }

@@ -35,8 +35,8 @@ use std::sync::{Arc, Mutex};
 
 use slothqueue_core::schedule::{self, TickOutcome};
 use slothqueue_core::{
-    AttemptNote, Claimed, Fence, JobId, JobState, ListFilter, ListOrder, QueuesReport,
-    RunnerActivity, Store, StoreError, Timestamp,
+    AttemptNote, Fence, JobId, JobState, ListFilter, ListOrder, QueuesReport, RunnerActivity,
+    Store, StoreError, Timestamp,
 };
 use tokio::sync::Notify;
 use tokio::task::{JoinError, JoinSet};
@@ -51,6 +51,7 @@ use crate::gate::{GateCheck, read_gates};
 use crate::idle::IdleTimer;
 use crate::signal::ShutdownSignal;
 use decide::{Blocked, ClaimState, Gates, Step, View, Wait, decide};
+use heartbeat::Taken;
 use job_control::PauseClock;
 use worker::{IDLE_RECORD_REFRESH, IdleRecord, Records, Retried, Shared, Worker};
 
@@ -79,7 +80,7 @@ struct Slot {
 /// How an attempt's task ended: the next job when its settlement claimed
 /// one in the same transaction.
 struct AttemptEnd {
-    next: Result<Option<Claimed>, RunnerError>,
+    next: Result<Option<Taken>, RunnerError>,
 }
 
 /// One run's state: the loop's side.
@@ -89,7 +90,7 @@ pub(crate) struct Run {
     idle_timer: IdleTimer,
     /// A job claimed in the same transaction that settled the previous one
     /// (see [`decide::may_chain`]): it starts next, without another claim.
-    chained: Option<Claimed>,
+    chained: Option<Taken>,
     tasks: JoinSet<AttemptEnd>,
     slots: Vec<Slot>,
     started: u32,
@@ -267,8 +268,8 @@ impl Run {
         match decide(&self.view()) {
             Step::HandBack => self.hand_back().await?,
             Step::StartChained => {
-                if let Some(claimed) = self.chained.take() {
-                    self.begin(claimed).await?;
+                if let Some(taken) = self.chained.take() {
+                    self.begin(taken).await?;
                 }
             }
             Step::ReadNextDue => {
@@ -404,7 +405,7 @@ impl Run {
     /// Hand back: a job claimed together with the last settlement will not
     /// run; it goes back to pending without its attempt charged.
     async fn hand_back(&mut self) -> Result<(), RunnerError> {
-        if let Some(claimed) = self.chained.take() {
+        if let Some(Taken { claimed, .. }) = self.chained.take() {
             if let Err(e) = self.w.release(claimed.job.id, &claimed.fence).await {
                 if !e.is_lease_lost() {
                     return Err(e);
@@ -500,8 +501,10 @@ impl Run {
         let request = self.w.claim_request();
         let store = self.w.store.clone();
         let clock = self.w.cfg.clock.clone();
+        // The lease is dated no earlier than this (a retried claim's later).
+        let asked = Instant::now();
         match self.w.retrying("claim a job", || store.claim(&request, clock.now())).await? {
-            Retried::Done(Some(claimed)) => self.begin(claimed).await?,
+            Retried::Done(Some(claimed)) => self.begin(Taken { claimed, asked }).await?,
             Retried::Done(None) => self.claim = ClaimState::Nothing,
             Retried::ShutDown => {}
         }
@@ -510,7 +513,8 @@ impl Run {
 
     /// Starts an attempt of `claimed` as a task of its own. The gates are
     /// read again before the next start, and the next claim looks afresh.
-    async fn begin(&mut self, claimed: Claimed) -> Result<(), RunnerError> {
+    async fn begin(&mut self, taken: Taken) -> Result<(), RunnerError> {
+        let Taken { claimed, asked } = taken;
         let id = claimed.job.id;
         slothqueue_core::failpoint::hit("after_claim");
         self.started += 1;
@@ -548,7 +552,7 @@ impl Run {
         // drain's instructions went to those copies).
         let attempt = Box::pin(async move {
             let mut worker = worker;
-            let next = worker.run_job(claimed, executor, marker, c, p).await;
+            let next = worker.run_job(Taken { claimed, asked }, executor, marker, c, p).await;
             AttemptEnd { next }
         });
         let task = self.tasks.spawn(attempt).id();
@@ -586,7 +590,7 @@ impl Run {
         self.last_start_or_end = Some(Instant::now());
         self.forget();
         match next {
-            Ok(Some(claimed)) => self.chained = Some(claimed),
+            Ok(Some(taken)) => self.chained = Some(taken),
             Ok(None) => {}
             Err(e) => {
                 self.fatal.get_or_insert(e);

@@ -141,3 +141,64 @@ async fn an_ending_whose_answer_was_lost_is_reported_as_it_ended() {
     let runs = std::fs::read_to_string(env.path("runs")).unwrap();
     assert_eq!(runs.lines().count(), 2, "each job ran once: {runs:?}");
 }
+
+/// S26: a store that stops answering mid-run (a partition: nothing fails,
+/// every call waits) past the fence. The runner stops the job before its
+/// lease can run out (no store call can hold that up), says so at once,
+/// and once the store answers records the attempt, still its own here,
+/// as failed for being cut off, to be retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_whose_store_stops_answering_stops_its_job_before_its_lease_runs_out() {
+    use slothqueue_core::{NewJob, Policy, Store};
+    use slothqueue_runner::RunnerEvent;
+    use slothqueue_store_sqlite::{SqliteOptions, SqliteStore};
+
+    let env = env();
+    // 3 s: the runner fences 1.5 s after its last renewal, KILL at once.
+    let policy = Policy { lease_ttl: Duration::from_secs(3), ..Policy::default() };
+    let options = SqliteOptions { policy, ..SqliteOptions::default() };
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open(&env.path("fence.db"), options).unwrap());
+    let pid_file = env.path("pid");
+    let command = format!("echo $$ >'{}'; exec sleep 30", pid_file.display());
+    let job = NewJob::shell(command, env.dir.path().to_string_lossy());
+    let id = store.push(job, env.now()).await.unwrap().job.id;
+    let faulty = Arc::new(Intercepted::new(store.clone()));
+    let mut running = env.start(slothqueue_runner::Runner::new(faulty.clone(), env.config()));
+    let mut pid = 0;
+    crate::support::eventually("the job's start", || {
+        pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        pid > 0
+    })
+    .await;
+    faulty.frozen.send_replace(true);
+    // Read past the frozen face: the lease as the runner last renewed it.
+    let until = store.get(id).await.unwrap().lease.unwrap().until;
+    running
+        .events
+        .wait_for("the fence", |e| matches!(e, RunnerEvent::Fenced { job, .. } if *job == id))
+        .await;
+    crate::support::eventually("the job's end", || !crate::support::alive(pid)).await;
+    let gone = env.now();
+    assert!(
+        gone < until,
+        "the job must be gone before its lease ends: {} ms late",
+        gone.as_millis() - until.as_millis()
+    );
+    faulty.frozen.send_replace(false);
+    let failed = running
+        .events
+        .wait_for(
+            "the attempt's record",
+            |e| matches!(e, RunnerEvent::Failed { job, .. } if *job == id),
+        )
+        .await;
+    assert!(failed.to_string().contains("cut off from the queue"), "{failed}");
+    let job = store.get(id).await.unwrap();
+    assert_eq!((job.state, job.attempts), (JobState::Pending, 1), "retried as any failure is");
+    assert!(job.last_error.as_deref().is_some_and(|e| e.contains("cut off from the queue")));
+    running.finish().await.unwrap();
+}

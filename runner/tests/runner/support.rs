@@ -226,6 +226,10 @@ pub struct Intercepted {
     pub looks: tokio::sync::watch::Sender<u64>,
     /// The files to name for a watch instead of the real store's.
     pub watched_files: Option<Vec<PathBuf>>,
+    /// While `true`, every call a runner makes of a job (claims, heartbeats,
+    /// reads, endings, runner records, `next_due`) waits: a store cut off
+    /// by a partition, where nothing fails and nothing answers (S26).
+    pub frozen: tokio::sync::watch::Sender<bool>,
 }
 
 impl Intercepted {
@@ -245,7 +249,14 @@ impl Intercepted {
             put_runners: std::sync::atomic::AtomicU32::new(0),
             looks: tokio::sync::watch::channel(0).0,
             watched_files: None,
+            frozen: tokio::sync::watch::channel(false).0,
         }
+    }
+
+    /// Waits while the store is [`Intercepted::frozen`].
+    async fn thawed(&self) {
+        let mut frozen = self.frozen.subscribe();
+        let _ = frozen.wait_for(|f| !*f).await;
     }
 }
 
@@ -367,6 +378,7 @@ mod intercepted {
             request: &ClaimRequest,
             now: Timestamp,
         ) -> Result<Option<Claimed>, StoreError> {
+            self.thawed().await;
             (self.before_claim)()?;
             let claimed = self.inner.claim(request, now).await?;
             (self.after_claim)()?;
@@ -379,6 +391,7 @@ mod intercepted {
             child_pgid: Option<i32>,
             now: Timestamp,
         ) -> Result<HeartbeatAck, StoreError> {
+            self.thawed().await;
             self.inner.heartbeat(id, fence, child_pgid, now).await
         }
         async fn complete(
@@ -388,6 +401,7 @@ mod intercepted {
             done: Completion,
             now: Timestamp,
         ) -> Result<Job, StoreError> {
+            self.thawed().await;
             (self.before_complete)()?;
             (self.before_ending)()?;
             let job = self.inner.complete(id, fence, done, now).await?;
@@ -401,6 +415,7 @@ mod intercepted {
             failure: Failure,
             now: Timestamp,
         ) -> Result<Job, StoreError> {
+            self.thawed().await;
             (self.before_ending)()?;
             let job = self.inner.fail(id, fence, failure, now).await?;
             (self.after_ending)()?;
@@ -414,6 +429,7 @@ mod intercepted {
             next: &ClaimRequest,
             now: Timestamp,
         ) -> Result<SettledAndClaimed, StoreError> {
+            self.thawed().await;
             if matches!(settlement, Settlement::Complete(_)) {
                 (self.before_complete)()?;
             }
@@ -432,6 +448,7 @@ mod intercepted {
             fence: &Fence,
             now: Timestamp,
         ) -> Result<Job, StoreError> {
+            self.thawed().await;
             (self.before_ending)()?;
             let job = self.inner.release(id, fence, now).await?;
             (self.after_ending)()?;
@@ -447,6 +464,7 @@ mod intercepted {
             self.inner.dependents(id).await
         }
         async fn get(&self, id: JobId) -> Result<Job, StoreError> {
+            self.thawed().await;
             let job = self.inner.get(id).await;
             self.looks.send_modify(|n| *n += 1);
             job
@@ -463,6 +481,7 @@ mod intercepted {
             self.inner.stats(now).await
         }
         async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+            self.thawed().await;
             self.next_dues.fetch_add(1, Ordering::Relaxed);
             self.inner.next_due().await
         }
@@ -483,6 +502,7 @@ mod intercepted {
             self.inner.restore_many(jobs).await
         }
         async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {
+            self.thawed().await;
             self.put_runners.fetch_add(1, Ordering::Relaxed);
             self.inner.put_runner(record).await
         }

@@ -489,3 +489,37 @@ fn a_lock_held_too_long_is_busy_and_its_connection_serves_on() {
     let pushed = rt.block_on(waiter.push(NewJob::shell("true", "/"), t(1))).unwrap();
     assert_eq!(pushed.job.id, 1, "the refused push wrote nothing");
 }
+
+/// A call on a connection gone silent (a frozen link: nothing is closed,
+/// nothing answers) ends within the call timeout as `Unreachable`, and
+/// once the link is back the next call goes through on a new connection
+/// (S26). Without the timeout, tokio-postgres waits for the answer
+/// forever.
+#[test]
+fn a_call_on_a_frozen_link_ends_in_time_and_the_next_one_reconnects() {
+    let Some((url, _dir)) = fresh("frozen") else { return };
+    let relay = crate::testing::Relay::start(&url).unwrap();
+    let via = relay.url(&url).unwrap();
+    let limit = Duration::from_millis(800);
+    let store =
+        PgStore::open(&via, PgOptions { call_timeout: limit, ..PgOptions::default() }).unwrap();
+    let rt = runtime();
+    let id = rt.block_on(store.push(NewJob::shell("true", "/"), t(0))).unwrap().job.id;
+    relay.freeze();
+    let asked = tokio::time::Instant::now();
+    let got = rt.block_on(async {
+        // A bound of the test's own, so a store that waits forever fails
+        // here instead of hanging the suite.
+        tokio::time::timeout(limit * 10, store.get(id)).await
+    });
+    let took = asked.elapsed();
+    let Ok(answer) = got else { panic!("a call on a frozen link did not end in {took:?}") };
+    assert!(
+        matches!(answer, Err(StoreError::Unreachable(_))),
+        "a silent server is unreachable: {answer:?}"
+    );
+    assert!(took < limit * 3, "it ended within about the call timeout: {took:?}");
+    relay.thaw();
+    let job = rt.block_on(store.get(id)).expect("the next call, on a new connection, goes through");
+    assert_eq!(job.id, id);
+}

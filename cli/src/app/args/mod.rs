@@ -557,7 +557,12 @@ pub struct RunnerArgs {
     /// 60s; heartbeats come every third of it). Only where the owner cannot
     /// be checked (another host, another PID namespace) does a lease's
     /// expiry let another runner take the job: longer is safer on a laptop
-    /// that may be suspended, shorter recovers such jobs sooner.
+    /// that may be suspended, shorter recovers such jobs sooner. A runner
+    /// that cannot renew the lease (cut off from a server) stops its job
+    /// a margin before the lease ends: the kill grace (2s) plus 1.5s for
+    /// clock offsets and the stop, so at 56.5s by default; under 7s the
+    /// stop comes at half the lease with a shorter grace (KILL at once for
+    /// 3s). See docs/reliability.md, S26.
     #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = duration::parse)]
     pub lease: Option<Duration>,
 
