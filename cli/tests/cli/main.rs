@@ -6,6 +6,8 @@
 //!   central filters (see `support`).
 //! - `bad_input`: a table of invalid invocations: exit code, message, and
 //!   the queue file byte-for-byte unchanged.
+//! - `full_stdout`: a full stdout (`/dev/full`) ends `run --follow` with
+//!   one line on stderr; a full stderr too, with the exit code alone.
 //! - `e2e`: persistence, the seed's transcript, concurrent runners, kill -9
 //!   recovery, SIGTERM, the missing-file rule, export/import, the demo.
 //! - `creation`: processes racing to create one queue (torture S17).
@@ -45,6 +47,7 @@ mod bad_input;
 mod creation;
 mod e2e;
 mod env;
+mod full_stdout;
 mod handlers;
 mod import;
 mod lanes;
