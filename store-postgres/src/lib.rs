@@ -161,6 +161,7 @@ mod store;
 #[doc(hidden)]
 pub mod testing;
 mod txn;
+mod url;
 mod verbs;
 
 pub use listen::ChangeListener;

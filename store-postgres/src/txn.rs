@@ -103,12 +103,16 @@ pub fn valid_schema_name(name: &str) -> bool {
 /// Parses a `postgres://` (or `postgresql://`) URL: its `schema` query
 /// parameter is the queue's schema (default [`DEFAULT_SCHEMA`]) and is
 /// removed before the rest goes to tokio-postgres, which refuses
-/// parameters it does not know.
+/// parameters it does not know; a query `host` or `port` is read as libpq
+/// reads it ([`crate::url`]).
 pub(crate) fn parse_url(url: &str) -> Result<Target, StoreError> {
     let invalid = |m: String| StoreError::InvalidInput(m);
+    let url = crate::url::fold_host_and_port(url).map_err(|m| {
+        invalid(format!("not a PostgreSQL URL ({m}): postgres://USER@HOST/DB?schema=NAME"))
+    })?;
     let (base, query) = match url.split_once('?') {
         Some((b, q)) => (b, Some(q)),
-        None => (url, None),
+        None => (url.as_str(), None),
     };
     let mut schema = DEFAULT_SCHEMA.to_owned();
     let mut kept: Vec<&str> = Vec::new();
@@ -129,6 +133,14 @@ pub(crate) fn parse_url(url: &str) -> Result<Target, StoreError> {
         invalid(format!("not a PostgreSQL URL ({e}): postgres://USER@HOST/DB?schema=NAME"))
     })?;
     let ports = config.get_ports();
+    if ports.len() > 1 && ports.len() != config.get_hosts().len() {
+        return Err(invalid(format!(
+            "not a PostgreSQL URL ({} ports for {} hosts: give one port, or one per host): \
+             postgres://USER@HOST:PORT/DB?schema=NAME",
+            ports.len(),
+            config.get_hosts().len()
+        )));
+    }
     let hosts: Vec<String> = config
         .get_hosts()
         .iter()
