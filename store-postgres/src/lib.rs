@@ -154,6 +154,7 @@
 mod error;
 mod listen;
 mod open;
+mod passfile;
 mod reads;
 mod rows;
 mod schema;

@@ -115,10 +115,13 @@ pub(crate) fn parse_url(url: &str) -> Result<Target, StoreError> {
         None => (url.as_str(), None),
     };
     let mut schema = DEFAULT_SCHEMA.to_owned();
+    let mut passfile = None;
     let mut kept: Vec<&str> = Vec::new();
     for pair in query.into_iter().flat_map(|q| q.split('&')).filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("schema", v)) => schema = v.to_owned(),
+            // libpq's, which tokio-postgres does not know.
+            Some(("passfile", v)) => passfile = Some(v),
             _ => kept.push(pair),
         }
     }
@@ -129,9 +132,14 @@ pub(crate) fn parse_url(url: &str) -> Result<Target, StoreError> {
         )));
     }
     let rest = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
-    let config = tokio_postgres::Config::from_str(&rest).map_err(|e| {
+    let mut config = tokio_postgres::Config::from_str(&rest).map_err(|e| {
         invalid(format!("not a PostgreSQL URL ({e}): postgres://USER@HOST/DB?schema=NAME"))
     })?;
+    crate::passfile::fill_password(
+        &mut config,
+        passfile,
+        &crate::passfile::PassEnv::from_process(),
+    )?;
     let ports = config.get_ports();
     if ports.len() > 1 && ports.len() != config.get_hosts().len() {
         return Err(invalid(format!(
