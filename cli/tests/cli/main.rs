@@ -24,6 +24,8 @@
 //!   (issue #17).
 //! - `secrets`: no secret leaves by default (issue 31): direnv's
 //!   bookkeeping, passwords inside values, every look of a job.
+//! - `long_polls`: `serve` under a small file limit refuses the long
+//!   polls it has no descriptors for (503) and `/healthz` still answers.
 //! - `limits`: `run`'s niceness, I/O class and ceilings, and what `show`
 //!   says is in force (issue #17).
 //! - `serve`: `serve --handlers DIR` runs a handler job enqueued over
@@ -52,6 +54,8 @@ mod handlers;
 mod import;
 mod lanes;
 mod limits;
+#[cfg(feature = "http")]
+mod long_polls;
 mod namespaces;
 #[cfg(feature = "postgres")]
 mod postgres;
