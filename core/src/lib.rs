@@ -42,7 +42,7 @@ pub use schedule::{
 pub use serving::{Coverage, Unserved};
 pub use shell::{EnvMode, IoClass, Limits};
 pub use store::{
-    ChangeGuard, ChangeWaker, ListFilter, ListOrder, PurgeFilter, Pushed, PutSchedule,
+    ChangeGuard, ChangeWaker, ListFilter, ListOrder, PurgeFilter, Pushed, PutSchedule, RefusedKind,
     RunnerActivity, RunnerRecord, SettledAndClaimed, Stats, Store, StoreError,
 };
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
