@@ -140,13 +140,29 @@ pub(crate) fn parse_url(url: &str) -> Result<Target, StoreError> {
         passfile,
         &crate::passfile::PassEnv::from_process(),
     )?;
+    // What tokio-postgres would refuse only at connect, as a bare "invalid
+    // configuration": said here, with the fix.
     let ports = config.get_ports();
-    if ports.len() > 1 && ports.len() != config.get_hosts().len() {
+    let (host_count, addr_count) = (config.get_hosts().len(), config.get_hostaddrs().len());
+    let servers = host_count.max(addr_count);
+    let shape = "postgres://USER@HOST:PORT/DB?schema=NAME";
+    if servers == 0 {
         return Err(invalid(format!(
-            "not a PostgreSQL URL ({} ports for {} hosts: give one port, or one per host): \
-             postgres://USER@HOST:PORT/DB?schema=NAME",
-            ports.len(),
-            config.get_hosts().len()
+            "not a PostgreSQL URL (it names no server: give HOST, or `?host=/run/postgresql` for \
+             the local socket): {shape}"
+        )));
+    }
+    if host_count > 0 && addr_count > 0 && host_count != addr_count {
+        return Err(invalid(format!(
+            "not a PostgreSQL URL ({host_count} hosts but {addr_count} `hostaddr`s: give one \
+             per host): {shape}"
+        )));
+    }
+    if ports.len() > 1 && ports.len() != servers {
+        return Err(invalid(format!(
+            "not a PostgreSQL URL ({} ports for {servers} hosts: give one port, or one per \
+             host): {shape}",
+            ports.len()
         )));
     }
     let hosts: Vec<String> = config

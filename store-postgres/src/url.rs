@@ -149,6 +149,13 @@ mod tests {
         assert!(e.contains("names 2 ports for the URL's 3 hosts"), "{e}");
         let e = parse_url("postgres://u@db/d?port=x").unwrap_err().to_string();
         assert!(e.contains("postgres://USER@HOST/DB"), "{e}");
+        // What tokio-postgres refuses only at connect, with no more than
+        // "invalid configuration".
+        let e = parse_url("postgres://u@h/d?hostaddr=127.0.0.1,127.0.0.2").unwrap_err().to_string();
+        assert!(e.contains("1 hosts but 2 `hostaddr`s"), "{e}");
+        let e = parse_url("postgres:///d").unwrap_err().to_string();
+        assert!(e.contains("it names no server"), "{e}");
+        assert!(parse_url("postgres:///d?hostaddr=127.0.0.1").is_ok());
     }
 
     #[test]
