@@ -43,6 +43,7 @@ pub use serving::{Coverage, Unserved};
 pub use shell::{EnvMode, IoClass, Limits};
 pub use store::{
     ChangeGuard, ChangeWaker, JobSource, ListFilter, ListOrder, PurgeFilter, Pushed, PushedId,
-    PutSchedule, RunnerActivity, RunnerRecord, SettledAndClaimed, Stats, Store, StoreError,
+    PutSchedule, RefusedKind, RunnerActivity, RunnerRecord, SettledAndClaimed, Stats, Store,
+    StoreError,
 };
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};

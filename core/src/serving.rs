@@ -160,6 +160,7 @@ mod tests {
             owner: Owner::named("box:42:1:ff"),
             queues: queues.iter().map(|q| (*q).to_owned()).collect(),
             kinds: kinds.map(|ks| ks.iter().map(|k| (*k).to_owned()).collect()),
+            refused: Vec::new(),
             started_at: NOW,
             updated_at: NOW,
             activity: RunnerActivity::Idle { until: None },

@@ -231,6 +231,16 @@ pub enum RunnerActivity {
     },
 }
 
+/// A kind a runner refused to run, and its reason in one line naming the
+/// file or folder at fault.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedKind {
+    /// The kind.
+    pub kind: String,
+    /// Why, as the runner said it.
+    pub why: String,
+}
+
 /// A live runner's record in the store.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunnerRecord {
@@ -242,6 +252,12 @@ pub struct RunnerRecord {
     /// records written before kinds were recorded say.
     #[serde(default)]
     pub kinds: Option<Vec<String>>,
+    /// The kinds it found a handler for but refused to run (another user
+    /// could change it), each with the runner's reason: what `show` says of
+    /// their jobs. Absent from records written before it was recorded, and
+    /// from the JSON when empty, so older builds read the record unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<RefusedKind>,
     /// When it started.
     pub started_at: Timestamp,
     /// When it last wrote this record.

@@ -51,6 +51,10 @@ pub enum HttpError {
     /// The body is not `application/json`.
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// The server is at a ceiling (the long polls its file limit allows):
+    /// 503 with `Retry-After`.
+    #[error("{0}")]
+    Unavailable(String),
     /// The queue refused or failed.
     #[error(transparent)]
     Store(StoreError),
@@ -128,6 +132,7 @@ impl HttpError {
             HttpError::Timeout => StatusCode::REQUEST_TIMEOUT,
             HttpError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             HttpError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            HttpError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::InBatch { error, .. } => error.status(),
             HttpError::Store(e) => match e {
                 StoreError::NotFound(_) | StoreError::NoSchedule(_) => StatusCode::NOT_FOUND,

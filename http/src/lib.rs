@@ -64,6 +64,7 @@ mod api;
 mod error;
 mod extract;
 mod guard;
+mod long_poll;
 mod mask;
 mod metrics;
 mod server;
@@ -105,6 +106,8 @@ pub struct ApiState {
     watch: Arc<QueueWatch>,
     /// Set when the server begins to shut down: long polls answer at once.
     closing: watch::Sender<bool>,
+    /// The long polls in progress, at most what the file limit allows.
+    long_polls: long_poll::LongPolls,
     /// The drain worker's counts, for `/metrics`.
     counters: metrics::WorkerCounters,
     /// `/metrics` needs no token: the routes of `--metrics-addr`, which
@@ -148,6 +151,7 @@ impl ApiState {
             server_addr: None,
             watch: Arc::new(QueueWatch::polling(UNWATCHED_POLL)),
             closing: watch::channel(false).0,
+            long_polls: long_poll::LongPolls::for_this_process(),
             counters: metrics::WorkerCounters::default(),
             metrics_public: false,
             log_dir: None,

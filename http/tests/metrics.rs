@@ -192,12 +192,16 @@ async fn a_metrics_addr_serves_metrics_alone_without_the_token(backend: Backend)
     );
     // A loopback address of its own: once this listener closes, a port
     // the kernel hands to another test's `127.0.0.1:0` (this binary's
-    // other servers bind there) cannot answer the closing check below.
-    let own_ip = match backend {
-        Backend::Sqlite => "127.0.0.2",
-        Backend::Redb => "127.0.0.3",
-        Backend::Postgres => "127.0.0.4",
+    // other servers bind there) cannot answer the closing check below; nor
+    // can this same test running in another process at once (another
+    // checkout's `cargo test`), whose address differs by its process id.
+    let backend_octet = match backend {
+        Backend::Sqlite => 2,
+        Backend::Redb => 3,
+        Backend::Postgres => 4,
     };
+    let pid = std::process::id();
+    let own_ip = format!("127.{backend_octet}.{}.{}", (pid / 254) % 256, 1 + pid % 254);
     config.metrics_addr = Some(format!("{own_ip}:0").parse().unwrap());
     let bound = slothqueue_http::bind(store.clone(), config).await.unwrap();
     let (api, metrics) = (bound.local_addr(), bound.metrics_addr().unwrap());

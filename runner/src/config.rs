@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use slothqueue_core::{Clock, Limits, LivenessJudge, Owner, SystemClock};
+use slothqueue_core::{Clock, Limits, LivenessJudge, Owner, RefusedKind, SystemClock};
 
 use crate::exec::{DEFAULT_KILL_GRACE, DEFAULT_LOG_CAP};
 use crate::gate::Gate;
@@ -113,6 +113,9 @@ pub struct RunnerConfig {
     /// (its payload is its handler's). A niceness and I/O class nobody set
     /// are `DEFAULT_NICE` and `DEFAULT_IO_CLASS` (see docs/limits.md).
     pub limits: Limits,
+    /// The handlers [`Runner::register_handlers`](crate::Runner::register_handlers)
+    /// refused, with why, for the runner's record (what `show` says).
+    pub(crate) refused: Vec<RefusedKind>,
 }
 
 impl RunnerConfig {
@@ -141,6 +144,7 @@ impl RunnerConfig {
             owner: this_process_owner(),
             cgroups: true,
             limits: Limits::default(),
+            refused: Vec::new(),
         }
     }
 }

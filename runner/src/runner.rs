@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use slothqueue_core::{SHELL_KIND, Store};
+use slothqueue_core::{RefusedKind, SHELL_KIND, Store};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -126,6 +126,11 @@ impl Runner {
         let suspended = Arc::new(Suspended::default());
         let control = self.job_control.map(|s| job_control::spawn(s, suspended.clone()));
         let mut config = self.config;
+        config.refused = self
+            .refused
+            .iter()
+            .map(|r| RefusedKind { kind: r.kind.clone(), why: r.why.clone() })
+            .collect();
         let watching = watch_queue(&mut config, &*self.store, &self.waker, &*reporter);
         let ended =
             Run::new(self.store, config, self.executors, self.waker, reporter, shutdown, suspended)

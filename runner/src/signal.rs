@@ -279,6 +279,9 @@ pub struct UnixSignals {
     pub suspension: Suspension,
     /// The signals listened to.
     pub listening: SignalSet,
+    /// A way to ask for the same shutdown without a signal: `run` asks
+    /// when it can no longer write its events (a full stdout).
+    pub trigger: ShutdownTrigger,
 }
 
 /// Listens for the [`SHUTDOWN_SIGNALS`] but those the process inherited as
@@ -333,11 +336,12 @@ fn listen(ignored: SignalSet, job_control: bool) -> Result<UnixSignals, RunnerEr
             }
         })
         .map_err(|e| RunnerError::io("cannot start the signal listener", e))?;
+    let extra = trigger.clone();
     tokio::spawn(async move {
         trigger.tx.closed().await;
         handle.close();
     });
-    Ok(UnixSignals { shutdown, suspension, listening: SignalSet::of(&list) })
+    Ok(UnixSignals { shutdown, suspension, listening: SignalSet::of(&list), trigger: extra })
 }
 
 #[cfg(test)]

@@ -120,7 +120,7 @@
 mod open;
 pub mod typed;
 
-pub use open::{Backend, OpenError, OpenOptions, detect, is_server_url, open, shown};
+pub use open::{Backend, OpenError, OpenOptions, detect, has_password, is_server_url, open, shown};
 pub use slothqueue_core as core;
 pub use slothqueue_core::{
     ClaimFilter, Clock, Event, EventKind, Job, JobId, JobState, ListFilter, ListOrder, NewJob,

@@ -90,6 +90,25 @@ pub fn is_server_url(db: &Path) -> bool {
     db.to_str().is_some_and(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
 }
 
+/// Whether a server URL carries a password (`postgres://u:PASSWORD@…` or
+/// `?password=`), which a command line shows every local user (`ps`).
+pub fn has_password(db: &Path) -> bool {
+    if !is_server_url(db) {
+        return false;
+    }
+    let text = db.to_string_lossy();
+    let Some((_, rest)) = text.split_once("://") else { return false };
+    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+    let in_userinfo = authority
+        .rsplit_once('@')
+        .and_then(|(user, _)| user.split_once(':'))
+        .is_some_and(|(_, password)| !password.is_empty());
+    let in_query = rest.split_once('?').is_some_and(|(_, q)| {
+        q.split('&').any(|pair| pair.strip_prefix("password=").is_some_and(|v| !v.is_empty()))
+    });
+    in_userinfo || in_query
+}
+
 /// `--db` as messages show it: a server's URL without its password
 /// (`postgres://jobs:secret@db/q` → `postgres://jobs@db/q`), a file's path
 /// as it is.
@@ -575,6 +594,13 @@ mod tests {
             "postgres://jobs@db/q?schema=a"
         );
         assert_eq!(shown_as("postgresql://jobs@db/q"), "postgresql://jobs@db/q");
+        let pw = |s: &str| has_password(Path::new(s));
+        assert!(pw("postgres://jobs:secret@db/q?schema=a"));
+        assert!(pw("postgres://db/q?user=jobs&password=secret"));
+        assert!(!pw("postgres://jobs@db/q?schema=a"));
+        assert!(!pw("postgres://jobs:@db/q"));
+        assert!(!pw("postgres://db/q?passfile=/home/u/.pgpass"));
+        assert!(!pw("/tmp/a:b@c.db"));
         assert_eq!(shown_as("postgres://db/q?host=/run/pg"), "postgres://db/q?host=/run/pg");
         assert_eq!(shown_as("/home/u/q:secret@x.db"), "/home/u/q:secret@x.db");
         assert!(is_server_url(Path::new("postgres://db/q")));

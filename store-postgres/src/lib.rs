@@ -160,6 +160,7 @@
 mod error;
 mod listen;
 mod open;
+mod passfile;
 mod reads;
 mod rows;
 mod schema;
@@ -167,6 +168,7 @@ mod store;
 #[doc(hidden)]
 pub mod testing;
 mod txn;
+mod url;
 mod verbs;
 
 pub use listen::ChangeListener;

@@ -119,18 +119,25 @@ pub fn valid_schema_name(name: &str) -> bool {
 /// Parses a `postgres://` (or `postgresql://`) URL: its `schema` query
 /// parameter is the queue's schema (default [`DEFAULT_SCHEMA`]) and is
 /// removed before the rest goes to tokio-postgres, which refuses
-/// parameters it does not know.
+/// parameters it does not know; a query `host` or `port` is read as libpq
+/// reads it ([`crate::url`]).
 pub(crate) fn parse_url(url: &str) -> Result<Target, StoreError> {
     let invalid = |m: String| StoreError::InvalidInput(m);
+    let url = crate::url::fold_host_and_port(url).map_err(|m| {
+        invalid(format!("not a PostgreSQL URL ({m}): postgres://USER@HOST/DB?schema=NAME"))
+    })?;
     let (base, query) = match url.split_once('?') {
         Some((b, q)) => (b, Some(q)),
-        None => (url, None),
+        None => (url.as_str(), None),
     };
     let mut schema = DEFAULT_SCHEMA.to_owned();
+    let mut passfile = None;
     let mut kept: Vec<&str> = Vec::new();
     for pair in query.into_iter().flat_map(|q| q.split('&')).filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("schema", v)) => schema = v.to_owned(),
+            // libpq's, which tokio-postgres does not know.
+            Some(("passfile", v)) => passfile = Some(v),
             _ => kept.push(pair),
         }
     }
@@ -141,10 +148,39 @@ pub(crate) fn parse_url(url: &str) -> Result<Target, StoreError> {
         )));
     }
     let rest = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
-    let config = tokio_postgres::Config::from_str(&rest).map_err(|e| {
+    let mut config = tokio_postgres::Config::from_str(&rest).map_err(|e| {
         invalid(format!("not a PostgreSQL URL ({e}): postgres://USER@HOST/DB?schema=NAME"))
     })?;
+    crate::passfile::fill_password(
+        &mut config,
+        passfile,
+        &crate::passfile::PassEnv::from_process(),
+    )?;
+    // What tokio-postgres would refuse only at connect, as a bare "invalid
+    // configuration": said here, with the fix.
     let ports = config.get_ports();
+    let (host_count, addr_count) = (config.get_hosts().len(), config.get_hostaddrs().len());
+    let servers = host_count.max(addr_count);
+    let shape = "postgres://USER@HOST:PORT/DB?schema=NAME";
+    if servers == 0 {
+        return Err(invalid(format!(
+            "not a PostgreSQL URL (it names no server: give HOST, or `?host=/run/postgresql` for \
+             the local socket): {shape}"
+        )));
+    }
+    if host_count > 0 && addr_count > 0 && host_count != addr_count {
+        return Err(invalid(format!(
+            "not a PostgreSQL URL ({host_count} hosts but {addr_count} `hostaddr`s: give one \
+             per host): {shape}"
+        )));
+    }
+    if ports.len() > 1 && ports.len() != servers {
+        return Err(invalid(format!(
+            "not a PostgreSQL URL ({} ports for {servers} hosts: give one port, or one per \
+             host): {shape}",
+            ports.len()
+        )));
+    }
     let hosts: Vec<String> = config
         .get_hosts()
         .iter()

@@ -66,9 +66,33 @@ fn is_disk_full(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::StorageFull || e.raw_os_error() == Some(28 /* ENOSPC */)
 }
 
+/// Below this much free space, an I/O error whose errno is gone is taken
+/// for a full disk (as store-sqlite's `error.rs` does for SQLite's "disk
+/// I/O error").
+const NEARLY_FULL_BYTES: u64 = 1 << 20;
+
+/// The bytes an unprivileged writer may still use on the filesystem of
+/// `path` (or of its folder).
+fn free_bytes(path: &Path) -> Option<u64> {
+    let stat =
+        rustix::fs::statvfs(path).ok().or_else(|| rustix::fs::statvfs(path.parent()?).ok())?;
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
 fn map_redb(path: &Path, e: redb::Error) -> StoreError {
+    map_redb_seeing(path, e, || free_bytes(path))
+}
+
+/// [`map_redb`], with the free space of the queue's filesystem asked of
+/// `free` (only for a latched I/O error).
+fn map_redb_seeing(path: &Path, e: redb::Error, free: impl FnOnce() -> Option<u64>) -> StoreError {
     use redb::Error as E;
     match e {
+        // redb latches the first failed write and answers PreviousIo from
+        // then on, its errno gone: on a full filesystem that was the cause.
+        E::PreviousIo if free().is_some_and(|b| b < NEARLY_FULL_BYTES) => {
+            StoreError::DiskFull(path.to_owned())
+        }
         E::Io(e) => io(path, "redb", e),
         E::Corrupted(detail) => corrupt(path, format!("redb: {detail}")),
         E::UpgradeRequired(v) => {
@@ -154,4 +178,23 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_says_so_even_once_redb_latched_the_error() {
+        let path = Path::new("/q.redb");
+        let enospc = redb::Error::Io(io::Error::from_raw_os_error(28));
+        assert!(matches!(map_redb(path, enospc), StoreError::DiskFull(p) if p == path));
+        let latched = map_redb_seeing(path, redb::Error::PreviousIo, || Some(0));
+        assert!(matches!(&latched, StoreError::DiskFull(p) if p == path), "{latched:?}");
+        assert!(latched.to_string().contains("no space left on device"), "{latched}");
+        let roomy = map_redb_seeing(path, redb::Error::PreviousIo, || Some(10 << 30));
+        assert!(matches!(roomy, StoreError::Backend(_)), "{roomy:?}");
+        let dir = tempfile::tempdir().unwrap();
+        assert!(free_bytes(&dir.path().join("not-yet.redb")).is_some());
+    }
 }

@@ -62,6 +62,12 @@ impl Context {
 
     /// Maps a rusqlite error onto the core's error enum.
     pub fn map_sql(&self, e: rusqlite::Error) -> StoreError {
+        self.map_sql_seeing(e, || free_bytes(&self.path))
+    }
+
+    /// [`map_sql`](Self::map_sql), with the free space of the queue's
+    /// filesystem asked of `free` (only for an I/O error).
+    fn map_sql_seeing(&self, e: rusqlite::Error, free: impl FnOnce() -> Option<u64>) -> StoreError {
         if let Some(msg) = schema_mismatch(&e) {
             // Every statement is ours and fixed, so a table or column it
             // names that is not there means the file's schema is not the
@@ -94,6 +100,13 @@ impl Context {
                 context: format!("cannot write to {}", self.path.display()),
                 source: io::Error::new(io::ErrorKind::ReadOnlyFilesystem, e.to_string()),
             },
+            // SQLite says SQLITE_FULL only for a failed write of a page;
+            // growing the `-shm` or the journal on a full disk is a "disk
+            // I/O error" (SQLITE_IOERR_*), and the errno is not in the
+            // error. A filesystem with (almost) nothing free says it.
+            ErrorCode::SystemIoFailure if free().is_some_and(|b| b < NEARLY_FULL_BYTES) => {
+                StoreError::DiskFull(self.path.clone())
+            }
             ErrorCode::CannotOpen | ErrorCode::SystemIoFailure | ErrorCode::PermissionDenied => {
                 StoreError::Io {
                     context: format!(
@@ -106,6 +119,19 @@ impl Context {
             _ => StoreError::Backend(e.to_string()),
         }
     }
+}
+
+/// Below this much free space, an I/O error is taken for a full disk: more
+/// than SQLite grows a file by at once (a 32 KiB `-shm` region, a few
+/// pages), less than any disk in use keeps free.
+const NEARLY_FULL_BYTES: u64 = 1 << 20;
+
+/// The bytes an unprivileged writer may still use on the filesystem of
+/// `path` (or of its folder, before the file exists).
+fn free_bytes(path: &Path) -> Option<u64> {
+    let stat =
+        rustix::fs::statvfs(path).ok().or_else(|| rustix::fs::statvfs(path.parent()?).ok())?;
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
 /// SQLite's message when a statement names a table or column the file
@@ -168,6 +194,28 @@ mod tests {
         assert!(matches!(c.map(sqlite(rusqlite::ffi::SQLITE_IOERR)), StoreError::Io { .. }));
         assert!(matches!(c.map(sqlite(rusqlite::ffi::SQLITE_MISMATCH)), StoreError::Backend(_)));
         assert!(matches!(c.map(Error::Decode("bad".into())), StoreError::Corrupt { .. }));
+    }
+
+    #[test]
+    fn an_io_error_on_a_full_filesystem_says_the_disk_is_full() {
+        let c = ctx();
+        let shm_grow = || {
+            rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR_SHMSIZE),
+                None,
+            )
+        };
+        let full = c.map_sql_seeing(shm_grow(), || Some(4096));
+        assert!(matches!(&full, StoreError::DiskFull(p) if p == Path::new("/q.db")), "{full:?}");
+        assert!(full.to_string().contains("no space left on device"), "{full}");
+        let roomy = c.map_sql_seeing(shm_grow(), || Some(10 << 30));
+        assert!(matches!(roomy, StoreError::Io { .. }), "{roomy:?}");
+        let unknown = c.map_sql_seeing(shm_grow(), || None);
+        assert!(matches!(unknown, StoreError::Io { .. }), "{unknown:?}");
+        // The real filesystem is asked, of the file or of its folder.
+        let dir = tempfile::tempdir().unwrap();
+        assert!(free_bytes(dir.path()).is_some());
+        assert!(free_bytes(&dir.path().join("not-yet.db")).is_some());
     }
 
     #[test]

@@ -733,6 +733,7 @@ mod tests {
             owner: owner.clone(),
             queues: vec![],
             kinds: None,
+            refused: Vec::new(),
             started_at: t(0),
             updated_at: t(2),
             activity: slothqueue_core::RunnerActivity::Starting,

@@ -128,6 +128,17 @@ fn pending(s: &Situation<'_>) -> String {
         )
     };
     if let Coverage::NoHandler { kind } = &coverage {
+        // A live runner of its queue that found the handler and refused it
+        // said why in its record: the exact reason, not the general one.
+        let refusal = alive.iter().filter(|r| r.record.serves_queue(&job.queue)).find_map(|r| {
+            r.record.refused.iter().find(|x| &x.kind == kind).map(|x| (&r.record.owner, &x.why))
+        });
+        if let Some((owner, why)) = refusal {
+            return format!(
+                "{coverage}: {} refused it: {why}; fix that and restart the runner",
+                runner_name(owner, s.this_host)
+            );
+        }
         return format!(
             "{coverage}: no live runner of its queue has one; start one with {}",
             handler(kind)
@@ -212,6 +223,7 @@ mod tests {
             owner: Owner { pid: Some(42), host: "box".into(), ..Owner::named("box:42:1:ff") },
             queues: vec![],
             kinds: None,
+            refused: Vec::new(),
             started_at: NOW,
             updated_at: NOW,
             activity,
@@ -295,6 +307,36 @@ mod tests {
             "no live runner serves queue other: it runs when one that does starts (slothqueue run --queue other)"
         );
         assert!(why_of(&other, 0, &[]).starts_with("no runner is alive"));
+    }
+
+    /// Issue 31 deliver 1: a handler the runner found but refused (others
+    /// could change it) is named with the runner's own reason, not the
+    /// general "no live runner has one".
+    #[test]
+    fn a_refused_handler_is_named_with_the_runners_reason() {
+        let new = NewJob::new("resize", serde_json::json!({})).not_before(NOW);
+        let resize = machine::create(1, &new, &[], NOW, &Policy::default()).job;
+        let why = "handler /h/resize is writable by other users (mode 0777): whoever can change it can run commands as you; refusing to run handler /h/resize";
+        let mut refusing = runner(RunnerActivity::Idle { until: None });
+        refusing.kinds = Some(vec!["shell".into()]);
+        refusing.refused =
+            vec![slothqueue_core::RefusedKind { kind: "resize".into(), why: why.into() }];
+        let seen = [RunnerView { record: refusing.clone(), live: true }];
+        assert_eq!(
+            why_of(&resize, 0, &seen),
+            format!(
+                "no handler for kind resize: runner pid 42 on this host refused it: {why}; fix that and restart the runner"
+            )
+        );
+        // A runner of another queue, or a dead one, does not speak for it.
+        refusing.queues = vec!["other".into()];
+        let mut shell_only = runner(RunnerActivity::Idle { until: None });
+        shell_only.kinds = Some(vec!["shell".into()]);
+        let seen = [
+            RunnerView { record: refusing, live: true },
+            RunnerView { record: shell_only, live: true },
+        ];
+        assert!(why_of(&resize, 0, &seen).contains("no live runner of its queue has one"));
     }
 
     /// Issue 31 finding 10: a plain `run` does not run a handler job, so

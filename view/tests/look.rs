@@ -28,6 +28,7 @@ fn runner(id: &str, queues: &[&str], kinds: &[&str]) -> RunnerRecord {
         owner: Owner { pid: Some(42), host: "box".into(), ..Owner::named(id) },
         queues: queues.iter().map(|q| (*q).to_owned()).collect(),
         kinds: Some(kinds.iter().map(|k| (*k).to_owned()).collect()),
+        refused: Vec::new(),
         started_at: NOW,
         updated_at: NOW,
         activity: RunnerActivity::Idle { until: None },

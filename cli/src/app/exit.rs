@@ -6,7 +6,7 @@
 //! failure to the same code and the codes stay stable (they are listed in
 //! `--help`).
 
-use std::io;
+use std::io::{self, Write};
 use std::process::ExitCode;
 
 use slothqueue::runner::RunnerError;
@@ -149,7 +149,7 @@ fn store_code(e: &StoreError) -> Code {
 pub fn report(err: &anyhow::Error) -> ExitCode {
     let code = code_for(err);
     if code != Code::Success {
-        eprintln!("error: {}", one_line(err));
+        say(&format!("error: {}", one_line(err)));
     }
     code.into()
 }
@@ -158,8 +158,15 @@ pub fn report(err: &anyhow::Error) -> ExitCode {
 /// for a command that goes on after one refusal (`hold 3 4 5`).
 pub fn warn(err: &anyhow::Error) -> Code {
     let code = code_for(err);
-    eprintln!("error: {}", one_line(err));
+    say(&format!("error: {}", one_line(err)));
     code
+}
+
+/// One line on stderr; a stderr that cannot be written (a full disk, a
+/// closed pipe) leaves the exit code to say it, where `eprintln!` would
+/// panic and exit 101 instead.
+pub fn say(line: &str) {
+    let _ = writeln!(io::stderr().lock(), "{line}");
 }
 
 /// The error and its causes joined by `: `, each cause said once: an error
@@ -197,7 +204,7 @@ pub fn clap_error(err: &clap::Error) -> ExitCode {
             }
         }
         _ => {
-            eprintln!("{}", clap_line(&err.render().to_string()));
+            say(&clap_line(&err.render().to_string()));
             Code::Usage.into()
         }
     }

@@ -20,6 +20,9 @@ use self::exit::Code;
 
 /// The whole program: arguments in, exit code out.
 pub fn main() -> ExitCode {
+    if password_on_command_line(std::env::args_os()) {
+        exit::say(PASSWORD_WARNING);
+    }
     let cli = match args::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return exit::clap_error(&e),
@@ -36,6 +39,30 @@ pub fn main() -> ExitCode {
         Ok(code) => code.into(),
         Err(e) => exit::report(&e),
     }
+}
+
+/// Said once when `--db` on the command line holds a password.
+const PASSWORD_WARNING: &str = "warning: the password in --db is shown to every local user \
+    (ps); put it in ~/.pgpass or the file PGPASSFILE names (mode 600, libpq's format), or in \
+    PGPASSWORD, or give --db in SLOTHQUEUE_DB";
+
+/// Whether an argument `ps` shows is a `--db` URL with a password (clap
+/// reads `--db` from `SLOTHQUEUE_DB` too, which `ps` does not show).
+fn password_on_command_line(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    let mut after_db = false;
+    for arg in args {
+        let text = arg.to_string_lossy();
+        if text == "--" {
+            // What follows is a job's command, not slothqueue's options.
+            return false;
+        }
+        let value = if after_db { Some(text.as_ref()) } else { text.strip_prefix("--db=") };
+        if value.is_some_and(|v| slothqueue::has_password(std::path::Path::new(v))) {
+            return true;
+        }
+        after_db = text == "--db";
+    }
+    false
 }
 
 /// The runtime a command needs. Every command but `serve` is one task at a

@@ -160,10 +160,8 @@ pub fn build(
                 );
             }
             let cwd = match spec.cwd {
-                Some(cwd) if cwd.starts_with('/') => cwd,
-                Some(cwd) => {
-                    return Err(format!("{} `{cwd}` is not an absolute path", n("cwd")));
-                }
+                // Checked with the rest of the job by `machine::validate`.
+                Some(cwd) => cwd,
                 None => {
                     let cwd = current_dir.as_ref().map_err(|e| {
                         format!(

@@ -96,6 +96,11 @@ both_backends! {
         env["payload"]["env"] = serde_json::json!({ "A=B": "x" });
         let env = write_lines(&ctx, "env.jsonl", &[renumber(&jobs[0], 11), env]);
         refused_untouched(&ctx, &env, "env name `A=B` must be non-empty, without `=` or NUL");
+        // `add` and HTTP refuse a relative `cwd` (where would it run?); so does import.
+        let mut relative = renumber(&jobs[1], 12);
+        relative["payload"]["cwd"] = "build/out".into();
+        let relative = write_lines(&ctx, "relative.jsonl", &[renumber(&jobs[0], 11), relative]);
+        refused_untouched(&ctx, &relative, "line 2: job #12: invalid job: the `cwd` `build/out` is not an absolute path");
         let good = write_lines(&ctx, "good.jsonl", &[renumber(&jobs[0], 11), renumber(&jobs[1], 12)]);
         ctx.ok(&["import", &good]);
         assert_eq!(ctx.job(12).payload["command"], "echo two");

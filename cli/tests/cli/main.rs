@@ -6,6 +6,8 @@
 //!   central filters (see `support`).
 //! - `bad_input`: a table of invalid invocations: exit code, message, and
 //!   the queue file byte-for-byte unchanged.
+//! - `full_stdout`: a full stdout (`/dev/full`) ends `run --follow` with
+//!   one line on stderr; a full stderr too, with the exit code alone.
 //! - `e2e`: persistence, the seed's transcript, concurrent runners, kill -9
 //!   recovery, SIGTERM, the missing-file rule, export/import, the demo.
 //! - `creation`: processes racing to create one queue (torture S17).
@@ -25,6 +27,8 @@
 //!   (issue #17).
 //! - `secrets`: no secret leaves by default (issue 31): direnv's
 //!   bookkeeping, passwords inside values, every look of a job.
+//! - `long_polls`: `serve` under a small file limit refuses the long
+//!   polls it has no descriptors for (503) and `/healthz` still answers.
 //! - `limits`: `run`'s niceness, I/O class and ceilings, and what `show`
 //!   says is in force (issue #17).
 //! - `serve`: `serve --handlers DIR` runs a handler job enqueued over
@@ -48,10 +52,13 @@ mod bad_input;
 mod creation;
 mod e2e;
 mod env;
+mod full_stdout;
 mod handlers;
 mod import;
 mod lanes;
 mod limits;
+#[cfg(feature = "http")]
+mod long_polls;
 #[cfg(feature = "sqlite")]
 mod long_queue;
 mod namespaces;

@@ -155,3 +155,34 @@ fn named_secrets(ctx: &TestContext) {
     let env = ctx.job(1).payload["env"].clone();
     assert_eq!((&env["DATABASE_URL"], &env["DIRENV_DIFF"]), (&DB.into(), &DIFF.into()), "{env}");
 }
+
+/// Issue 31 item 10c: a password in `--db` is in every local user's `ps`:
+/// one warning line says so and where else to put it; the same URL from
+/// `SLOTHQUEUE_DB` (not in `ps`) draws none, nor does one without a
+/// password.
+#[cfg(feature = "postgres")]
+#[test]
+fn a_password_on_the_command_line_draws_one_warning() {
+    let ctx = TestContext::new(crate::support::Backend::Sqlite);
+    // Nothing listens on port 1: the command fails fast after the warning.
+    let url = "postgres://jobs:hunter2@127.0.0.1:1/jobs";
+    let warned = |out: &Output| {
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!stderr.contains("hunter2"), "{stderr}");
+        stderr.lines().filter(|l| l.starts_with("warning: the password in --db")).count()
+    };
+    let out = ctx.bare_command().args(["--db", url, "status"]).output().unwrap();
+    assert_eq!(warned(&out), 1, "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("PGPASSFILE") && stderr.contains("PGPASSWORD"), "{stderr}");
+    let out = ctx.bare_command().arg(format!("--db={url}")).arg("status").output().unwrap();
+    assert_eq!(warned(&out), 1, "{out:?}");
+    let out = ctx.bare_command().env("SLOTHQUEUE_DB", url).arg("status").output().unwrap();
+    assert_eq!(warned(&out), 0, "{out:?}");
+    let out = ctx
+        .bare_command()
+        .args(["--db", "postgres://jobs@127.0.0.1:1/jobs", "status"])
+        .output()
+        .unwrap();
+    assert_eq!(warned(&out), 0, "{out:?}");
+}

@@ -375,6 +375,16 @@ pub fn stdout_of(child: &mut Child) -> String {
     s
 }
 
+/// Reads all of a finished child's stderr.
+pub fn stderr_of(child: &mut Child) -> String {
+    use std::io::Read;
+    let mut s = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        err.read_to_string(&mut s).unwrap();
+    }
+    s
+}
+
 /// Sends `signal` to `pid`.
 pub fn signal(pid: u32, signal: rustix::process::Signal) {
     let pid = rustix::process::Pid::from_raw(i32::try_from(pid).unwrap()).unwrap();

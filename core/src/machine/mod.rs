@@ -673,6 +673,8 @@ mod tests {
         assert!(validate(&ok).is_ok());
         assert!(validate(&NewJob::shell("  ", "/")).is_err());
         assert!(validate(&NewJob::shell("a\0b", "/")).is_err());
+        let relative = validate(&NewJob::shell("true", "build")).unwrap_err().to_string();
+        assert!(relative.contains("the `cwd` `build` is not an absolute path"), "{relative}");
         assert!(validate(&ok.clone().queue("../etc")).is_err());
         assert!(validate(&ok.clone().queue("")).is_err());
         assert!(validate(&ok.clone().max_attempts(0)).is_err());

@@ -87,8 +87,8 @@ pub fn validate(new: &NewJob) -> Result<(), TransitionError> {
     Ok(())
 }
 
-/// A shell payload the runner can start: a command `sh -c` can take, a
-/// `cwd` without NUL, an `env` of names and values `execve` can take.
+/// A shell payload the runner can start: a command `sh -c` can take, an
+/// absolute `cwd` without NUL, an `env` of names and values `execve` can take.
 fn validate_shell(payload: &serde_json::Value) -> Result<(), String> {
     match payload.get("command").and_then(|c| c.as_str()) {
         None => return Err("a shell job needs a payload with a string `command`".to_owned()),
@@ -107,6 +107,15 @@ fn validate_shell(payload: &serde_json::Value) -> Result<(), String> {
         None => {}
         Some(serde_json::Value::String(cwd)) if cwd.contains('\0') => {
             return Err("the `cwd` contains a NUL byte".to_owned());
+        }
+        // The one cwd rule of every door (`add`, HTTP, `import`, an edit):
+        // a relative one would resolve against wherever the runner was
+        // started.
+        Some(serde_json::Value::String(cwd)) if !cwd.starts_with('/') => {
+            return Err(format!(
+                "the `cwd` `{}` is not an absolute path (a relative one would depend on where the runner was started)",
+                cwd.escape_debug()
+            ));
         }
         Some(serde_json::Value::String(_)) => {}
         Some(_) => return Err("the `cwd` must be a string".to_owned()),

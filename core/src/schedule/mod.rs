@@ -506,6 +506,16 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_list_element_is_refused_not_dropped() {
+        for text in ["5,,6 * * * *", ",5 * * * *", "5, * * * *", "0 1,,2 * * *", "0 0 * * 1,,"] {
+            let e = Spec::cron(text).unwrap_err().to_string();
+            assert!(e.contains("empty element"), "{text}: {e}");
+        }
+        assert!(Spec::cron("5,6 * * * *").is_ok());
+        assert!(Spec::cron("0 3 * * 1,5").is_ok());
+    }
+
+    #[test]
     fn spring_forward_skips_a_slot_that_does_not_exist() {
         // Europe/Berlin, 2026-03-29: 02:00 → 03:00.
         let s =

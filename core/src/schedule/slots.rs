@@ -33,6 +33,17 @@ pub fn zone(name: &str) -> Result<TimeZone, TransitionError> {
 /// A cron expression checked at the door ([`Spec::cron`], [`create`]):
 /// it compiles, and it matches at least once.
 pub(super) fn parse_cron(text: &str) -> Result<Cron, TransitionError> {
+    // croner reads `5,,6` as `5,6`: a list with a hole is more likely a
+    // typo than a wish, so it is refused here (stored schedules are not
+    // re-checked, so one stored before this rule still fires).
+    const NAMES: [&str; 5] = ["minute", "hour", "day-of-month", "month", "day-of-week"];
+    for (field, name) in text.split_whitespace().zip(NAMES) {
+        if field.split(',').any(str::is_empty) {
+            return Err(bad(format!(
+                "cron expression `{text}`: the {name} field `{field}` has an empty element (two commas, or a comma at an end)"
+            )));
+        }
+    }
     let cron = compile_cron(text)?;
     // Some expressions parse but never match (`0 0 30 2 *`).
     let start = chrono::Utc.from_utc_datetime(&chrono::NaiveDateTime::default());

@@ -220,7 +220,8 @@ pub(super) async fn list(
 /// the time is up, whichever comes first (the answer says which by the
 /// job's state), also when another process runs it: the wait is woken by
 /// the queue file's changes ([`slothqueue_runner::wait`]). A server that
-/// shuts down answers its waits at once.
+/// shuts down answers its waits at once; one holding as many waits as its
+/// file limit allows answers 503.
 pub(super) async fn show(
     State(app): State<AppState>,
     IdParam(id): IdParam,
@@ -229,6 +230,9 @@ pub(super) async fn show(
     let wait_for = q.wait.as_deref().map(parse_wait).transpose()?;
     let secrets = Secrets::from_query(q.show_secrets.as_deref())?;
     if let Some(d) = wait_for.filter(|d| !d.is_zero()) {
+        // Held while waiting: a poll the file limit has no room for is
+        // refused now rather than starve the server (`long_poll`).
+        let _place = app.api.long_polls.enter()?;
         let deadline = tokio::time::Instant::now() + d;
         let mut closing = app.api.closing.subscribe();
         let target = WaitTarget::Jobs(vec![id]);

@@ -320,7 +320,7 @@ async fn bad_schedules_are_refused_and_nothing_is_stored(backend: Backend) {
                 "job",
                 json!({ "kind": "shell", "payload": { "command": "x", "cwd": "rel" } }),
             ),
-            "job: the shell payload's `cwd`",
+            "job: invalid job: the `cwd` `rel` is not an absolute path",
         ),
         (with(nightly(), "job", json!({ "kind": "report" })), "missing field `payload`"),
         (

@@ -245,6 +245,7 @@ impl Worker {
             owner: self.cfg.owner.clone(),
             queues: self.cfg.queues.clone(),
             kinds: Some(self.executors.keys().cloned().collect()),
+            refused: self.cfg.refused.clone(),
             started_at: self.started_at,
             updated_at: self.now(),
             activity,

@@ -208,6 +208,7 @@ async fn workload(image: &Image) -> Vec<(u64, String)> {
         owner: Owner::named("w2"),
         queues: vec![],
         kinds: None,
+        refused: Vec::new(),
         started_at: T,
         updated_at: at(12),
         activity: RunnerActivity::Idle { until: None },

@@ -108,6 +108,7 @@ async fn write_v1_fixture() {
         owner: owner("w1"),
         queues: vec!["default".into()],
         kinds: None,
+        refused: Vec::new(),
         started_at: T,
         updated_at: at(9),
         activity: RunnerActivity::Running { job: 2, also: Vec::new() },

@@ -101,6 +101,7 @@ async fn write_v2_fixture() {
         owner: owner("w1"),
         queues: vec![],
         kinds: None,
+        refused: Vec::new(),
         started_at: T,
         updated_at: at(7),
         activity: RunnerActivity::Running { job: 2, also: Vec::new() },

@@ -108,6 +108,7 @@ async fn write_v3_fixture() {
         owner: owner("w1"),
         queues: vec![],
         kinds: None,
+        refused: Vec::new(),
         started_at: T,
         updated_at: at(8),
         activity: RunnerActivity::Running { job: 2, also: Vec::new() },

@@ -57,6 +57,7 @@ fn runner_record() -> RunnerRecord {
         owner: owner_a(),
         queues: vec!["default".into()],
         kinds: None,
+        refused: Vec::new(),
         started_at: t(0),
         updated_at: t(2),
         activity: RunnerActivity::Running { job: 1, also: Vec::new() },

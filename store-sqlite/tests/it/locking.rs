@@ -82,6 +82,7 @@ async fn every_write_waits_for_the_busy_timeout_then_says_busy() {
         owner: owner.clone(),
         queues: vec![],
         kinds: None,
+        refused: Vec::new(),
         started_at: t(0),
         updated_at: t(0),
         activity: RunnerActivity::Starting,

@@ -41,6 +41,7 @@ fn runner(h: &Harness, id: &str, t: Timestamp) -> RunnerRecord {
         owner: h.owner(id),
         queues: vec!["default".into(), "other".into()],
         kinds: None,
+        refused: Vec::new(),
         started_at: t,
         updated_at: t,
         activity: RunnerActivity::Gated { reading: "load 3.20 >= ceiling 2.00".into(), since: t },
@@ -369,7 +370,14 @@ pub async fn runner_records_are_put_listed_and_removed(h: &Harness) {
     assert!(s.runners().await.expect("runners").is_empty());
     let r1 =
         RunnerRecord { queues: vec![], activity: RunnerActivity::Starting, ..runner(h, "r1", t) };
-    let r2 = runner(h, "r2", t);
+    // A refused handler's reason is kept with the record (what `show` says).
+    let r2 = RunnerRecord {
+        refused: vec![slothqueue_core::RefusedKind {
+            kind: "resize".into(),
+            why: "handler /h/resize is writable by other users (mode 0777)".into(),
+        }],
+        ..runner(h, "r2", t)
+    };
     s.put_runner(&r1).await.expect("put r1");
     s.put_runner(&r2).await.expect("put r2");
     let sorted = async |s: &dyn Store| {

@@ -40,8 +40,29 @@ pub async fn run(ctx: &Ctx, rc: RunConfig) -> Outcome {
     runner.job_control(signals.suspension);
     let shutdown = signals.shutdown;
     let (json, color) = (ctx.json, ctx.color);
-    let summary =
-        runner.run(move |event: RunnerEvent| print_event(&event, json, color), shutdown).await?;
+    // A runner that cannot say what it does stops as a signal would stop
+    // it (its jobs' processes ended, their attempts uncharged), and the
+    // write's error is the run's.
+    let failed_write = Arc::new(std::sync::Mutex::new(None::<io::Error>));
+    let report = {
+        let failed_write = Arc::clone(&failed_write);
+        let stop = signals.trigger;
+        move |event: RunnerEvent| {
+            if let Err(e) = print_event(&event, json, color) {
+                let mut first =
+                    failed_write.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if first.is_none() {
+                    *first = Some(e);
+                    stop.trigger();
+                }
+            }
+        }
+    };
+    let summary = runner.run(report, shutdown).await?;
+    let failed = failed_write.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    if let Some(e) = failed {
+        return Err(anyhow::Error::new(e).context("cannot write to stdout"));
+    }
     Ok(match summary.exit_code() {
         0 => Code::Success,
         130 => Code::Interrupted,
@@ -117,17 +138,18 @@ fn more_gates(sc: &SlotConfig) -> anyhow::Result<Vec<Box<dyn Gate>>> {
     Ok(gates)
 }
 
-/// Prints one event. Write errors are ignored on purpose: a runner whose
-/// terminal went away still finishes its jobs.
-pub(super) fn print_event(event: &RunnerEvent, json: bool, color: bool) {
+/// Prints one event; stdout's write error is the caller's (`run` stops on
+/// it, as it stops on the SIGHUP of a terminal gone away; `serve` goes on).
+/// A warning's failing stderr is ignored: the exit code is left to say it.
+pub(super) fn print_event(event: &RunnerEvent, json: bool, color: bool) -> io::Result<()> {
     if json {
-        let _ = writeln!(io::stdout().lock(), "{}", event_json(event));
-        return;
+        return writeln!(io::stdout().lock(), "{}", event_json(event));
     }
     let line = event.to_string();
     if event.is_warning() {
+        // A warning's stderr failing too leaves the exit code to say it.
         let _ = writeln!(io::stderr().lock(), "{line}");
-        return;
+        return Ok(());
     }
     let indent = match event {
         RunnerEvent::Reclaimed { .. }
@@ -137,7 +159,7 @@ pub(super) fn print_event(event: &RunnerEvent, json: bool, color: bool) {
         _ => "  ",
     };
     let line = if color { line.replacen("FAILED", &red("FAILED", true), 1) } else { line };
-    let _ = writeln!(io::stdout().lock(), "{indent}{line}");
+    writeln!(io::stdout().lock(), "{indent}{line}")
 }
 
 /// An event as one JSON object: its kind, the job when there is one, and

@@ -56,7 +56,8 @@ pub async fn serve(ctx: &Ctx, sc: ServeConfig) -> Outcome {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .show(&event, tokio::time::Instant::now());
         if show {
-            print_event(&event, json, color);
+            // The server goes on serving with its log lost; `run` stops.
+            let _ = print_event(&event, json, color);
         }
     });
     slothqueue_http::serve(
