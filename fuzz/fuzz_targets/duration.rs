@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[allow(dead_code, reason = "only the parser and formatter are exercised")]
+#[allow(dead_code, unused_imports, reason = "only the parser and formatter are exercised")]
 #[path = "../../cli/src/app/duration.rs"]
 mod duration;
 
