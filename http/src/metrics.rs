@@ -48,6 +48,11 @@ pub(crate) struct WorkerCounters {
     retries: Counter,
     /// Jobs that failed for good (no attempt left).
     failures: Counter,
+    /// Attempts stopped because no renewal of their lease reached the
+    /// store in time (the self-fence). Each also ends later as an attempt
+    /// (`failed` or `lease_lost`) once the store answers again, so it is a
+    /// counter of its own rather than an outcome.
+    fences: Counter,
 }
 
 impl Default for WorkerCounters {
@@ -56,7 +61,12 @@ impl Default for WorkerCounters {
         for outcome in OUTCOMES {
             let _ = attempts.get_or_create(&vec![("outcome", outcome.to_owned())]);
         }
-        WorkerCounters { attempts, retries: Counter::default(), failures: Counter::default() }
+        WorkerCounters {
+            attempts,
+            retries: Counter::default(),
+            failures: Counter::default(),
+            fences: Counter::default(),
+        }
     }
 }
 
@@ -76,6 +86,10 @@ impl WorkerCounters {
             RunnerEvent::Cancelled { .. } => "cancelled",
             RunnerEvent::LeaseLost { .. } => "lease_lost",
             RunnerEvent::Released { .. } => "released",
+            RunnerEvent::Fenced { .. } => {
+                self.fences.inc();
+                return;
+            }
             _ => return,
         };
         self.attempts.get_or_create(&vec![("outcome", outcome.to_owned())]).inc();
@@ -200,6 +214,11 @@ pub(crate) async fn metrics(State(app): State<AppState>) -> Result<impl IntoResp
         "Jobs this server's drain worker failed for good (no attempt left)",
         counters.failures.clone(),
     );
+    registry.register(
+        "fences",
+        "Attempts this server's drain worker stopped because no renewal of their lease reached the store in time",
+        counters.fences.clone(),
+    );
     let mut text = String::new();
     encode(&mut text, &registry).map_err(|_| HttpError::Internal)?;
     Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text))
@@ -221,4 +240,29 @@ pub(crate) fn op_metrics() -> Value {
             "503": { "$ref": "#/components/responses/Error" }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_fence_is_counted_apart_from_the_attempts_outcomes() {
+        let counters = WorkerCounters::default();
+        let fenced = RunnerEvent::Fenced {
+            job: 3,
+            silent: Duration::from_secs(57),
+            grace: Duration::from_secs(2),
+        };
+        counters.count(&fenced);
+        counters.count(&fenced);
+        assert_eq!(counters.fences.get(), 2);
+        let ended: u64 = OUTCOMES
+            .iter()
+            .map(|o| counters.attempts.get_or_create(&vec![("outcome", (*o).to_owned())]).get())
+            .sum();
+        assert_eq!(ended, 0, "a fence is not an attempt's end: that is counted when it comes");
+    }
 }

@@ -193,6 +193,10 @@ fn event_json(event: &RunnerEvent) -> serde_json::Value {
             json!({"event": "lease_lost", "job": job, "line": line})
         }
         RunnerEvent::Released { job, .. } => json!({"event": "released", "job": job, "line": line}),
+        RunnerEvent::Fenced { job, silent, grace } => json!({
+            "event": "fenced", "job": job, "silent_ms": silent.as_millis() as u64,
+            "grace_ms": grace.as_millis() as u64, "line": line
+        }),
         RunnerEvent::Warning { message } => {
             json!({"event": "warning", "message": message, "line": line})
         }
@@ -235,4 +239,25 @@ fn summary_json(s: &RunSummary, line: &str) -> serde_json::Value {
         "event": "finished", "done": s.done, "failed": s.failed, "cancelled": s.cancelled,
         "lost": s.lost, "released": s.released, "interrupted": s.interrupted, "line": line
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_fence_is_an_event_of_its_own_in_json() {
+        let event = RunnerEvent::Fenced {
+            job: 6,
+            silent: Duration::from_millis(56_600),
+            grace: Duration::from_secs(2),
+        };
+        let json = event_json(&event);
+        assert_eq!(json["event"], "fenced");
+        assert_eq!(json["job"], 6);
+        assert_eq!(json["silent_ms"], 56_600);
+        assert_eq!(json["grace_ms"], 2_000);
+    }
 }
