@@ -37,7 +37,7 @@ pub async fn wait(ctx: &Ctx, target: WaitTarget, timeout: Option<Duration>) -> O
     let store = ctx.open_read_only()?;
     let watch = QueueWatch::for_store(&ctx.db, store.as_ref());
     if let Some(notice) = watch.notice() {
-        eprintln!("note: {notice}");
+        crate::app::exit::say(&format!("note: {notice}"));
     }
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let outcome = wait_on(store.as_ref(), &watch, &target, deadline).await?;
