@@ -42,6 +42,12 @@ pub fn sniff(header: &[u8]) -> bool {
 /// cache anyway.
 const CACHE_BYTES: usize = 64 * 1024 * 1024;
 
+/// The page cache of a read-only handle (`status`, `list`, `show`,
+/// `wait`): smaller still, as those read a page or a few of the queue at a
+/// time and a long `wait` must stay small on a long queue (docs/wait.md);
+/// a page read again comes from the OS's cache.
+const READ_CACHE_BYTES: usize = 8 * 1024 * 1024;
+
 /// The builder every writable and probing open uses: multi-writer, so that
 /// a runner, `add`, `status` and `serve` share the file.
 pub(crate) fn builder() -> Builder {
@@ -473,7 +479,13 @@ pub(crate) fn open_current_read_only(
     path: &Path,
     lock_timeout: Duration,
 ) -> Result<Option<ReadOnlyDatabase>, StoreError> {
-    let opened = patiently(lock_timeout, || guarded(|| Ok(builder().open_read_only(path)?)));
+    let opened = patiently(lock_timeout, || {
+        guarded(|| {
+            let mut b = builder();
+            b.set_cache_size(READ_CACHE_BYTES);
+            Ok(b.open_read_only(path)?)
+        })
+    });
     let ro = match opened {
         Ok(ro) => ro,
         Err(Failure::Redb(redb::Error::RepairAborted)) => return Ok(None),

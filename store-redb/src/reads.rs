@@ -3,7 +3,7 @@
 //! read transaction (one snapshot), served by the indexes `rows.rs` keeps
 //! where one answers the question, so `status` costs no scan of the jobs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::ops::Bound;
 
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
@@ -92,6 +92,7 @@ pub(crate) fn list_in(txn: &ReadTransaction, filter: &ListFilter) -> Result<Vec<
         (ListOrder::Oldest, Some(c)) => jobs.range((Bound::Excluded(c), Bound::Unbounded))?,
         _ => jobs.range::<i64>(..)?,
     };
+    let mut best = Best::new(limit);
     let mut take = |entry: Result<
         (redb::AccessGuard<'_, i64>, redb::AccessGuard<'_, &'static [u8]>),
         redb::StorageError,
@@ -100,7 +101,10 @@ pub(crate) fn list_in(txn: &ReadTransaction, filter: &ListFilter) -> Result<Vec<
         let (k, v) = entry?;
         let job = decode_job(k.value(), v.value())?;
         if admits(&job) {
-            out.push(job);
+            match filter.order {
+                ListOrder::DueFirst => best.keep(job),
+                ListOrder::Newest | ListOrder::Oldest => out.push(job),
+            }
         }
         Ok(filter.order == ListOrder::DueFirst || out.len() < limit)
     };
@@ -121,10 +125,61 @@ pub(crate) fn list_in(txn: &ReadTransaction, filter: &ListFilter) -> Result<Vec<
         }
     }
     if filter.order == ListOrder::DueFirst {
-        out.sort_by_key(Job::claim_order);
-        out.truncate(limit);
+        out = best.into_sorted();
     }
     Ok(out)
+}
+
+/// The first `limit` jobs in claim order among those offered, holding no
+/// more than `limit` of them at a time: a due-first page of a queue of
+/// 200,000 pending jobs (`status` reads one) decodes every row but keeps a
+/// page, not the queue.
+struct Best {
+    limit: usize,
+    heap: BinaryHeap<ByClaimOrder>,
+}
+
+/// A job ordered by [`Job::claim_order`] (the heap's top is the last).
+struct ByClaimOrder(Job);
+
+impl PartialEq for ByClaimOrder {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.claim_order() == other.0.claim_order()
+    }
+}
+
+impl Eq for ByClaimOrder {}
+
+impl PartialOrd for ByClaimOrder {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ByClaimOrder {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.claim_order().cmp(&other.0.claim_order())
+    }
+}
+
+impl Best {
+    fn new(limit: usize) -> Best {
+        Best { limit, heap: BinaryHeap::new() }
+    }
+
+    /// Offers `job`: kept if it is among the first `limit` so far.
+    fn keep(&mut self, job: Job) {
+        if self.heap.len() < self.limit {
+            self.heap.push(ByClaimOrder(job));
+        } else if self.heap.peek().is_some_and(|last| job.claim_order() < last.0.claim_order()) {
+            self.heap.pop();
+            self.heap.push(ByClaimOrder(job));
+        }
+    }
+
+    fn into_sorted(self) -> Vec<Job> {
+        self.heap.into_sorted_vec().into_iter().map(|b| b.0).collect()
+    }
 }
 
 /// The counts of `status`: per state from `state_counts`, waiting and held
