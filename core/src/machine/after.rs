@@ -147,6 +147,34 @@ pub(super) fn start_state(parents: &[Job]) -> (u32, Option<(JobId, String)>) {
     (waiting, ended)
 }
 
+/// An imported job as its parents stand now, never as its file says: its
+/// count of parents not `done` recomputed, and a pending one cancelled
+/// when a parent has failed or been cancelled, as a push after that parent
+/// would be ([`start_state`]): otherwise it would wait forever. The
+/// cancel is a `Cancelled` event on its trail, dated when that parent
+/// ended (an import has no clock of its own), and a retry of the root
+/// brings the job back as it brings back every job it cancelled.
+pub fn restored(job: &Job, events: &mut Vec<Event>, parents: &[Job]) -> Job {
+    let (waiting, first_ended) = start_state(parents);
+    let mut next = job.clone();
+    next.pending_parents = waiting;
+    let Some((root, reason)) = first_ended.filter(|_| job.state == JobState::Pending) else {
+        return next;
+    };
+    // The parent `start_state` named, the first ended one.
+    let cause = parents.iter().find(|p| ended(p));
+    let last = events.iter().map(|e| e.at).max();
+    let at =
+        cause.and_then(|p| p.finished_at).into_iter().chain(last).max().unwrap_or(job.created_at);
+    next.state = JobState::Cancelled;
+    next.cancelled_by = Some(root);
+    next.last_error = Some(reason.clone());
+    next.finished_at = Some(at);
+    next.held = None;
+    events.push(Event::new(job.id, EventKind::Cancelled, at).saying(reason));
+    next
+}
+
 /// Whether a user may retry `job` now: not while one of its parents is
 /// failed or cancelled (it would only be cancelled again). The refusal
 /// names that parent.

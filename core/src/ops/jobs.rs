@@ -312,7 +312,9 @@ pub fn restore_many<T: Tx>(tx: &mut T, jobs: &[(Job, Vec<Event>)]) -> Result<(),
 }
 
 /// **The restore conflicts**: the id free, the key held by no job; then
-/// the job's count of parents not done, from the parents themselves.
+/// the job as its parents stand ([`machine::restored`]): its count of
+/// parents not done from the parents themselves, and a pending job whose
+/// parent failed or was cancelled cancelled with it.
 fn restore_one<T: Tx>(
     tx: &mut T,
     job: &Job,
@@ -333,14 +335,14 @@ fn restore_one<T: Tx>(
         }
     }
     // A parent named twice is waited on once, as at push.
-    let parents: std::collections::BTreeSet<JobId> = job.after.iter().copied().collect();
-    let mut waiting = 0u32;
-    for p in parents {
-        let done = match in_file.get(&p) {
-            Some(parent) => parent.state == JobState::Done,
+    let ids: std::collections::BTreeSet<JobId> = job.after.iter().copied().collect();
+    let mut parents = Vec::with_capacity(ids.len());
+    for p in ids {
+        match in_file.get(&p) {
+            Some(parent) => parents.push((*parent).clone()),
             None => match tx.job(p)? {
-                Some(parent) => parent.state == JobState::Done,
-                None if job.state.is_terminal() => continue,
+                Some(parent) => parents.push(parent),
+                None if job.state.is_terminal() => {}
                 None => {
                     return invalid(format!(
                         "job #{}: it waits on job #{p}, which is in neither the file nor the queue \
@@ -349,15 +351,9 @@ fn restore_one<T: Tx>(
                     ));
                 }
             },
-        };
-        if !done {
-            waiting = waiting.saturating_add(1);
         }
     }
-    if waiting == job.pending_parents {
-        return tx.insert(job, events);
-    }
-    let mut counted = job.clone();
-    counted.pending_parents = waiting;
-    tx.insert(&counted, events)
+    let mut trail = events.to_vec();
+    let restored = machine::restored(job, &mut trail, &parents);
+    tx.insert(&restored, &trail)
 }

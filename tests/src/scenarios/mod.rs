@@ -117,6 +117,7 @@ macro_rules! __with_scenarios {
             after::dependents_outlive_a_purged_parent,
             workflows::a_supersede_never_strands_the_jobs_waiting_on_the_holder,
             workflows::import_recomputes_dependency_counts,
+            workflows::import_cancels_a_pending_job_whose_parent_ended,
             workflows::import_refuses_a_parent_in_neither_the_file_nor_the_queue,
             lanes::a_limit_closes_its_lane_at_the_boundary,
             lanes::a_limit_holds_across_claimers_and_handles,

@@ -7,7 +7,8 @@
 //! scenarios check that every store gets them.
 
 use slothqueue_core::{
-    Completion, Job, JobId, JobState, ListFilter, ListOrder, Store, StoreError, Timestamp,
+    Completion, EventKind, Failure, Job, JobId, JobState, ListFilter, ListOrder, Store, StoreError,
+    Timestamp,
 };
 
 use crate::{Harness, job, refused_in_batch, secs, shell, snapshot};
@@ -141,4 +142,57 @@ pub async fn import_refuses_a_parent_in_neither_the_file_nor_the_queue(h: &Harne
     let only_finished: Vec<_> = file.into_iter().filter(|(j, _)| j.id == finished.id).collect();
     dst.restore_many(only_finished).await.expect("a finished job without its parent");
     assert_eq!(job(&*dst, finished.id).await.state, JobState::Cancelled);
+}
+
+/// An import of a pending job whose parent (in the file or the queue) has
+/// failed cancels it, as a push after that parent would be, instead of
+/// leaving it to wait forever: `cancelled_by` names the parent, its trail
+/// ends `Cancelled` dated when the parent ended, and a retry of the parent
+/// brings it back, waiting on it.
+pub async fn import_cancels_a_pending_job_whose_parent_ended(h: &Harness) {
+    let src = h.store();
+    let t = h.start();
+    let parent = h.push(&*src, shell("echo parent"), t).await;
+    let child = h.push(&*src, shell("echo child").after(parent.id), t).await;
+    let failed_at = h.at(secs(3));
+    let c = h.claim_expect(&*src, "w1", failed_at, parent.id).await;
+    let failure = Failure { error: "boom".into(), exit_code: Some(1), permanent: true };
+    src.fail(parent.id, &c.fence, failure, failed_at).await.expect("fail for good");
+    // The child as a hand-made or filtered file has it: still pending.
+    let mut file = export(&*src).await;
+    for (j, events) in &mut file {
+        if j.id == child.id {
+            j.state = JobState::Pending;
+            j.cancelled_by = None;
+            j.last_error = None;
+            j.finished_at = None;
+            events.retain(|e| e.kind != EventKind::Cancelled);
+        }
+    }
+
+    for (label, split) in [("together", false), ("parent already in the queue", true)] {
+        let dst = h.open_other(label);
+        if split {
+            let (parents, children): (Vec<_>, Vec<_>) =
+                file.clone().into_iter().partition(|(j, _)| j.id == parent.id);
+            dst.restore_many(parents).await.expect("the parent first");
+            dst.restore_many(children).await.expect("then the child");
+        } else {
+            dst.restore_many(file.clone()).await.expect("import");
+        }
+        let imported = job(&*dst, child.id).await;
+        assert_eq!(imported.state, JobState::Cancelled, "{label}: not left waiting forever");
+        assert_eq!(imported.cancelled_by, Some(parent.id), "{label}");
+        assert_eq!(imported.finished_at, Some(failed_at), "{label}: when the parent ended");
+        let trail = dst.events(child.id).await.expect("events");
+        assert_eq!(trail.last().map(|e| e.kind), Some(EventKind::Cancelled), "{label}");
+        assert_eq!(claim_all(h, &*dst, failed_at).await, Vec::<JobId>::new(), "{label}");
+
+        let now = h.at(secs(5));
+        dst.retry(parent.id, now).await.expect("retry the parent");
+        let back = job(&*dst, child.id).await;
+        assert_eq!(back.state, JobState::Pending, "{label}: the parent's retry brings it back");
+        assert_eq!(back.pending_parents, 1, "{label}: waiting on the parent");
+        assert_eq!(claim_all(h, &*dst, now).await, [parent.id], "{label}: the parent first");
+    }
 }
