@@ -154,3 +154,37 @@ fn add_stdin_of_many_lines_holds_ids_not_jobs() {
     assert_eq!(added[7]["payload"]["command"], "echo 7");
     assert!(peak < ADD_PEAK_KB, "add --stdin of {STDIN_LINES} lines held {peak} KiB at its peak");
 }
+
+/// The jobs of the redb queue below: enough that holding them, or a
+/// 64 MiB page cache full of them, passes the bounds.
+#[cfg(feature = "redb")]
+const REDB_JOBS: usize = 20_000;
+
+/// On redb, a wait's whole look and `status` (which reads the first page
+/// of pending jobs in claim order) hold neither the jobs nor a cache of
+/// the whole file: a read-only handle caches 8 MiB of pages, and a
+/// due-first page keeps a page. Holding them took about 90 MiB for each.
+#[cfg(feature = "redb")]
+#[test]
+fn on_redb_a_wait_and_status_hold_neither_the_jobs_nor_the_file() {
+    let ctx = TestContext::new(Backend::Redb);
+    let lines: String = (0..REDB_JOBS).map(|i| format!("echo {i}\n")).collect();
+    std::fs::write(ctx.path("lines"), lines).unwrap();
+    let note = format!("NOTE={}", "x".repeat(2_000));
+    let out = ctx
+        .command(&["add", "--stdin", "-e", &note])
+        .stdin(std::fs::File::open(ctx.path("lines")).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let (peak, out, code) = peak_then_output(ctx.spawn(&["wait", "--all", "--timeout", "0"]));
+    assert_eq!(code, Some(124), "{out}");
+    assert!(out.contains(&format!("{REDB_JOBS} of {REDB_JOBS} jobs not finished")), "{out}");
+    assert!(peak < WAIT_PEAK_KB, "a wait on {REDB_JOBS} redb jobs held {peak} KiB at its peak");
+
+    let (peak, out, code) = peak_then_output(ctx.spawn(&["status"]));
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(&format!("pending: {REDB_JOBS}")), "{out}");
+    assert!(peak < WAIT_PEAK_KB, "status of {REDB_JOBS} redb jobs held {peak} KiB at its peak");
+}
