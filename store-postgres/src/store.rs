@@ -26,7 +26,7 @@ use crate::open;
 use crate::reads::{events_tx, list_tx, next_due_tx, queue_counts_tx, runners_tx, stats_tx};
 use crate::rows::{dependents, load, read_lanes, read_schedules};
 use crate::txn::{
-    Db, Keys, Lock, PgOptions, Pool, ServerClock, connection_config, parse_url, runtime,
+    Db, Judged, Keys, Lock, PgOptions, Pool, ServerClock, connection_config, parse_url, runtime,
 };
 use crate::verbs::{PgTx, shared_or_exclusive};
 
@@ -181,9 +181,8 @@ impl PgStore {
 
     /// A new job's own times (its due time), given on the host's clock, on
     /// the server's.
-    fn judge_new(&self, mut job: NewJob) -> NewJob {
-        job.not_before = job.not_before.map(|t| self.judge(t));
-        job
+    fn judge_new(&self, job: NewJob) -> NewJob {
+        self.inner.clock.judge_new(job)
     }
 
     /// Runs `f` on a pooled connection on the store's blocking threads.
@@ -291,25 +290,6 @@ impl Inner {
             }
         }
         out.map_err(|e| self.ctx.map(e))
-    }
-}
-
-/// The jobs of a [`Store::push_stream`] with their own times (a due time)
-/// on the server's clock, as [`PgStore::judge_new`] puts a batch's: judged
-/// one at a time as the push takes them.
-struct Judged {
-    source: Arc<dyn JobSource>,
-    clock: Arc<Inner>,
-}
-
-impl JobSource for Judged {
-    fn jobs(&self) -> Box<dyn Iterator<Item = Result<NewJob, StoreError>> + '_> {
-        Box::new(self.source.jobs().map(|job| {
-            job.map(|mut job| {
-                job.not_before = job.not_before.map(|t| self.clock.clock.judge(t));
-                job
-            })
-        }))
     }
 }
 
@@ -441,7 +421,8 @@ impl Store for PgStore {
         source: Arc<dyn JobSource>,
         now: Timestamp,
     ) -> Result<Vec<PushedId>, StoreError> {
-        let source = Judged { source, clock: Arc::clone(&self.inner) };
+        let inner = Arc::clone(&self.inner);
+        let source = Judged { source, judge: move |job| inner.clock.judge_new(job) };
         let now = self.judge(now);
         let pushed = self
             .write(Lock::Exclusive, true, move |tx, policy| {

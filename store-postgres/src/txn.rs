@@ -16,7 +16,7 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use slothqueue_core::{Clock, Policy, StoreError, SystemClock, Timestamp};
+use slothqueue_core::{Clock, JobSource, NewJob, Policy, StoreError, SystemClock, Timestamp};
 use tokio::runtime::Handle;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::config::Host;
@@ -654,6 +654,20 @@ pub(crate) struct ServerClock {
     state: Mutex<(i64, Option<Timestamp>)>,
 }
 
+/// The jobs of a [`slothqueue_core::Store::push_stream`] with their own
+/// times on the server's clock, as a batch's are: `judge` applied to each
+/// as the push takes it.
+pub(crate) struct Judged<F> {
+    pub source: Arc<dyn JobSource>,
+    pub judge: F,
+}
+
+impl<F: Fn(NewJob) -> NewJob + Send + Sync> JobSource for Judged<F> {
+    fn jobs(&self) -> Box<dyn Iterator<Item = Result<NewJob, StoreError>> + '_> {
+        Box::new(self.source.jobs().map(|job| job.map(&self.judge)))
+    }
+}
+
 impl ServerClock {
     pub fn new(host: Option<HostClock>) -> ServerClock {
         let host = host.unwrap_or_else(|| Arc::new(|| SystemClock.now()));
@@ -672,6 +686,13 @@ impl ServerClock {
     /// `now` of the host's clock on the server's.
     pub fn judge(&self, now: Timestamp) -> Timestamp {
         Timestamp::from_millis(now.as_millis().saturating_add(self.offset_ms()))
+    }
+
+    /// A new job's own times (its due time), given on the host's clock, on
+    /// the server's.
+    pub fn judge_new(&self, mut job: NewJob) -> NewJob {
+        job.not_before = job.not_before.map(|t| self.judge(t));
+        job
     }
 
     /// A time of the server's clock on the host's.
