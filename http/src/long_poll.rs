@@ -1,6 +1,7 @@
-//! How many `?wait=` long polls a server holds at once. Each holds two
-//! file descriptors while it waits (its connection, and its wait's timer),
-//! so without a ceiling enough of them exhaust the process's limit on open
+//! How many `?wait=` long polls a server holds at once. Each holds a file
+//! descriptor while it waits, its connection (its wait sleeps on tokio's
+//! timers, `wait_briefly`, not a timerfd of its own as it once did), so
+//! without a ceiling enough of them exhaust the process's limit on open
 //! files: the server then cannot accept `/healthz` nor the worker read its
 //! load (900 polls under a 1,024 limit stalled both for 8 s). The ceiling
 //! is what the soft limit leaves after a reserve for everything else; a
@@ -16,7 +17,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::HttpError;
 
 /// The descriptors one waiting long poll holds.
-const FDS_PER_POLL: u64 = 2;
+const FDS_PER_POLL: u64 = 1;
 
 /// The descriptors kept for everything but long polls: the listeners, the
 /// queue's files, the worker, its job's pipes, other requests.
@@ -73,9 +74,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_ceiling_leaves_the_reserve_and_two_descriptors_a_poll() {
-        assert_eq!(ceiling_for(Some(1024)), 480);
-        assert_eq!(ceiling_for(Some(128)), 32);
+    fn the_ceiling_leaves_the_reserve_and_a_descriptor_a_poll() {
+        assert_eq!(ceiling_for(Some(1024)), 960);
+        assert_eq!(ceiling_for(Some(128)), 64);
         assert_eq!(ceiling_for(Some(10)), 1);
         assert_eq!(ceiling_for(Some(1 << 20)), 10_000);
         assert_eq!(ceiling_for(None), 10_000);

@@ -49,6 +49,14 @@ enum State {
 const ZERO: Timespec = Timespec { tv_sec: 0, tv_nsec: 0 };
 
 impl IdleTimer {
+    /// A timer that is tokio's from the start: no descriptor, for a
+    /// caller holding many short waits at once (the HTTP API's long
+    /// polls), where a timerfd each would spend the process's limit on
+    /// open files and the wake-ups it saves do not matter.
+    pub(crate) fn tokio_only() -> IdleTimer {
+        IdleTimer { state: State::Unavailable }
+    }
+
     /// Sleeps for `d`. Cancel-safe: dropped early (a wake-up or a shutdown
     /// won the race), the timer is disarmed, so it cannot wake the process
     /// later for nothing.

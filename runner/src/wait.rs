@@ -130,9 +130,32 @@ pub async fn wait(
     target: &WaitTarget,
     deadline: Option<Instant>,
 ) -> Result<WaitOutcome, RunnerError> {
+    wait_with(IdleTimer::default(), store, watch, target, deadline).await
+}
+
+/// [`wait`] for a process that holds many waits at once, each of seconds
+/// (the HTTP API's `?wait=` long polls): its sleeps are tokio's timers,
+/// which cost no file descriptor, where [`wait`]'s kernel timer costs one
+/// a wait (worth it for a wait of hours: one wake-up a sleep, and time
+/// asleep counted).
+pub async fn wait_briefly(
+    store: &dyn Store,
+    watch: &QueueWatch,
+    target: &WaitTarget,
+    deadline: Option<Instant>,
+) -> Result<WaitOutcome, RunnerError> {
+    wait_with(IdleTimer::tokio_only(), store, watch, target, deadline).await
+}
+
+async fn wait_with(
+    mut timer: IdleTimer,
+    store: &dyn Store,
+    watch: &QueueWatch,
+    target: &WaitTarget,
+    deadline: Option<Instant>,
+) -> Result<WaitOutcome, RunnerError> {
     // Subscribed before the first look: a commit during it is not missed.
     let mut changes = watch.changes();
-    let mut timer = IdleTimer::default();
     let mut tracker = Tracker::new(target);
     let mut first = true;
     // A deadline past before the wait began is one whole look.

@@ -1,8 +1,9 @@
 //! Long polls cannot starve a server of file descriptors (issue 31, item
-//! 10d): each `?wait=` holds its connection and its wait's timer, so 900
+//! 10d): each `?wait=` held its connection and its wait's timer, so 900
 //! of them once exhausted a 1,024 limit and stalled `/healthz` (and the
-//! worker's load reading) for seconds. `serve` admits as many as its limit
-//! leaves room for and answers the rest 503 at once.
+//! worker's load reading) for seconds. A poll now holds its connection
+//! alone, and `serve` admits as many as its limit leaves room for and
+//! answers the rest 503 at once.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -64,7 +65,8 @@ fn long_polls_beyond_the_fd_budget_are_refused_and_healthz_answers() {
     let token = std::fs::read_to_string(token_file).unwrap().trim().to_owned();
     let fds = || std::fs::read_dir(format!("/proc/{}/fd", child.id())).unwrap().count();
 
-    // More waits than the limit could hold at two descriptors each.
+    let before = fds();
+    // More waits than the limit could hold.
     let mut polls: Vec<TcpStream> =
         (0..LIMIT).map(|_| send(addr, &token, "/api/tasks/outbox/1?wait=60")).collect();
     let mut refused = 0;
@@ -82,6 +84,13 @@ fn long_polls_beyond_the_fd_budget_are_refused_and_healthz_answers() {
     assert!(refused > 0 && !held.is_empty(), "{refused} refused, {} held", held.len());
     let open = fds();
     assert!(open < LIMIT as usize - 16, "{open} descriptors open of {LIMIT}");
+    // A held poll costs its connection, not a timer besides.
+    assert!(
+        open <= before + held.len() + 8,
+        "{} polls held {} descriptors ({before} before them)",
+        held.len(),
+        open - before
+    );
     // Within 2 s (the stall was 8 s).
     let mut health = send(addr, &token, "/healthz");
     let text = answer(&mut health, Duration::from_secs(2)).expect("/healthz did not answer");

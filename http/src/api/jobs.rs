@@ -15,7 +15,7 @@ use slothqueue_core::{
     Stats, Unserved, machine,
 };
 use slothqueue_runner::RunnerError;
-use slothqueue_runner::wait::{WaitTarget, wait};
+use slothqueue_runner::wait::{WaitTarget, wait_briefly};
 
 use super::doc::{AUTHED, id_param, ok_json, plain_name, responses};
 use super::enqueue::shell_payload;
@@ -237,7 +237,7 @@ pub(super) async fn show(
         let mut closing = app.api.closing.subscribe();
         let target = WaitTarget::Jobs(vec![id]);
         tokio::select! {
-            waited = wait(app.store.as_ref(), &app.api.watch, &target, Some(deadline)) => {
+            waited = wait_briefly(app.store.as_ref(), &app.api.watch, &target, Some(deadline)) => {
                 match waited {
                     Ok(_) => {}
                     Err(RunnerError::Store { source, .. }) => return Err(source.into()),
