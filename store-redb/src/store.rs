@@ -11,15 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use redb::ReadTransaction;
-use slothqueue_core::ops;
 use slothqueue_core::{
-    AttemptNote, ClaimRequest, Claimed, Completion, Event, Failure as JobFailure, Fence,
-    HeartbeatAck, Job, JobEdit, JobId, JobSource, LaneChange, LaneScope, Lanes, ListFilter, NewJob,
-    NewSchedule, Policy, PurgeFilter, Pushed, PushedId, PutSchedule, QueueCounts, RunnerRecord,
-    Schedule, ScheduleChange, SettledAndClaimed, Settlement, Stamp, Stats, Store, StoreError,
-    Ticks, Timestamp,
+    Event, Job, JobId, Lanes, ListFilter, Policy, QueueCounts, RunnerRecord, Schedule, Stats,
+    StoreError, Timestamp,
 };
 
 use crate::error::{Failure, corrupt, guarded, panic_message};
@@ -275,149 +270,18 @@ impl RedbStore {
     }
 }
 
-/// Every write is core's operation ([`ops`]) in one write transaction; a
-/// push and a claim first move what became due into `ready`
-/// (`RedbTx::advance`, the watermark rule). The reads are `reads.rs`.
-#[async_trait]
+// Every write is core's operation ([`ops`]) in one write transaction
+// (`store_ops!` writes those methods); a push and a claim first move what
+// became due into `ready` (`RedbTx::catch_up`, the watermark rule). The
+// reads are `reads.rs`.
+slothqueue_core::store_ops! {
 impl Store for RedbStore {
-    async fn push(&self, job: NewJob, now: Timestamp) -> Result<Pushed, StoreError> {
-        let mut many = self.push_many(vec![job], now).await.map_err(ops::alone)?;
-        many.pop().ok_or_else(|| StoreError::Backend("a push returned nothing".to_owned()))
-    }
-
-    async fn push_many(
-        &self,
-        jobs: Vec<NewJob>,
-        now: Timestamp,
-    ) -> Result<Vec<Pushed>, StoreError> {
-        self.write(move |t, policy| {
-            t.advance(now)?;
-            ops::push_many(t, &jobs, now, policy)
-        })
-        .await
-    }
-
-    async fn push_stream(
-        &self,
-        source: Arc<dyn JobSource>,
-        now: Timestamp,
-    ) -> Result<Vec<PushedId>, StoreError> {
-        self.write(move |t, policy| {
-            t.advance(now)?;
-            ops::push_stream(t, source.as_ref(), now, policy)
-        })
-        .await
-    }
-
-    async fn claim(
-        &self,
-        request: &ClaimRequest,
-        now: Timestamp,
-    ) -> Result<Option<Claimed>, StoreError> {
-        let request = request.clone();
-        self.write(move |t, policy| {
-            t.advance(now)?;
-            ops::claim(t, &request, now, policy)
-        })
-        .await
-    }
-
-    async fn heartbeat(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        child_pgid: Option<i32>,
-        now: Timestamp,
-    ) -> Result<HeartbeatAck, StoreError> {
-        let fence = fence.clone();
-        self.write(move |t, policy| ops::heartbeat(t, id, &fence, child_pgid, now, policy)).await
-    }
-
-    async fn complete(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        done: Completion,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        let fence = fence.clone();
-        self.write(move |t, _| ops::complete(t, id, &fence, &done, now)).await
-    }
-
-    async fn fail(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        failure: JobFailure,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        let fence = fence.clone();
-        self.write(move |t, policy| ops::fail(t, id, &fence, &failure, now, policy)).await
-    }
-
-    async fn settle_and_claim(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        settlement: Settlement,
-        next: &ClaimRequest,
-        now: Timestamp,
-    ) -> Result<SettledAndClaimed, StoreError> {
-        let (fence, next) = (fence.clone(), next.clone());
-        self.write(move |t, policy| {
-            t.advance(now)?;
-            ops::settle_and_claim(t, id, &fence, &settlement, &next, now, policy)
-        })
-        .await
-    }
-
-    async fn release(&self, id: JobId, fence: &Fence, now: Timestamp) -> Result<Job, StoreError> {
-        let fence = fence.clone();
-        self.write(move |t, _| ops::release(t, id, &fence, now)).await
-    }
-
-    async fn note_attempt(
-        &self,
-        id: JobId,
-        fence: &Fence,
-        note: &AttemptNote,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        let (fence, note) = (fence.clone(), note.clone());
-        self.write(move |t, _| ops::note_attempt(t, id, &fence, &note, now)).await
-    }
-
-    async fn hold(&self, id: JobId, stamp: Stamp, now: Timestamp) -> Result<Job, StoreError> {
-        self.write(move |t, _| ops::hold(t, id, stamp.clone(), now)).await
-    }
-
-    async fn release_hold(&self, id: JobId, by: &str, now: Timestamp) -> Result<Job, StoreError> {
-        let by = by.to_owned();
-        self.write(move |t, _| ops::release_hold(t, id, &by, now)).await
-    }
-
-    async fn edit(&self, id: JobId, edit: &JobEdit, now: Timestamp) -> Result<Job, StoreError> {
-        let edit = edit.clone();
-        self.write(move |t, _| ops::edit(t, id, &edit, now)).await
-    }
-
-    async fn clone_job(
-        &self,
-        id: JobId,
-        edit: &JobEdit,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        let edit = edit.clone();
-        self.write(move |t, policy| ops::clone_job(t, id, &edit, now, policy)).await
-    }
-
-    async fn cancel(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.write(move |t, _| ops::cancel(t, id, now)).await
-    }
-
-    async fn retry(&self, id: JobId, now: Timestamp) -> Result<Job, StoreError> {
-        self.write(move |t, _| ops::retry(t, id, now)).await
-    }
+    ops [
+        push, push_many, push_stream, claim, heartbeat, complete, fail, settle_and_claim,
+        release, note_attempt, hold, release_hold, edit, clone_job, cancel, retry,
+        reclaim_dead, purge, restore, restore_many, put_schedule, change_schedule,
+        fire_schedules, restore_schedules, change_lane,
+    ];
 
     async fn dependents(&self, id: JobId) -> Result<Vec<JobId>, StoreError> {
         // A parent purged before its children still lists them: an edge
@@ -451,32 +315,9 @@ impl Store for RedbStore {
         self.read(move |txn| queue_counts_in(txn, now)).await
     }
 
-    async fn reclaim_dead(
-        &self,
-        attempts: &[(JobId, Fence)],
-        now: Timestamp,
-    ) -> Result<Vec<Job>, StoreError> {
-        // Nothing to take back opens no write transaction (a sweep that
-        // found no dead owner costs no commit).
-        if attempts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let attempts = attempts.to_vec();
-        self.write(move |t, _| ops::reclaim_dead(t, &attempts, now)).await
-    }
 
-    async fn purge(&self, filter: &PurgeFilter) -> Result<Vec<JobId>, StoreError> {
-        let filter = filter.clone();
-        self.write(move |t, _| ops::purge(t, &filter)).await
-    }
 
-    async fn restore(&self, job: Job, events: Vec<Event>) -> Result<(), StoreError> {
-        self.restore_many(vec![(job, events)]).await.map_err(ops::alone)
-    }
 
-    async fn restore_many(&self, jobs: Vec<(Job, Vec<Event>)>) -> Result<(), StoreError> {
-        self.write(move |t, _| ops::restore_many(t, &jobs)).await
-    }
 
     async fn put_runner(&self, record: &RunnerRecord) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(record)
@@ -502,61 +343,34 @@ impl Store for RedbStore {
         self.read(runners_in).await
     }
 
-    async fn put_schedule(
-        &self,
-        new: &NewSchedule,
-        now: Timestamp,
-    ) -> Result<PutSchedule, StoreError> {
-        let new = new.clone();
-        self.write(move |t, _| ops::put_schedule(t, &new, now)).await
-    }
 
     async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
         self.read(|txn| schedules_in(&txn.open_table(SCHEDULES)?)).await
     }
 
-    async fn change_schedule(
-        &self,
-        key: &str,
-        change: &ScheduleChange,
-        now: Timestamp,
-    ) -> Result<Option<Schedule>, StoreError> {
-        let (key, change) = (key.to_owned(), change.clone());
-        self.write(move |t, _| ops::change_schedule(t, &key, &change, now)).await
-    }
 
-    async fn fire_schedules(&self, now: Timestamp) -> Result<Ticks, StoreError> {
-        self.write(move |t, policy| ops::fire_schedules(t, now, policy)).await
-    }
 
-    async fn restore_schedules(&self, schedules: Vec<Schedule>) -> Result<(), StoreError> {
-        self.write(move |t, _| ops::restore_schedules(t, &schedules)).await
-    }
 
     async fn lanes(&self) -> Result<Lanes, StoreError> {
         self.read(|txn| lanes_in(&txn.open_table(LANES)?)).await
     }
 
-    async fn change_lane(
-        &self,
-        scope: &LaneScope,
-        change: &LaneChange,
-    ) -> Result<Lanes, StoreError> {
-        let (scope, change) = (scope.clone(), change.clone());
-        self.write(move |t, _| ops::change_lane(t, &scope, &change)).await
-    }
 
     /// redb writes every commit into the file itself.
     fn watched_files(&self) -> Vec<PathBuf> {
         vec![self.inner.path.clone()]
     }
 }
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::schema::JOBS;
-    use slothqueue_core::{ClaimFilter, ClockOnly, JobState, Owner};
+    use slothqueue_core::{
+        ClaimFilter, ClaimRequest, ClockOnly, Completion, JobEdit, JobState, NewJob, Owner,
+        Settlement, Stamp, Store,
+    };
 
     fn t(secs: i64) -> Timestamp {
         Timestamp::from_millis(1_700_000_000_000 + secs * 1000)

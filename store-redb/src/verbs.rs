@@ -13,7 +13,8 @@ use redb::ReadableTable;
 
 use slothqueue_core::ops::{ClaimCursor, DueScope, Tx, TxError};
 use slothqueue_core::{
-    Event, Job, JobId, JobState, LaneScope, LaneSettings, Lanes, Schedule, StoreError, Transition,
+    Event, Job, JobId, JobState, LaneScope, LaneSettings, Lanes, Schedule, StoreError, Timestamp,
+    Transition,
 };
 
 use crate::error::Failure;
@@ -35,6 +36,10 @@ impl TxError for Failure {
 /// pushed before in it; a plan, the rows it wrote).
 impl Tx for RedbTx<'_> {
     type Error = Failure;
+
+    fn catch_up(&mut self, now: Timestamp) -> Result<(), Failure> {
+        self.advance(now)
+    }
 
     fn job(&mut self, id: JobId) -> Result<Option<Job>, Failure> {
         RedbTx::job(self, id)

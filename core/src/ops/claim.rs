@@ -33,6 +33,7 @@ pub fn claim<T: Tx>(
     now: Timestamp,
     policy: &Policy,
 ) -> Result<Option<Claimed>, T::Error> {
+    tx.catch_up(now)?;
     let running = tx.running()?;
     let lanes = LaneCheck::new(tx.lanes()?, &running);
     let plan = {
@@ -62,6 +63,7 @@ pub fn settle_and_claim<T: Tx>(
     now: Timestamp,
     policy: &Policy,
 ) -> Result<SettledAndClaimed, T::Error> {
+    tx.catch_up(now)?;
     let settled = jobs::settle(tx, id, fence, settlement, now, policy)?;
     let next = claim(tx, next, now, policy)?;
     Ok(SettledAndClaimed { settled, next })

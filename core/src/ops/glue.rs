@@ -208,7 +208,7 @@ macro_rules! __store_ops {
                 stamp: $crate::Stamp,
                 now: $crate::Timestamp,
             ) -> ::core::result::Result<$crate::Job, $crate::StoreError> {
-                self.write(move |tx, _| $crate::ops::hold(tx, id, stamp, now)).await
+                self.write(move |tx, _| $crate::ops::hold(tx, id, stamp.clone(), now)).await
             }
         ]; [$($own)*]; $($rest),*);
     };

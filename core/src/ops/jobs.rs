@@ -29,6 +29,7 @@ pub fn push_many<T: Tx>(
         machine::validate(job)
             .map_err(|e| StoreError::InBatch { index, error: Box::new(e.into()) })?;
     }
+    tx.catch_up(now)?;
     let mut next = tx.next_id()?;
     jobs.iter()
         .enumerate()
@@ -52,6 +53,7 @@ pub fn push_stream<T: Tx>(
     now: Timestamp,
     policy: &Policy,
 ) -> Result<Vec<PushedId>, T::Error> {
+    tx.catch_up(now)?;
     let mut next = tx.next_id()?;
     let mut pushed = Vec::new();
     for (index, job) in source.jobs().enumerate() {

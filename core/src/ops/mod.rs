@@ -70,6 +70,16 @@ pub trait Tx {
     /// The backend's error; a refusal in the core's terms becomes one.
     type Error: TxError;
 
+    /// Brings what the store keeps about due times up to `now` before a
+    /// push or a claim reads or writes it: redb moves the jobs that became
+    /// due into its ready index (its watermark rule), so a job pushed due
+    /// now goes straight there. Nothing for a store that keeps no such
+    /// thing.
+    fn catch_up(&mut self, now: Timestamp) -> Result<(), Self::Error> {
+        let _ = now;
+        Ok(())
+    }
+
     /// The job with this id, if any.
     fn job(&mut self, id: JobId) -> Result<Option<Job>, Self::Error>;
 
