@@ -150,8 +150,8 @@ pub(super) fn start_state(parents: &[Job]) -> (u32, Option<(JobId, String)>) {
 /// An imported job as its parents stand now, never as its file says: its
 /// count of parents not `done` recomputed, and a pending one cancelled
 /// when a parent has failed or been cancelled, as a push after that parent
-/// would be ([`start_state`]): otherwise it would wait forever. The
-/// cancel is a `Cancelled` event on its trail, dated when that parent
+/// would be ([`crate::machine::create`]): otherwise it would wait forever.
+/// The cancel is a `Cancelled` event on its trail, dated when that parent
 /// ended (an import has no clock of its own), and a retry of the root
 /// brings the job back as it brings back every job it cancelled.
 pub fn restored(job: &Job, events: &mut Vec<Event>, parents: &[Job]) -> Job {
