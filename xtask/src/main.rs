@@ -14,6 +14,7 @@
 mod bench;
 mod conformance;
 mod pg;
+mod py;
 mod run;
 mod torture;
 

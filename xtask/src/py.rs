@@ -1,0 +1,55 @@
+//! The Python virtual environment the test command makes for itself: the
+//! MCP server is tested with the official MCP Python SDK as its client and
+//! the Python package with pytest, both from PyPI, so a fresh machine needs
+//! only `python3` (with its `venv` module) and a reachable package index.
+//!
+//! The environment lives under `target/` (never committed, removed by
+//! `cargo clean`) and is made once; later runs only ask pip for what is
+//! missing, which answers from the installed set without a download.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::run;
+
+/// Where the environment lives, relative to the project root.
+const VENV_DIR: &str = "target/py-venv";
+
+/// What every Python test of the project needs, pinned to the majors the
+/// tests were written against: pytest runs them, `mcp` is the official MCP
+/// SDK (its stdio client drives `slothqueue mcp`), maturin builds the
+/// Python package, mypy checks its stubs.
+pub const PACKAGES: &[&str] = &["pytest>=8,<10", "mcp>=1.9,<2", "maturin>=1.7,<2", "mypy>=1.10,<2"];
+
+#[expect(dead_code, reason = "the MCP and Python tests' steps of `ci` call it as they land")]
+/// A ready virtual environment with [`PACKAGES`] installed; returns the
+/// path of its `python`.
+pub fn venv() -> Result<PathBuf, String> {
+    let root = run::project_root();
+    let dir = root.join(VENV_DIR);
+    let python = dir.join("bin").join("python");
+    if !python.exists() {
+        let system = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
+        let dir_text = dir.to_string_lossy().into_owned();
+        command(Path::new(&system), &["-m", "venv", &dir_text])?;
+    }
+    let mut install = vec!["-m", "pip", "install", "--quiet", "--disable-pip-version-check"];
+    install.extend(PACKAGES);
+    command(&python, &install)?;
+    Ok(python)
+}
+
+/// Runs `program args…` with inherited output, echoed like a shell would;
+/// an error if it cannot start or fails.
+pub fn command(program: &Path, args: &[&str]) -> Result<(), String> {
+    println!("$ {} {}", program.display(), args.join(" "));
+    let status = Command::new(program)
+        .args(args)
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`{} {}` failed ({status})", program.display(), args.join(" ")))
+    }
+}
