@@ -118,6 +118,7 @@
 //! Idempotency keys (`NewJob::key`) make pushes safe to repeat.
 
 mod open;
+pub mod spec;
 pub mod typed;
 
 pub use open::{Backend, OpenError, OpenOptions, detect, has_password, is_server_url, open, shown};

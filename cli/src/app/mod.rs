@@ -9,7 +9,7 @@ pub mod duration;
 mod every;
 pub mod exit;
 mod render;
-pub mod spec;
+use slothqueue::spec;
 pub mod time;
 
 use std::process::ExitCode;

@@ -9,6 +9,7 @@
 //! The shape of the command line is here; the parsers of single values
 //! are in `values`.
 
+mod mcp;
 mod values;
 
 use std::path::PathBuf;
@@ -19,6 +20,7 @@ use slothqueue::core::{CatchUp, Overlap, Parent};
 use slothqueue::{Backend, JobId, JobState};
 
 use super::duration;
+pub use mcp::McpArgs;
 pub use values::{MaxRuntime, parse_id};
 use values::{
     backend_parser, catch_up_parser, overlap_parser, parse_addr, parse_attempts, parse_ceiling,
@@ -105,6 +107,8 @@ pub enum Command {
     Demo,
     /// Serve the loopback HTTP API (the outbox routes) with a drain worker.
     Serve(ServeArgs),
+    /// Serve the queue to an agent: a Model Context Protocol server on stdio (docs/agents.md).
+    Mcp(McpArgs),
     /// Block until jobs are finished; exit 1 if one did not end done.
     Wait(WaitArgs),
     /// At most N jobs of a queue run at once, across every runner (0: no limit).

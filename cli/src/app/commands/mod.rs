@@ -9,6 +9,8 @@ mod demo;
 mod edit;
 mod inspect;
 mod lanes;
+#[cfg(feature = "mcp")]
+mod mcp;
 mod read_back;
 mod revise;
 mod run;
@@ -31,7 +33,7 @@ use super::Outcome;
 use super::args::Cli;
 use super::config::{Command, Config};
 use super::exit::Code;
-#[cfg(not(feature = "http"))]
+#[cfg(any(not(feature = "http"), not(feature = "mcp")))]
 use super::exit::usage;
 
 /// What every command needs besides its own arguments.
@@ -175,6 +177,12 @@ pub async fn execute(config: Config) -> Outcome {
         #[cfg(not(feature = "http"))]
         Command::Serve(_) => Err(usage(
             "serve needs the HTTP API, and this slothqueue was built without the \"http\" feature",
+        )),
+        #[cfg(feature = "mcp")]
+        Command::Mcp(mc) => mcp::mcp(&ctx, mc).await,
+        #[cfg(not(feature = "mcp"))]
+        Command::Mcp(_) => Err(usage(
+            "mcp needs the MCP server, and this slothqueue was built without the \"mcp\" feature",
         )),
     }
 }

@@ -119,6 +119,15 @@ pub enum Command {
         )
     )]
     Serve(ServeConfig),
+    /// The MCP server on stdio.
+    #[cfg_attr(
+        not(feature = "mcp"),
+        allow(
+            dead_code,
+            reason = "without the mcp feature mcp only says it is missing (the config is read all the same)"
+        )
+    )]
+    Mcp(McpConfig),
     /// Block until jobs are finished.
     Wait {
         /// What to wait for.
@@ -258,6 +267,26 @@ pub struct ServeConfig {
     pub runner: RunnerOptions,
 }
 
+/// `mcp`, validated.
+#[derive(Debug, PartialEq)]
+pub struct McpConfig {
+    /// Only the looking tools.
+    pub read_only: bool,
+    /// `add_job` queues only these handler kinds; `None`: any job.
+    pub kinds: Option<Vec<String>>,
+    /// Every tool confined to this queue.
+    pub queue: Option<String>,
+    /// A drain worker runs inside the server, with these options.
+    pub worker: Option<RunnerOptions>,
+    /// `USER@host`: who pauses and holds.
+    pub who: String,
+    /// The server's environment, from which `add_job` records what `add`
+    /// would.
+    pub env: Vec<(String, String)>,
+    /// A shell job's directory when the call names none.
+    pub cwd: Option<PathBuf>,
+}
+
 /// `add --stdin`: the flags, checked, as the defaults of every line (the
 /// lines are read and checked by the command, before anything is opened).
 #[derive(Debug)]
@@ -369,6 +398,7 @@ impl Config {
                 metrics_addr: a.metrics_addr,
                 runner: runner_options(a.runner)?,
             }),
+            args::Command::Mcp(a) => Command::Mcp(mcp_config(a, env)?),
             args::Command::Parallel(p) => {
                 let queue = p.queue.unwrap_or_else(|| DEFAULT_QUEUE.to_owned());
                 plain_name("--queue", &queue)?;
@@ -407,6 +437,55 @@ impl Config {
             command,
         })
     }
+}
+
+/// `mcp`'s flags, checked: the kinds and the queue are plain names, at
+/// most one queue (the one every tool is confined to), and the runner's
+/// other flags only with `--worker`, which uses them.
+fn mcp_config(a: args::McpArgs, env: &Env) -> anyhow::Result<McpConfig> {
+    for k in &a.kinds {
+        plain_name("--kinds", k)?;
+    }
+    let queue = match a.runner.queue.as_slice() {
+        [] => None,
+        [q] => {
+            plain_name("--queue", q)?;
+            Some(q.clone())
+        }
+        _ => {
+            return Err(usage(
+                "mcp takes one --queue: the queue every tool is confined to (start one server per queue)",
+            ));
+        }
+    };
+    let runner = runner_options(a.runner)?;
+    let worker = if a.worker {
+        Some(runner)
+    } else {
+        // The runner's flags do something only with --worker: given
+        // without it they would be ignored in silence.
+        use clap::Parser as _;
+        let plain = match Cli::try_parse_from(["slothqueue", "mcp"]).map(|c| c.command) {
+            Ok(args::Command::Mcp(m)) => runner_options(m.runner)?,
+            _ => return Err(usage("mcp: cannot read its default flags")),
+        };
+        let without_queue = RunnerOptions { queues: plain.queues.clone(), ..runner };
+        if without_queue != plain {
+            return Err(usage(
+                "the runner's flags (--slots, --handlers, --load-ceiling, …) are for mcp --worker, which runs jobs inside the server; add --worker, or leave them out",
+            ));
+        }
+        None
+    };
+    Ok(McpConfig {
+        read_only: a.read_only,
+        kinds: (!a.kinds.is_empty()).then_some(a.kinds),
+        queue,
+        worker,
+        who: env.who(),
+        env: env.vars.clone(),
+        cwd: env.cwd.as_ref().ok().cloned(),
+    })
 }
 
 /// `--queue Q` as a lane: that queue, or every queue without the flag.

@@ -1,18 +1,21 @@
 //! What `add` says about one job before it is checked — from the flags, or
-//! from a line of `add --stdin` laid over them — and the one function that
-//! checks it and makes it a [`NewJob`].
+//! from a line of `add --stdin` laid over them, or from an agent's
+//! `add_job` call (slothqueue-mcp) — and the one function that checks it
+//! and makes it a [`NewJob`].
 //!
-//! Both ways in go through [`build`], so a job given as flags and the same
-//! job given as a JSON line are refused for the same reasons; only the
-//! names in the message differ ([`Source`]), so each says what the user
-//! wrote (`--queue` on the command line, `` `queue` `` in a line).
+//! Every way in goes through [`build`], so a job given as flags, as a JSON
+//! line or as a tool call is refused for the same reasons; only the names
+//! in the message differ ([`Source`]), so each says what the user wrote
+//! (`--queue` on the command line, `` `queue` `` in a line or a call). It
+//! lives in the library, not the binary, so that the MCP server queues a
+//! job exactly as `add` does without a copy of the rules.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use slothqueue::core::{DEFAULT_MAX_RUNTIME, Parent, machine};
-use slothqueue::{NewJob, Timestamp};
+use crate::core::{DEFAULT_MAX_RUNTIME, Parent, machine};
+use crate::{NewJob, Timestamp};
 
 /// When a new job becomes due.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,6 +48,8 @@ pub enum Source {
     Flags,
     /// A JSON line of `add --stdin`: `` `queue` ``.
     Line,
+    /// The arguments of an MCP `add_job` call: `` `queue` `` too.
+    Tool,
 }
 
 impl Source {
@@ -52,7 +57,7 @@ impl Source {
     pub fn name(self, field: &str) -> String {
         match self {
             Source::Flags => format!("--{}", field.replace('_', "-")),
-            Source::Line => format!("`{field}`"),
+            Source::Line | Source::Tool => format!("`{field}`"),
         }
     }
 }
@@ -88,7 +93,7 @@ pub struct JobSpec {
     pub recorded: Option<BTreeMap<String, String>>,
     /// A shell job's own niceness, I/O class and ceilings; `None`: the
     /// runner's defaults.
-    pub limits: Option<slothqueue::core::Limits>,
+    pub limits: Option<crate::core::Limits>,
     /// A shell job's directory; the current one when absent.
     pub cwd: Option<String>,
     /// The jobs it runs after.
@@ -106,17 +111,17 @@ pub fn build(
         (Some(_), Some(_)) => {
             return Err(match source {
                 Source::Flags => "give either a command or --kind with --payload, not both (a handler job has no command)".to_owned(),
-                Source::Line => "give either `command` or `kind` (with `payload`), not both (a handler job has no command)".to_owned(),
+                Source::Line | Source::Tool => "give either `command` or `kind` (with `payload`), not both (a handler job has no command)".to_owned(),
             });
         }
         (None, Some(kind)) => {
-            if kind == slothqueue::core::SHELL_KIND {
+            if kind == crate::core::SHELL_KIND {
                 return Err(match source {
                     Source::Flags => {
                         "--kind shell is what a command already is: give the command as CMD instead"
                             .to_owned()
                     }
-                    Source::Line => {
+                    Source::Line | Source::Tool => {
                         "`kind` shell is what a command already is: give `command` instead"
                             .to_owned()
                     }
@@ -139,7 +144,7 @@ pub fn build(
                     match source {
                         Source::Flags =>
                             "--nice, --ionice, --memory-max or --cpu-weight".to_owned(),
-                        Source::Line => n("limits"),
+                        Source::Line | Source::Tool => n("limits"),
                     }
                 ));
             }
@@ -186,7 +191,7 @@ pub fn build(
                 env.into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect(),
             );
             if exact {
-                job.payload["env_mode"] = slothqueue::core::EnvMode::Exact.as_str().into();
+                job.payload["env_mode"] = crate::core::EnvMode::Exact.as_str().into();
             }
             if let Some(limits) = spec.limits {
                 limits.check().map_err(|e| format!("{}: {e}", n("limits")))?;
@@ -198,6 +203,7 @@ pub fn build(
             return Err(match source {
                 Source::Flags => "add needs a command: slothqueue add 'make test' (or a handler job: --kind K --payload JSON)".to_owned(),
                 Source::Line => "a JSON line needs `command` (or `kind`, with `payload`)".to_owned(),
+                Source::Tool => "add_job needs `command` (a shell command) or `kind` (with `payload`)".to_owned(),
             });
         }
     };
