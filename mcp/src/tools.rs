@@ -90,13 +90,23 @@ pub struct Queue {
     store: Arc<dyn Store>,
     watch: QueueWatch,
     opts: Options,
+    clock: Arc<dyn Clock + Send + Sync>,
 }
 
 impl Queue {
     /// The tools over `store`.
     pub fn new(store: Arc<dyn Store>, opts: Options) -> Queue {
+        Queue::with_clock(store, opts, Arc::new(SystemClock))
+    }
+
+    /// The tools over `store`, reading the time from `clock`.
+    pub fn with_clock(
+        store: Arc<dyn Store>,
+        opts: Options,
+        clock: Arc<dyn Clock + Send + Sync>,
+    ) -> Queue {
         let watch = QueueWatch::for_store(&opts.queue_file, store.as_ref());
-        Queue { store, watch, opts }
+        Queue { store, watch, opts, clock }
     }
 
     /// The options it was started with.
@@ -105,7 +115,7 @@ impl Queue {
     }
 
     fn now(&self) -> Timestamp {
-        SystemClock.now()
+        self.clock.now()
     }
 
     fn policy(&self) -> &Policy {
