@@ -11,6 +11,7 @@
     reason = "xtask is a command-line tool; printing is its job"
 )]
 
+mod agents;
 mod bench;
 mod conformance;
 mod pg;
@@ -193,6 +194,7 @@ fn ci() -> Result<(), String> {
         }
         run::cargo(&test)?;
     }
+    agents::run()?;
     conformance::run(&[])?;
     // Keeps the bench harness alive; asserts nothing about speed. The dev
     // profile reuses the test build instead of a release one.
