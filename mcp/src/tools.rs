@@ -251,7 +251,7 @@ impl Queue {
                 "{coverage}: the runners of its queue have no handler `{kind}` (start one with `slothqueue run --follow --handlers DIR`, DIR holding an executable named {kind})"
             ),
             _ if self.opts.worker => {
-                format!("{coverage} yet: this server's worker serves other queues")
+                format!("{coverage} yet: this server's worker is starting, or serves other queues")
             }
             _ => format!(
                 "{coverage}: it waits until one starts: `slothqueue run --follow` (or its systemd unit), or this server started with `slothqueue mcp --worker`"

@@ -194,3 +194,16 @@ def test_bad_input_and_a_wait_that_times_out(db: Path):
             assert notes and "waiting on 1" in notes[0], notes
 
     asyncio.run(main())
+
+
+def test_a_worker_inside_the_server_runs_the_jobs(db: Path):
+    async def main():
+        async with session(db, "--worker", "--load-ceiling", "1000") as s:
+            added = await call(s, "add_job", {"command": "echo from the worker"})
+            job = added["job"]["id"]
+            waited = await call(s, "wait_jobs", {"ids": [job], "timeout_s": 30})
+            assert waited["done"] == [job]
+            logs = await call(s, "job_logs", {"id": job})
+            assert "from the worker" in logs["text"]
+
+    asyncio.run(main())

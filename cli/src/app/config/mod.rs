@@ -684,6 +684,33 @@ mod tests {
     }
 
     #[test]
+    fn mcp_takes_one_queue_and_the_runner_flags_only_with_its_worker() {
+        let Command::Mcp(m) =
+            config(&["mcp", "--read-only", "--kinds", "a,b", "-q", "gpu"]).unwrap().command
+        else {
+            panic!("not mcp")
+        };
+        assert!(m.read_only && m.worker.is_none());
+        assert_eq!(
+            (m.kinds, m.queue.as_deref()),
+            (Some(vec!["a".into(), "b".into()]), Some("gpu"))
+        );
+        let err = config(&["mcp", "-q", "a", "-q", "b"]).unwrap_err().to_string();
+        assert!(err.starts_with("mcp takes one --queue"), "{err}");
+        let err = config(&["mcp", "--slots", "2"]).unwrap_err().to_string();
+        assert!(err.contains("are for mcp --worker"), "{err}");
+        let err = config(&["mcp", "--kinds", "a b"]).unwrap_err().to_string();
+        assert!(err.starts_with("--kinds `a b` is not a plain name"), "{err}");
+        let Command::Mcp(m) =
+            config(&["mcp", "--worker", "--slots", "2", "-q", "gpu"]).unwrap().command
+        else {
+            panic!("not mcp")
+        };
+        let worker = m.worker.unwrap();
+        assert_eq!((worker.slots.slots, worker.queues), (2, vec!["gpu".to_owned()]));
+    }
+
+    #[test]
     fn run_and_serve_take_the_same_runner_options_with_the_same_checks() {
         let dir = tempfile::tempdir().unwrap();
         let psi = dir.path().join("cpu");
