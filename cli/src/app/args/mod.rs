@@ -107,7 +107,7 @@ pub enum Command {
     Demo,
     /// Serve the loopback HTTP API (the outbox routes) with a drain worker.
     Serve(ServeArgs),
-    /// Serve the queue to an agent: a Model Context Protocol server on stdio (docs/agents.md).
+    /// Serve the queue to an agent as an MCP server on stdio (docs/agents.md).
     Mcp(McpArgs),
     /// Block until jobs are finished; exit 1 if one did not end done.
     Wait(WaitArgs),
