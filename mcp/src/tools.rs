@@ -44,7 +44,7 @@ pub const DEFAULT_LIST: u32 = 20;
 /// See [`DEFAULT_LIST`].
 pub const MAX_LIST: u32 = 200;
 /// How often a wait with a progress token reports.
-const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// What the server is started with.
 #[derive(Clone, Debug)]

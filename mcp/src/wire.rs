@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use slothqueue::{Job, JobState};
+use slothqueue::Job;
 
 /// A job as an answer names it: enough to act on, never its recorded
 /// environment (secrets stay out of a model's context).
@@ -381,9 +381,4 @@ pub struct LaneChangeOutput {
     pub lane: LaneOut,
     /// What happened.
     pub message: String,
-}
-
-/// A state's name as answers give it.
-pub fn state_name(s: JobState) -> String {
-    s.as_str().to_owned()
 }

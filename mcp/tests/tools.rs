@@ -370,6 +370,40 @@ async fn the_changes_map_to_the_stores_operations() {
     assert!(lanes.all_paused.is_some());
 }
 
+#[tokio::test(flavor = "current_thread")]
+async fn a_flood_of_waits_is_refused_not_queued() {
+    let f = fixture();
+    let server = Arc::new(f.server(Policy::default()));
+    let id = f.queue(Policy::default()).add_job(shell("x")).await.unwrap().data.job.id;
+    let wait = || args(serde_json::json!({"ids": [id], "timeout_s": 600}));
+    let mut held = Vec::new();
+    for _ in 0..slothqueue_mcp::server::MAX_WAITS {
+        let server = server.clone();
+        let wait = wait();
+        held.push(tokio::spawn(async move { server.call("wait_jobs", wait, None).await }));
+    }
+    // Each spawned wait takes its place before its first look.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    // Refused at once: a deadline, so that a lost bound fails, not hangs.
+    let fifth = server.call("wait_jobs", wait(), None);
+    let r = tokio::time::timeout(std::time::Duration::from_secs(10), fifth).await.unwrap();
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("4 waits are already running"), "{}", text(&r));
+    // Other calls still go through.
+    let r = server.call("queue_status", None, None).await;
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    for h in &held {
+        h.abort();
+    }
+    for h in held {
+        let _ = h.await;
+    }
+    let r = server.call("wait_jobs", args(serde_json::json!({"ids": [id], "timeout_s": 0})), None);
+    assert_eq!(r.await.is_error, Some(false), "the places are given back");
+}
+
 #[test]
 fn the_log_folder_is_the_runners() {
     let f = fixture();
