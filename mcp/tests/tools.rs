@@ -188,6 +188,15 @@ async fn bad_input_gets_the_clis_reasons() {
     let e = q.add_job(orphan).await.unwrap_err();
     assert!(matches!(e, ToolError::BadInput(_)), "{e:?}");
     assert!(e.to_string().contains("#42"), "{e}");
+    // A cycle: a job waiting on the job its key replaces.
+    q.add_job(AddJobInput { key: Some("k".into()), ..shell("true") }).await.unwrap();
+    let cycle = AddJobInput {
+        key: Some("k".into()),
+        after: vec![ParentRef::Key("k".into())],
+        ..shell("false")
+    };
+    let e = q.add_job(cycle).await.unwrap_err();
+    assert!(e.to_string().contains("cannot wait on the job it replaces"), "{e}");
     let e = q.show_job(JobIdInput { id: 7 }).await.unwrap_err();
     assert_eq!(e.to_string(), "no job #7");
     let e = q.list_jobs(ListJobsInput { state: Some("asleep".into()), ..Default::default() });
