@@ -3,8 +3,9 @@
 //! This crate is the library a program depends on: it re-exports the job
 //! model and the [`Store`] trait from [`core`], the storage backends the
 //! Cargo features enable, the [`runner`], the HTTP API, [`open()`], which
-//! opens a queue without the caller knowing its backend, and [`typed`],
-//! jobs as Rust types. The `slothqueue` binary (package `slothqueue-cli`)
+//! opens a queue without the caller knowing its backend, [`typed`],
+//! jobs as Rust types, and [`spec`], the one check that turns what `add`
+//! (or an agent's `add_job`) says of a job into a `NewJob`. The `slothqueue` binary (package `slothqueue-cli`)
 //! is built on exactly this; depending on this crate builds no part of
 //! the command line.
 //!
