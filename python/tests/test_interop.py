@@ -18,7 +18,7 @@ def test_python_pushes_a_shell_job_the_cli_runs_it(db: str, cli: str, tmp_path: 
     with Queue(db) as q:
         job_id = q.push(command=f"echo ran > {out}").job.id
         assert q.get(job_id).command == f"echo ran > {out}"
-    ran = run_cli(cli, db, "run")
+    ran = run_cli(cli, db, "run", "--load-ceiling", "1000")
     assert ran.returncode == 0, ran.stderr
     assert out.read_text() == "ran\n"
     with Queue(db) as q:

@@ -15,6 +15,7 @@ mod bench;
 mod conformance;
 mod pg;
 mod py;
+mod python;
 mod run;
 mod torture;
 
@@ -193,6 +194,7 @@ fn ci() -> Result<(), String> {
         }
         run::cargo(&test)?;
     }
+    python::run()?;
     conformance::run(&[])?;
     // Keeps the bench harness alive; asserts nothing about speed. The dev
     // profile reuses the test build instead of a release one.

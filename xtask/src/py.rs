@@ -21,7 +21,6 @@ const VENV_DIR: &str = "target/py-venv";
 /// Python package, mypy checks its stubs.
 pub const PACKAGES: &[&str] = &["pytest>=8,<10", "mcp>=1.9,<2", "maturin>=1.7,<2", "mypy>=1.10,<2"];
 
-#[expect(dead_code, reason = "the MCP and Python tests' steps of `ci` call it as they land")]
 /// A ready virtual environment with [`PACKAGES`] installed; returns the
 /// path of its `python`.
 pub fn venv() -> Result<PathBuf, String> {

@@ -47,6 +47,10 @@ def _time(ms: Optional[int]) -> Optional[datetime]:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
 
 
+def _opt_str(value: Any) -> Optional[str]:
+    return None if value is None else str(value)
+
+
 def _at(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
 
@@ -82,6 +86,7 @@ class Job:
     `Job` is what it said at one moment."""
 
     __slots__ = ("_raw",)
+    _raw: Dict[str, Any]
 
     def __init__(self, raw: Dict[str, Any]) -> None:
         object.__setattr__(self, "_raw", raw)
@@ -153,16 +158,16 @@ class Job:
 
     @property
     def last_error(self) -> Optional[str]:
-        return self._raw.get("last_error")
+        return _opt_str(self._raw.get("last_error"))
 
     @property
     def result(self) -> Optional[str]:
-        return self._raw.get("result")
+        return _opt_str(self._raw.get("result"))
 
     @property
     def key(self) -> Optional[str]:
         """The idempotency key."""
-        return self._raw.get("idempotency_key")
+        return _opt_str(self._raw.get("idempotency_key"))
 
     @property
     def after(self) -> List[int]:
