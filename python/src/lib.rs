@@ -6,9 +6,9 @@
 //! library's [`Store`](slothqueue::Store) (the rules live in `core`), and
 //! this crate only converts: arguments in, jobs out as JSON text that the
 //! pure-Python layer (`python/python/slothqueue/`) turns into objects.
-//! The GIL is released around every store call ([`block`]), so Python
+//! The GIL is released around every store call (`block`), so Python
 //! threads get real concurrency; the store's async API runs on one tokio
-//! runtime for the whole module ([`runtime`]).
+//! runtime for the whole module (`runtime`).
 
 use std::future::Future;
 use std::sync::OnceLock;
