@@ -23,8 +23,8 @@ use slothqueue::runner::wait::{WaitTarget, wait};
 use slothqueue::runner::watch::QueueChanges;
 use slothqueue::runner::{ProcJudge, QueueWatch, this_process_owner};
 use slothqueue::{
-    ClaimFilter, Clock, JobId, JobState, ListFilter, ListOrder, NewJob, OpenOptions, Owner, Store,
-    StoreError, SystemClock, Timestamp,
+    ClaimFilter, Clock, Job, JobId, JobState, ListFilter, ListOrder, NewJob, OpenOptions, Owner,
+    Store, StoreError, SystemClock, Timestamp,
 };
 
 use crate::clock::NativeClock;
@@ -160,8 +160,13 @@ impl NativeQueue {
         Ok((fence, store))
     }
 
-    fn settled(&self, id: JobId) {
-        lock(&self.fences).remove(&id);
+    /// Forgets the fence of `id` once its attempt is over: settled, or
+    /// found taken back.
+    fn settle(&self, id: JobId, outcome: Result<Job, StoreError>) -> PyResult<Job> {
+        if matches!(outcome, Ok(_) | Err(StoreError::LeaseLost { .. })) {
+            lock(&self.fences).remove(&id);
+        }
+        outcome.map_err(error::store)
     }
 
     fn now(&self) -> Timestamp {
@@ -274,8 +279,7 @@ impl NativeQueue {
     ) -> PyResult<String> {
         let (fence, store) = self.fence(py, id, owner)?;
         let done = Completion { result, exit_code: None };
-        let job = block(py, store.complete(id, &fence, done, self.now()))?.map_err(error::store)?;
-        self.settled(id);
+        let job = self.settle(id, block(py, store.complete(id, &fence, done, self.now()))?)?;
         json(&job)
     }
 
@@ -292,16 +296,14 @@ impl NativeQueue {
     ) -> PyResult<String> {
         let (fence, store) = self.fence(py, id, owner)?;
         let failure = Failure { error, exit_code: None, permanent };
-        let job = block(py, store.fail(id, &fence, failure, self.now()))?.map_err(error::store)?;
-        self.settled(id);
+        let job = self.settle(id, block(py, store.fail(id, &fence, failure, self.now()))?)?;
         json(&job)
     }
 
     /// Gives `owner`'s attempt at `id` back, not charged; the job as JSON.
     fn release(&self, py: Python<'_>, id: JobId, owner: &str) -> PyResult<String> {
         let (fence, store) = self.fence(py, id, owner)?;
-        let job = block(py, store.release(id, &fence, self.now()))?.map_err(error::store)?;
-        self.settled(id);
+        let job = self.settle(id, block(py, store.release(id, &fence, self.now()))?)?;
         json(&job)
     }
 

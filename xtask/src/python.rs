@@ -34,11 +34,15 @@ pub fn run() -> Result<(), String> {
     let binary = binary.to_string_lossy().into_owned();
     let tests = root.join("python").join("tests");
     let tests = tests.to_string_lossy().into_owned();
-    command(
-        &python,
-        &["-m", "pytest", "-q", "-p", "no:cacheprovider", &tests],
-        &[("SLOTHQUEUE_BIN", binary.as_str())],
-    )?;
+    // The PostgreSQL test gets the server `ci` started, as cargo's tests do.
+    let mut env = vec![("SLOTHQUEUE_BIN".to_owned(), binary)];
+    for key in ["SLOTHQUEUE_PG_URL", "SLOTHQUEUE_PG_REQUIRED"] {
+        if let Some(value) = run::cargo_env_value(key) {
+            env.push((key.to_owned(), value));
+        }
+    }
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    command(&python, &["-m", "pytest", "-q", "-p", "no:cacheprovider", &tests], &env)?;
     // The package's own code and the typed example, as a caller sees them.
     command(
         &python,
