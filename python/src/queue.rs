@@ -17,14 +17,14 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use serde::Deserialize;
 use slothqueue::core::job::Parent;
-use slothqueue::core::machine::{ClaimRequest, Completion, Failure};
+use slothqueue::core::machine::{ClaimRequest, Completion, Failure, Settlement};
 use slothqueue::core::{ClockOnly, Fence, LivenessJudge, ManualClock};
 use slothqueue::runner::wait::{WaitTarget, wait};
 use slothqueue::runner::watch::QueueChanges;
 use slothqueue::runner::{ProcJudge, QueueWatch, this_process_owner};
 use slothqueue::{
-    ClaimFilter, Clock, Job, JobId, JobState, ListFilter, ListOrder, NewJob, OpenOptions, Owner,
-    Store, StoreError, SystemClock, Timestamp,
+    ClaimFilter, Clock, JobId, JobState, ListFilter, ListOrder, NewJob, OpenOptions, Owner, Store,
+    StoreError, SystemClock, Timestamp,
 };
 
 use crate::clock::NativeClock;
@@ -162,11 +162,20 @@ impl NativeQueue {
 
     /// Forgets the fence of `id` once its attempt is over: settled, or
     /// found taken back.
-    fn settle(&self, id: JobId, outcome: Result<Job, StoreError>) -> PyResult<Job> {
+    fn settle<T>(&self, id: JobId, outcome: Result<T, StoreError>) -> PyResult<T> {
         if matches!(outcome, Ok(_) | Err(StoreError::LeaseLost { .. })) {
             lock(&self.fences).remove(&id);
         }
         outcome.map_err(error::store)
+    }
+
+    /// A claim's lease in milliseconds, when it names one.
+    fn lease_ms(&self, lease: Option<f64>) -> PyResult<Option<u64>> {
+        let lease_ms = lease.map(|l| millis(l, "lease")).transpose()?;
+        if lease_ms == Some(0) {
+            return Err(InvalidInputError::new_err("a lease must be longer than 0 s"));
+        }
+        Ok(lease_ms)
     }
 
     fn now(&self) -> Timestamp {
@@ -238,11 +247,7 @@ impl NativeQueue {
         queues: Option<Vec<String>>,
         lease: Option<f64>,
     ) -> PyResult<Option<String>> {
-        let lease_ms = lease.map(|l| millis(l, "lease")).transpose()?;
-        if lease_ms == Some(0) {
-            return Err(InvalidInputError::new_err("a lease must be longer than 0 s"));
-        }
-        let store = self.handle(py, lease_ms)?;
+        let store = self.handle(py, self.lease_ms(lease)?)?;
         let filter = ClaimFilter { queues: queues.unwrap_or_default(), kinds };
         let request = ClaimRequest::new(owner_named(owner), self.judge.clone()).filter(filter);
         let claimed = block(py, store.claim(&request, self.now()))?.map_err(error::store)?;
@@ -298,6 +303,42 @@ impl NativeQueue {
         let failure = Failure { error, exit_code: None, permanent };
         let job = self.settle(id, block(py, store.fail(id, &fence, failure, self.now()))?)?;
         json(&job)
+    }
+
+    /// Settles `owner`'s attempt at `id` (failed with `error`, else
+    /// completed with `result`) and claims the next job as `claim` would,
+    /// in one transaction: one durable commit from one job to the next.
+    /// JSON `{settled, next}`.
+    #[pyo3(signature = (id, owner, error=None, result=None, permanent=false, kinds=None, queues=None, lease=None))]
+    #[expect(clippy::too_many_arguments, reason = "Python's keyword arguments")]
+    fn settle_and_claim(
+        &self,
+        py: Python<'_>,
+        id: JobId,
+        owner: &str,
+        error: Option<String>,
+        result: Option<String>,
+        permanent: bool,
+        kinds: Option<Vec<String>>,
+        queues: Option<Vec<String>>,
+        lease: Option<f64>,
+    ) -> PyResult<String> {
+        let (fence, _) = self.fence(py, id, owner)?;
+        let store = self.handle(py, self.lease_ms(lease)?)?;
+        let settlement = match error {
+            Some(error) => Settlement::Fail(Failure { error, exit_code: None, permanent }),
+            None => Settlement::Complete(Completion { result, exit_code: None }),
+        };
+        let filter = ClaimFilter { queues: queues.unwrap_or_default(), kinds };
+        let request = ClaimRequest::new(owner_named(owner), self.judge.clone()).filter(filter);
+        let outcome =
+            block(py, store.settle_and_claim(id, &fence, settlement, &request, self.now()))?;
+        let both = self.settle(id, outcome.map(|both| (both.settled.clone(), both)))?;
+        let next = both.1.next.map(|claimed| {
+            lock(&self.fences).insert(claimed.job.id, (claimed.fence, store.clone()));
+            claimed.job
+        });
+        json(&serde_json::json!({ "settled": both.0, "next": next }))
     }
 
     /// Gives `owner`'s attempt at `id` back, not charged; the job as JSON.

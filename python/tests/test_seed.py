@@ -157,3 +157,18 @@ def test_push_many_is_all_or_nothing(q: Queue) -> None:
     pushed = q.push_many([{"kind": "a", "key": "first"}, {"kind": "b", "after": ["first"]}])
     assert [p.job.kind for p in pushed] == ["a", "b"]
     assert pushed[1].job.after == [pushed[0].job.id]
+
+
+def test_complete_and_claim_goes_to_the_next_job_in_one_call(q: Queue) -> None:
+    first = q.push("a", {}).job.id
+    second = q.push("b", {}).job.id
+    job = q.claim("w")
+    assert job is not None and job.id == first
+    done, nxt = q.complete_and_claim(first, "w", {"ok": 1})
+    assert done.state == "done" and done.result == '{"ok": 1}'
+    assert nxt is not None and nxt.id == second and nxt.lease_owner == "w"
+    failed, last = q.fail_and_claim(second, "w", "no", permanent=True)
+    assert failed.state == "failed" and last is None
+    assert trail(q, second) == ["pushed", "claimed", "failed"]
+    with pytest.raises(LeaseLostError):
+        q.complete_and_claim(first, "w")

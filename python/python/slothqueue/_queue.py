@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _native
 
@@ -301,6 +301,19 @@ def _spec(
     }
 
 
+def _queues(queue: Union[str, Iterable[str], None]) -> Optional[List[str]]:
+    if queue is None:
+        return None
+    return [queue] if isinstance(queue, str) else list(queue)
+
+
+def _result(result: Any) -> Optional[str]:
+    """A job's result as stored: a string as it is, anything else as JSON."""
+    if result is None or isinstance(result, str):
+        return result
+    return json.dumps(result)
+
+
 def _pushed(raw: Dict[str, Any]) -> Pushed:
     return Pushed(Job(raw["job"]), bool(raw["created"]), raw.get("superseded"))
 
@@ -405,11 +418,10 @@ class Queue:
         """Takes the best due job for `owner` (highest priority, then
         earliest due, then oldest), under a lease of `lease` seconds;
         None when nothing is due."""
-        queues = [queue] if isinstance(queue, str) else (None if queue is None else list(queue))
         raw = self._native.claim(
             owner,
             None if kinds is None else list(kinds),
-            queues,
+            _queues(queue),
             None if lease is None else _seconds(lease, "lease"),
         )
         return None if raw is None else Job(json.loads(raw)["job"])
@@ -422,15 +434,68 @@ class Queue:
     def complete(self, job_id: int, owner: str, result: Any = None) -> Job:
         """Marks the job done with `result` (a string as it is, anything
         else as JSON). Raises `LeaseLostError` unless `owner` still holds it."""
-        if result is not None and not isinstance(result, str):
-            result = json.dumps(result)
-        return Job(json.loads(self._native.complete(job_id, owner, result)))
+        return Job(json.loads(self._native.complete(job_id, owner, _result(result))))
 
     def fail(self, job_id: int, owner: str, error: str, *, permanent: bool = False) -> Job:
         """Records a failed attempt: retried after the backoff (2 s, 4 s,
         8 s … capped) while attempts are left, else failed; never retried
         when `permanent`."""
         return Job(json.loads(self._native.fail(job_id, owner, str(error), permanent)))
+
+    def complete_and_claim(
+        self,
+        job_id: int,
+        owner: str,
+        result: Any = None,
+        *,
+        kinds: Optional[Iterable[str]] = None,
+        queue: Union[str, Iterable[str], None] = None,
+        lease: Optional[Seconds] = None,
+    ) -> Tuple[Job, Optional[Job]]:
+        """`complete`, then `claim` for the same owner, in one transaction
+        (one durable commit from one job to the next): the finished job
+        and the next one, or None."""
+        return self._settle_and_claim(job_id, owner, None, _result(result), False, kinds, queue, lease)
+
+    def fail_and_claim(
+        self,
+        job_id: int,
+        owner: str,
+        error: str,
+        *,
+        permanent: bool = False,
+        kinds: Optional[Iterable[str]] = None,
+        queue: Union[str, Iterable[str], None] = None,
+        lease: Optional[Seconds] = None,
+    ) -> Tuple[Job, Optional[Job]]:
+        """`fail`, then `claim` for the same owner, in one transaction."""
+        return self._settle_and_claim(job_id, owner, str(error), None, permanent, kinds, queue, lease)
+
+    def _settle_and_claim(
+        self,
+        job_id: int,
+        owner: str,
+        error: Optional[str],
+        result: Optional[str],
+        permanent: bool,
+        kinds: Optional[Iterable[str]],
+        queue: Union[str, Iterable[str], None],
+        lease: Optional[Seconds],
+    ) -> Tuple[Job, Optional[Job]]:
+        raw = json.loads(
+            self._native.settle_and_claim(
+                job_id,
+                owner,
+                error,
+                result,
+                permanent,
+                None if kinds is None else list(kinds),
+                _queues(queue),
+                None if lease is None else _seconds(lease, "lease"),
+            )
+        )
+        nxt = raw["next"]
+        return Job(raw["settled"]), (None if nxt is None else Job(nxt))
 
     def release(self, job_id: int, owner: str) -> Job:
         """Gives the job back to the queue; the attempt is not charged."""

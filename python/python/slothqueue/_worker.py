@@ -20,7 +20,7 @@ from types import FrameType
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Type, TypeVar, Union
 
 from . import _native
-from ._queue import Job, Queue, Seconds, _seconds
+from ._queue import Job, Queue, Seconds, _result, _seconds
 
 Handler = Callable[[Job], Any]
 H = TypeVar("H", bound=Handler)
@@ -146,15 +146,19 @@ class Worker:
         summary = RunSummary()
         previous = self._install_signals()
         changes = self.queue._native.changes() if follow else None
+        job: Optional[Job] = None
         try:
             while not self._stopping:
                 if changes is not None:
+                    # Before each look, so that a commit during it wakes the wait.
                     changes.mark_seen()
+                if job is not None:
+                    job = self._run_one(job, summary)
+                    continue
                 job = self.queue.claim(
                     self.owner, kinds=list(self._handlers), queue=self._queues, lease=self._lease
                 )
                 if job is not None:
-                    self._run_one(job, summary)
                     continue
                 if changes is None:
                     break
@@ -166,9 +170,14 @@ class Worker:
                 finally:
                     self._interruptible = False
         except _Stop:
+            # From a handler (its job already given back) or from a wait.
             self._stopping = True
+            job = None
         finally:
             self._restore_signals(previous)
+        if job is not None:
+            # Claimed with the last settle, then stopped before it ran.
+            self._write(lambda: self.queue.release(job.id, self.owner), summary, "released")
         if self._stopping:
             raise SystemExit(EXIT_INTERRUPTED)
         return summary
@@ -180,7 +189,9 @@ class Worker:
         now = self.queue._native.now_ms()
         return min(POLL, max(0.01, (due - now) / 1000))
 
-    def _run_one(self, job: Job, summary: RunSummary) -> None:
+    def _run_one(self, job: Job, summary: RunSummary) -> Optional[Job]:
+        """Runs `job`'s handler and settles it; returns the next job,
+        claimed in the settle's transaction (none once stopping)."""
         registered = self._handlers[job.kind]
         lease = self._lease if self._lease is not None else self.queue.lease
         beat = _Heartbeat(self.queue, job.id, self.owner, max(lease / 3, 0.01))
@@ -196,40 +207,57 @@ class Worker:
         except _Stop:
             self._interruptible = False
             beat.stop()
-            self._settle(lambda: self.queue.release(job.id, self.owner), summary, "released")
+            self._write(lambda: self.queue.release(job.id, self.owner), summary, "released")
             raise
         except Exception as e:  # noqa: BLE001: a handler's failure is the job's
             outcome = e
         finally:
             self._interruptible = False
         beat.stop()
-        if outcome is None:
-            self._settle(lambda: self.queue.complete(job.id, self.owner, result), summary, "done")
-            return
-        permanent = isinstance(outcome, registered.permanent)
-        message = f"{type(outcome).__name__}: {outcome}"
-        after = self._settle(
-            lambda: self.queue.fail(job.id, self.owner, message, permanent=permanent),
-            summary,
-            None,
-        )
-        if after is not None:
-            if after.state == "pending":
-                summary.retried += 1
-            else:
-                summary.failed += 1
-
-    def _settle(
-        self, write: Callable[[], Job], summary: RunSummary, count: Optional[str]
-    ) -> Optional[Job]:
+        error: Optional[str] = None
+        permanent = False
+        if outcome is not None:
+            error = f"{type(outcome).__name__}: {outcome}"
+            permanent = isinstance(outcome, registered.permanent)
+        settled: Optional[Job]
+        nxt: Optional[Job] = None
         try:
-            job = write()
+            if self._stopping:
+                settled = self._settle(job, error, result, permanent)
+            else:
+                settled, nxt = self.queue._settle_and_claim(
+                    job.id,
+                    self.owner,
+                    error,
+                    _result(result) if error is None else None,
+                    permanent,
+                    list(self._handlers),
+                    self._queues,
+                    self._lease,
+                )
         except _native.LeaseLostError:
             summary.lost += 1
             return None
-        if count is not None:
-            setattr(summary, count, getattr(summary, count) + 1)
-        return job
+        if settled.state == "done":
+            summary.done += 1
+        elif settled.state == "pending":
+            summary.retried += 1
+        else:
+            summary.failed += 1
+        return nxt
+
+    def _settle(self, job: Job, error: Optional[str], result: Any, permanent: bool) -> Job:
+        if error is None:
+            return self.queue.complete(job.id, self.owner, result)
+        return self.queue.fail(job.id, self.owner, error, permanent=permanent)
+
+    def _write(self, write: Callable[[], Job], summary: RunSummary, count: str) -> None:
+        try:
+            write()
+        except _native.LeaseLostError:
+            summary.lost += 1
+            return
+        setattr(summary, count, getattr(summary, count) + 1)
 
     def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
         self._stopping = True
