@@ -31,6 +31,7 @@ import argparse
 import os
 import platform
 import shutil
+import statistics
 import sqlite3
 import subprocess
 import sys
@@ -309,19 +310,43 @@ def cli_drain(cli: str, root: str, drain: int) -> Dict[str, Any]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def median_rows(rounds: List[List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    """Each queue's median of every figure over the rounds."""
+    out = []
+    for i, first in enumerate(rounds[0]):
+        row = dict(first)
+        for key in ("enqueue", "claim", "drain"):
+            if key in first:
+                row[key] = statistics.median(r[i][key] for r in rounds)
+        out.append(row)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1000, help="jobs enqueued and claimed")
     parser.add_argument("--drain", type=int, default=1000, help="shell jobs drained")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; medians are shown")
     parser.add_argument("--cli", help="the slothqueue binary, for the CLI's drain")
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the queue files go")
     args = parser.parse_args()
-    rows = [measure(make, args.dir, args.n, args.drain) for make in PEERS]
-    if args.cli:
-        rows.insert(1, cli_drain(args.cli, args.dir, args.drain))
+    rounds = []
+    for r in range(args.rounds):
+        # Every queue once a round, the order turned each round, so that a
+        # noisy minute of a shared disk falls on each in turn.
+        order = list(range(len(PEERS)))
+        order = order[r % len(order):] + order[: r % len(order)]
+        results: Dict[int, Dict[str, Any]] = {}
+        for i in order:
+            results[i] = measure(PEERS[i], args.dir, args.n, args.drain)
+        row = [results[i] for i in range(len(PEERS))]
+        if args.cli:
+            row.insert(1, cli_drain(args.cli, args.dir, args.drain))
+        rounds.append(row)
+    rows = median_rows(rounds)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(f"{when}, {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"files in {args.dir}, n={args.n}, drain={args.drain}")
+          f"files in {args.dir}, n={args.n}, drain={args.drain}, medians of {args.rounds} rounds")
     print()
     print("| queue | durability | enqueue (ms/job) | claim+complete (ms/job) | drain of shell jobs (jobs/s) |")
     print("|---|---|---:|---:|---:|")

@@ -56,37 +56,63 @@ class _Registered:
 
 
 class _Heartbeat:
-    """Extends a job's lease every third of the lease from a background
-    thread while the handler runs (the GIL is released during each store
+    """Extends the running job's lease every third of the lease from one
+    background thread per `run` (the GIL is released during each store
     call, so a busy handler does not starve it of the store, only of
-    Python time)."""
+    Python time). `begin` and `end` bracket each job."""
 
-    def __init__(self, queue: Queue, job_id: int, owner: str, every: float) -> None:
+    def __init__(self, queue: Queue, owner: str, every: float) -> None:
         self._queue = queue
-        self._job_id = job_id
         self._owner = owner
         self._every = every
-        self._stop = threading.Event()
-        self.lost = False
-        self._thread = threading.Thread(
-            target=self._beat, name=f"slothqueue-heartbeat-{job_id}", daemon=True
-        )
+        self._cond = threading.Condition()
+        self._job: Optional[int] = None
+        self._turn = 0  # bumped by begin and end: a beat of an old turn is skipped
+        self._closed = False
+        self._thread = threading.Thread(target=self._beat, name="slothqueue-heartbeat", daemon=True)
         self._thread.start()
 
+    def begin(self, job_id: int) -> None:
+        with self._cond:
+            self._job = job_id
+            self._turn += 1
+            self._cond.notify()
+
+    def end(self) -> None:
+        with self._cond:
+            self._job = None
+            self._turn += 1
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+
     def _beat(self) -> None:
-        while not self._stop.wait(self._every):
-            try:
-                if not self._queue.heartbeat(self._job_id, self._owner):
-                    self.lost = True
+        while True:
+            with self._cond:
+                while self._job is None and not self._closed:
+                    self._cond.wait()
+                if self._closed:
                     return
+                turn, job = self._turn, self._job
+                assert job is not None
+                self._cond.wait_for(lambda: self._turn != turn or self._closed, self._every)
+                if self._turn != turn or self._closed:
+                    continue
+            try:
+                kept = self._queue.heartbeat(job, self._owner)
             except _native.BusyError:
                 continue  # the next beat tries again; the lease has time left
             except _native.Error:
-                return
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+                kept = False
+            if not kept:
+                # Lost: nothing more to extend; the settle will say so.
+                with self._cond:
+                    if self._turn == turn:
+                        self._job = None
 
 
 class Worker:
@@ -126,6 +152,7 @@ class Worker:
         self._handlers: Dict[str, _Registered] = {}
         self._interruptible = False
         self._stopping = False
+        self._heartbeat: Optional[_Heartbeat] = None
 
     def handler(
         self, kind: str, *, permanent: Iterable[Type[BaseException]] = ()
@@ -146,6 +173,8 @@ class Worker:
         summary = RunSummary()
         previous = self._install_signals()
         changes = self.queue._native.changes() if follow else None
+        lease = self._lease if self._lease is not None else self.queue.lease
+        self._heartbeat = _Heartbeat(self.queue, self.owner, max(lease / 3, 0.01))
         job: Optional[Job] = None
         try:
             while not self._stopping:
@@ -174,6 +203,7 @@ class Worker:
             self._stopping = True
             job = None
         finally:
+            self._heartbeat.close()
             self._restore_signals(previous)
         if job is not None:
             # Claimed with the last settle, then stopped before it ran.
@@ -193,8 +223,9 @@ class Worker:
         """Runs `job`'s handler and settles it; returns the next job,
         claimed in the settle's transaction (none once stopping)."""
         registered = self._handlers[job.kind]
-        lease = self._lease if self._lease is not None else self.queue.lease
-        beat = _Heartbeat(self.queue, job.id, self.owner, max(lease / 3, 0.01))
+        beat = self._heartbeat
+        assert beat is not None, "a job runs inside run()"
+        beat.begin(job.id)
         outcome: Optional[BaseException] = None
         result: Any = None
         self._interruptible = True
@@ -206,14 +237,14 @@ class Worker:
                 result = asyncio.run(_awaited(result))
         except _Stop:
             self._interruptible = False
-            beat.stop()
+            beat.end()
             self._write(lambda: self.queue.release(job.id, self.owner), summary, "released")
             raise
         except Exception as e:  # noqa: BLE001: a handler's failure is the job's
             outcome = e
         finally:
             self._interruptible = False
-        beat.stop()
+        beat.end()
         error: Optional[str] = None
         permanent = False
         if outcome is not None:
