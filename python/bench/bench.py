@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import slothqueue
 
@@ -272,25 +272,41 @@ def per_job_ms(action: Callable[[int], Any], n: int) -> float:
     return (time.perf_counter() - start) * 1000 / n
 
 
-def measure(make: Callable[[str], Peer], root: str, n: int, drain: int) -> Dict[str, Any]:
+def fresh(make: Callable[[str], Peer], root: str, figure: Callable[[Peer], float]) -> Tuple[float, str]:
+    """`figure` of a new queue in a new folder, and the queue's durability."""
     folder = tempfile.mkdtemp(dir=root)
     os.chmod(folder, 0o700)
     try:
         peer = make(folder)
-        row: Dict[str, Any] = {"name": peer.name}
-        row["enqueue"] = per_job_ms(peer.enqueue, n)
-        row["durability"] = peer.durability()
+        try:
+            return figure(peer), peer.durability()
+        finally:
+            peer.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def enqueue_ms(n: int) -> Callable[[Peer], float]:
+    return lambda peer: per_job_ms(peer.enqueue, n)
+
+
+def claim_ms(n: int) -> Callable[[Peer], float]:
+    def figure(peer: Peer) -> float:
+        for i in range(n):
+            peer.enqueue(i)
 
         def take(_: int) -> None:
             assert peer.claim_complete()
 
-        row["claim"] = per_job_ms(take, n)
+        ms = per_job_ms(take, n)
         assert not peer.claim_complete(), "the queue is empty after n claims"
-        row["drain"] = drain / peer.drain(drain)
-        peer.close()
-        return row
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        return ms
+
+    return figure
+
+
+def drain_rate(n: int) -> Callable[[Peer], float]:
+    return lambda peer: n / peer.drain(n)
 
 
 def cli_drain(cli: str, root: str, drain: int) -> Dict[str, Any]:
@@ -326,19 +342,29 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1000, help="jobs enqueued and claimed")
     parser.add_argument("--drain", type=int, default=1000, help="shell jobs drained")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds; medians are shown")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds; medians are shown")
     parser.add_argument("--cli", help="the slothqueue binary, for the CLI's drain")
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the queue files go")
     args = parser.parse_args()
+    figures = [
+        ("enqueue", enqueue_ms(args.n)),
+        ("claim", claim_ms(args.n)),
+        ("drain", drain_rate(args.drain)),
+    ]
     rounds = []
     for r in range(args.rounds):
-        # Every queue once a round, the order turned each round, so that a
-        # noisy minute of a shared disk falls on each in turn.
+        # Each figure of every queue once a round, the queues' order turned
+        # each round, so that a noisy stretch of a shared disk falls on each
+        # in turn; the table shows medians.
         order = list(range(len(PEERS)))
         order = order[r % len(order):] + order[: r % len(order)]
-        results: Dict[int, Dict[str, Any]] = {}
-        for i in order:
-            results[i] = measure(PEERS[i], args.dir, args.n, args.drain)
+        results: Dict[int, Dict[str, Any]] = {i: {} for i in order}
+        for key, figure in figures:
+            for i in order:
+                value, durability = fresh(PEERS[i], args.dir, figure)
+                results[i][key] = value
+                results[i]["durability"] = durability
+                results[i]["name"] = PEERS[i].name  # type: ignore[attr-defined]
         row = [results[i] for i in range(len(PEERS))]
         if args.cli:
             row.insert(1, cli_drain(args.cli, args.dir, args.drain))
