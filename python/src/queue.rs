@@ -34,8 +34,22 @@ use crate::{block, runtime};
 /// This process's identity with `id` as its name: a claim records host,
 /// boot, pid and the pid's start time, so that another process on this
 /// host takes the job back at once when this one dies.
+///
+/// The identity is read from `/proc` once per process (again in a child
+/// after a `fork`, whose pid differs), not at every claim.
 fn owner_named(id: &str) -> Owner {
-    Owner { id: id.to_owned(), ..this_process_owner() }
+    static ME: Mutex<Option<(u32, Owner)>> = Mutex::new(None);
+    let pid = std::process::id();
+    let mut me = lock(&ME);
+    let identity = match &*me {
+        Some((known, owner)) if *known == pid => owner.clone(),
+        _ => {
+            let owner = this_process_owner();
+            *me = Some((pid, owner.clone()));
+            owner
+        }
+    };
+    Owner { id: id.to_owned(), ..identity }
 }
 
 /// A name unique to this process and its lifetime (host, pid, start time,
