@@ -205,6 +205,8 @@ class Job:
             parts.append(f"owner={self.lease_owner!r}")
         if self.key is not None:
             parts.append(f"key={self.key!r}")
+        if self.cancel_requested:
+            parts.append("cancel_requested")
         if self.last_error is not None:
             parts.append(f"last_error={self.last_error!r}")
         return f"<Job {' '.join(parts)}>"
