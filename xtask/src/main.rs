@@ -16,6 +16,7 @@ mod bench;
 mod conformance;
 mod pg;
 mod py;
+mod python;
 mod run;
 mod torture;
 
@@ -195,6 +196,7 @@ fn ci() -> Result<(), String> {
         run::cargo(&test)?;
     }
     agents::run()?;
+    python::run()?;
     conformance::run(&[])?;
     // Keeps the bench harness alive; asserts nothing about speed. The dev
     // profile reuses the test build instead of a release one.
