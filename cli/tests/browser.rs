@@ -151,11 +151,25 @@ async fn wait_text(client: &Client, selector: &str, needle: &str) -> String {
     }
 }
 
-/// Clicks the element `selector` finds.
+/// Clicks the element `selector` finds, once it is on the page and shown.
+/// The page redraws its lists live, so an element found may be replaced
+/// before the click lands (seen under load: "no such element", "stale
+/// element"): each try waits for the element as `wait_text` waits for
+/// text, and a click that missed a redrawn element tries again, three
+/// times at most.
 async fn click(client: &Client, selector: &str) {
-    let found = client.find(Locator::Css(selector)).await;
-    let element = found.unwrap_or_else(|e| panic!("no `{selector}`: {e}"));
-    element.click().await.unwrap_or_else(|e| panic!("cannot click `{selector}`: {e}"));
+    let mut missed = String::new();
+    for _ in 0..3 {
+        wait_text(client, selector, "").await;
+        match client.find(Locator::Css(selector)).await {
+            Ok(element) => match element.click().await {
+                Ok(_) => return,
+                Err(e) => missed = format!("cannot click `{selector}`: {e}"),
+            },
+            Err(e) => missed = format!("no `{selector}`: {e}"),
+        }
+    }
+    panic!("{missed}");
 }
 
 /// A Chrome DevTools call through chromedriver (`goog/cdp/execute`): how
