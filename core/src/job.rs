@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::gpu::{GpuHold, GpuRequest};
 use crate::lane::Stamp;
 use crate::time::Timestamp;
 
@@ -139,6 +140,11 @@ pub struct Lease {
     /// The process group of the job's child, once spawned, so that a
     /// successor can kill an orphan before running the job again.
     pub child_pgid: Option<i32>,
+    /// The GPUs this attempt holds on its owner's host, for as long as the
+    /// lease lives (`crate::gpu`): no other claim on that host hands them
+    /// out. Empty for a job that asked for none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuHold>,
 }
 
 impl Lease {
@@ -210,6 +216,10 @@ pub struct Job {
     /// job leaves pending (a cancel, a supersede).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held: Option<Stamp>,
+    /// The GPUs it needs free to start (`add --gpus`); a claim takes it
+    /// only with that many free on the claimer's host (`crate::gpu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<GpuRequest>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -433,6 +443,9 @@ pub struct NewJob {
     /// cycle can form.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<Parent>,
+    /// The GPUs it needs (`add --gpus`), `None` for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<GpuRequest>,
 }
 
 /// A parent named at push: by job id, or by the idempotency key of the job
@@ -479,6 +492,7 @@ impl NewJob {
             not_before: None,
             idempotency_key: None,
             after: Vec::new(),
+            gpus: None,
         }
     }
 
@@ -511,6 +525,12 @@ impl NewJob {
     /// Sets the idempotency key.
     pub fn key(mut self, k: impl Into<String>) -> Self {
         self.idempotency_key = Some(k.into());
+        self
+    }
+
+    /// Asks for GPUs (`add --gpus`).
+    pub fn gpus(mut self, request: GpuRequest) -> Self {
+        self.gpus = Some(request);
         self
     }
 
