@@ -20,6 +20,7 @@ use crate::time::Timestamp;
 /// What a job asks for: `count` GPUs, each with at least `memory` bytes
 /// free, held for the whole attempt.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GpuRequest {
     /// How many GPUs (at least 1).
     pub count: u32,

@@ -63,6 +63,9 @@ pub(super) struct EditRequest {
     env: Option<BTreeMap<String, String>>,
     #[serde(default)]
     limits: Option<slothqueue_core::Limits>,
+    /// Absent: unchanged; `null`: none any more; an object: the new request.
+    #[serde(default, deserialize_with = "present")]
+    gpus: Option<Option<slothqueue_core::GpuRequest>>,
 }
 
 impl EditRequest {
@@ -104,6 +107,7 @@ impl EditRequest {
             queue: self.queue,
             env: self.env.unwrap_or_default(),
             limits,
+            gpus: self.gpus,
         })
     }
 }

@@ -136,12 +136,16 @@ impl Worker {
     /// job never runs twice at once, even when its owner dies between a
     /// sweep and a claim.
     pub(super) fn claim_request(&self) -> ClaimRequest {
-        ClaimRequest::new(self.cfg.owner.clone(), self.cfg.judge.clone())
+        let request = ClaimRequest::new(self.cfg.owner.clone(), self.cfg.judge.clone())
             .filter(ClaimFilter {
                 queues: self.cfg.queues.clone(),
                 kinds: Some(self.executors.keys().cloned().collect()),
             })
-            .reclaim(Reclaim::ExpiredOnly)
+            .reclaim(Reclaim::ExpiredOnly);
+        match &self.cfg.gpus {
+            Some(offer) => request.gpus(offer.clone()),
+            None => request,
+        }
     }
 
     /// The run's counts so far.

@@ -108,11 +108,31 @@ pub(super) fn runner_from(
     }
     base.on_finish = opts.on_finish;
     base.limits = opts.limits;
+    base.gpus = Some(gpu_offer(&opts.gpus));
+    base.hide_gpus = opts.gpus.hide;
     let mut runner = Runner::new(store.clone(), base);
     if let Some(dir) = handlers {
         runner.register_handlers(dir);
     }
     Ok((store, runner))
+}
+
+/// How the runner sees its GPUs: the `--gpu-file`, read at every look, or
+/// `nvidia-smi` (asked only when a job that needs GPUs is a candidate).
+fn gpu_offer(g: &crate::app::config::GpuOptions) -> slothqueue::core::GpuOffer {
+    use slothqueue::runner::gpu::{GpuFile, NvidiaSmi};
+    let sight: Arc<dyn slothqueue::core::GpuSight> = match &g.file {
+        Some(path) => Arc::new(GpuFile::new(path)),
+        None => Arc::new(NvidiaSmi::new()),
+    };
+    let mut offer = slothqueue::core::GpuOffer::new(sight);
+    if let Some(pct) = g.busy_above {
+        offer.busy_above_pct = pct;
+    }
+    if let Some(d) = g.backfill_for {
+        offer.backfill_for = d;
+    }
+    offer
 }
 
 /// The gates after the load gate, in the order they are read: CPU

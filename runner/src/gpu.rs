@@ -1,0 +1,335 @@
+//! Seeing this host's GPUs for the claim rule (`slothqueue_core::gpu`):
+//! `nvidia-smi`'s CSV parsed ([`parse_query_gpu`], [`parse_compute_apps`]),
+//! read from a file at every look (`run --gpu-file`, [`GpuFile`]) or from
+//! `nvidia-smi` itself ([`NvidiaSmi`], the default, cached for a moment so
+//! a burst of claims runs it once), and the environment a job's GPUs give
+//! it ([`gpu_env`]). The claim asks a sight only when a job that needs GPUs
+//! is a candidate, so a runner with no such job pending never runs
+//! `nvidia-smi`. Where no GPU is found the look says why, and jobs that
+//! need one wait, saying so.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use slothqueue_core::gpu::{
+    CUDA_VISIBLE_DEVICES, Gpu, GpuHold, GpuLook, GpuProcess, GpuSight, visible_devices,
+};
+
+const MIB: u64 = 1 << 20;
+
+/// The query `--gpu-file` holds the answer of, and the one [`NvidiaSmi`]
+/// runs.
+pub const QUERY_GPU: &str = "index,uuid,name,memory.used,memory.total,utilization.gpu";
+
+/// `nvidia-smi --query-gpu=… --format=csv` output as GPUs: the header line
+/// names the columns (units in brackets, as `memory.used [MiB]`), in any
+/// order; a GPU whose row has `[GPU is lost]`, `[Unknown Error]` or
+/// another unreadable index, UUID or memory is left out (it is not there
+/// to hand out). `[N/A]` utilization is unknown. An error when the text is
+/// no such output at all.
+pub fn parse_query_gpu(text: &str) -> Result<Vec<Gpu>, String> {
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let header = lines.next().ok_or("no header line (empty output)")?;
+    let cols: Vec<String> = header
+        .split(',')
+        .map(|c| c.split('[').next().unwrap_or("").trim().to_ascii_lowercase())
+        .collect();
+    let at = |name: &str| cols.iter().position(|c| c == name);
+    let (Some(index), Some(uuid), Some(used), Some(total)) =
+        (at("index"), at("uuid"), at("memory.used"), at("memory.total"))
+    else {
+        return Err(format!(
+            "the header `{header}` is not `nvidia-smi --query-gpu={QUERY_GPU} --format=csv`'s"
+        ));
+    };
+    let (name, util) = (at("name"), at("utilization.gpu"));
+    let mut gpus = Vec::new();
+    for line in lines {
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        let get = |i: usize| f.get(i).copied().unwrap_or("");
+        let (Ok(i), Some(used), Some(total)) =
+            (get(index).parse::<u32>(), mib(get(used)), mib(get(total)))
+        else {
+            continue;
+        };
+        let uuid = get(uuid);
+        if !uuid.starts_with("GPU-") {
+            continue;
+        }
+        gpus.push(Gpu {
+            index: i,
+            uuid: uuid.to_owned(),
+            name: name.map(get).unwrap_or_default().to_owned(),
+            memory_used: used,
+            memory_total: total,
+            utilization: util.and_then(|u| percent(get(u))),
+            processes: Vec::new(),
+        });
+    }
+    gpus.sort_by_key(|g| g.index);
+    Ok(gpus)
+}
+
+/// `nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv`
+/// output, laid onto `gpus` as their processes.
+pub fn parse_compute_apps(text: &str, gpus: &mut [Gpu]) {
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        let [uuid, pid, memory, ..] = f.as_slice() else { continue };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        if let Some(g) = gpus.iter_mut().find(|g| g.uuid == *uuid) {
+            g.processes.push(GpuProcess { pid, memory: mib(memory) });
+        }
+    }
+}
+
+/// `81559 MiB` (or a bare number of MiB) in bytes.
+fn mib(field: &str) -> Option<u64> {
+    let n = field.strip_suffix("MiB").unwrap_or(field).trim();
+    n.parse::<u64>().ok().map(|n| n.saturating_mul(MIB))
+}
+
+/// `38 %` (or a bare number) as a percentage.
+fn percent(field: &str) -> Option<u8> {
+    let n = field.strip_suffix('%').unwrap_or(field).trim();
+    n.parse::<u8>().ok().filter(|p| *p <= 100)
+}
+
+/// GPUs read from a file of `nvidia-smi --query-gpu=… --format=csv`
+/// output at every look (`run --gpu-file`), as `--load-file` reads a load.
+#[derive(Clone, Debug)]
+pub struct GpuFile {
+    path: PathBuf,
+}
+
+impl GpuFile {
+    /// Reads `path` at every look.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        GpuFile { path: path.into() }
+    }
+
+    /// Whether the file reads and parses now (checked at start, so a wrong
+    /// path is an error then, not a silent wait).
+    pub fn check(&self) -> Result<(), String> {
+        match self.look().error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl GpuSight for GpuFile {
+    fn look(&self) -> GpuLook {
+        let read = std::fs::read_to_string(&self.path)
+            .map_err(|e| format!("cannot read {}: {e}", self.path.display()))
+            .and_then(|t| parse_query_gpu(&t).map_err(|e| format!("{}: {e}", self.path.display())));
+        match read {
+            Ok(gpus) => GpuLook { gpus, error: None },
+            Err(e) => GpuLook { gpus: Vec::new(), error: Some(e) },
+        }
+    }
+}
+
+/// How long [`NvidiaSmi`] reuses a look: a burst of claims runs it once.
+pub const SMI_CACHE: Duration = Duration::from_secs(2);
+
+/// The longest `nvidia-smi` may take before the look gives up on it (a
+/// wedged driver must not hold the claim's transaction).
+pub const SMI_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// GPUs from `nvidia-smi` on the `PATH` (or the program given), with the
+/// processes on each; a look is reused for [`SMI_CACHE`].
+pub struct NvidiaSmi {
+    program: PathBuf,
+    last: Mutex<Option<(Instant, GpuLook)>>,
+}
+
+impl NvidiaSmi {
+    /// `nvidia-smi` from the `PATH`.
+    pub fn new() -> Self {
+        NvidiaSmi::at("nvidia-smi")
+    }
+
+    /// A given program (a test's stand-in, or a driver's own path).
+    pub fn at(program: impl Into<PathBuf>) -> Self {
+        NvidiaSmi { program: program.into(), last: Mutex::new(None) }
+    }
+
+    fn run(&self, args: &[&str]) -> Result<String, String> {
+        let name = self.program.display();
+        let mut child = Command::new(&self.program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("no GPU found: cannot run {name}: {e}"))?;
+        let start = Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if start.elapsed() > SMI_TIMEOUT => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("{name} did not answer in {}s", SMI_TIMEOUT.as_secs()));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => return Err(format!("{name}: {e}")),
+            }
+        }
+        let out = child.wait_with_output().map_err(|e| format!("{name}: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("no GPU found: {name} failed ({})", out.status));
+        }
+        String::from_utf8(out.stdout).map_err(|_| format!("{name} printed no text"))
+    }
+
+    fn look_now(&self) -> GpuLook {
+        let query = format!("--query-gpu={QUERY_GPU}");
+        let gpus = self.run(&[&query, "--format=csv"]).and_then(|t| parse_query_gpu(&t));
+        match gpus {
+            Ok(mut gpus) => {
+                let apps = ["--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv"];
+                if let Ok(t) = self.run(&apps) {
+                    parse_compute_apps(&t, &mut gpus);
+                }
+                GpuLook { gpus, error: None }
+            }
+            Err(e) => GpuLook { gpus: Vec::new(), error: Some(e) },
+        }
+    }
+}
+
+impl Default for NvidiaSmi {
+    fn default() -> Self {
+        NvidiaSmi::new()
+    }
+}
+
+impl GpuSight for NvidiaSmi {
+    fn look(&self) -> GpuLook {
+        let Ok(mut last) = self.last.lock() else { return self.look_now() };
+        if let Some((at, look)) = last.as_ref() {
+            if at.elapsed() < SMI_CACHE {
+                return look.clone();
+            }
+        }
+        let look = self.look_now();
+        *last = Some((Instant::now(), look.clone()));
+        look
+    }
+}
+
+/// A sight that remembers its last look, for the runner's record and the
+/// wait it prints (what `status` and `show` quote).
+pub struct Remembering {
+    inner: std::sync::Arc<dyn GpuSight>,
+    last: Mutex<Option<GpuLook>>,
+}
+
+impl Remembering {
+    /// Wraps `inner`.
+    pub fn new(inner: std::sync::Arc<dyn GpuSight>) -> Self {
+        Remembering { inner, last: Mutex::new(None) }
+    }
+
+    /// The last look, if any was taken.
+    pub fn last(&self) -> Option<GpuLook> {
+        self.last.lock().ok().and_then(|l| l.clone())
+    }
+}
+
+impl GpuSight for Remembering {
+    fn look(&self) -> GpuLook {
+        let look = self.inner.look();
+        if let Ok(mut last) = self.last.lock() {
+            *last = Some(look.clone());
+        }
+        look
+    }
+}
+
+/// The variables a job holding `holds` gets: `CUDA_VISIBLE_DEVICES` (their
+/// indices), `CUDA_DEVICE_ORDER=PCI_BUS_ID` (so CUDA numbers the GPUs as
+/// `nvidia-smi` does) and `SLOTHQUEUE_GPUS` (their UUIDs). A job that
+/// holds none gets `CUDA_VISIBLE_DEVICES` empty only when `hide` (`run
+/// --hide-gpus`), and nothing otherwise.
+pub fn gpu_env(holds: &[GpuHold], hide: bool) -> Vec<(String, String)> {
+    if holds.is_empty() {
+        return if hide {
+            vec![(CUDA_VISIBLE_DEVICES.to_owned(), String::new())]
+        } else {
+            Vec::new()
+        };
+    }
+    let mut by_index: Vec<&GpuHold> = holds.iter().collect();
+    by_index.sort_by_key(|h| h.index);
+    let uuids: Vec<&str> = by_index.iter().map(|h| h.uuid.as_str()).collect();
+    vec![
+        (CUDA_VISIBLE_DEVICES.to_owned(), visible_devices(holds)),
+        ("CUDA_DEVICE_ORDER".to_owned(), "PCI_BUS_ID".to_owned()),
+        ("SLOTHQUEUE_GPUS".to_owned(), uuids.join(",")),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> String {
+        let path = format!("{}/tests/data/gpus/{name}.csv", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    #[test]
+    fn the_recorded_boxes_parse() {
+        let one = parse_query_gpu(&fixture("1-gpu")).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].memory_total, 81_559 * MIB);
+        assert!(one[0].uuid.starts_with("GPU-"));
+        assert_eq!(parse_query_gpu(&fixture("4-gpu")).unwrap().len(), 4);
+        let eight = parse_query_gpu(&fixture("8-gpu")).unwrap();
+        assert_eq!(eight.iter().map(|g| g.index).collect::<Vec<_>>(), (0..8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_busy_gpu_reads_as_busy_and_a_lost_one_is_left_out() {
+        let busy = parse_query_gpu(&fixture("4-gpu-busy")).unwrap();
+        let flags: Vec<bool> = busy.iter().map(|g| g.is_busy(10)).collect();
+        assert_eq!(flags, [false, true, false, false]);
+        let lost = parse_query_gpu(&fixture("4-gpu-one-lost")).unwrap();
+        assert_eq!(lost.iter().map(|g| g.index).collect::<Vec<_>>(), [0, 1, 3]);
+    }
+
+    #[test]
+    fn what_is_not_nvidia_smi_output_is_refused() {
+        assert!(parse_query_gpu("").is_err());
+        assert!(parse_query_gpu("0.52 0.58 0.59 1/467 12345\n").is_err());
+    }
+
+    #[test]
+    fn compute_apps_land_on_their_gpu() {
+        let mut gpus = parse_query_gpu(&fixture("4-gpu-busy")).unwrap();
+        let uuid = gpus[1].uuid.clone();
+        parse_compute_apps(
+            &format!("gpu_uuid, pid, used_memory [MiB]\n{uuid}, 4242, 38912 MiB\n"),
+            &mut gpus,
+        );
+        assert_eq!(gpus[1].processes, [GpuProcess { pid: 4242, memory: Some(38_912 * MIB) }]);
+    }
+
+    #[test]
+    fn a_jobs_env_names_its_gpus_and_hides_them_only_when_asked() {
+        let holds = [
+            GpuHold { index: 3, uuid: "GPU-c".into() },
+            GpuHold { index: 1, uuid: "GPU-a".into() },
+        ];
+        let env = gpu_env(&holds, false);
+        assert_eq!(env[0], ("CUDA_VISIBLE_DEVICES".to_owned(), "1,3".to_owned()));
+        assert_eq!(env[1].1, "PCI_BUS_ID");
+        assert!(gpu_env(&[], false).is_empty());
+        assert_eq!(gpu_env(&[], true), [("CUDA_VISIBLE_DEVICES".to_owned(), String::new())]);
+    }
+}
