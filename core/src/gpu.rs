@@ -136,6 +136,16 @@ pub struct GpuLook {
     pub error: Option<String>,
 }
 
+/// What a runner last saw of its host's GPUs, in its record: what `show`
+/// and `status` explain a GPU job's wait with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuSeen {
+    /// The look.
+    pub look: GpuLook,
+    /// The runner's busy ceiling, in percent.
+    pub busy_above_pct: u8,
+}
+
 /// Who measures a host's GPUs for a claim: the runner's reader (NVML,
 /// `nvidia-smi`, or `--gpu-file`). Asked inside the claim's transaction,
 /// and only when a candidate job needs GPUs, so a queue without GPU jobs
@@ -239,6 +249,78 @@ pub fn gpu_uses<'a>(
             (g, u)
         })
         .collect()
+}
+
+/// One GPU and who uses it, in the words every face shares: `GPU 0 held
+/// by job #12`, `GPU 1 in use by pid 4242 (38 GiB, not a slothqueue job)`,
+/// `GPU 2 has 3 GiB free` (when `request` needs more on each), `GPU 3
+/// free`.
+pub fn use_words(gpu: &Gpu, u: &GpuUse, request: Option<&GpuRequest>) -> String {
+    let i = gpu.index;
+    match u {
+        GpuUse::Held { job } => format!("GPU {i} held by job #{job}"),
+        GpuUse::Busy => {
+            let used = bytes_words(gpu.memory_used);
+            let util = gpu.utilization.map(|u| format!(", {u} %")).unwrap_or_default();
+            match gpu.processes.as_slice() {
+                [] => format!("GPU {i} in use by other processes ({used}{util})"),
+                [p] => format!(
+                    "GPU {i} in use by pid {} ({}, not a slothqueue job)",
+                    p.pid,
+                    p.memory.map_or(used, bytes_words)
+                ),
+                ps => {
+                    let pids: Vec<String> = ps.iter().map(|p| p.pid.to_string()).collect();
+                    format!(
+                        "GPU {i} in use by pids {} ({used}, not slothqueue jobs)",
+                        pids.join(", ")
+                    )
+                }
+            }
+        }
+        GpuUse::Free => match request.and_then(|r| r.memory) {
+            Some(m) if gpu.memory_free() < m => {
+                format!("GPU {i} has {} free", bytes_words(gpu.memory_free()))
+            }
+            _ => format!("GPU {i} free"),
+        },
+    }
+}
+
+/// Why a job asking `request` waits on a host, or `None` when enough of
+/// its GPUs are free now: `waiting for 2 free GPUs: GPU 0 held by job #12,
+/// GPU 1 in use by pid 4242 (38 GiB, not a slothqueue job)`; with no GPU
+/// seen, why none was.
+pub fn wait_words(
+    request: &GpuRequest,
+    seen: &GpuSeen,
+    holds: &BTreeMap<String, JobId>,
+) -> Option<String> {
+    let want = request.words();
+    if seen.look.gpus.is_empty() {
+        let why = seen.look.error.as_deref().unwrap_or("the host has none");
+        return Some(format!("waiting for {want}: no GPU found ({why})"));
+    }
+    let uses = gpu_uses(&seen.look, holds, seen.busy_above_pct);
+    let fit = uses
+        .iter()
+        .filter(|(g, u)| *u == GpuUse::Free && request.memory.is_none_or(|m| g.memory_free() >= m))
+        .count();
+    if fit >= request.count as usize {
+        return None;
+    }
+    let each: Vec<String> = uses.iter().map(|(g, u)| use_words(g, u, Some(request))).collect();
+    let n = request.count;
+    let free = match request.memory {
+        None => format!("{n} free GPU{}", if n == 1 { "" } else { "s" }),
+        Some(m) => format!(
+            "{n} free GPU{} with {} free{}",
+            if n == 1 { "" } else { "s" },
+            bytes_words(m),
+            if n == 1 { "" } else { " each" }
+        ),
+    };
+    Some(format!("waiting for {free}: {}", each.join(", ")))
 }
 
 /// The GPUs one claim may hand out: measured once (at the first candidate

@@ -227,12 +227,18 @@ impl GpuSight for NvidiaSmi {
 pub struct Remembering {
     inner: std::sync::Arc<dyn GpuSight>,
     last: Mutex<Option<GpuLook>>,
+    looks: std::sync::atomic::AtomicU64,
 }
 
 impl Remembering {
     /// Wraps `inner`.
     pub fn new(inner: std::sync::Arc<dyn GpuSight>) -> Self {
-        Remembering { inner, last: Mutex::new(None) }
+        Remembering { inner, last: Mutex::new(None), looks: std::sync::atomic::AtomicU64::new(0) }
+    }
+
+    /// How many looks were taken: a claim that changed it asked for GPUs.
+    pub fn looks(&self) -> u64 {
+        self.looks.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The last look, if any was taken.
@@ -244,11 +250,36 @@ impl Remembering {
 impl GpuSight for Remembering {
     fn look(&self) -> GpuLook {
         let look = self.inner.look();
+        self.looks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Ok(mut last) = self.last.lock() {
             *last = Some(look.clone());
         }
         look
     }
+}
+
+/// What the runner says once when jobs that need GPUs start waiting, and
+/// again when what it sees changes: why none of the GPUs it sees will do.
+pub fn wait_line(look: &GpuLook, busy_above_pct: u8) -> String {
+    if let Some(e) = &look.error {
+        return format!("jobs that need GPUs wait: {e}");
+    }
+    if look.gpus.is_empty() {
+        return "jobs that need GPUs wait: no GPU found".to_owned();
+    }
+    let busy: Vec<String> = look
+        .gpus
+        .iter()
+        .filter(|g| g.is_busy(busy_above_pct))
+        .map(|g| slothqueue_core::gpu::use_words(g, &slothqueue_core::gpu::GpuUse::Busy, None))
+        .collect();
+    let n = look.gpus.len();
+    let mut line = format!("jobs that need GPUs wait: too few of the {n} GPUs here are free");
+    if !busy.is_empty() {
+        line.push_str(&format!(" ({})", busy.join(", ")));
+    }
+    line.push_str("; `slothqueue show ID` says which");
+    line
 }
 
 /// The variables a job holding `holds` gets: `CUDA_VISIBLE_DEVICES` (their

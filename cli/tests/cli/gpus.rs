@@ -102,16 +102,39 @@ both_backends! {
             "run", "--follow", "--load-file", load, "--gpu-file", &gpus, "--slots", "2",
         ]);
         wait_for("job #1 to run", PATIENCE, || ctx.path("started.1").exists());
-        let shown = ctx.ok(&["show", "2"]);
-        assert!(shown.contains("waiting for 1 free GPU"), "{shown}");
-        assert!(shown.contains("GPU 0 held by job #1"), "{shown}");
+        let mut shown = String::new();
+        wait_for("show to say why #2 waits", PATIENCE, || {
+            shown = ctx.ok(&["show", "2"]);
+            shown.contains("waiting for 1 free GPU: GPU 0 held by job #1")
+        });
         assert_eq!(ctx.job(2).state, JobState::Pending, "the only GPU is held");
+        let status = ctx.ok(&["status"]);
+        assert!(status.contains("GPUs on this host: 1\n  GPU 0 held by job #1 (NVIDIA H100 80GB HBM3)\n"), "{status}");
+        let shown = ctx.ok(&["show", "1"]);
+        assert!(shown.contains("gpus:         1 GPU\nholds:        GPU 0 (GPU-8d2f4c1a-"), "{shown}");
         std::fs::write(ctx.path("go"), "").unwrap();
         wait_for("job #2 after #1", PATIENCE, || ctx.job(2).state == JobState::Done);
         assert_eq!(std::fs::read_to_string(ctx.path("second")).unwrap(), "0\n");
         assert!(ctx.job(1).finished_at <= ctx.job(2).started_at);
         signal(runner.id(), Signal::TERM);
         let _ = wait_child(&mut runner, PATIENCE);
+        let said = stdout_of(&mut runner);
+        assert_eq!(said.matches("jobs that need GPUs wait").count(), 1, "said once: {said}");
+    }
+
+    fn without_nvidia_smi_a_gpu_job_waits_and_the_runner_says_why(ctx) {
+        let load = ctx.calm_load();
+        ctx.ok(&["add", "--gpus", "1", "echo ran > ran"]);
+        ctx.ok(&["add", "echo plain > plain"]);
+        let empty = ctx.path("no-tools");
+        std::fs::create_dir_all(&empty).unwrap();
+        let out = ctx.command(&["run", "--load-file", load]).env("PATH", &empty).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(said.contains("jobs that need GPUs wait: no GPU found: cannot run nvidia-smi"), "{said}");
+        assert_eq!(ctx.job(1).state, JobState::Pending);
+        assert!(!ctx.path("ran").exists());
+        assert_eq!(ctx.job(2).state, JobState::Done, "a job without GPUs runs on");
     }
 
     fn a_busy_gpu_is_not_handed_out(ctx) {

@@ -130,6 +130,8 @@ pub(crate) struct Run {
     /// A step failed for good: the error the run ends with once its
     /// attempts have.
     fatal: Option<RunnerError>,
+    /// The GPU wait last said ([`RunnerEvent::GpuWait`]), while it lasts.
+    gpu_wait: Option<String>,
 }
 
 impl Run {
@@ -144,6 +146,14 @@ impl Run {
     ) -> Run {
         let started_at = cfg.clock.now();
         let held_gates = vec![false; cfg.gates.len()];
+        let mut cfg = cfg;
+        // The claim asks this wrapper, which remembers the last look for
+        // the runner's record and the wait it prints.
+        let gpu_sight = cfg.gpus.as_mut().map(|offer| {
+            let sight = Arc::new(crate::gpu::Remembering::new(offer.sight.clone()));
+            offer.sight = sight.clone();
+            sight
+        });
         let sh = Arc::new(Shared {
             store,
             cfg,
@@ -156,6 +166,7 @@ impl Run {
             records: Mutex::new(Records::default()),
             last_sweep: Mutex::new(Instant::now()), // again after the first sweep
             unheard_claims: AtomicBool::new(false),
+            gpu_sight,
         });
         Run {
             w: Worker { sh, busy_warned: false },
@@ -181,6 +192,7 @@ impl Run {
             lane_record: None,
             suspended_at: None,
             fatal: None,
+            gpu_wait: None,
         }
     }
 
@@ -503,12 +515,45 @@ impl Run {
         let clock = self.w.cfg.clock.clone();
         // The lease is dated no earlier than this (a retried claim's later).
         let asked = Instant::now();
+        let looks = self.w.gpu_sight.as_ref().map(|s| s.looks());
         match self.w.retrying("claim a job", || store.claim(&request, clock.now())).await? {
-            Retried::Done(Some(claimed)) => self.begin(Taken { claimed, asked }).await?,
-            Retried::Done(None) => self.claim = ClaimState::Nothing,
+            Retried::Done(Some(claimed)) => {
+                let got_gpus = claimed.job.lease.as_ref().is_some_and(|l| !l.gpus.is_empty());
+                self.note_gpu_wait(looks, got_gpus).await;
+                self.begin(Taken { claimed, asked }).await?;
+            }
+            Retried::Done(None) => {
+                self.note_gpu_wait(looks, false).await;
+                self.claim = ClaimState::Nothing;
+            }
             Retried::ShutDown => {}
         }
         Ok(())
+    }
+
+    /// After a claim: when it looked at the GPUs (a job that needs them was
+    /// a candidate) and handed none out, a GPU job waits: said once per
+    /// change of what the runner sees, and recorded for `show`. A claim
+    /// that handed GPUs out ends the wait.
+    async fn note_gpu_wait(&mut self, looks_before: Option<u64>, got_gpus: bool) {
+        let Some(sight) = self.w.gpu_sight.clone() else { return };
+        if got_gpus {
+            self.gpu_wait = None;
+            return;
+        }
+        if looks_before == Some(sight.looks()) {
+            return;
+        }
+        let Some(look) = sight.last() else { return };
+        let busy = self.w.cfg.gpus.as_ref().map_or(0, |o| o.busy_above_pct);
+        let line = crate::gpu::wait_line(&look, busy);
+        if self.gpu_wait.as_deref() != Some(line.as_str()) {
+            self.w.report(RunnerEvent::GpuWait { line: line.clone() });
+            self.gpu_wait = Some(line);
+            // The record carries the look `show` explains the wait with
+            // (an idle runner's next record, written as it goes idle, does).
+            self.w.record_running().await;
+        }
     }
 
     /// Starts an attempt of `claimed` as a task of its own. The gates are

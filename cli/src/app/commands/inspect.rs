@@ -89,6 +89,19 @@ pub async fn status(ctx: &Ctx) -> Outcome {
         let jobs = if u.pending == 1 { "job" } else { "jobs" };
         writeln!(out, "{}: {} pending {jobs} in queue {}", u.why, u.pending, u.queue)?;
     }
+    let host = this_host();
+    for h in &view.gpus {
+        let on = if h.host == host { "this host".to_owned() } else { h.host.clone() };
+        match &h.error {
+            Some(e) => writeln!(out, "GPUs on {on}: none found ({e})")?,
+            None => {
+                writeln!(out, "GPUs on {on}: {}", h.gpus.len())?;
+                for g in &h.gpus {
+                    writeln!(out, "  {} ({})", g.line, g.gpu.name)?;
+                }
+            }
+        }
+    }
     Ok(Code::Success)
 }
 
@@ -109,6 +122,9 @@ fn status_json(view: &StatusView) -> anyhow::Result<serde_json::Value> {
     let records: Vec<&RunnerRecord> = view.live.iter().map(|r| &r.record).collect();
     v["runners"] = serde_json::to_value(records)?;
     v["unserved"] = serde_json::to_value(unserved_shown(view))?;
+    if !view.gpus.is_empty() {
+        v["gpus"] = serde_json::to_value(&view.gpus)?;
+    }
     Ok(v)
 }
 

@@ -198,6 +198,7 @@ fn event_json(event: &RunnerEvent) -> serde_json::Value {
         RunnerEvent::GateOpened { reading } => {
             json!({"event": "gate_opened", "reading": reading, "line": line})
         }
+        RunnerEvent::GpuWait { .. } => json!({"event": "gpu_wait", "line": line}),
         RunnerEvent::Done { job, elapsed } => json!({
             "event": "done", "job": job, "elapsed_ms": elapsed.as_millis() as u64, "line": line
         }),
