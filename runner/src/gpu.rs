@@ -11,7 +11,9 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use slothqueue_core::gpu::{
     CUDA_VISIBLE_DEVICES, Gpu, GpuHold, GpuLook, GpuProcess, GpuSight, visible_devices,
@@ -159,27 +161,29 @@ impl NvidiaSmi {
 
     fn run(&self, args: &[&str]) -> Result<String, String> {
         let name = self.program.display();
-        let mut child = Command::new(&self.program)
+        let child = Command::new(&self.program)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("no GPU found: cannot run {name}: {e}"))?;
-        let start = Instant::now();
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) => break,
-                Ok(None) if start.elapsed() > SMI_TIMEOUT => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!("{name} did not answer in {}s", SMI_TIMEOUT.as_secs()));
+        // Waited for on a thread of its own, so that a wedged driver is
+        // given up on after SMI_TIMEOUT (and killed) without polling.
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let out = match rx.recv_timeout(SMI_TIMEOUT) {
+            Ok(out) => out.map_err(|e| format!("{name}: {e}"))?,
+            Err(_) => {
+                if let Some(pid) = rustix::process::Pid::from_raw(pid.cast_signed()) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
                 }
-                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-                Err(e) => return Err(format!("{name}: {e}")),
+                return Err(format!("{name} did not answer in {}s", SMI_TIMEOUT.as_secs()));
             }
-        }
-        let out = child.wait_with_output().map_err(|e| format!("{name}: {e}"))?;
+        };
         if !out.status.success() {
             return Err(format!("no GPU found: {name} failed ({})", out.status));
         }
@@ -349,6 +353,27 @@ mod tests {
             &mut gpus,
         );
         assert_eq!(gpus[1].processes, [GpuProcess { pid: 4242, memory: Some(38_912 * MIB) }]);
+    }
+
+    #[test]
+    fn nvidia_smi_is_asked_for_the_gpus_and_their_processes_and_its_absence_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let smi = dir.path().join("nvidia-smi");
+        let busy = format!("{}/tests/data/gpus/4-gpu-busy.csv", env!("CARGO_MANIFEST_DIR"));
+        let script = format!(
+            "#!/bin/sh\ncase \"$1\" in\n--query-gpu=*) cat '{busy}';;\n\
+             *) printf 'gpu_uuid, pid, used_memory [MiB]\\nGPU-2a7c3b4d-0e5f-4b86-9c17-d4e3f2a1b0c9, 4242, 38912 MiB\\n';;\nesac\n"
+        );
+        std::fs::write(&smi, script).unwrap();
+        std::fs::set_permissions(&smi, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let look = NvidiaSmi::at(&smi).look();
+        assert_eq!(look.error, None);
+        assert_eq!(look.gpus.len(), 4);
+        assert_eq!(look.gpus[1].processes, [GpuProcess { pid: 4242, memory: Some(38_912 * MIB) }]);
+        let none = NvidiaSmi::at(dir.path().join("missing")).look();
+        assert!(none.gpus.is_empty());
+        assert!(none.error.unwrap().starts_with("no GPU found: cannot run"));
     }
 
     #[test]

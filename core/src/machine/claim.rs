@@ -464,8 +464,9 @@ mod tests {
                 .expect("the first");
         assert_eq!((first.id, devices(&first)), (1, "0".to_owned()));
         let claimed = first.clone();
-        let second = plan(&r, &[claimed.clone()], &[job(2, 0, Some(1)), job(3, 0, Some(1))], T0)
-            .expect("the second");
+        let second =
+            plan(&r, std::slice::from_ref(&claimed), &[job(2, 0, Some(1)), job(3, 0, Some(1))], T0)
+                .expect("the second");
         assert_eq!((second.id, devices(&second)), (2, "2".to_owned()), "GPU 1 is busy");
         let none = plan(&r, &[claimed, second], &[job(3, 0, Some(1)), job(4, -1, None)], T0)
             .expect("the job that needs none");
@@ -476,7 +477,7 @@ mod tests {
     fn holds_on_another_host_leave_this_hosts_gpus_free() {
         let s = sight(vec![(0, 0)]);
         let there = plan(&on("a", &s), &[], &[job(1, 0, Some(1))], T0).expect("on a");
-        let here = plan(&on("b", &s), &[there.clone()], &[job(2, 0, Some(1))], T0);
+        let here = plan(&on("b", &s), std::slice::from_ref(&there), &[job(2, 0, Some(1))], T0);
         assert_eq!(here.map(|j| devices(&j)), Some("0".to_owned()));
         assert!(plan(&on("a", &s), &[there], &[job(2, 0, Some(1))], T0).is_none());
     }

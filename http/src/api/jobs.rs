@@ -484,7 +484,20 @@ pub(super) fn schemas() -> Value {
                 "owner": { "type": "object" },
                 "attempt": { "type": "integer" },
                 "until": ts,
-                "child_pgid": { "type": ["integer", "null"] }
+                "child_pgid": { "type": ["integer", "null"] },
+                "gpus": {
+                    "type": "array",
+                    "items": { "$ref": "#/components/schemas/GpuHold" },
+                    "description": "the GPUs this attempt holds on its runner's host; absent when none"
+                }
+            }
+        },
+        "GpuHold": {
+            "type": "object",
+            "required": ["index", "uuid"],
+            "properties": {
+                "index": { "type": "integer", "minimum": 0, "description": "as nvidia-smi numbers it (PCI bus order), what CUDA_VISIBLE_DEVICES names" },
+                "uuid": { "type": "string" }
             }
         },
         "Job": {
@@ -513,7 +526,8 @@ pub(super) fn schemas() -> Value {
                 "after": { "type": "array", "items": { "type": "integer", "format": "int64" }, "description": "the parents' ids; absent when none" },
                 "pending_parents": { "type": "integer", "description": "parents not done yet; absent when 0" },
                 "cancelled_by": { "type": "integer", "format": "int64", "description": "the job whose failure or cancel cancelled this one; absent when none" },
-                "held": { "$ref": "#/components/schemas/Stamp", "description": "who held this pending job and when; absent when not held" }
+                "held": { "$ref": "#/components/schemas/Stamp", "description": "who held this pending job and when; absent when not held" },
+                "gpus": { "$ref": "#/components/schemas/GpuRequest", "description": "the GPUs it needs free on one host to start (docs/gpus.md); absent when none" }
             },
             "required": ["id", "queue", "kind", "payload", "priority", "state", "attempts", "max_attempts", "not_before", "created_at"]
         },

@@ -3,8 +3,6 @@
 //! job's GPU request and the holds of its running attempt across a
 //! reopen, and its old jobs must read as asking for none.
 
-#![expect(clippy::unwrap_used, reason = "helpers of tests: a failure is a panic")]
-
 use std::fs;
 use std::path::Path;
 use std::sync::Arc;
