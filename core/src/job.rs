@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gpu::{GpuHold, GpuRequest};
 use crate::lane::Stamp;
 use crate::time::Timestamp;
 
@@ -378,6 +377,48 @@ impl FromStr for EventKind {
             .find(|k| k.as_str() == s)
             .ok_or_else(|| format!("unknown event kind `{s}`"))
     }
+}
+
+/// What a job asks for: `count` GPUs, each with at least `memory` bytes
+/// free, held for the whole attempt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuRequest {
+    /// How many GPUs (at least 1).
+    pub count: u32,
+    /// The free memory it needs on each, in bytes; `None` asks for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
+}
+
+/// The most GPUs a job may ask for: more than any one host has.
+pub const MAX_GPUS: u32 = 64;
+
+impl GpuRequest {
+    /// Why the request cannot be met by any host, or `None`.
+    pub fn check(&self) -> Option<String> {
+        if self.count == 0 {
+            return Some("--gpus must be at least 1".to_owned());
+        }
+        if self.count > MAX_GPUS {
+            return Some(format!("--gpus must be at most {MAX_GPUS}"));
+        }
+        if self.memory == Some(0) {
+            return Some("--gpu-memory must be more than 0".to_owned());
+        }
+        None
+    }
+}
+
+/// One GPU an attempt holds: its index on the host (what
+/// `CUDA_VISIBLE_DEVICES` names, in PCI bus order) and its UUID (what holds
+/// are matched on, since an index can move when a GPU disappears).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GpuHold {
+    /// The index `nvidia-smi` gives it.
+    pub index: u32,
+    /// `GPU-…`.
+    pub uuid: String,
 }
 
 /// One entry of a job's append-only trail.

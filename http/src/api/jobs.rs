@@ -161,6 +161,10 @@ pub(super) struct StatsAnswer {
     #[serde(flatten)]
     stats: Stats,
     unserved: Vec<Unserved>,
+    /// Each host's GPUs as its live runners last saw them, with who uses
+    /// each; absent when no runner looked (docs/gpus.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    gpus: Vec<slothqueue_view::HostGpus>,
 }
 
 /// `?wait=SECONDS`: a non-negative decimal number of seconds (`5`, `0.5`),
@@ -360,7 +364,7 @@ pub(super) async fn stats(State(app): State<AppState>) -> Result<Json<StatsAnswe
     let (judge, host) = (serving::judge(), serving::this_host());
     let look = serving::look(&app, &judge, &host);
     let view = slothqueue_view::status(&look).await.map_err(serving::view_error)?;
-    Ok(Json(StatsAnswer { stats: view.stats, unserved: view.unserved }))
+    Ok(Json(StatsAnswer { stats: view.stats, unserved: view.unserved, gpus: view.gpus }))
 }
 
 pub(super) fn op_list() -> Value {
@@ -476,6 +480,33 @@ pub(super) fn schemas() -> Value {
     let ts = json!({ "type": "integer", "format": "int64", "description": "UTC milliseconds since the epoch" });
     let opt_ts = json!({ "type": ["integer", "null"], "format": "int64", "description": "UTC milliseconds since the epoch" });
     let opt_str = json!({ "type": ["string", "null"] });
+    // Its own value: one `json!` of every schema would pass the macro's
+    // recursion limit.
+    let host_gpus = json!({
+        "type": "array",
+        "description": "each host's GPUs as its live runners last saw them, with who uses each; absent when no runner looked (docs/gpus.md)",
+        "items": {
+            "type": "object",
+            "properties": {
+                "host": { "type": "string" },
+                "error": { "type": ["string", "null"], "description": "why the runner found no GPU" },
+                "gpus": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "gpu": { "type": "object", "description": "index, uuid, name, memory_used, memory_total (bytes), utilization (percent), processes" },
+                            "use": { "type": "string", "enum": ["free", "held", "busy"] },
+                            "job": { "type": "integer", "format": "int64", "description": "with `held`: the job holding it" },
+                            "line": { "type": "string", "description": "`GPU 0 held by job #12`" }
+                        },
+                        "required": ["gpu", "use", "line"]
+                    }
+                }
+            },
+            "required": ["host", "gpus"]
+        }
+    });
     let mut all = json!({
         "JobState": { "type": "string", "enum": ["pending", "running", "done", "failed", "cancelled"] },
         "Lease": {
@@ -587,7 +618,8 @@ pub(super) fn schemas() -> Value {
                         },
                         "required": ["queue", "kind", "pending", "why"]
                     }
-                }
+                },
+                "gpus": host_gpus
             },
             "required": ["pending", "running", "done", "failed", "cancelled", "due_now", "next_due", "unserved"]
         }
