@@ -12,7 +12,7 @@ use slothqueue_core::{Clock, Limits, LivenessJudge, Owner, RefusedKind, SystemCl
 
 use crate::exec::{DEFAULT_KILL_GRACE, DEFAULT_LOG_CAP};
 use crate::gate::Gate;
-use crate::gpu::NvidiaSmi;
+use crate::gpu::DriverSight;
 use crate::owner::{ProcJudge, this_process_owner};
 
 /// The poll of a follow-mode runner whose queue file is watched
@@ -116,7 +116,7 @@ pub struct RunnerConfig {
     /// are `DEFAULT_NICE` and `DEFAULT_IO_CLASS` (see docs/limits.md).
     pub limits: Limits,
     /// How this runner sees its host's GPUs and hands them out (`run
-    /// --gpu-file`, `--gpu-busy-above`; default `nvidia-smi`, asked only
+    /// --gpu-file`, `--gpu-busy-above`; default NVML, else `nvidia-smi`, asked only
     /// when a job that needs GPUs is a candidate). `None`: jobs that need
     /// GPUs are left to other runners. See `slothqueue_core::gpu`.
     pub gpus: Option<GpuOffer>,
@@ -155,7 +155,7 @@ impl RunnerConfig {
             owner: this_process_owner(),
             cgroups: true,
             limits: Limits::default(),
-            gpus: Some(GpuOffer::new(Arc::new(NvidiaSmi::new()))),
+            gpus: Some(GpuOffer::new(Arc::new(DriverSight::new()))),
             hide_gpus: false,
             refused: Vec::new(),
         }

@@ -1,12 +1,14 @@
 //! Seeing this host's GPUs for the claim rule (`slothqueue_core::gpu`):
-//! `nvidia-smi`'s CSV parsed ([`parse_query_gpu`], [`parse_compute_apps`]),
-//! read from a file at every look (`run --gpu-file`, [`GpuFile`]) or from
-//! `nvidia-smi` itself ([`NvidiaSmi`], the default, cached for a moment so
-//! a burst of claims runs it once), and the environment a job's GPUs give
-//! it ([`gpu_env`]). The claim asks a sight only when a job that needs GPUs
-//! is a candidate, so a runner with no such job pending never runs
-//! `nvidia-smi`. Where no GPU is found the look says why, and jobs that
-//! need one wait, saying so.
+//! through NVML, the driver's library loaded at run time ([`NvmlSight`]),
+//! falling back to `nvidia-smi` ([`NvidiaSmi`]; the two are the default,
+//! [`DriverSight`], each look cached for a moment so a burst of claims
+//! reads once), or from a file of `nvidia-smi`'s CSV at every look (`run
+//! --gpu-file`, [`GpuFile`]; the CSV is [`parse_query_gpu`] and
+//! [`parse_compute_apps`]); and the environment a job's GPUs give it
+//! ([`gpu_env`]). The claim asks a sight only when a job that needs GPUs is
+//! a candidate, so a runner with no such job pending never loads the
+//! driver's library nor runs `nvidia-smi`. Where no GPU is found the look
+//! says why, and jobs that need one wait, saying so.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -226,6 +228,133 @@ impl GpuSight for NvidiaSmi {
     }
 }
 
+/// GPUs through NVML, the driver's own library, loaded at the first look
+/// (`nvml-wrapper` loads `libnvidia-ml.so` at run time: the binary starts
+/// on a machine without the driver, and a runner that never sees a GPU job
+/// never loads it). A look is reused for [`SMI_CACHE`].
+pub struct NvmlSight {
+    nvml: std::sync::OnceLock<Result<nvml_wrapper::Nvml, String>>,
+    last: Mutex<Option<(Instant, GpuLook)>>,
+}
+
+impl NvmlSight {
+    /// Not loaded until the first look.
+    pub fn new() -> Self {
+        NvmlSight { nvml: std::sync::OnceLock::new(), last: Mutex::new(None) }
+    }
+
+    /// Whether NVML loads here (loading it if not yet).
+    pub fn available(&self) -> Result<(), String> {
+        self.nvml().map(|_| ())
+    }
+
+    fn nvml(&self) -> Result<&nvml_wrapper::Nvml, String> {
+        self.nvml
+            .get_or_init(|| nvml_wrapper::Nvml::init().map_err(|e| format!("NVML: {e}")))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    fn look_now(&self) -> Result<Vec<Gpu>, String> {
+        let nvml = self.nvml()?;
+        let n = nvml.device_count().map_err(|e| format!("NVML: {e}"))?;
+        let mut gpus = Vec::new();
+        for i in 0..n {
+            // A device that cannot be read (fallen off the bus) is not
+            // there to hand out.
+            let Ok(d) = nvml.device_by_index(i) else { continue };
+            let (Ok(uuid), Ok(mem)) = (d.uuid(), d.memory_info()) else { continue };
+            let processes = d
+                .running_compute_processes()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|p| GpuProcess {
+                    pid: p.pid,
+                    memory: match p.used_gpu_memory {
+                        nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),
+                        nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
+                    },
+                })
+                .collect();
+            gpus.push(Gpu {
+                index: d.index().unwrap_or(i),
+                uuid,
+                name: d.name().unwrap_or_default(),
+                memory_used: mem.used,
+                memory_total: mem.total,
+                utilization: d.utilization_rates().ok().and_then(|u| u8::try_from(u.gpu).ok()),
+                processes,
+            });
+        }
+        gpus.sort_by_key(|g| g.index);
+        Ok(gpus)
+    }
+}
+
+impl Default for NvmlSight {
+    fn default() -> Self {
+        NvmlSight::new()
+    }
+}
+
+impl GpuSight for NvmlSight {
+    fn look(&self) -> GpuLook {
+        let Ok(mut last) = self.last.lock() else { return GpuLook::default() };
+        if let Some((at, look)) = last.as_ref() {
+            if at.elapsed() < SMI_CACHE {
+                return look.clone();
+            }
+        }
+        let look = match self.look_now() {
+            Ok(gpus) => GpuLook { gpus, error: None },
+            Err(e) => GpuLook { gpus: Vec::new(), error: Some(format!("no GPU found: {e}")) },
+        };
+        *last = Some((Instant::now(), look.clone()));
+        look
+    }
+}
+
+/// The default sight: NVML where the driver's library loads, else
+/// `nvidia-smi` (a driver whose library is elsewhere, a container with the
+/// tool but not the library). Decided at the first look.
+pub struct DriverSight {
+    nvml: NvmlSight,
+    smi: NvidiaSmi,
+}
+
+impl DriverSight {
+    /// NVML, falling back to `nvidia-smi` from the `PATH`.
+    pub fn new() -> Self {
+        DriverSight::with_smi("nvidia-smi")
+    }
+
+    /// NVML, falling back to the `nvidia-smi` at `program`.
+    pub fn with_smi(program: impl Into<PathBuf>) -> Self {
+        DriverSight { nvml: NvmlSight::new(), smi: NvidiaSmi::at(program) }
+    }
+}
+
+impl Default for DriverSight {
+    fn default() -> Self {
+        DriverSight::new()
+    }
+}
+
+impl GpuSight for DriverSight {
+    fn look(&self) -> GpuLook {
+        match self.nvml.available() {
+            Ok(()) => self.nvml.look(),
+            Err(nvml) => {
+                let mut look = self.smi.look();
+                if let Some(e) = look.error.as_mut() {
+                    *e = format!("{e}; {nvml}");
+                }
+                look
+            }
+        }
+    }
+}
+
 /// A sight that remembers its last look, for the runner's record and the
 /// wait it prints (what `status` and `show` quote).
 pub struct Remembering {
@@ -374,6 +503,21 @@ mod tests {
         let none = NvidiaSmi::at(dir.path().join("missing")).look();
         assert!(none.gpus.is_empty());
         assert!(none.error.unwrap().starts_with("no GPU found: cannot run"));
+    }
+
+    #[test]
+    fn the_default_sight_tries_nvml_then_nvidia_smi_and_says_why_neither_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let look = DriverSight::with_smi(dir.path().join("missing")).look();
+        match look.error {
+            // No driver here (CI): both ways named.
+            Some(e) => {
+                assert!(e.starts_with("no GPU found: cannot run"), "{e}");
+                assert!(e.contains("NVML"), "{e}");
+            }
+            // A machine with the driver: NVML read its GPUs.
+            None => assert!(!look.gpus.is_empty()),
+        }
     }
 
     #[test]

@@ -118,12 +118,13 @@ pub(super) fn runner_from(
 }
 
 /// How the runner sees its GPUs: the `--gpu-file`, read at every look, or
-/// `nvidia-smi` (asked only when a job that needs GPUs is a candidate).
+/// NVML, else `nvidia-smi` (asked only when a job that needs GPUs is a
+/// candidate).
 fn gpu_offer(g: &crate::app::config::GpuOptions) -> slothqueue::core::GpuOffer {
-    use slothqueue::runner::gpu::{GpuFile, NvidiaSmi};
+    use slothqueue::runner::gpu::{DriverSight, GpuFile};
     let sight: Arc<dyn slothqueue::core::GpuSight> = match &g.file {
         Some(path) => Arc::new(GpuFile::new(path)),
-        None => Arc::new(NvidiaSmi::new()),
+        None => Arc::new(DriverSight::new()),
     };
     let mut offer = slothqueue::core::GpuOffer::new(sight);
     if let Some(pct) = g.busy_above {
