@@ -182,6 +182,30 @@ both_backends! {
         assert_eq!(std::fs::read_to_string(ctx.path("next")).unwrap(), "0\n");
     }
 
+    fn a_big_job_lets_small_ones_backfill_only_until_its_wait_passes_the_bound(ctx) {
+        let load = ctx.calm_load();
+        // GPU 1 of four is busy: the 4-GPU job fits the box, not now.
+        ctx.ok(&["add", "--gpus", "4", "--priority", "9", "echo never"]);
+        ctx.ok(&["add", "--gpus", "1", "echo small > small"]);
+        ctx.ok(&["add", "echo plain > plain"]);
+        let gpus = fixture("4-gpu-busy");
+        let reserve = ["run", "--load-file", load, "--gpu-file", &gpus, "--gpu-backfill-for", "0s"];
+        let out = ctx.run(&reserve);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(ctx.job(2).state, JobState::Pending, "the free GPUs are kept for #1");
+        assert_eq!(ctx.job(3).state, JobState::Done, "a job without GPUs runs on");
+        let out = ctx.run(&["run", "--load-file", load, "--gpu-file", &gpus]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(ctx.job(2).state, JobState::Done, "within the default 10m, #2 backfills");
+        assert_eq!(ctx.job(1).state, JobState::Pending);
+    }
+
+    fn every_clone_and_export_keep_a_jobs_gpus(ctx) {
+        ctx.ok(&["every", "1h", "--gpus", "2", "--key", "nightly", "train"]);
+        let dump = ctx.ok(&["export"]);
+        assert!(dump.contains("\"gpus\":{\"count\":2}"), "{dump}");
+    }
+
     fn hide_gpus_empties_cuda_visible_devices_of_jobs_without_gpus(ctx) {
         let load = ctx.calm_load();
         ctx.ok(&["add", "-e", "CUDA_VISIBLE_DEVICES=0", "echo \"[$CUDA_VISIBLE_DEVICES]\" > plain"]);
