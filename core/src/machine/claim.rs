@@ -3,7 +3,7 @@
 //! for ([`ClaimRequest`]), the running jobs and the due jobs a store hands
 //! over in claim order, pulled one by one until one may be taken. Every
 //! predicate (the filter, the lanes, holds, parents, the jobs a request
-//! refuses) is applied here, whatever the store pushed down into its
+//! refuses, free GPUs) is applied here, whatever the store pushed down into its
 //! search; a store decides nothing.
 
 use std::collections::BTreeSet;
@@ -208,6 +208,15 @@ pub const CLAIM_SCAN_CAP: usize = 1_000;
 ///   A job that is not pending at all means the store's search is out of
 ///   step with its rows: `InvalidTransition`, and the store reports damage.
 ///   At most [`CLAIM_SCAN_CAP`] are looked at.
+///
+/// A job that asks for GPUs ([`Job::gpus`]) is taken only with that many
+/// free on the claimer's host, measured through the request's
+/// [`GpuOffer`] (asked once, at the first such candidate, never when there
+/// is none) less the GPUs the running jobs on that host hold; it gets the
+/// lowest free ones, written into its lease and its `claimed` event. One
+/// that does not fit is passed over, and lower ones may take the free GPUs
+/// until its wait passes the offer's bound ([`GpuPool::reserve_for`], the
+/// starvation rule). A claimer without an offer takes no such job.
 ///
 /// An expired job is taken back only when its lane would let it start
 /// besides itself ([`LaneCheck::may_take_back`]): not while paused, and
