@@ -260,6 +260,7 @@ pub fn wait_words(
     let want = request.words();
     if seen.look.gpus.is_empty() {
         let why = seen.look.error.as_deref().unwrap_or("the host has none");
+        let why = why.strip_prefix("no GPU found: ").unwrap_or(why);
         return Some(format!("waiting for {want}: no GPU found ({why})"));
     }
     let uses = gpu_uses(&seen.look, holds, seen.busy_above_pct);
@@ -525,6 +526,37 @@ mod tests {
         assert!(
             !pool.reserve_for(&job, &req(5), Timestamp::from_millis(600_000), bound),
             "a job that can never fit reserves nothing"
+        );
+    }
+
+    #[test]
+    fn a_wait_is_worded_per_gpu_and_none_when_enough_are_free() {
+        let seen = |gpus: Vec<Gpu>, error: Option<&str>| GpuSeen {
+            look: GpuLook { gpus, error: error.map(str::to_owned) },
+            busy_above_pct: 10,
+        };
+        let holds = BTreeMap::from([("GPU-0".to_owned(), 12)]);
+        let two = seen(vec![gpu(0, 0, 0), gpu(1, 38, 90)], None);
+        assert_eq!(
+            wait_words(&req(1), &two, &holds).as_deref(),
+            Some(
+                "waiting for 1 free GPU: GPU 0 held by job #12, GPU 1 in use by other processes (38 GiB, 90 %)"
+            )
+        );
+        assert_eq!(wait_words(&req(1), &two, &BTreeMap::new()), None, "GPU 0 is free");
+        let big = GpuRequest { count: 1, memory: Some(79 * GIB) };
+        assert_eq!(
+            wait_words(&big, &seen(vec![gpu(0, 4, 0)], None), &BTreeMap::new()).as_deref(),
+            Some("waiting for 1 free GPU with 79 GiB free: GPU 0 has 76 GiB free")
+        );
+        assert_eq!(
+            wait_words(
+                &req(2),
+                &seen(vec![], Some("no GPU found: NVML: a libloading error")),
+                &holds
+            )
+            .as_deref(),
+            Some("waiting for 2 GPUs: no GPU found (NVML: a libloading error)")
         );
     }
 

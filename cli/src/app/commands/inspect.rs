@@ -93,7 +93,10 @@ pub async fn status(ctx: &Ctx) -> Outcome {
     for h in &view.gpus {
         let on = if h.host == host { "this host".to_owned() } else { h.host.clone() };
         match &h.error {
-            Some(e) => writeln!(out, "GPUs on {on}: none found ({e})")?,
+            Some(e) => {
+                let why = e.strip_prefix("no GPU found: ").unwrap_or(e);
+                writeln!(out, "GPUs on {on}: none found ({why})")?;
+            }
             None => {
                 writeln!(out, "GPUs on {on}: {}", h.gpus.len())?;
                 for g in &h.gpus {
