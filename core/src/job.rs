@@ -139,6 +139,11 @@ pub struct Lease {
     /// The process group of the job's child, once spawned, so that a
     /// successor can kill an orphan before running the job again.
     pub child_pgid: Option<i32>,
+    /// The GPUs this attempt holds on its owner's host, for as long as the
+    /// lease lives (`crate::gpu`): no other claim on that host hands them
+    /// out. Empty for a job that asked for none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuHold>,
 }
 
 impl Lease {
@@ -210,6 +215,10 @@ pub struct Job {
     /// job leaves pending (a cancel, a supersede).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held: Option<Stamp>,
+    /// The GPUs it needs free to start (`add --gpus`); a claim takes it
+    /// only with that many free on the claimer's host (`crate::gpu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<GpuRequest>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -370,6 +379,48 @@ impl FromStr for EventKind {
     }
 }
 
+/// What a job asks for: `count` GPUs, each with at least `memory` bytes
+/// free, held for the whole attempt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuRequest {
+    /// How many GPUs (at least 1).
+    pub count: u32,
+    /// The free memory it needs on each, in bytes; `None` asks for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
+}
+
+/// The most GPUs a job may ask for: more than any one host has.
+pub const MAX_GPUS: u32 = 64;
+
+impl GpuRequest {
+    /// Why the request cannot be met by any host, or `None`.
+    pub fn check(&self) -> Option<String> {
+        if self.count == 0 {
+            return Some("--gpus must be at least 1".to_owned());
+        }
+        if self.count > MAX_GPUS {
+            return Some(format!("--gpus must be at most {MAX_GPUS}"));
+        }
+        if self.memory == Some(0) {
+            return Some("--gpu-memory must be more than 0".to_owned());
+        }
+        None
+    }
+}
+
+/// One GPU an attempt holds: its index on the host (what
+/// `CUDA_VISIBLE_DEVICES` names, in PCI bus order) and its UUID (what holds
+/// are matched on, since an index can move when a GPU disappears).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GpuHold {
+    /// The index `nvidia-smi` gives it.
+    pub index: u32,
+    /// `GPU-…`.
+    pub uuid: String,
+}
+
 /// One entry of a job's append-only trail.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
@@ -433,6 +484,9 @@ pub struct NewJob {
     /// cycle can form.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<Parent>,
+    /// The GPUs it needs (`add --gpus`), `None` for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<GpuRequest>,
 }
 
 /// A parent named at push: by job id, or by the idempotency key of the job
@@ -479,6 +533,7 @@ impl NewJob {
             not_before: None,
             idempotency_key: None,
             after: Vec::new(),
+            gpus: None,
         }
     }
 
@@ -511,6 +566,12 @@ impl NewJob {
     /// Sets the idempotency key.
     pub fn key(mut self, k: impl Into<String>) -> Self {
         self.idempotency_key = Some(k.into());
+        self
+    }
+
+    /// Asks for GPUs (`add --gpus`).
+    pub fn gpus(mut self, request: GpuRequest) -> Self {
+        self.gpus = Some(request);
         self
     }
 

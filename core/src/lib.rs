@@ -10,6 +10,7 @@
 //! model in property tests.
 
 pub mod failpoint;
+pub mod gpu;
 pub mod job;
 pub mod lane;
 pub mod liveness;
@@ -22,6 +23,7 @@ pub mod shell;
 pub mod store;
 pub mod time;
 
+pub use gpu::{GpuHold, GpuLook, GpuOffer, GpuRequest, GpuSight};
 pub use job::{
     DEFAULT_MAX_RUNTIME, DEFAULT_QUEUE, Event, EventKind, Fence, Job, JobId, JobState, Lease,
     NewJob, Owner, Parent, SHELL_KIND, UnknownState,

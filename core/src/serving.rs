@@ -164,6 +164,7 @@ mod tests {
             started_at: NOW,
             updated_at: NOW,
             activity: RunnerActivity::Idle { until: None },
+            gpus: None,
         }
     }
 

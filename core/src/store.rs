@@ -264,6 +264,11 @@ pub struct RunnerRecord {
     pub updated_at: Timestamp,
     /// What it is doing.
     pub activity: RunnerActivity,
+    /// What it last saw of its host's GPUs (it looks only when a job that
+    /// needs GPUs is a candidate). Absent from records of runners that
+    /// never looked, and from those written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<crate::gpu::GpuSeen>,
 }
 
 /// Every way a store operation can fail. Matching on the variant, not the

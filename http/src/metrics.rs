@@ -118,8 +118,8 @@ pub(crate) async fn metrics(State(app): State<AppState>) -> Result<impl IntoResp
     let (judge, host) = (serving::judge(), serving::this_host());
     let look = serving::look(&app, &judge, &host);
     let status = slothqueue_view::status(&look).await.map_err(serving::view_error)?;
-    let (stats, live, unserved, schedules) =
-        (status.stats, status.live, status.unserved, status.schedules);
+    let (stats, live, unserved, schedules, host_gpus) =
+        (status.stats, status.live, status.unserved, status.schedules, status.gpus);
     let lanes = store.queue_counts(now).await?;
     let oldest = store
         .list(&ListFilter {
@@ -187,6 +187,7 @@ pub(crate) async fn metrics(State(app): State<AppState>) -> Result<impl IntoResp
             (vec![("queue", u.queue.clone()), ("kind", u.kind.clone())], count(u.pending))
         })),
     );
+    register_gpus(&mut registry, &host_gpus);
     let lag = Family::<Labels, Gauge<f64, AtomicU64>>::default();
     for s in schedules.iter().filter(|s| s.paused.is_none()) {
         let behind =
@@ -222,6 +223,48 @@ pub(crate) async fn metrics(State(app): State<AppState>) -> Result<impl IntoResp
     let mut text = String::new();
     encode(&mut text, &registry).map_err(|_| HttpError::Internal)?;
     Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text))
+}
+
+/// The GPUs the live runners last saw (`status`'s list): how many of each
+/// host's are free, held by a job or busy with other work, and each one's
+/// memory in use and utilization.
+fn register_gpus(registry: &mut Registry, hosts: &[slothqueue_view::HostGpus]) {
+    let by_use = Family::<Labels, Gauge>::default();
+    let memory = Family::<Labels, Gauge>::default();
+    let utilization = Family::<Labels, Gauge>::default();
+    for h in hosts {
+        for u in ["free", "held", "busy"] {
+            let _ = by_use.get_or_create(&vec![("host", h.host.clone()), ("use", u.to_owned())]);
+        }
+        for g in &h.gpus {
+            let u = match g.used {
+                slothqueue_core::gpu::GpuUse::Free => "free",
+                slothqueue_core::gpu::GpuUse::Held { .. } => "held",
+                slothqueue_core::gpu::GpuUse::Busy => "busy",
+            };
+            by_use.get_or_create(&vec![("host", h.host.clone()), ("use", u.to_owned())]).inc();
+            let gpu = vec![("host", h.host.clone()), ("gpu", g.gpu.index.to_string())];
+            memory.get_or_create(&gpu).set(i64::try_from(g.gpu.memory_used).unwrap_or(i64::MAX));
+            if let Some(p) = g.gpu.utilization {
+                utilization.get_or_create(&gpu).set(i64::from(p));
+            }
+        }
+    }
+    registry.register(
+        "gpus",
+        "GPUs the live runners last saw, by host and use: free, held by a running job, busy with other work",
+        by_use,
+    );
+    registry.register(
+        "gpu_memory_used_bytes",
+        "Memory in use on each GPU the live runners last saw, by host and index",
+        memory,
+    );
+    registry.register(
+        "gpu_utilization_percent",
+        "Utilization of each GPU the live runners last saw, by host and index",
+        utilization,
+    );
 }
 
 /// The OpenAPI operation of `GET /metrics`.

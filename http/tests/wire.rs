@@ -15,7 +15,8 @@ use std::time::Duration;
 use common::{Backend, assert_documented, start};
 use serde_json::{Value, json};
 use slothqueue_core::{
-    ClaimRequest, Clock, ClockOnly, Job, JobState, Lease, Owner, Stamp, SystemClock, Timestamp,
+    ClaimRequest, Clock, ClockOnly, GpuHold, GpuRequest, Job, JobState, Lease, Owner, Stamp,
+    SystemClock, Timestamp,
 };
 
 on_both_backends!(answers_match_the_documented_schemas);
@@ -40,6 +41,7 @@ fn fully_set_job() -> Job {
             attempt: 1,
             until: at,
             child_pgid: Some(7),
+            gpus: vec![GpuHold { index: 0, uuid: "GPU-8d2f4c1a".into() }],
         }),
         idempotency_key: Some("k".into()),
         payload_hash: "00".into(),
@@ -54,6 +56,7 @@ fn fully_set_job() -> Job {
         pending_parents: 1,
         cancelled_by: Some(2),
         held: Some(Stamp::new("ana@laptop", at)),
+        gpus: Some(GpuRequest { count: 1, memory: Some(1 << 30) }),
     }
 }
 

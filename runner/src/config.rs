@@ -7,10 +7,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use slothqueue_core::gpu::GpuOffer;
 use slothqueue_core::{Clock, Limits, LivenessJudge, Owner, RefusedKind, SystemClock};
 
 use crate::exec::{DEFAULT_KILL_GRACE, DEFAULT_LOG_CAP};
 use crate::gate::Gate;
+use crate::gpu::DriverSight;
 use crate::owner::{ProcJudge, this_process_owner};
 
 /// The poll of a follow-mode runner whose queue file is watched
@@ -113,6 +115,15 @@ pub struct RunnerConfig {
     /// (its payload is its handler's). A niceness and I/O class nobody set
     /// are `DEFAULT_NICE` and `DEFAULT_IO_CLASS` (see docs/limits.md).
     pub limits: Limits,
+    /// How this runner sees its host's GPUs and hands them out (`run
+    /// --gpu-file`, `--gpu-busy-above`; default NVML, else `nvidia-smi`, asked only
+    /// when a job that needs GPUs is a candidate). `None`: jobs that need
+    /// GPUs are left to other runners. See `slothqueue_core::gpu`.
+    pub gpus: Option<GpuOffer>,
+    /// Attempts that hold no GPU get `CUDA_VISIBLE_DEVICES` empty, so they
+    /// cannot reach the GPUs other jobs hold (`run --hide-gpus`; default
+    /// `false`: a job queued without `--gpus` runs as it would by hand).
+    pub hide_gpus: bool,
     /// The handlers [`Runner::register_handlers`](crate::Runner::register_handlers)
     /// refused, with why, for the runner's record (what `show` says).
     pub(crate) refused: Vec<RefusedKind>,
@@ -144,6 +155,8 @@ impl RunnerConfig {
             owner: this_process_owner(),
             cgroups: true,
             limits: Limits::default(),
+            gpus: Some(GpuOffer::new(Arc::new(DriverSight::new()))),
+            hide_gpus: false,
             refused: Vec::new(),
         }
     }

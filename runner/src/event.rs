@@ -48,6 +48,12 @@ pub enum RunnerEvent {
         /// The wait before the next check.
         wait: Duration,
     },
+    /// Jobs that need GPUs wait for them: said once, and again when what
+    /// the runner sees changes (`crate::gpu::wait_line`).
+    GpuWait {
+        /// The line.
+        line: String,
+    },
     /// A gate that held has opened; the job starts.
     GateOpened {
         /// The reading, e.g. `load 24.42 < ceiling 25.00`.
@@ -288,6 +294,7 @@ impl fmt::Display for RunnerEvent {
                 write!(f, "{reading} — waiting {}", format_duration(*wait))
             }
             RunnerEvent::GateOpened { reading } => write!(f, "{reading} — starting"),
+            RunnerEvent::GpuWait { line } => f.write_str(line),
             RunnerEvent::LanesWaiting { lanes } => {
                 let each: Vec<String> = lanes.iter().map(ToString::to_string).collect();
                 f.write_str(&each.join("; "))

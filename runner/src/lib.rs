@@ -61,6 +61,7 @@ mod event;
 pub mod exec;
 mod fmt;
 pub mod gate;
+pub mod gpu;
 mod idle;
 mod limits;
 mod logfile;

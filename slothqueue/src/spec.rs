@@ -98,6 +98,8 @@ pub struct JobSpec {
     pub cwd: Option<String>,
     /// The jobs it runs after.
     pub after: Vec<Parent>,
+    /// The GPUs it needs (`--gpus`, `--gpu-memory`; a line's `gpus`).
+    pub gpus: Option<slothqueue::core::GpuRequest>,
 }
 
 /// The checked job, complete but for `not_before` (see [`When::resolve`]).
@@ -226,6 +228,7 @@ pub fn build(
         job.idempotency_key = Some(key);
     }
     job.after = spec.after;
+    job.gpus = spec.gpus;
     machine::validate(&job).map_err(|e| e.to_string())?;
     Ok((job, spec.when))
 }

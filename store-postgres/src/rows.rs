@@ -23,7 +23,7 @@ use crate::error::Error;
 use crate::txn::Db;
 
 /// The job columns, in the order [`JobValues`] and [`job_from_row`] use.
-const JOB_COLUMNS: [&str; 34] = [
+const JOB_COLUMNS: [&str; 35] = [
     "id",
     "queue",
     "kind",
@@ -58,6 +58,7 @@ const JOB_COLUMNS: [&str; 34] = [
     "held",
     "held_at",
     "held_by",
+    "gpus",
 ];
 
 pub(crate) static COLUMNS: LazyLock<String> = LazyLock::new(|| JOB_COLUMNS.join(", "));
@@ -160,6 +161,7 @@ struct JobValues {
     held: bool,
     held_at: Option<i64>,
     held_by: Option<String>,
+    gpus: Option<String>,
 }
 
 impl JobValues {
@@ -208,6 +210,7 @@ impl JobValues {
             held: job.held.is_some(),
             held_at: job.held.as_ref().map(|h| h.since.as_millis()),
             held_by: job.held.as_ref().map(|h| h.by.clone()),
+            gpus: slothqueue_core::gpu::column_of(job),
         })
     }
 
@@ -247,6 +250,7 @@ impl JobValues {
             &self.held,
             &self.held_at,
             &self.held_by,
+            &self.gpus,
         ]
     }
 }
@@ -327,9 +331,17 @@ fn job_from_row(row: &Row) -> Result<Job, Error> {
                 attempt: narrow(id, "lease_attempt", attempt)?,
                 until: ts(until),
                 child_pgid: narrow_opt(id, "lease_child_pgid", row.try_get(17)?)?,
+                gpus: Vec::new(),
             })
         }
     };
+    let (gpus, holds) =
+        slothqueue_core::gpu::from_column(row.try_get::<_, Option<String>>(34)?.as_deref())
+            .map_err(|e| Error::Decode(format!("job #{id}: {e}")))?;
+    let mut lease = lease;
+    if let Some(l) = lease.as_mut() {
+        l.gpus = holds;
+    }
     Ok(Job {
         id,
         queue: row.try_get(1)?,
@@ -355,6 +367,7 @@ fn job_from_row(row: &Row) -> Result<Job, Error> {
         pending_parents: narrow(id, "pending_parents", row.try_get(29)?)?,
         cancelled_by: row.try_get(30)?,
         held: held_from(id, row.try_get(31)?, row.try_get(32)?, row.try_get(33)?)?,
+        gpus,
     })
 }
 

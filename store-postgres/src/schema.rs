@@ -14,7 +14,7 @@
 
 /// The newest layout this build reads and writes. Queues record theirs in
 /// `meta`; older ones are migrated on open, newer ones refused untouched.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The `meta` row holding the schema version.
 pub(crate) const VERSION_ROW: &str = "schema_version";
@@ -25,7 +25,7 @@ pub(crate) const ID_HIGH_WATER: &str = "job_id_high_water";
 
 /// Every migration, in order; `MIGRATIONS[i]` upgrades version `i` to
 /// `i + 1`. Each runs with `search_path` set to the queue's schema.
-pub(crate) const MIGRATIONS: &[&str] = &[V1];
+pub(crate) const MIGRATIONS: &[&str] = &[V1, V2];
 
 const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION as usize);
 
@@ -137,6 +137,13 @@ CREATE TABLE schedules (
 );
 INSERT INTO meta (name, value) VALUES ('job_id_high_water', 0);
 ";
+
+/// Version 2: GPUs (`slothqueue_core::gpu`), as the SQLite store's
+/// version 7: **`gpus`** added in place, the JSON of a job's GPU request
+/// and its running attempt's holds (`slothqueue_core::gpu::column_of`),
+/// NULL for a job that asks for none (every existing one). No index names
+/// it: the claim rule reads it from the rows it already reads.
+const V2: &str = "ALTER TABLE jobs ADD COLUMN gpus TEXT;";
 
 #[cfg(test)]
 mod tests {

@@ -19,7 +19,7 @@ use slothqueue_core::{
 use crate::error::Error;
 
 /// The job columns, in the order [`job_values`] and [`job_from_row`] use.
-const JOB_COLUMNS: [&str; 34] = [
+const JOB_COLUMNS: [&str; 35] = [
     "id",
     "queue",
     "kind",
@@ -54,6 +54,7 @@ const JOB_COLUMNS: [&str; 34] = [
     "held",
     "held_at",
     "held_by",
+    "gpus",
 ];
 
 pub(crate) static COLUMNS: LazyLock<String> = LazyLock::new(|| JOB_COLUMNS.join(", "));
@@ -134,6 +135,7 @@ fn job_values(job: &Job) -> Result<Vec<Value>, Error> {
         Value::Integer(i64::from(job.held.is_some())),
         opt(job.held.as_ref(), |h| millis(h.since)),
         opt(job.held.as_ref(), |h| text(&h.by)),
+        opt(slothqueue_core::gpu::column_of(job), Value::Text),
     ])
 }
 
@@ -191,8 +193,16 @@ fn job_from_row(row: &Row<'_>) -> Result<Job, Error> {
             attempt: row.get(15)?,
             until: ts(row.get(16)?),
             child_pgid: row.get(17)?,
+            gpus: Vec::new(),
         }),
     };
+    let (gpus, holds) =
+        slothqueue_core::gpu::from_column(row.get::<_, Option<String>>(34)?.as_deref())
+            .map_err(|e| Error::Decode(format!("job #{id}: {e}")))?;
+    let mut lease = lease;
+    if let Some(l) = lease.as_mut() {
+        l.gpus = holds;
+    }
     Ok(Job {
         id,
         queue: row.get(1)?,
@@ -218,6 +228,7 @@ fn job_from_row(row: &Row<'_>) -> Result<Job, Error> {
         pending_parents: row.get(29)?,
         cancelled_by: row.get(30)?,
         held: held_from(id, row.get(31)?, row.get(32)?, row.get(33)?)?,
+        gpus,
     })
 }
 

@@ -11,7 +11,7 @@ use rusqlite::Connection;
 /// The newest layout this build reads and writes. Files record theirs in
 /// SQLite's `user_version`; older ones are migrated on open, newer ones
 /// refused.
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// SQLite's `application_id` for slothqueue queues (`"SLTQ"`): how a file
 /// says it is a queue and not some other program's database.
@@ -24,17 +24,18 @@ pub(crate) type Migration = fn(&Connection) -> rusqlite::Result<()>;
 
 /// Every migration, in order; `MIGRATIONS[i]` upgrades version `i` to `i + 1`.
 /// A new version is a new function appended here and `SCHEMA_VERSION` bumped.
-pub(crate) const MIGRATIONS: &[Migration] = &[v1, v2, v3, v4, v5, v6];
+pub(crate) const MIGRATIONS: &[Migration] = &[v1, v2, v3, v4, v5, v6, v7];
 
 const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION as usize);
 
 /// The tables a queue of each version has (index: version - 1).
-pub(crate) const TABLES: [&[&str]; 6] = [
+pub(crate) const TABLES: [&[&str]; 7] = [
     &["jobs", "events", "runners"],
     &["jobs", "events", "runners", "meta"],
     &["jobs", "events", "runners", "meta"],
     &["jobs", "events", "runners", "meta", "edges"],
     &["jobs", "events", "runners", "meta", "edges", "lanes"],
+    &["jobs", "events", "runners", "meta", "edges", "lanes", "schedules"],
     &["jobs", "events", "runners", "meta", "edges", "lanes", "schedules"],
 ];
 
@@ -341,6 +342,18 @@ fn v6(conn: &Connection) -> rusqlite::Result<()> {
     )
 }
 
+/// Version 7: GPUs (`slothqueue_core::gpu`).
+///
+/// - **`gpus`** added in place (no row rewritten, as in [`v3`]): the JSON
+///   of a job's GPU request and its running attempt's holds
+///   (`slothqueue_core::gpu::column_of`), NULL for a job that asks for
+///   none, which every existing job is. The claim rule reads it from the
+///   rows it already reads (running jobs, due candidates), so no index
+///   names it.
+fn v7(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch("ALTER TABLE jobs ADD COLUMN gpus TEXT;")
+}
+
 /// One row of `sqlite_schema`: type, name, table, and the SQL that made it.
 pub(crate) type SchemaEntry = (String, String, String, Option<String>);
 
@@ -364,7 +377,7 @@ pub(crate) fn schema_entries(conn: &Connection) -> rusqlite::Result<Vec<SchemaEn
 /// the rest of an `add`'s CPU). A unit test recomputes it: a new migration
 /// changes it there.
 pub(crate) const CURRENT_FINGERPRINT: &str =
-    "807775f52a85e20215afa120b36e94cc3f7dc3837b2196efea889428a3a5956a";
+    "0710ee4b4e1199bc65d8d7de03debf409375ea732b87e9092b825c6582de4276";
 
 /// A hash of schema entries, each field length-prefixed so that no two
 /// layouts give the same bytes.

@@ -737,6 +737,7 @@ mod tests {
             started_at: t(0),
             updated_at: t(2),
             activity: slothqueue_core::RunnerActivity::Starting,
+            gpus: None,
         };
         store.put_runner(&record).await.unwrap();
         assert_eq!(pragma::<i64>(&store.lock_for_test(), "synchronous"), 2, "FULL again");

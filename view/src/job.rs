@@ -130,6 +130,18 @@ pub async fn job(look: &Look<'_>, id: JobId) -> Result<JobView, ViewError> {
         Lanes::default()
     };
     let lane = lane_verdict(store, &lanes, &job.queue).await?;
+    let running = if job.gpus.is_some() && job.state == JobState::Pending {
+        store
+            .list(&ListFilter {
+                state: Some(JobState::Running),
+                limit: Some(SCAN),
+                ..ListFilter::default()
+            })
+            .await
+            .map_err(read("cannot list running jobs"))?
+    } else {
+        Vec::new()
+    };
     let why = why(&Situation {
         job: &job,
         now,
@@ -140,6 +152,7 @@ pub async fn job(look: &Look<'_>, id: JobId) -> Result<JobView, ViewError> {
         parents: &parents,
         lanes: &lanes,
         lane: lane.clone(),
+        running: &running,
     });
     Ok(JobView {
         job,

@@ -23,7 +23,7 @@ pub mod why;
 pub mod words;
 
 pub use job::{DEPENDENTS_LISTED, JobView, LaneState, TickView, job};
-pub use status::{NextTick, StatusView, status};
+pub use status::{GpuLine, HostGpus, NextTick, StatusView, status};
 pub use why::Situation;
 
 use slothqueue_core::{Liveness, Owner, RunnerRecord, Store, StoreError, Timestamp, serving};

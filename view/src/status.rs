@@ -10,6 +10,8 @@ use slothqueue_core::{
     JobState, Lanes, ListFilter, ListOrder, QueuesReport, RunnerRecord, Schedule, Stats, Timestamp,
 };
 
+use slothqueue_core::gpu::{self, Gpu, GpuUse};
+
 use crate::{Look, RunnerView, ViewError, read};
 
 /// Everything `status` says of a queue.
@@ -35,6 +37,32 @@ pub struct StatusView {
     /// live runner can run, by queue and kind; with no runner alive, every
     /// one of them (`no live runner serves queue Q`).
     pub unserved: Vec<Unserved>,
+    /// The GPUs each host's live runners last saw, with who uses each
+    /// (hosts whose runners never looked are left out).
+    pub gpus: Vec<HostGpus>,
+}
+
+/// One host's GPUs as `status` lists them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HostGpus {
+    /// The host.
+    pub host: String,
+    /// Why its runner found no GPU, if it found none.
+    pub error: Option<String>,
+    /// Each GPU and who uses it.
+    pub gpus: Vec<GpuLine>,
+}
+
+/// One GPU and who uses it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GpuLine {
+    /// As measured.
+    pub gpu: Gpu,
+    /// Who uses it.
+    #[serde(flatten)]
+    pub used: GpuUse,
+    /// The words: `GPU 0 held by job #12`.
+    pub line: String,
 }
 
 /// The schedule that fires next.
@@ -82,5 +110,53 @@ pub async fn status(look: &Look<'_>) -> Result<StatusView, ViewError> {
             store.queue_counts(now).await.map_err(read("cannot count the queues' jobs"))?;
         Some(QueuesReport::new(&lanes, counts))
     };
-    Ok(StatusView { exists: true, stats, lanes, queues, schedules, next_tick, live, unserved })
+    let gpus = host_gpus(store, &live).await?;
+    Ok(StatusView {
+        exists: true,
+        stats,
+        lanes,
+        queues,
+        schedules,
+        next_tick,
+        live,
+        unserved,
+        gpus,
+    })
+}
+
+/// The GPUs the live runners saw, one entry per host (the latest record's
+/// look), with the holds of the running jobs on it. Reads the running jobs
+/// only when some runner looked.
+async fn host_gpus(
+    store: &dyn slothqueue_core::Store,
+    live: &[RunnerView],
+) -> Result<Vec<HostGpus>, ViewError> {
+    let mut seen: Vec<&RunnerView> = live.iter().filter(|r| r.record.gpus.is_some()).collect();
+    if seen.is_empty() {
+        return Ok(Vec::new());
+    }
+    seen.sort_by_key(|r| std::cmp::Reverse(r.record.updated_at));
+    let running = store
+        .list(&ListFilter { state: Some(JobState::Running), ..ListFilter::default() })
+        .await
+        .map_err(read("cannot list running jobs"))?;
+    let mut out: Vec<HostGpus> = Vec::new();
+    for r in seen {
+        let host = &r.record.owner.host;
+        let Some(g) = r.record.gpus.as_ref().filter(|_| !out.iter().any(|h| &h.host == host))
+        else {
+            continue;
+        };
+        let holds = gpu::holds_on(host, &running);
+        let gpus = gpu::gpu_uses(&g.look, &holds, g.busy_above_pct)
+            .into_iter()
+            .map(|(gpu, used)| GpuLine {
+                line: gpu::use_words(gpu, &used, None),
+                gpu: gpu.clone(),
+                used,
+            })
+            .collect();
+        out.push(HostGpus { host: host.clone(), error: g.look.error.clone(), gpus });
+    }
+    Ok(out)
 }

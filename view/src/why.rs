@@ -39,6 +39,9 @@ pub struct Situation<'a> {
     pub lanes: &'a Lanes,
     /// What the job's lane says of a new start now.
     pub lane: LaneVerdict,
+    /// The running jobs, read for a pending job that needs GPUs only
+    /// (whose GPUs they hold, on which host).
+    pub running: &'a [Job],
 }
 
 /// The line, or `None` for a finished job (but one a dependency cancelled).
@@ -173,6 +176,9 @@ fn pending(s: &Situation<'_>) -> String {
     {
         return format!("{} is {}", gated.name(s.this_host), activity(&gated.record, s.now));
     }
+    if let Some(line) = gpu_wait(s, &live) {
+        return line;
+    }
     if !ahead.is_empty() {
         return ahead;
     }
@@ -188,6 +194,29 @@ fn pending(s: &Situation<'_>) -> String {
         }
     }
     "next in line: a runner takes it at its next look".to_owned()
+}
+
+/// Why a job that needs GPUs waits for them, from what the live runners
+/// that could take it last saw of their hosts' GPUs (this host's first)
+/// and the holds of the running jobs on each: `None` when it needs none,
+/// when no such runner has looked yet, or when one host has enough free.
+fn gpu_wait(s: &Situation<'_>, live: &[&RunnerView]) -> Option<String> {
+    let request = s.job.gpus.as_ref()?;
+    let mut seen: Vec<&RunnerView> =
+        live.iter().copied().filter(|r| r.record.gpus.is_some()).collect();
+    seen.sort_by_key(|r| r.record.owner.host != s.this_host);
+    let mut first = None;
+    for r in seen {
+        let gpus = r.record.gpus.as_ref()?;
+        let holds = slothqueue_core::gpu::holds_on(&r.record.owner.host, s.running);
+        let line = slothqueue_core::gpu::wait_words(request, gpus, &holds)?;
+        first.get_or_insert(if r.record.owner.host == s.this_host {
+            line
+        } else {
+            format!("{line} (on {})", r.record.owner.host)
+        });
+    }
+    first
 }
 
 #[cfg(test)]
@@ -214,6 +243,7 @@ mod tests {
             attempt: 1,
             until: NOW.saturating_add(std::time::Duration::from_secs(60)),
             child_pgid: None,
+            gpus: Vec::new(),
         });
         job
     }
@@ -227,6 +257,7 @@ mod tests {
             started_at: NOW,
             updated_at: NOW,
             activity,
+            gpus: None,
         }
     }
 
@@ -241,8 +272,59 @@ mod tests {
             parents: &[],
             lanes: &Lanes::default(),
             lane: LaneVerdict::Open,
+            running: &[],
         })
         .unwrap()
+    }
+
+    #[test]
+    fn a_gpu_job_says_which_gpus_hold_it_up() {
+        use slothqueue_core::gpu::{Gpu, GpuHold, GpuLook, GpuProcess, GpuRequest, GpuSeen};
+        let gpu = |index: u32, used: u64, processes: Vec<GpuProcess>| Gpu {
+            index,
+            uuid: format!("GPU-{index}"),
+            name: "A100".into(),
+            memory_used: used << 30,
+            memory_total: 80 << 30,
+            utilization: Some(0),
+            processes,
+        };
+        let mut record = runner(RunnerActivity::Running { job: 12, also: Vec::new() });
+        record.gpus = Some(GpuSeen {
+            look: GpuLook {
+                gpus: vec![
+                    gpu(0, 1, Vec::new()),
+                    gpu(1, 38, vec![GpuProcess { pid: 4242, memory: Some(38 << 30) }]),
+                ],
+                error: None,
+            },
+            busy_above_pct: 10,
+        });
+        let runners = [RunnerView { record, live: true }];
+        let mut holder = running(job(NOW));
+        holder.id = 12;
+        if let Some(l) = holder.lease.as_mut() {
+            l.gpus = vec![GpuHold { index: 0, uuid: "GPU-0".into() }];
+        }
+        let mut waiting = job(NOW);
+        waiting.gpus = Some(GpuRequest { count: 2, memory: None });
+        let line = why(&Situation {
+            job: &waiting,
+            now: NOW,
+            ahead: 0,
+            runners: &runners,
+            lease_owner: Liveness::Unknown,
+            this_host: "box",
+            parents: &[],
+            lanes: &Lanes::default(),
+            lane: LaneVerdict::Open,
+            running: std::slice::from_ref(&holder),
+        })
+        .unwrap();
+        assert_eq!(
+            line,
+            "waiting for 2 free GPUs: GPU 0 held by job #12, GPU 1 in use by pid 4242 (38 GiB, not a slothqueue job)"
+        );
     }
 
     #[test]
@@ -375,6 +457,7 @@ mod tests {
                 parents: &[],
                 lanes: &Lanes::default(),
                 lane: LaneVerdict::Open,
+                running: &[],
             })
             .unwrap()
         };
@@ -408,6 +491,7 @@ mod tests {
                 parents,
                 lanes: &Lanes::default(),
                 lane: LaneVerdict::Open,
+                running: &[],
             })
             .unwrap()
         };
@@ -441,6 +525,7 @@ mod tests {
             parents: &[],
             lanes: &Lanes::default(),
             lane: LaneVerdict::Open,
+            running: &[],
         });
         assert_eq!(
             line.as_deref(),
@@ -474,6 +559,7 @@ mod tests {
                 parents: &[],
                 lanes,
                 lane,
+                running: &[],
             })
             .unwrap()
         };

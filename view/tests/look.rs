@@ -32,6 +32,7 @@ fn runner(id: &str, queues: &[&str], kinds: &[&str]) -> RunnerRecord {
         started_at: NOW,
         updated_at: NOW,
         activity: RunnerActivity::Idle { until: None },
+        gpus: None,
     }
 }
 

@@ -62,6 +62,8 @@ struct JsonLine {
     env: Option<BTreeMap<String, String>>,
     cwd: Option<String>,
     limits: Option<LineLimits>,
+    gpus: Option<u32>,
+    gpu_memory: Option<serde_json::Value>,
 }
 
 /// A line's `limits`: the flags' values, `memory_max` as `--memory-max`
@@ -278,8 +280,43 @@ fn over(defaults: &JobSpec, line: JsonLine) -> Result<JobSpec, String> {
     if let Some(env) = line.env {
         spec.env = env;
     }
+    if line.gpus.is_some() || line.gpu_memory.is_some() {
+        spec.gpus = line_gpus(line.gpus, line.gpu_memory, spec.gpus.as_ref())?;
+    }
     spec.cwd = line.cwd;
     Ok(spec)
+}
+
+/// A line's `gpus` and `gpu_memory` over the flags' request: `gpus` a
+/// count (at least 1), `gpu_memory` a size as `--gpu-memory` takes it
+/// (`"20G"`) or a number of bytes; a line's `gpu_memory` alone keeps the
+/// flags' count.
+fn line_gpus(
+    count: Option<u32>,
+    memory: Option<serde_json::Value>,
+    defaults: Option<&slothqueue::core::GpuRequest>,
+) -> Result<Option<slothqueue::core::GpuRequest>, String> {
+    let memory = match memory {
+        None => defaults.and_then(|d| d.memory),
+        Some(serde_json::Value::String(s)) => {
+            Some(parse_size(&s).map_err(|e| format!("`gpu_memory`: {e}"))?)
+        }
+        Some(serde_json::Value::Number(n)) => Some(
+            n.as_u64().ok_or_else(|| format!("`gpu_memory` {n} is not a whole number of bytes"))?,
+        ),
+        Some(other) => {
+            return Err(format!(
+                "`gpu_memory` is a size like \"20G\" or a number of bytes, not {other}"
+            ));
+        }
+    };
+    let Some(count) = count.or(defaults.map(|d| d.count)) else {
+        return Err("`gpu_memory` needs `gpus` (or --gpus)".to_owned());
+    };
+    if count == 0 {
+        return Err("`gpus` must be at least 1".to_owned());
+    }
+    Ok(Some(slothqueue::core::GpuRequest { count, memory }))
 }
 
 /// A duration field's text: a string as the flag takes it. A bare number

@@ -36,6 +36,9 @@ pub fn added(job: &Job, now: Timestamp) -> String {
         Some(d) => format!("max runtime {}", duration::format(d)),
         None => "no max runtime".to_owned(),
     });
+    if let Some(g) = &job.gpus {
+        parts.push(format!("needs {}", g.words()));
+    }
     if job.not_before > now {
         parts.push(format!("due {}", local(job.not_before, now)));
     }
@@ -136,6 +139,12 @@ pub fn job_details(job: &Job, now: Timestamp, color: bool, show_secrets: bool) -
         "max runtime:  {}",
         job.max_runtime.map_or_else(|| "none".to_owned(), duration::format)
     );
+    if let Some(g) = &job.gpus {
+        let _ = writeln!(out, "gpus:         {}", g.words());
+    }
+    if let Some(l) = job.lease.as_ref().filter(|l| !l.gpus.is_empty()) {
+        let _ = writeln!(out, "holds:        {}", slothqueue::core::gpu::holds_words(&l.gpus));
+    }
     if let Some(k) = &job.idempotency_key {
         let _ = writeln!(out, "key:          {}", one_line(k));
     }

@@ -34,6 +34,9 @@
 //! - `serve`: `serve --handlers DIR` runs a handler job enqueued over
 //!   HTTP; a kind without a handler is named; `/metrics` parses (issue #18);
 //!   a handler others can write is refused and counted unserved (issue 31).
+//! - `gpus`: `add --gpus` and `run --gpu-file` (issue 35): jobs never
+//!   share a GPU under slots or two runners, busy and lost GPUs are not
+//!   handed out, a killed runner's GPU frees, `show` says why a job waits.
 //! - `handlers`: `run --handlers DIR` refuses a world-writable handler,
 //!   says so once, and leaves its job pending (issue 31 finding 1).
 //! - `schedules`: `every`, its pause, resume and removal, `schedules`,
@@ -53,6 +56,7 @@ mod creation;
 mod e2e;
 mod env;
 mod full_stdout;
+mod gpus;
 mod handlers;
 mod import;
 mod lanes;

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::gpu::GpuRequest;
 use crate::job::{Event, EventKind, Job, JobId, JobState, NewJob, SHELL_KIND};
 use crate::machine::{Transition, TransitionError, payload_hash, validate};
 use crate::shell::Limits;
@@ -39,6 +40,8 @@ pub struct JobEdit {
     pub env: BTreeMap<String, String>,
     /// Limits to set; unset fields keep the job's own.
     pub limits: Limits,
+    /// A new GPU request; `Some(None)` asks for none any more.
+    pub gpus: Option<Option<GpuRequest>>,
 }
 
 impl JobEdit {
@@ -62,6 +65,7 @@ impl JobEdit {
         add(self.limits.ionice.is_some(), "ionice");
         add(self.limits.memory_max.is_some(), "memory-max");
         add(self.limits.cpu_weight.is_some(), "cpu-weight");
+        add(self.gpus.is_some(), "gpus");
         out.extend(self.env.keys().map(|k| format!("env {k}")));
         out
     }
@@ -132,6 +136,7 @@ fn as_new(job: &Job, edit: &JobEdit) -> Result<NewJob, TransitionError> {
         not_before: edit.not_before,
         idempotency_key: None,
         after: Vec::new(),
+        gpus: edit.gpus.clone().unwrap_or_else(|| job.gpus.clone()),
     };
     validate(&new)?;
     Ok(new)
@@ -170,6 +175,7 @@ pub fn edit(job: &Job, edit: &JobEdit, now: Timestamp) -> Result<Transition, Tra
     next.priority = new.priority;
     next.max_attempts = max_attempts;
     next.max_runtime = new.max_runtime;
+    next.gpus = new.gpus;
     if let Some(t) = edit.not_before {
         next.not_before = t;
     }

@@ -297,8 +297,13 @@ mod tests {
         let mut job = create(id, &new_job().queue(queue), &[], T0, &Default::default()).job;
         job.state = JobState::Running;
         job.attempts = 1;
-        job.lease =
-            Some(Lease { owner: Owner::named("r"), attempt: 1, until: T0, child_pgid: None });
+        job.lease = Some(Lease {
+            owner: Owner::named("r"),
+            attempt: 1,
+            until: T0,
+            child_pgid: None,
+            gpus: Vec::new(),
+        });
         job
     }
 

@@ -110,6 +110,7 @@ pub fn create(
         pending_parents,
         cancelled_by: None,
         held: None,
+        gpus: new.gpus.clone(),
     };
     let mut events = vec![Event::new(id, EventKind::Pushed, now)];
     if let Some((root, why)) = ended {
@@ -253,6 +254,7 @@ pub fn claim(
         attempt: next.attempts,
         until: now.saturating_add(policy.lease_ttl),
         child_pgid: None,
+        gpus: Vec::new(),
     });
     events.push(Event::new(job.id, EventKind::Claimed, now).by(&owner.id, next.attempts));
     Ok(ClaimOutcome::Claimed(Transition { job: next, events }))

@@ -64,6 +64,9 @@ pub fn validate(new: &NewJob) -> Result<(), TransitionError> {
             _ => {}
         }
     }
+    if let Some(why) = new.gpus.as_ref().and_then(crate::gpu::GpuRequest::check) {
+        return bad(why);
+    }
     if new.max_attempts == Some(0) {
         return bad("max attempts must be at least 1".to_owned());
     }

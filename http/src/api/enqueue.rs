@@ -52,6 +52,9 @@ pub(super) struct EnqueueRequest {
     /// Parents: numbers are job ids, strings idempotency keys.
     #[serde(default)]
     after: Option<Vec<Value>>,
+    /// The GPUs it needs (`{"count": 1, "memory": bytes}`).
+    #[serde(default)]
+    gpus: Option<slothqueue_core::GpuRequest>,
 }
 
 impl EnqueueRequest {
@@ -63,6 +66,7 @@ impl EnqueueRequest {
         new.priority = self.priority.unwrap_or(0);
         new.max_attempts = self.max_attempts;
         new.idempotency_key = self.idempotency_key;
+        new.gpus = self.gpus;
         new.max_runtime = match (self.max_runtime, self.max_runtime_secs) {
             (Some(_), Some(_)) => {
                 return Err(bad(
@@ -322,7 +326,20 @@ pub(super) fn schemas() -> Value {
                         { "type": "string", "minLength": 1, "maxLength": machine::MAX_NAME_LEN, "description": "the idempotency key of a job" }
                     ] },
                     "description": "the jobs this one runs after: it is not run until each is done, and is cancelled when one fails or is cancelled; each must exist (in a batch: earlier in it)"
+                },
+                "gpus": {
+                    "oneOf": [{ "$ref": "#/components/schemas/GpuRequest" }, { "type": "null" }],
+                    "description": "start only with this many free GPUs on the runner's host, held for the whole attempt (docs/gpus.md)"
                 }
+            }
+        },
+        "GpuRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["count"],
+            "properties": {
+                "count": { "type": "integer", "minimum": 1, "maximum": slothqueue_core::gpu::MAX_GPUS },
+                "memory": { "type": ["integer", "null"], "minimum": 1, "description": "bytes free needed on each GPU" }
             }
         },
         "ShellPayload": {

@@ -63,6 +63,9 @@ pub(super) struct EditRequest {
     env: Option<BTreeMap<String, String>>,
     #[serde(default)]
     limits: Option<slothqueue_core::Limits>,
+    /// Absent: unchanged; `null`: none any more; an object: the new request.
+    #[serde(default, deserialize_with = "present")]
+    gpus: Option<Option<slothqueue_core::GpuRequest>>,
 }
 
 impl EditRequest {
@@ -104,6 +107,7 @@ impl EditRequest {
             queue: self.queue,
             env: self.env.unwrap_or_default(),
             limits,
+            gpus: self.gpus,
         })
     }
 }
@@ -157,6 +161,10 @@ pub(super) struct StatsAnswer {
     #[serde(flatten)]
     stats: Stats,
     unserved: Vec<Unserved>,
+    /// Each host's GPUs as its live runners last saw them, with who uses
+    /// each; absent when no runner looked (docs/gpus.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    gpus: Vec<slothqueue_view::HostGpus>,
 }
 
 /// `?wait=SECONDS`: a non-negative decimal number of seconds (`5`, `0.5`),
@@ -356,7 +364,7 @@ pub(super) async fn stats(State(app): State<AppState>) -> Result<Json<StatsAnswe
     let (judge, host) = (serving::judge(), serving::this_host());
     let look = serving::look(&app, &judge, &host);
     let view = slothqueue_view::status(&look).await.map_err(serving::view_error)?;
-    Ok(Json(StatsAnswer { stats: view.stats, unserved: view.unserved }))
+    Ok(Json(StatsAnswer { stats: view.stats, unserved: view.unserved, gpus: view.gpus }))
 }
 
 pub(super) fn op_list() -> Value {
@@ -472,6 +480,33 @@ pub(super) fn schemas() -> Value {
     let ts = json!({ "type": "integer", "format": "int64", "description": "UTC milliseconds since the epoch" });
     let opt_ts = json!({ "type": ["integer", "null"], "format": "int64", "description": "UTC milliseconds since the epoch" });
     let opt_str = json!({ "type": ["string", "null"] });
+    // Its own value: one `json!` of every schema would pass the macro's
+    // recursion limit.
+    let host_gpus = json!({
+        "type": "array",
+        "description": "each host's GPUs as its live runners last saw them, with who uses each; absent when no runner looked (docs/gpus.md)",
+        "items": {
+            "type": "object",
+            "properties": {
+                "host": { "type": "string" },
+                "error": { "type": ["string", "null"], "description": "why the runner found no GPU" },
+                "gpus": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "gpu": { "type": "object", "description": "index, uuid, name, memory_used, memory_total (bytes), utilization (percent), processes" },
+                            "use": { "type": "string", "enum": ["free", "held", "busy"] },
+                            "job": { "type": "integer", "format": "int64", "description": "with `held`: the job holding it" },
+                            "line": { "type": "string", "description": "`GPU 0 held by job #12`" }
+                        },
+                        "required": ["gpu", "use", "line"]
+                    }
+                }
+            },
+            "required": ["host", "gpus"]
+        }
+    });
     let mut all = json!({
         "JobState": { "type": "string", "enum": ["pending", "running", "done", "failed", "cancelled"] },
         "Lease": {
@@ -480,7 +515,20 @@ pub(super) fn schemas() -> Value {
                 "owner": { "type": "object" },
                 "attempt": { "type": "integer" },
                 "until": ts,
-                "child_pgid": { "type": ["integer", "null"] }
+                "child_pgid": { "type": ["integer", "null"] },
+                "gpus": {
+                    "type": "array",
+                    "items": { "$ref": "#/components/schemas/GpuHold" },
+                    "description": "the GPUs this attempt holds on its runner's host; absent when none"
+                }
+            }
+        },
+        "GpuHold": {
+            "type": "object",
+            "required": ["index", "uuid"],
+            "properties": {
+                "index": { "type": "integer", "minimum": 0, "description": "as nvidia-smi numbers it (PCI bus order), what CUDA_VISIBLE_DEVICES names" },
+                "uuid": { "type": "string" }
             }
         },
         "Job": {
@@ -509,7 +557,8 @@ pub(super) fn schemas() -> Value {
                 "after": { "type": "array", "items": { "type": "integer", "format": "int64" }, "description": "the parents' ids; absent when none" },
                 "pending_parents": { "type": "integer", "description": "parents not done yet; absent when 0" },
                 "cancelled_by": { "type": "integer", "format": "int64", "description": "the job whose failure or cancel cancelled this one; absent when none" },
-                "held": { "$ref": "#/components/schemas/Stamp", "description": "who held this pending job and when; absent when not held" }
+                "held": { "$ref": "#/components/schemas/Stamp", "description": "who held this pending job and when; absent when not held" },
+                "gpus": { "$ref": "#/components/schemas/GpuRequest", "description": "the GPUs it needs free on one host to start (docs/gpus.md); absent when none" }
             },
             "required": ["id", "queue", "kind", "payload", "priority", "state", "attempts", "max_attempts", "not_before", "created_at"]
         },
@@ -569,7 +618,8 @@ pub(super) fn schemas() -> Value {
                         },
                         "required": ["queue", "kind", "pending", "why"]
                     }
-                }
+                },
+                "gpus": host_gpus
             },
             "required": ["pending", "running", "done", "failed", "cancelled", "due_now", "next_due", "unserved"]
         }

@@ -187,6 +187,21 @@
     $("runners").replaceChildren(...items);
   }
 
+  // Each host's GPUs as its runners last saw them, with who uses each
+  // (the server's words: docs/gpus.md).
+  function renderGpus(hosts) {
+    const items = [];
+    for (const h of hosts) {
+      if (h.error) items.push(el("li", {}, el("b", {}, h.host), ": no GPU found (" + h.error + ")"));
+      for (const g of h.gpus) {
+        items.push(el("li", { class: g.use === "free" ? "" : "muted" },
+          el("b", {}, h.host), ": " + g.line + " — " + g.gpu.name));
+      }
+    }
+    $("gpus-box").hidden = items.length === 0;
+    $("gpus").replaceChildren(...items);
+  }
+
   function filterQuery() {
     const p = new URLSearchParams();
     for (const name of ["state", "queue", "kind"]) {
@@ -225,6 +240,7 @@
     renderCounts(stats);
     renderLanes(queues);
     renderRunners(runners.runners);
+    renderGpus(stats.gpus || []);
     renderJobs(page);
   }
 

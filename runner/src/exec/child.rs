@@ -66,6 +66,10 @@ pub(crate) async fn run_process(job: &Job, spec: ProcessSpec, mut ctx: ExecConte
     env.push(("SLOTHQUEUE_QUEUE".into(), job.queue.clone()));
     if let Some(marker) = &ctx.lease_marker {
         env.push((crate::contain::LEASE_VAR.into(), marker.clone()));
+        // An attempt's GPUs (or, under `--hide-gpus`, none), over whatever
+        // the job's own env says: the runner decides which GPUs it uses.
+        let holds = job.lease.as_ref().map(|l| l.gpus.as_slice()).unwrap_or_default();
+        env.extend(crate::gpu::gpu_env(holds, ctx.hide_gpus));
     }
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args);

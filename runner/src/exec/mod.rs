@@ -62,6 +62,9 @@ pub struct ExecContext {
     pub(crate) limits: Limits,
     /// Where a limit not in force is said; `None` outside a runner.
     pub(crate) reporter: Option<Arc<dyn Reporter>>,
+    /// Whether an attempt that holds no GPU gets `CUDA_VISIBLE_DEVICES`
+    /// empty (`run --hide-gpus`).
+    pub(crate) hide_gpus: bool,
 }
 
 impl std::fmt::Debug for ExecContext {
@@ -93,6 +96,7 @@ impl ExecContext {
             containment: None,
             limits: Limits::default(),
             reporter: None,
+            hide_gpus: false,
         }
     }
 

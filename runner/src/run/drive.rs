@@ -91,6 +91,7 @@ impl Worker {
             containment,
             limits: self.cfg.limits,
             reporter: Some(self.reporter.clone()),
+            hide_gpus: self.cfg.hide_gpus,
         };
         (ctx, stopper, pgid_rx)
     }

@@ -9,7 +9,7 @@
 //! transaction, see [`decide::may_chain`]) and hears each attempt's end.
 //!
 //! The bigger steps have files of their own: [`attempt`] runs one claimed
-//! job and writes how it ended, [`drive`] is the one loop that stops a
+//! job and writes how it ended, [`claim`] takes the next job (and says when GPU jobs wait), [`drive`] is the one loop that stops a
 //! process when it must (for an attempt and for the on-finish command),
 //! [`heartbeat`] keeps an attempt's lease, [`sweep`] takes back dead
 //! owners' jobs, [`lanes`] reads why the lanes hold due jobs, and
@@ -20,6 +20,7 @@
 //! step's file.
 
 mod attempt;
+mod claim;
 mod decide;
 mod drive;
 mod heartbeat;
@@ -130,6 +131,8 @@ pub(crate) struct Run {
     /// A step failed for good: the error the run ends with once its
     /// attempts have.
     fatal: Option<RunnerError>,
+    /// The GPU wait last said ([`RunnerEvent::GpuWait`]), while it lasts.
+    gpu_wait: Option<String>,
 }
 
 impl Run {
@@ -144,6 +147,14 @@ impl Run {
     ) -> Run {
         let started_at = cfg.clock.now();
         let held_gates = vec![false; cfg.gates.len()];
+        let mut cfg = cfg;
+        // The claim asks this wrapper, which remembers the last look for
+        // the runner's record and the wait it prints.
+        let gpu_sight = cfg.gpus.as_mut().map(|offer| {
+            let sight = Arc::new(crate::gpu::Remembering::new(offer.sight.clone()));
+            offer.sight = sight.clone();
+            sight
+        });
         let sh = Arc::new(Shared {
             store,
             cfg,
@@ -156,6 +167,7 @@ impl Run {
             records: Mutex::new(Records::default()),
             last_sweep: Mutex::new(Instant::now()), // again after the first sweep
             unheard_claims: AtomicBool::new(false),
+            gpu_sight,
         });
         Run {
             w: Worker { sh, busy_warned: false },
@@ -181,6 +193,7 @@ impl Run {
             lane_record: None,
             suspended_at: None,
             fatal: None,
+            gpu_wait: None,
         }
     }
 
@@ -494,21 +507,6 @@ impl Run {
                 }
             }
         }
-    }
-
-    /// Claim: the best due job this runner may run, started at once.
-    async fn claim(&mut self) -> Result<(), RunnerError> {
-        let request = self.w.claim_request();
-        let store = self.w.store.clone();
-        let clock = self.w.cfg.clock.clone();
-        // The lease is dated no earlier than this (a retried claim's later).
-        let asked = Instant::now();
-        match self.w.retrying("claim a job", || store.claim(&request, clock.now())).await? {
-            Retried::Done(Some(claimed)) => self.begin(Taken { claimed, asked }).await?,
-            Retried::Done(None) => self.claim = ClaimState::Nothing,
-            Retried::ShutDown => {}
-        }
-        Ok(())
     }
 
     /// Starts an attempt of `claimed` as a task of its own. The gates are

@@ -110,6 +110,9 @@ pub(crate) struct Shared {
     /// ([`Run::hand_back_unheard`](super::Run::hand_back_unheard));
     /// no claim or sweep would take them back while this runner lives.
     pub(super) unheard_claims: AtomicBool,
+    /// The run's sight of its host's GPUs, remembering its last look for
+    /// the record and the wait it prints; `None` when it offers no GPUs.
+    pub(super) gpu_sight: Option<Arc<crate::gpu::Remembering>>,
 }
 
 /// The store calls, records and reports of one task (the loop, or one
@@ -136,12 +139,16 @@ impl Worker {
     /// job never runs twice at once, even when its owner dies between a
     /// sweep and a claim.
     pub(super) fn claim_request(&self) -> ClaimRequest {
-        ClaimRequest::new(self.cfg.owner.clone(), self.cfg.judge.clone())
+        let request = ClaimRequest::new(self.cfg.owner.clone(), self.cfg.judge.clone())
             .filter(ClaimFilter {
                 queues: self.cfg.queues.clone(),
                 kinds: Some(self.executors.keys().cloned().collect()),
             })
-            .reclaim(Reclaim::ExpiredOnly)
+            .reclaim(Reclaim::ExpiredOnly);
+        match &self.cfg.gpus {
+            Some(offer) => request.gpus(offer.clone()),
+            None => request,
+        }
     }
 
     /// The run's counts so far.
@@ -249,12 +256,20 @@ impl Worker {
             started_at: self.started_at,
             updated_at: self.now(),
             activity,
+            gpus: self.gpu_seen(),
         };
         if let Err(e) = self.store.put_runner(&record).await {
             if !e.is_temporary() {
                 self.warn(format!("cannot record this runner's activity: {e}"));
             }
         }
+    }
+
+    /// What this runner last saw of its GPUs, for its record.
+    pub(super) fn gpu_seen(&self) -> Option<slothqueue_core::gpu::GpuSeen> {
+        let look = self.gpu_sight.as_ref()?.last()?;
+        let busy_above_pct = self.cfg.gpus.as_ref()?.busy_above_pct;
+        Some(slothqueue_core::gpu::GpuSeen { look, busy_above_pct })
     }
 
     pub(super) fn report(&self, event: RunnerEvent) {

@@ -16,6 +16,7 @@ mod escapes;
 mod faulty;
 mod follow;
 mod gates;
+mod gpus;
 mod handlers;
 mod jobs;
 mod lanes;

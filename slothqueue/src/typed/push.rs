@@ -144,6 +144,15 @@ impl<J: Job> Push<'_, J> {
         self
     }
 
+    /// Needs `count` free GPUs on the worker's host (each with `memory`
+    /// bytes free, when given), held for the whole attempt: the claim takes
+    /// it only then, and the attempt's lease names them
+    /// (`job().lease`'s `gpus`; docs/gpus.md).
+    pub fn gpus(mut self, count: u32, memory: Option<u64>) -> Self {
+        self.options.gpus = Some(slothqueue_core::GpuRequest { count, memory });
+        self
+    }
+
     /// Not due before `at`.
     pub fn not_before(mut self, at: Timestamp) -> Self {
         self.options.not_before = Some(at);

@@ -156,7 +156,7 @@ async fn a_push_takes_a_key_parents_a_priority_a_queue_and_attempts() {
         .await
         .unwrap();
     let later = queue.push(Step { name: "later".into() }).delay(Duration::from_secs(3600));
-    let later = later.await.unwrap();
+    let later = later.gpus(2, Some(1 << 30)).await.unwrap();
 
     let job = queue.get(publish.id).await.unwrap();
     assert_eq!(job.after, vec![convert.id, fetch.id]);
@@ -169,6 +169,7 @@ async fn a_push_takes_a_key_parents_a_priority_a_queue_and_attempts() {
     assert_eq!(*STEPS.lock().unwrap(), ["fetch", "convert", "publish"]);
     let later = queue.get(later.id).await.unwrap();
     assert_eq!(later.state, JobState::Pending, "delayed an hour");
+    assert_eq!(later.gpus.map(|g| (g.count, g.memory)), Some((2, Some(1 << 30))));
     assert!(later.not_before > queue.get(publish.id).await.unwrap().finished_at.unwrap());
 }
 

@@ -118,7 +118,10 @@ fn a_newer_schema_is_refused_untouched() {
         .run(true, |db, _| db.batch("UPDATE meta SET value = 99 WHERE name = 'schema_version'"))
         .unwrap();
     let err = PgStore::open(&url, PgOptions::default()).unwrap_err();
-    assert!(matches!(err, StoreError::SchemaTooNew { found: 99, supported: 1, .. }), "{err:?}");
+    assert!(
+        matches!(err, StoreError::SchemaTooNew { found: 99, supported, .. } if supported == crate::schema::SCHEMA_VERSION),
+        "{err:?}"
+    );
     let err = PgStore::open_read_only(&url, PgOptions::default()).unwrap_err();
     assert!(matches!(err, StoreError::SchemaTooNew { found: 99, .. }), "{err:?}");
     let version = store
@@ -129,6 +132,66 @@ fn a_newer_schema_is_refused_untouched() {
         })
         .unwrap();
     assert_eq!(version, Some(99), "untouched");
+}
+
+/// A version-1 queue (the layout before GPUs: version 2 only adds the
+/// `gpus` column, so dropping it and marking the schema 1 makes one) is
+/// migrated by the next open: its jobs read as asking for no GPU, and a
+/// GPU job's request and holds are kept.
+#[test]
+fn a_version_1_queue_is_migrated_to_keep_gpus() {
+    use slothqueue_core::gpu::{Gpu, GpuLook, GpuOffer, GpuRequest, GpuSight};
+    struct OneGpu;
+    impl GpuSight for OneGpu {
+        fn look(&self) -> GpuLook {
+            let gpu = Gpu {
+                index: 0,
+                uuid: "GPU-pg".into(),
+                name: "L4".into(),
+                memory_used: 0,
+                memory_total: 24 << 30,
+                utilization: Some(0),
+                processes: Vec::new(),
+            };
+            GpuLook { gpus: vec![gpu], error: None }
+        }
+    }
+    let Some((url, _dir)) = fresh("v1") else { return };
+    let store = PgStore::open(&url, PgOptions::default()).unwrap();
+    let rt = runtime();
+    let old = rt.block_on(store.push(NewJob::shell("old", "/"), t(0))).unwrap().job.id;
+    store
+        .inner
+        .run(true, |db, _| {
+            db.batch(
+                "ALTER TABLE jobs DROP COLUMN gpus; \
+                 UPDATE meta SET value = 1 WHERE name = 'schema_version'",
+            )
+        })
+        .unwrap();
+    drop(store);
+    let store = PgStore::open(&url, PgOptions::default()).unwrap();
+    let version = store
+        .inner
+        .run(false, |db, _| {
+            let row = db.query_opt("SELECT value FROM meta WHERE name = 'schema_version'", &[])?;
+            Ok(row.map(|r| r.get::<_, i64>(0)))
+        })
+        .unwrap();
+    assert_eq!(version, Some(i64::from(crate::schema::SCHEMA_VERSION)));
+    assert!(rt.block_on(store.get(old)).unwrap().gpus.is_none());
+    let want = GpuRequest { count: 1, memory: None };
+    let id = rt.block_on(store.push(NewJob::shell("gpu", "/").gpus(want.clone()), t(1))).unwrap();
+    let mut owner = Owner::named("r");
+    owner.host = "box".into();
+    let request = ClaimRequest::new(owner, Arc::new(ClockOnly))
+        .gpus(GpuOffer::new(Arc::new(OneGpu)))
+        .refusing([old]);
+    let claimed = rt.block_on(store.claim(&request, t(2))).unwrap().unwrap();
+    assert_eq!(claimed.job.id, id.job.id);
+    let back = rt.block_on(store.get(id.job.id)).unwrap();
+    assert_eq!(back.gpus, Some(want));
+    assert_eq!(back.lease.unwrap().gpus[0].uuid, "GPU-pg");
 }
 
 #[test]

@@ -212,6 +212,7 @@ async fn workload(image: &Image) -> Vec<(u64, String)> {
         started_at: T,
         updated_at: at(12),
         activity: RunnerActivity::Idle { until: None },
+        gpus: None,
     };
     step!(s.put_runner(&record).await.unwrap());
     drop(s);

@@ -112,6 +112,7 @@ async fn write_v1_fixture() {
         started_at: T,
         updated_at: at(9),
         activity: RunnerActivity::Running { job: 2, also: Vec::new() },
+        gpus: None,
     })
     .await
     .unwrap();

@@ -105,6 +105,7 @@ async fn write_v2_fixture() {
         started_at: T,
         updated_at: at(7),
         activity: RunnerActivity::Running { job: 2, also: Vec::new() },
+        gpus: None,
     })
     .await
     .unwrap();

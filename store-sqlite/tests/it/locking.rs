@@ -86,6 +86,7 @@ async fn every_write_waits_for_the_busy_timeout_then_says_busy() {
         started_at: t(0),
         updated_at: t(0),
         activity: RunnerActivity::Starting,
+        gpus: None,
     };
     s.put_runner(&record).await.unwrap();
 

@@ -17,6 +17,8 @@
 //! - `damaged_schema`: a damaged stored schema refused at open (S16);
 //! - `fixture`: the schema-v1, v3, v4, v5 and v6 fixtures in `tests/data/` open and
 //!   read back exactly, forever;
+//! - `gpus`: a file of schema v6 migrated (v7's `gpus` column) keeps a
+//!   job's GPU request and its attempt's holds across a reopen;
 //! - `locking`: contention on the write lock (busy timeout, `Busy`, reads
 //!   going on meanwhile);
 //! - `disk_full`: a full disk fails cleanly and the handle recovers (S15);
@@ -33,6 +35,7 @@ mod dependencies;
 mod disk_full;
 mod files;
 mod fixture;
+mod gpus;
 mod import;
 mod lanes;
 mod locking;

@@ -117,6 +117,7 @@ pub async fn claim_hands_out_a_lease_with_the_claimers_identity(h: &Harness) {
             attempt: 1,
             until: now.saturating_add(h.policy().lease_ttl),
             child_pgid: None,
+            gpus: Vec::new(),
         })
     );
     assert_eq!(c.job.state, JobState::Running);

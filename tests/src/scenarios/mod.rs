@@ -6,6 +6,7 @@ pub mod cancel;
 pub mod claim;
 pub mod concurrency;
 pub mod edit;
+pub mod gpus;
 pub mod idempotency;
 pub mod lanes;
 pub mod lease;
@@ -169,6 +170,8 @@ macro_rules! __with_scenarios {
             schedules::a_tick_whose_key_is_held_makes_no_second_job,
             schedules::a_cron_schedule_fires_in_its_zone_across_dst,
             schedules::a_ticks_job_is_the_schedules_job_with_the_ticks_key,
+            gpus::a_gpu_hold_is_a_claim_condition,
+            gpus::a_dead_owners_gpus_are_free_again_once_its_attempt_is_reclaimed,
         ] }
     };
 }

@@ -45,6 +45,7 @@ fn runner(h: &Harness, id: &str, t: Timestamp) -> RunnerRecord {
         started_at: t,
         updated_at: t,
         activity: RunnerActivity::Gated { reading: "load 3.20 >= ceiling 2.00".into(), since: t },
+        gpus: None,
     }
 }
 

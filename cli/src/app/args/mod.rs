@@ -256,6 +256,7 @@ fn worded_for_a_change(arg: clap::Arg) -> clap::Arg {
         "max_attempts" => "A new attempt limit (above the attempts already made)",
         "delay" => "Due this long from now",
         "at" => "Due at this time: RFC 3339 or local `YYYY-MM-DD HH:MM`",
+        "gpus" => "Start only with N free GPUs (0: asks for none any more)",
         _ => return arg,
     };
     arg.help(help)
@@ -435,6 +436,28 @@ pub struct JobSettings {
     /// `YYYY-MM-DD HH:MM`.
     #[arg(long, value_name = "TIME", value_parser = super::time::parse_at)]
     pub at: Option<jiff::Timestamp>,
+
+    /// Start only with N free GPUs on the runner's host, held for the
+    /// whole attempt and named in CUDA_VISIBLE_DEVICES (docs/gpus.md).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub gpus: Option<u32>,
+
+    /// With --gpus: the free memory needed on each GPU (`20G`; powers of 1024).
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    pub gpu_memory: Option<u64>,
+}
+
+impl JobSettings {
+    /// The GPU request these flags make: `None` when `--gpus` is not given
+    /// (or is 0, which `edit` reads as "none any more").
+    pub fn gpu_request(&self) -> Result<Option<slothqueue::core::GpuRequest>, String> {
+        match (self.gpus, self.gpu_memory) {
+            (None, Some(_)) => Err("--gpu-memory needs --gpus N".to_owned()),
+            (Some(0), Some(_)) => Err("--gpu-memory needs --gpus 1 or more".to_owned()),
+            (None | Some(0), None) => Ok(None),
+            (Some(count), memory) => Ok(Some(slothqueue::core::GpuRequest { count, memory })),
+        }
+    }
 }
 
 /// `add`.
@@ -535,6 +558,27 @@ pub struct RunnerArgs {
     /// Read the load from this loadavg-format file instead of /proc/loadavg.
     #[arg(long, value_name = "PATH")]
     pub load_file: Option<PathBuf>,
+
+    /// Read the GPUs from this file, re-read at every look, instead of
+    /// asking nvidia-smi: what `nvidia-smi --query-gpu=index,uuid,name,
+    /// memory.used,memory.total,utilization.gpu --format=csv` prints.
+    #[arg(long, value_name = "PATH")]
+    pub gpu_file: Option<PathBuf>,
+
+    /// A GPU that others use above this percentage of its memory or of its
+    /// time is busy: not handed out (default 10).
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub gpu_busy_above: Option<u8>,
+
+    /// How long the best waiting GPU job lets lower ones take the GPUs
+    /// before they are kept for it (default 10m; docs/gpus.md).
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = duration::parse)]
+    pub gpu_backfill_for: Option<Duration>,
+
+    /// Jobs queued without --gpus get CUDA_VISIBLE_DEVICES empty, so they
+    /// cannot use the GPUs other jobs hold.
+    #[arg(long)]
+    pub hide_gpus: bool,
 
     /// Pause after each job (with --slots, after the latest start or end).
     #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = duration::parse)]

@@ -89,6 +89,22 @@ pub async fn status(ctx: &Ctx) -> Outcome {
         let jobs = if u.pending == 1 { "job" } else { "jobs" };
         writeln!(out, "{}: {} pending {jobs} in queue {}", u.why, u.pending, u.queue)?;
     }
+    let host = this_host();
+    for h in &view.gpus {
+        let on = if h.host == host { "this host".to_owned() } else { h.host.clone() };
+        match &h.error {
+            Some(e) => {
+                let why = e.strip_prefix("no GPU found: ").unwrap_or(e);
+                writeln!(out, "GPUs on {on}: none found ({why})")?;
+            }
+            None => {
+                writeln!(out, "GPUs on {on}: {}", h.gpus.len())?;
+                for g in &h.gpus {
+                    writeln!(out, "  {} ({})", g.line, g.gpu.name)?;
+                }
+            }
+        }
+    }
     Ok(Code::Success)
 }
 
@@ -109,6 +125,9 @@ fn status_json(view: &StatusView) -> anyhow::Result<serde_json::Value> {
     let records: Vec<&RunnerRecord> = view.live.iter().map(|r| &r.record).collect();
     v["runners"] = serde_json::to_value(records)?;
     v["unserved"] = serde_json::to_value(unserved_shown(view))?;
+    if !view.gpus.is_empty() {
+        v["gpus"] = serde_json::to_value(&view.gpus)?;
+    }
     Ok(v)
 }
 

@@ -111,6 +111,10 @@ fn job_edit(
         queue: args.queue,
         env,
         limits: args.limits.limits(),
+        gpus: match (args.settings.gpus, args.settings.gpu_request().map_err(usage)?) {
+            (None, _) => None,
+            (Some(_), request) => Some(request),
+        },
     })
 }
 

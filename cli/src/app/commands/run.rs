@@ -108,11 +108,32 @@ pub(super) fn runner_from(
     }
     base.on_finish = opts.on_finish;
     base.limits = opts.limits;
+    base.gpus = Some(gpu_offer(&opts.gpus));
+    base.hide_gpus = opts.gpus.hide;
     let mut runner = Runner::new(store.clone(), base);
     if let Some(dir) = handlers {
         runner.register_handlers(dir);
     }
     Ok((store, runner))
+}
+
+/// How the runner sees its GPUs: the `--gpu-file`, read at every look, or
+/// NVML, else `nvidia-smi` (asked only when a job that needs GPUs is a
+/// candidate).
+fn gpu_offer(g: &crate::app::config::GpuOptions) -> slothqueue::core::GpuOffer {
+    use slothqueue::runner::gpu::{DriverSight, GpuFile};
+    let sight: Arc<dyn slothqueue::core::GpuSight> = match &g.file {
+        Some(path) => Arc::new(GpuFile::new(path)),
+        None => Arc::new(DriverSight::new()),
+    };
+    let mut offer = slothqueue::core::GpuOffer::new(sight);
+    if let Some(pct) = g.busy_above {
+        offer.busy_above_pct = pct;
+    }
+    if let Some(d) = g.backfill_for {
+        offer.backfill_for = d;
+    }
+    offer
 }
 
 /// The gates after the load gate, in the order they are read: CPU
@@ -178,6 +199,7 @@ fn event_json(event: &RunnerEvent) -> serde_json::Value {
         RunnerEvent::GateOpened { reading } => {
             json!({"event": "gate_opened", "reading": reading, "line": line})
         }
+        RunnerEvent::GpuWait { .. } => json!({"event": "gpu_wait", "line": line}),
         RunnerEvent::Done { job, elapsed } => json!({
             "event": "done", "job": job, "elapsed_ms": elapsed.as_millis() as u64, "line": line
         }),

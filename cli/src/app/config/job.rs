@@ -37,6 +37,10 @@ fn add_spec(a: args::AddArgs, process: &Env) -> anyhow::Result<(JobSpec, Vec<Str
         (None, None) => When::Now,
     };
     let limits = a.limits.limits();
+    if a.settings.gpus == Some(0) {
+        return Err(usage("--gpus must be at least 1 (leave it out for a job that needs no GPU)"));
+    }
+    let gpus = a.settings.gpu_request().map_err(usage)?;
     let mut notes = Vec::new();
     let recorded = if a.kind.is_some() {
         // A handler's payload is its own: nothing of the shell goes in.
@@ -72,6 +76,7 @@ fn add_spec(a: args::AddArgs, process: &Env) -> anyhow::Result<(JobSpec, Vec<Str
         limits: Some(limits).filter(|l| !l.is_empty()),
         cwd: None,
         after: a.after,
+        gpus,
     };
     Ok((spec, notes))
 }
@@ -228,6 +233,8 @@ fn definition_flag(a: &args::EveryArgs) -> Option<&'static str> {
         (j.settings.max_attempts.is_some(), "--max-attempts"),
         (j.settings.delay.is_some(), "--delay"),
         (j.settings.at.is_some(), "--at"),
+        (j.settings.gpus.is_some(), "--gpus"),
+        (j.settings.gpu_memory.is_some(), "--gpu-memory"),
         (j.queue.is_some(), "--queue"),
         (j.kind.is_some(), "--kind"),
         (j.payload.is_some(), "--payload"),

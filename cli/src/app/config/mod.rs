@@ -357,6 +357,22 @@ pub struct RunnerOptions {
     /// Limits for jobs that set none (`--nice`, `--ionice`, `--memory-max`,
     /// `--cpu-weight`).
     pub limits: Limits,
+    /// How the runner sees and hands out GPUs.
+    pub gpus: GpuOptions,
+}
+
+/// `--gpu-file`, `--gpu-busy-above`, `--gpu-backfill-for`, `--hide-gpus`.
+#[derive(Debug, Default, PartialEq)]
+pub struct GpuOptions {
+    /// An `nvidia-smi --query-gpu` CSV file read at every look, instead
+    /// of `nvidia-smi`.
+    pub file: Option<PathBuf>,
+    /// The busy ceiling in percent; `None` is the default.
+    pub busy_above: Option<u8>,
+    /// The starvation rule's bound; `None` is the default.
+    pub backfill_for: Option<Duration>,
+    /// Jobs without GPUs get `CUDA_VISIBLE_DEVICES` empty.
+    pub hide: bool,
 }
 
 impl Config {

@@ -76,6 +76,11 @@ pub(super) fn runner_options(r: args::RunnerArgs) -> anyhow::Result<RunnerOption
             )));
         }
     }
+    if let Some(file) = &r.gpu_file {
+        slothqueue::runner::gpu::GpuFile::new(file)
+            .check()
+            .map_err(|e| usage(format!("--gpu-file: {e}")))?;
+    }
     if r.check_interval == Some(Duration::ZERO) {
         return Err(usage("--check-interval must be more than 0s (a zero interval would spin)"));
     }
@@ -100,6 +105,12 @@ pub(super) fn runner_options(r: args::RunnerArgs) -> anyhow::Result<RunnerOption
         lease: r.lease,
         slots: slot_config(r.slots)?,
         limits: r.limits.limits(),
+        gpus: super::GpuOptions {
+            file: r.gpu_file,
+            busy_above: r.gpu_busy_above,
+            backfill_for: r.gpu_backfill_for,
+            hide: r.hide_gpus,
+        },
     })
 }
 
