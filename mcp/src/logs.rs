@@ -1,15 +1,10 @@
-//! A piece of a job's log, bounded: the file the runner writes and
-//! `slothqueue logs` reads (`runner::log_path` in the queue's log folder),
-//! read from an offset or as its tail, at most a chunk at a time, so an
-//! agent never pulls the whole 1 MiB log into its context unless it pages
-//! through it on purpose.
-//!
-//! The file is opened without following a symlink and without blocking on
-//! a FIFO, and must be a regular file (the HTTP log route's rule): a link
-//! planted in the log folder cannot make the server read another file.
+//! A piece of a job's log for an agent: the runner's bounded reader
+//! (`runner::read_log_piece`, the HTTP log route's too: no symlink
+//! followed, a regular file only, no character split) with a chunk size
+//! an agent's context can hold, and an optional cut to the last lines, so
+//! an agent never pulls the whole 1 MiB log in unless it pages through it
+//! on purpose.
 
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use slothqueue::JobId;
@@ -20,43 +15,12 @@ pub const DEFAULT_CHUNK: u64 = 16 * 1024;
 pub const MAX_CHUNK: u64 = 256 * 1024;
 
 /// What was read.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Chunk {
-    /// Whether the log exists.
-    pub exists: bool,
-    /// The log's size when read.
-    pub size: u64,
-    /// The byte the text starts at.
-    pub start: u64,
-    /// Where the next read starts.
-    pub next_offset: u64,
-    /// The bytes read, as UTF-8 (invalid bytes replaced).
-    pub text: String,
-}
-
-/// Opens the log; `None` when it does not exist.
-fn open(dir: &Path, id: JobId) -> std::io::Result<Option<File>> {
-    use rustix::fs::{Mode, OFlags};
-    let path = slothqueue::runner::log_path(dir, id);
-    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-    let file = match rustix::fs::open(&path, flags, Mode::empty()) {
-        Ok(fd) => File::from(fd),
-        Err(rustix::io::Errno::NOENT) => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("{} is not a regular file", path.display()),
-        ));
-    }
-    Ok(Some(file))
-}
+pub type Chunk = slothqueue::runner::LogPiece;
 
 /// Up to `limit` bytes of job `id`'s log from `offset`, or its last
 /// `limit` bytes without one (or with one past the end of a log that was
 /// since rewritten); with `lines`, only the last that many lines of what
-/// was read. A character cut by the chunk's end is left for the next read.
+/// was read.
 pub fn read(
     dir: &Path,
     id: JobId,
@@ -64,34 +28,13 @@ pub fn read(
     limit: u64,
     lines: Option<u32>,
 ) -> std::io::Result<Chunk> {
-    let Some(mut file) = open(dir, id)? else {
-        return Ok(Chunk { exists: false, size: 0, start: 0, next_offset: 0, text: String::new() });
-    };
-    let size = file.metadata()?.len();
-    let limit = limit.clamp(1, MAX_CHUNK);
-    let start = match offset {
-        Some(o) if o <= size => o,
-        _ => size.saturating_sub(limit),
-    };
-    file.seek(SeekFrom::Start(start))?;
-    let mut bytes = Vec::new();
-    file.take(limit).read_to_end(&mut bytes)?;
-    // Leave a character cut by the end for the next read.
-    let keep = match std::str::from_utf8(&bytes) {
-        Ok(_) => bytes.len(),
-        Err(e) if e.error_len().is_none() => e.valid_up_to(),
-        Err(_) => bytes.len(),
-    };
-    bytes.truncate(keep);
-    let next_offset = start + bytes.len() as u64;
-    let mut text = String::from_utf8_lossy(&bytes).into_owned();
-    let mut start = start;
+    let mut chunk = slothqueue::runner::read_log_piece(dir, id, offset, limit.clamp(1, MAX_CHUNK))?;
     if let Some(n) = lines {
-        let cut = tail_lines(&text, n as usize);
-        start += cut as u64;
-        text = text[cut..].to_owned();
+        let cut = tail_lines(&chunk.text, n as usize);
+        chunk.start += cut as u64;
+        chunk.text = chunk.text.split_off(cut);
     }
-    Ok(Chunk { exists: true, size, start, next_offset, text })
+    Ok(chunk)
 }
 
 /// The byte where the last `n` lines of `text` start (a final newline

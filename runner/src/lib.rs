@@ -65,6 +65,7 @@ pub mod gpu;
 mod idle;
 mod limits;
 mod logfile;
+mod logread;
 mod owner;
 pub mod private;
 mod process;
@@ -91,6 +92,7 @@ pub use exec::{
 pub use fmt::{format_duration, format_timestamp};
 pub use gate::{AcPowerGate, Gate, GateReading, LoadGate, LoadProbe, PressureGate};
 pub use logfile::{log_dir_for, log_file_name, log_path};
+pub use logread::{LogPiece, read_log_piece};
 pub use owner::{ProcJudge, this_process_owner};
 pub use process::group::group_members;
 pub use runner::Runner;
