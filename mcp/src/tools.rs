@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use slothqueue::core::serving::{self, Coverage};
 use slothqueue::core::shell;
-use slothqueue::core::{LaneChange, LaneScope, LaneSettings, Parent, Stamp};
+use slothqueue::core::{GpuRequest, LaneChange, LaneScope, LaneSettings, Parent, Stamp};
 use slothqueue::runner::wait::{WaitEnd, WaitTarget, wait};
 use slothqueue::runner::{ProcJudge, QueueWatch};
 use slothqueue::spec::{self, JobSpec, Source, When};
@@ -169,6 +169,18 @@ impl Queue {
             }
             Some(captured.env)
         };
+        let gpus = match (input.gpus, input.gpu_memory_mib) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                return Err(ToolError::BadInput(
+                    "`gpu_memory_mib` needs `gpus`: how many GPUs with that much free memory"
+                        .to_owned(),
+                ));
+            }
+            (Some(count), mib) => {
+                Some(GpuRequest { count, memory: mib.map(|m| m.saturating_mul(1024 * 1024)) })
+            }
+        };
         let spec = JobSpec {
             command: input.command,
             kind: input.kind,
@@ -182,6 +194,7 @@ impl Queue {
             env: input.env,
             recorded,
             limits: None,
+            gpus,
             cwd: input.cwd,
             after: input
                 .after

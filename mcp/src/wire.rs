@@ -55,6 +55,15 @@ pub struct JobOut {
     pub held: bool,
     /// A cancel was asked of its runner.
     pub cancel_requested: bool,
+    /// The GPUs it needs to start (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
+    /// The free memory it needs on each of them, in MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_mib: Option<u64>,
+    /// While it runs: the indexes of the GPUs its attempt holds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus_held: Vec<u32>,
 }
 
 impl From<&Job> for JobOut {
@@ -84,6 +93,13 @@ impl From<&Job> for JobOut {
             after: j.after.clone(),
             held: j.held.is_some(),
             cancel_requested: j.cancel_requested,
+            gpus: j.gpus.as_ref().map(|g| g.count),
+            gpu_memory_mib: j.gpus.as_ref().and_then(|g| g.memory).map(|b| b.div_ceil(1024 * 1024)),
+            gpus_held: j
+                .lease
+                .as_ref()
+                .map(|l| l.gpus.iter().map(|h| h.index).collect())
+                .unwrap_or_default(),
         }
     }
 }
@@ -134,6 +150,11 @@ pub struct AddJobInput {
     pub max_runtime: Option<u64>,
     /// Attempts before it fails for good (default 3).
     pub max_attempts: Option<u32>,
+    /// Start only with this many free GPUs on the runner's host, held for
+    /// the whole attempt (the job sees them in `CUDA_VISIBLE_DEVICES`).
+    pub gpus: Option<u32>,
+    /// With `gpus`: the free memory it needs on each GPU, in MiB.
+    pub gpu_memory_mib: Option<u64>,
 }
 
 /// What `add_job` did.

@@ -144,6 +144,25 @@ async fn add_job_queues_as_add_does_and_says_no_runner_takes_it() {
 }
 
 #[tokio::test]
+async fn add_job_asks_for_gpus_as_add_gpus_does() {
+    let f = fixture();
+    let q = f.queue(Policy::default());
+    let input =
+        AddJobInput { gpus: Some(2), gpu_memory_mib: Some(1024), ..shell("python3 train.py") };
+    let job = q.add_job(input).await.unwrap().data.job;
+    assert_eq!((job.gpus, job.gpu_memory_mib), (Some(2), Some(1024)));
+    let stored = f.store.get(job.id).await.unwrap();
+    let asked = stored.gpus.expect("the request is stored");
+    assert_eq!((asked.count, asked.memory), (2, Some(1024 * 1024 * 1024)));
+    // Memory without a count, and no GPU at all, are refused as `add` refuses them.
+    let alone = AddJobInput { gpu_memory_mib: Some(1), ..shell("x") };
+    let e = q.add_job(alone).await.unwrap_err();
+    assert!(e.to_string().contains("`gpu_memory_mib` needs `gpus`"), "{e}");
+    let none = AddJobInput { gpus: Some(0), ..shell("x") };
+    assert!(q.add_job(none).await.is_err());
+}
+
+#[tokio::test]
 async fn add_job_takes_a_handler_job_parents_and_the_job_settings() {
     let f = fixture();
     let q = f.queue(Policy::default());

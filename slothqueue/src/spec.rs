@@ -99,7 +99,7 @@ pub struct JobSpec {
     /// The jobs it runs after.
     pub after: Vec<Parent>,
     /// The GPUs it needs (`--gpus`, `--gpu-memory`; a line's `gpus`).
-    pub gpus: Option<slothqueue::core::GpuRequest>,
+    pub gpus: Option<crate::core::GpuRequest>,
 }
 
 /// The checked job, complete but for `not_before` (see [`When::resolve`]).
