@@ -4,32 +4,20 @@
 //! The tests are `mcp/tests/python/`; they find the binary in
 //! `$SLOTHQUEUE_BIN`, and skip without it (a plain `pytest` run).
 
-use std::path::PathBuf;
-use std::process::Command;
-
-use crate::{py, run};
+use crate::py;
 
 /// Builds the binary, then runs the MCP tests with pytest.
 pub fn run() -> Result<(), String> {
     let python = py::venv()?;
-    run::cargo(&["build", "-p", "slothqueue-cli"])?;
-    let root = run::project_root();
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    let binary = target.join("debug").join("slothqueue");
-    let tests = root.join("mcp").join("tests").join("python");
-    println!(
-        "$ SLOTHQUEUE_BIN={} {} -m pytest -q {}",
-        binary.display(),
-        python.display(),
-        tests.display()
-    );
-    let status = Command::new(&python)
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
-        .arg(&tests)
-        .env("SLOTHQUEUE_BIN", &binary)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .status()
-        .map_err(|e| format!("cannot run pytest: {e}"))?;
-    if status.success() { Ok(()) } else { Err(format!("the MCP client tests failed ({status})")) }
+    let binary = py::slothqueue_binary()?;
+    let binary = binary.to_string_lossy();
+    let tests = crate::run::project_root().join("mcp").join("tests").join("python");
+    let tests = tests.to_string_lossy();
+    py::command(
+        &python,
+        &["-m", "pytest", "-q", "-p", "no:cacheprovider", &tests],
+        &[("SLOTHQUEUE_BIN", &binary), ("PYTHONDONTWRITEBYTECODE", "1")],
+        None,
+    )
+    .map_err(|e| format!("the MCP client tests failed: {e}"))
 }

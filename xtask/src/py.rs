@@ -30,25 +30,45 @@ pub fn venv() -> Result<PathBuf, String> {
     if !python.exists() {
         let system = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
         let dir_text = dir.to_string_lossy().into_owned();
-        command(Path::new(&system), &["-m", "venv", &dir_text])?;
+        command(Path::new(&system), &["-m", "venv", &dir_text], &[], None)?;
     }
     let mut install = vec!["-m", "pip", "install", "--quiet", "--disable-pip-version-check"];
     install.extend(PACKAGES);
-    command(&python, &install)?;
+    command(&python, &install, &[], None)?;
     Ok(python)
 }
 
-/// Runs `program args…` with inherited output, echoed like a shell would;
-/// an error if it cannot start or fails.
-pub fn command(program: &Path, args: &[&str]) -> Result<(), String> {
-    println!("$ {} {}", program.display(), args.join(" "));
-    let status = Command::new(program)
-        .args(args)
-        .status()
-        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+/// Runs `program args…` with `env` added (in `dir` when given), with
+/// inherited output, echoed like a shell would; an error if it cannot
+/// start or fails.
+pub fn command(
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    dir: Option<&Path>,
+) -> Result<(), String> {
+    let shown_env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    println!("$ {}{} {}", shown_env.concat(), program.display(), args.join(" "));
+    let mut command = Command::new(program);
+    command.args(args).envs(env.iter().copied());
+    if let Some(dir) = dir {
+        command.current_dir(dir);
+    }
+    let status = command.status().map_err(|e| format!("cannot run {}: {e}", program.display()))?;
     if status.success() {
         Ok(())
     } else {
         Err(format!("`{} {}` failed ({status})", program.display(), args.join(" ")))
     }
+}
+
+/// Builds the `slothqueue` binary (debug, as `cargo test` builds it) for
+/// the Python tests that run it, and returns its path: in
+/// `CARGO_TARGET_DIR` when set, else `target/`.
+pub fn slothqueue_binary() -> Result<PathBuf, String> {
+    run::cargo(&["build", "-p", "slothqueue-cli"])?;
+    let root = run::project_root();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), |dir| root.join(dir));
+    Ok(target.join("debug").join("slothqueue"))
 }

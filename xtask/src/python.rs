@@ -7,8 +7,7 @@
 //! The debug build shares the workspace's target folder and lock file, so
 //! on a warm `ci` it compiles little beyond the extension itself.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use crate::{py, run};
 
@@ -17,20 +16,21 @@ use crate::{py, run};
 pub fn run() -> Result<(), String> {
     let root = run::project_root();
     let python = py::venv()?;
-    run::cargo(&["build", "-p", "slothqueue-cli"])?;
+    let binary = py::slothqueue_binary()?;
     let venv = python
         .parent()
         .and_then(Path::parent)
         .ok_or_else(|| format!("{} is not in a virtual environment", python.display()))?;
-    let manifest = root.join("python").join("Cargo.toml");
+    let package = root.join("python");
+    let manifest = package.join("Cargo.toml");
     let manifest = manifest.to_string_lossy();
     let venv_text = venv.to_string_lossy().into_owned();
-    command(
+    py::command(
         &python,
         &["-m", "maturin", "develop", "--quiet", "-m", &manifest],
         &[("VIRTUAL_ENV", venv_text.as_str())],
+        Some(&package),
     )?;
-    let binary = target_dir().join("debug").join("slothqueue");
     let binary = binary.to_string_lossy().into_owned();
     let tests = root.join("python").join("tests");
     let tests = tests.to_string_lossy().into_owned();
@@ -42,9 +42,14 @@ pub fn run() -> Result<(), String> {
         }
     }
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    command(&python, &["-m", "pytest", "-q", "-p", "no:cacheprovider", &tests], &env)?;
+    py::command(
+        &python,
+        &["-m", "pytest", "-q", "-p", "no:cacheprovider", &tests],
+        &env,
+        Some(&package),
+    )?;
     // The package's own code and the typed example, as a caller sees them.
-    command(
+    py::command(
         &python,
         &[
             "-m",
@@ -55,30 +60,6 @@ pub fn run() -> Result<(), String> {
             "examples/typed_example.py",
         ],
         &[],
+        Some(&package),
     )
-}
-
-/// Runs `program args…` with `env` added, in the package's folder,
-/// echoed like a shell would; an error if it cannot start or fails.
-fn command(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
-    println!("$ {} {}", program.display(), args.join(" "));
-    let status = Command::new(program)
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(run::project_root().join("python"))
-        .status()
-        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("`{} {}` failed ({status})", program.display(), args.join(" ")))
-    }
-}
-
-/// Cargo's target folder: `CARGO_TARGET_DIR` when set, else `target/`.
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => run::project_root().join(dir),
-        None => run::project_root().join("target"),
-    }
 }
