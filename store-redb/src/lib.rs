@@ -92,6 +92,11 @@
 //! moved. Two runners firing at once take turns at the write lock, and the
 //! second reads the first's cursor: each slot is decided once.
 //!
+//! A job's GPU request and its attempt's holds (schema 5) live inside the
+//! job's JSON like every other field; the version moved anyway, with no
+//! table change, so that a v4 build refuses a file that may hold a GPU
+//! job rather than hand it out as one that needs no GPU.
+//!
 //! # Transactions and the fence
 //!
 //! Every change is one of core's operations (`slothqueue_core::ops`) run in

@@ -24,7 +24,12 @@ use crate::error::Failure;
 ///   held, so the migration only adds tables).
 /// - 4: schedules: the `schedules` table (no v3 file has a schedule, so
 ///   the migration only adds it, empty).
-pub const SCHEMA_VERSION: u32 = 4;
+/// - 5: GPUs: a job's GPU request and its attempt's GPU holds, inside the
+///   job's JSON (no table changes, so the migration only marks the file).
+///   The mark is the point: a v4 build would read a GPU job as a job that
+///   needs no GPU and hand it out beside another on the same card, so it
+///   must refuse the file, as SQLite's v7 and PostgreSQL's V2 are refused.
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Name → value; the schema version, the next id and the ready watermark.
 /// Its name doubles as slothqueue's mark on the file.
@@ -164,7 +169,7 @@ pub(crate) fn tables_of(version: u64) -> Option<&'static [&'static str]> {
         1 => Some(&TABLES_V1),
         2 => Some(&TABLES_V2),
         3 => Some(&TABLES_V3),
-        4 => Some(&TABLE_NAMES),
+        4 | 5 => Some(&TABLE_NAMES),
         _ => None,
     }
 }
@@ -255,7 +260,7 @@ pub(crate) fn initialise_in(txn: &WriteTransaction, path: &Path) -> Result<(), S
 /// transaction (all or nothing). Version 1 is the first, so index 0 is
 /// never used.
 type Migration = fn(&WriteTransaction) -> Result<(), Failure>;
-const MIGRATIONS: &[Migration] = &[no_migration, v1_to_v2, v2_to_v3, v3_to_v4];
+const MIGRATIONS: &[Migration] = &[no_migration, v1_to_v2, v2_to_v3, v3_to_v4, v4_to_v5];
 
 fn no_migration(_: &WriteTransaction) -> Result<(), Failure> {
     Err(Failure::Damaged("schema version 0 was never written".to_owned()))
@@ -288,6 +293,13 @@ fn v2_to_v3(txn: &WriteTransaction) -> Result<(), Failure> {
 /// empty.
 fn v3_to_v4(txn: &WriteTransaction) -> Result<(), Failure> {
     txn.open_table(SCHEDULES)?;
+    Ok(())
+}
+
+/// Schema 5 keeps GPU requests and holds in the job's JSON: no v4 job has
+/// any, and no table changes, so only the version moves (which keeps v4
+/// builds out of a file that may hold GPU jobs).
+fn v4_to_v5(_: &WriteTransaction) -> Result<(), Failure> {
     Ok(())
 }
 

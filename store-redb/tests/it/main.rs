@@ -50,3 +50,4 @@ mod schedules;
 mod v1_fixture;
 mod v2_fixture;
 mod v3_fixture;
+mod v4_fixture;
