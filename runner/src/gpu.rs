@@ -228,35 +228,83 @@ impl GpuSight for NvidiaSmi {
     }
 }
 
+/// Runs `call` on a thread of its own and waits at most `timeout` for its
+/// answer, for a call that cannot be killed (NVML runs inside this
+/// process, and a wedged driver blocks it in the kernel): the claim goes on
+/// with an error instead. While an abandoned call is still blocked,
+/// `in_flight` stays set and later calls are refused at once, so a wedged
+/// driver costs one blocked thread, never one per look.
+pub fn bounded<T: Send + 'static>(
+    in_flight: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    timeout: Duration,
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    use std::sync::atomic::Ordering;
+    if in_flight.swap(true, Ordering::AcqRel) {
+        return Err("the last call has not answered yet".to_owned());
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let flag = std::sync::Arc::clone(in_flight);
+    let spawned = std::thread::Builder::new().name("gpu-look".to_owned()).spawn(move || {
+        let answer = call();
+        flag.store(false, Ordering::Release);
+        let _ = tx.send(answer);
+    });
+    if let Err(e) = spawned {
+        in_flight.store(false, Ordering::Release);
+        return Err(format!("cannot start a thread: {e}"));
+    }
+    rx.recv_timeout(timeout).map_err(|_| format!("did not answer in {}s", timeout.as_secs()))
+}
+
 /// GPUs through NVML, the driver's own library, loaded at the first look
 /// (`nvml-wrapper` loads `libnvidia-ml.so` at run time: the binary starts
 /// on a machine without the driver, and a runner that never sees a GPU job
-/// never loads it). A look is reused for [`SMI_CACHE`].
+/// never loads it). A look is reused for [`SMI_CACHE`]; loading and each
+/// look are [`bounded`] by [`SMI_TIMEOUT`], as `nvidia-smi` is.
 pub struct NvmlSight {
-    nvml: std::sync::OnceLock<Result<nvml_wrapper::Nvml, String>>,
+    nvml: std::sync::Arc<std::sync::OnceLock<Result<nvml_wrapper::Nvml, String>>>,
+    in_flight: std::sync::Arc<std::sync::atomic::AtomicBool>,
     last: Mutex<Option<(Instant, GpuLook)>>,
 }
 
 impl NvmlSight {
     /// Not loaded until the first look.
     pub fn new() -> Self {
-        NvmlSight { nvml: std::sync::OnceLock::new(), last: Mutex::new(None) }
+        NvmlSight {
+            nvml: std::sync::Arc::new(std::sync::OnceLock::new()),
+            in_flight: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            last: Mutex::new(None),
+        }
     }
 
     /// Whether NVML loads here (loading it if not yet).
     pub fn available(&self) -> Result<(), String> {
-        self.nvml().map(|_| ())
+        if let Some(loaded) = self.nvml.get() {
+            return loaded.as_ref().map(|_| ()).map_err(Clone::clone);
+        }
+        let nvml = std::sync::Arc::clone(&self.nvml);
+        bounded(&self.in_flight, SMI_TIMEOUT, move || {
+            Self::load(&nvml).map(|_| ()).map_err(Clone::clone)
+        })
+        .map_err(|e| format!("NVML: loading {e}"))?
     }
 
-    fn nvml(&self) -> Result<&nvml_wrapper::Nvml, String> {
-        self.nvml
-            .get_or_init(|| nvml_wrapper::Nvml::init().map_err(|e| format!("NVML: {e}")))
-            .as_ref()
-            .map_err(Clone::clone)
+    fn load(
+        nvml: &std::sync::OnceLock<Result<nvml_wrapper::Nvml, String>>,
+    ) -> Result<&nvml_wrapper::Nvml, &String> {
+        nvml.get_or_init(|| nvml_wrapper::Nvml::init().map_err(|e| format!("NVML: {e}"))).as_ref()
     }
 
-    fn look_now(&self) -> Result<Vec<Gpu>, String> {
-        let nvml = self.nvml()?;
+    fn look_bounded(&self) -> Result<Vec<Gpu>, String> {
+        let nvml = std::sync::Arc::clone(&self.nvml);
+        bounded(&self.in_flight, SMI_TIMEOUT, move || {
+            Self::look_now(Self::load(&nvml).map_err(Clone::clone)?)
+        })
+        .map_err(|e| format!("NVML: {e}"))?
+    }
+
+    fn look_now(nvml: &nvml_wrapper::Nvml) -> Result<Vec<Gpu>, String> {
         let n = nvml.device_count().map_err(|e| format!("NVML: {e}"))?;
         let mut gpus = Vec::new();
         for i in 0..n {
@@ -305,7 +353,7 @@ impl GpuSight for NvmlSight {
                 return look.clone();
             }
         }
-        let look = match self.look_now() {
+        let look = match self.look_bounded() {
             Ok(gpus) => GpuLook { gpus, error: None },
             Err(e) => GpuLook { gpus: Vec::new(), error: Some(format!("no GPU found: {e}")) },
         };
@@ -441,6 +489,31 @@ pub fn gpu_env(holds: &[GpuHold], hide: bool) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A driver call that never answers is given up on at the deadline;
+    /// while it stays blocked no second thread is started; once it returns,
+    /// calls go through again.
+    #[test]
+    fn a_wedged_call_is_given_up_on_and_not_piled_up() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let in_flight = Arc::new(AtomicBool::new(false));
+        assert_eq!(bounded(&in_flight, Duration::from_secs(5), || 7), Ok(7));
+        assert!(!in_flight.load(Ordering::Acquire), "an answered call leaves nothing in flight");
+        let (release, wedged) = std::sync::mpsc::channel::<()>();
+        let e = bounded(&in_flight, Duration::from_millis(50), move || wedged.recv().is_ok())
+            .unwrap_err();
+        assert!(e.contains("did not answer"), "{e}");
+        let e = bounded(&in_flight, Duration::from_secs(5), || 8).unwrap_err();
+        assert!(e.contains("has not answered yet"), "a second call piles up: {e}");
+        release.send(()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while in_flight.load(Ordering::Acquire) {
+            assert!(Instant::now() < deadline, "the released call never returned");
+            std::thread::yield_now();
+        }
+        assert_eq!(bounded(&in_flight, Duration::from_secs(5), || 9), Ok(9));
+    }
 
     fn fixture(name: &str) -> String {
         let path = format!("{}/tests/data/gpus/{name}.csv", env!("CARGO_MANIFEST_DIR"));
