@@ -46,6 +46,6 @@ pub use shell::{EnvMode, IoClass, Limits};
 pub use store::{
     ChangeGuard, ChangeWaker, JobSource, ListFilter, ListOrder, PurgeFilter, Pushed, PushedId,
     PutSchedule, RefusedKind, RunnerActivity, RunnerRecord, SettledAndClaimed, Stats, Store,
-    StoreError,
+    StoreError, WaitCause,
 };
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};

@@ -164,6 +164,8 @@ mod tests {
             started_at: NOW,
             updated_at: NOW,
             activity: RunnerActivity::Idle { until: None },
+            slots: 1,
+            running: Vec::new(),
             gpus: None,
         }
     }

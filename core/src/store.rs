@@ -214,14 +214,19 @@ pub enum RunnerActivity {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         also: Vec<JobId>,
     },
-    /// Held by a gate, or waiting while every due job's lane is paused or
-    /// full (`reading` then says so: `queue backups paused — 3 due jobs
-    /// waiting`).
+    /// Its free slots wait: held by a gate, or while every due job's lane
+    /// is paused or full (`cause` says which, `reading` what it saw:
+    /// `load 3.20 >= ceiling 2.00`, `queue backups paused — 3 due jobs
+    /// waiting`). Jobs it runs meanwhile are in [`RunnerRecord::running`].
     Gated {
-        /// The gate's last reading, e.g. `load 3.20 >= ceiling 2.00`.
+        /// The last reading, e.g. `load 3.20 >= ceiling 2.00`.
         reading: String,
         /// Since when.
         since: Timestamp,
+        /// A gate or the lanes; absent (a gate) from records written before
+        /// it was recorded, and from the JSON for a gate.
+        #[serde(default, skip_serializing_if = "WaitCause::is_gate")]
+        cause: WaitCause,
     },
     /// Nothing due; sleeping until a job is due, a wake-up or a poll.
     Idle {
@@ -229,6 +234,27 @@ pub enum RunnerActivity {
         /// waiting (it still polls for jobs added without telling it).
         until: Option<Timestamp>,
     },
+}
+
+/// What holds a runner's free slots in [`RunnerActivity::Gated`]: a gate
+/// the user set on the runner (`--load-ceiling`, `--on-ac`, …), or the
+/// queues' lanes (paused, or at their limit), which are not the runner's
+/// and must not be called its gate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitCause {
+    /// One of the runner's gates is closed.
+    #[default]
+    Gate,
+    /// Every due job's lane is paused or full.
+    Lanes,
+}
+
+impl WaitCause {
+    /// For `skip_serializing_if`: a gate is what older records meant.
+    pub fn is_gate(&self) -> bool {
+        *self == WaitCause::Gate
+    }
 }
 
 /// A kind a runner refused to run, and its reason in one line naming the
@@ -262,13 +288,35 @@ pub struct RunnerRecord {
     pub started_at: Timestamp,
     /// When it last wrote this record.
     pub updated_at: Timestamp,
-    /// What it is doing.
+    /// What it is doing (with free slots, what those slots do).
     pub activity: RunnerActivity,
+    /// How many jobs it may run at once (`run --slots N`); 1 in records
+    /// written before it was recorded.
+    #[serde(default = "one_slot", skip_serializing_if = "is_one_slot")]
+    pub slots: u32,
+    /// The jobs it runs now, oldest start first, whatever `activity` says:
+    /// with `--slots 2`, one slot may run #15 while the other waits on a
+    /// paused queue, and a record must say both. Empty in records written
+    /// before it was recorded (their `Running` activity names the jobs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub running: Vec<JobId>,
     /// What it last saw of its host's GPUs (it looks only when a job that
     /// needs GPUs is a candidate). Absent from records of runners that
     /// never looked, and from those written before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<crate::gpu::GpuSeen>,
+}
+
+fn one_slot() -> u32 {
+    1
+}
+
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_one_slot(n: &u32) -> bool {
+    *n == 1
 }
 
 /// Every way a store operation can fail. Matching on the variant, not the

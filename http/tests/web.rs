@@ -321,6 +321,40 @@ async fn retry_and_runners(backend: Backend) {
     let (status, body) = s.get("/api/runners").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(body["runners"].as_array().is_some_and(Vec::is_empty), "no worker here: {body}");
+    // A runner with two slots, one running a job and the other held by a
+    // paused queue: the answer says both, in `status`'s words, and does
+    // not call the pause a gate.
+    let now = slothqueue_core::Clock::now(&slothqueue_core::SystemClock);
+    let record = slothqueue_core::RunnerRecord {
+        owner: slothqueue_core::Owner::named("elsewhere:42:1:ff"),
+        queues: Vec::new(),
+        kinds: None,
+        refused: Vec::new(),
+        started_at: now,
+        updated_at: now,
+        activity: slothqueue_core::RunnerActivity::Gated {
+            reading: "queue backups paused — 1 due job waiting".into(),
+            since: now,
+            cause: slothqueue_core::WaitCause::Lanes,
+        },
+        slots: 2,
+        running: vec![15],
+        gpus: None,
+    };
+    s.store.put_runner(&record).await.unwrap();
+    let (status, body) = s.get("/api/runners").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let doing = body["runners"][0]["doing"].as_str().unwrap_or_default();
+    assert!(
+        doing.starts_with(
+            "running job #15; its other slot is waiting: queue backups paused — 1 due job waiting (since "
+        ),
+        "{body}"
+    );
+    assert_eq!(
+        (body["runners"][0]["slots"].as_u64(), body["runners"][0]["running"][0].as_u64()),
+        (Some(2), Some(15))
+    );
 }
 
 /// What a browser keeps from a server's answers: every `Set-Cookie`'s

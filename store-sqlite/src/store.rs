@@ -737,6 +737,8 @@ mod tests {
             started_at: t(0),
             updated_at: t(2),
             activity: slothqueue_core::RunnerActivity::Starting,
+            slots: 1,
+            running: Vec::new(),
             gpus: None,
         };
         store.put_runner(&record).await.unwrap();

@@ -257,6 +257,8 @@ mod tests {
             started_at: NOW,
             updated_at: NOW,
             activity,
+            slots: 1,
+            running: Vec::new(),
             gpus: None,
         }
     }
@@ -337,6 +339,7 @@ mod tests {
         let gated = runner(RunnerActivity::Gated {
             reading: "load 3.00 >= ceiling 2.00".into(),
             since: NOW,
+            cause: slothqueue_core::WaitCause::Gate,
         });
         let seen = [RunnerView { record: gated, live: true }];
         assert!(why_of(&due, 2, &seen).starts_with(

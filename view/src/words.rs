@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use jiff::tz::TimeZone;
 use slothqueue_core::{
-    Job, JobState, LaneVerdict, Lanes, Owner, RunnerActivity, RunnerRecord, Stamp, Timestamp,
+    Job, JobId, JobState, LaneVerdict, Lanes, Owner, RunnerActivity, RunnerRecord, Stamp,
+    Timestamp, WaitCause,
 };
 
 fn zoned(t: Timestamp) -> Option<jiff::Zoned> {
@@ -156,22 +157,56 @@ pub fn runner_name(owner: &Owner, this_host: &str) -> String {
     }
 }
 
-/// What a runner is doing, in words.
+/// What a runner is doing, in words: `running job #15`; with free slots
+/// that wait while it runs some, both: `running job #15; its other slot is
+/// waiting: queue backups paused — 2 due jobs waiting (since 12:00:01)`.
+/// A closed gate is `waiting on its gate: …`; a paused or full lane is the
+/// queue's, not the runner's gate, and reads `waiting: …`.
 pub fn activity(record: &RunnerRecord, now: Timestamp) -> String {
-    match &record.activity {
+    let running = running_jobs(record);
+    let free = match &record.activity {
         RunnerActivity::Starting => "starting".to_owned(),
-        RunnerActivity::Running { job, also } if also.is_empty() => format!("running job #{job}"),
-        RunnerActivity::Running { job, also } => {
-            let others: Vec<String> = also.iter().map(|j| format!("#{j}")).collect();
-            format!("running jobs #{job}, {}", others.join(", "))
-        }
-        RunnerActivity::Gated { reading, since } => {
+        RunnerActivity::Running { .. } => return running_words(&running),
+        RunnerActivity::Gated { reading, since, cause: WaitCause::Gate } => {
             format!("waiting on its gate: {} (since {})", one_line(reading), local(*since, now))
         }
-        RunnerActivity::Idle { until: Some(t) } => {
-            format!("idle until {}", local(*t, now))
+        RunnerActivity::Gated { reading, since, cause: WaitCause::Lanes } => {
+            format!("waiting: {} (since {})", one_line(reading), local(*since, now))
         }
+        RunnerActivity::Idle { until: Some(t) } => format!("idle until {}", local(*t, now)),
         RunnerActivity::Idle { until: None } => "idle".to_owned(),
+    };
+    if running.is_empty() {
+        return free;
+    }
+    let slots = match record.slots as usize {
+        n if n <= running.len() + 1 && n > 1 => "its other slot is".to_owned(),
+        n if n > running.len() + 1 => format!("its {} other slots are", n - running.len()),
+        _ => "it is also".to_owned(),
+    };
+    format!("{}; {slots} {free}", running_words(&running))
+}
+
+/// The jobs a record says its runner runs: its `running` list, or, in
+/// records written before that was kept, those its `Running` names.
+fn running_jobs(record: &RunnerRecord) -> Vec<JobId> {
+    match &record.activity {
+        _ if !record.running.is_empty() => record.running.clone(),
+        RunnerActivity::Running { job, also } => {
+            std::iter::once(*job).chain(also.iter().copied()).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn running_words(jobs: &[JobId]) -> String {
+    match jobs {
+        [] => "running".to_owned(),
+        [one] => format!("running job #{one}"),
+        many => {
+            let names: Vec<String> = many.iter().map(|j| format!("#{j}")).collect();
+            format!("running jobs {}", names.join(", "))
+        }
     }
 }
 
@@ -184,6 +219,78 @@ mod tests {
         assert_eq!(format_span(Duration::from_secs(3725)), "1h2m");
         assert_eq!(format_span(Duration::from_secs(59)), "59s");
         assert_eq!(format_span(Duration::from_secs(2 * 86_400 + 3 * 3600)), "2d3h");
+    }
+
+    fn record(activity: RunnerActivity, slots: u32, running: Vec<JobId>) -> RunnerRecord {
+        RunnerRecord {
+            owner: Owner::named("h:42:1:ff"),
+            queues: Vec::new(),
+            kinds: None,
+            refused: Vec::new(),
+            started_at: Timestamp::from_millis(0),
+            updated_at: Timestamp::from_millis(0),
+            activity,
+            slots,
+            running,
+            gpus: None,
+        }
+    }
+
+    /// With `--slots 2`, one slot running #15 and the other held by a
+    /// paused queue: the record says both, and a pause is not a gate.
+    #[test]
+    fn a_runner_with_free_slots_says_what_runs_and_what_waits() {
+        let now = Timestamp::from_millis(60_000);
+        let since = Timestamp::from_millis(1_000);
+        let paused = RunnerActivity::Gated {
+            reading: "queue backups paused — 2 due jobs waiting".into(),
+            since,
+            cause: WaitCause::Lanes,
+        };
+        let said = activity(&record(paused.clone(), 2, vec![15]), now);
+        assert!(
+            said.starts_with(
+                "running job #15; its other slot is waiting: queue backups paused — 2 due jobs waiting (since "
+            ),
+            "{said}"
+        );
+        assert!(!said.contains("gate"), "{said}");
+        let said = activity(&record(paused.clone(), 4, vec![15, 16]), now);
+        assert!(
+            said.starts_with("running jobs #15, #16; its 2 other slots are waiting: "),
+            "{said}"
+        );
+        let alone = activity(&record(paused, 2, Vec::new()), now);
+        assert!(alone.starts_with("waiting: queue backups paused"), "{alone}");
+        let gate = RunnerActivity::Gated {
+            reading: "load 3.20 >= ceiling 2.00".into(),
+            since,
+            cause: WaitCause::Gate,
+        };
+        let said = activity(&record(gate, 2, vec![15]), now);
+        assert!(
+            said.starts_with("running job #15; its other slot is waiting on its gate: load 3.20"),
+            "{said}"
+        );
+    }
+
+    /// Records written before `running` was kept still name their jobs.
+    #[test]
+    fn an_older_running_record_names_its_jobs() {
+        let now = Timestamp::from_millis(0);
+        let old = record(RunnerActivity::Running { job: 7, also: vec![8] }, 1, Vec::new());
+        assert_eq!(activity(&old, now), "running jobs #7, #8");
+        // A gate, one slot, nothing running: the JSON older builds wrote
+        // and read, field for field.
+        let gated =
+            RunnerActivity::Gated { reading: "load 3".into(), since: now, cause: WaitCause::Gate };
+        let json = serde_json::to_value(record(gated, 1, Vec::new())).unwrap();
+        for field in ["slots", "running", "cause"] {
+            assert!(!json.to_string().contains(field), "{json}");
+        }
+        let read: RunnerRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(read.slots, 1);
+        assert!(matches!(read.activity, RunnerActivity::Gated { cause: WaitCause::Gate, .. }));
     }
 
     #[test]

@@ -32,6 +32,8 @@ fn runner(id: &str, queues: &[&str], kinds: &[&str]) -> RunnerRecord {
         started_at: NOW,
         updated_at: NOW,
         activity: RunnerActivity::Idle { until: None },
+        slots: 1,
+        running: Vec::new(),
         gpus: None,
     }
 }

@@ -173,14 +173,10 @@
   function renderRunners(runners) {
     const items = runners.map((r) => {
       const o = r.owner || {};
-      const a = r.activity || {};
-      let doing = a.activity;
-      if (a.activity === "running") doing = "running job #" + a.job + ((a.also || []).length ? " and " + a.also.map((j) => "#" + j).join(", ") : "");
-      if (a.activity === "gated") doing = "waiting: " + a.reading;
-      if (a.activity === "idle") doing = a.until ? "idle until " + new Date(a.until).toLocaleTimeString() : "idle";
+      // What it does is the server's sentence (`status` prints the same).
       return el("li", { class: r.live ? "" : "muted" },
         el("b", {}, "pid " + (o.pid || "?")), " on " + (o.host || "?"), r.live ? "" : " (gone)", el("br"),
-        doing, el("br"),
+        r.doing, el("br"),
         el("span", { class: "muted" }, "queues: " + (r.queues.length ? r.queues.join(", ") : "all") + ", up " + span(Date.now() - r.started_at)));
     });
     if (items.length === 0) items.push(el("li", { class: "muted" }, "No runner is recorded."));

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use slothqueue_core::schedule::{self, TickOutcome};
 use slothqueue_core::{
     AttemptNote, Fence, JobId, JobState, ListFilter, ListOrder, QueuesReport, RunnerActivity,
-    Store, StoreError, Timestamp,
+    Store, StoreError, Timestamp, WaitCause,
 };
 use tokio::sync::Notify;
 use tokio::task::{JoinError, JoinSet};
@@ -503,7 +503,13 @@ impl Run {
                         reading: reading.text.clone(),
                         wait: self.w.cfg.check_interval,
                     });
-                    self.w.record(RunnerActivity::Gated { reading: reading.text, since }).await;
+                    self.w
+                        .record(RunnerActivity::Gated {
+                            reading: reading.text,
+                            since,
+                            cause: WaitCause::Gate,
+                        })
+                        .await;
                 }
             }
         }
@@ -540,7 +546,7 @@ impl Run {
         let pause = Arc::new(PauseClock::default());
         self.w.suspended.add(containment.clone());
         if let Ok(mut r) = self.w.records.lock() {
-            r.running.push(id);
+            r.started(id);
         }
         let fence = claimed.fence.clone();
         let worker = Worker { sh: self.w.sh.clone(), busy_warned: false };
@@ -577,13 +583,16 @@ impl Run {
         let rewrite = match self.w.records.lock() {
             Ok(mut r) => {
                 r.running.retain(|j| *j != slot.job);
-                !r.running.is_empty() && r.recorded_running.contains(&slot.job)
+                r.last.clone().filter(|_| r.recorded_running.contains(&slot.job))
             }
-            Err(_) => false,
+            Err(_) => None,
         };
-        if rewrite {
-            // The record named the job that ended: it names the others now.
-            self.w.record_running().await;
+        // The record named the job that ended: it names the others now,
+        // whatever the free slots were recorded doing.
+        match rewrite {
+            Some(RunnerActivity::Running { .. }) => self.w.record_running().await,
+            Some(other) => self.w.record(other).await,
+            None => {}
         }
         self.last_start_or_end = Some(Instant::now());
         self.forget();
@@ -704,7 +713,9 @@ impl Run {
             });
             if !unchanged {
                 self.lane_record = Some(now);
-                self.w.record(RunnerActivity::Gated { reading, since }).await;
+                self.w
+                    .record(RunnerActivity::Gated { reading, since, cause: WaitCause::Lanes })
+                    .await;
             }
         }
     }

@@ -86,6 +86,21 @@ pub(super) struct Records {
     pub(super) recorded_running: Vec<JobId>,
     /// The last record's reading, when it was `Gated`.
     pub(super) gated: Option<String>,
+    /// The last record's activity, written again with the jobs running
+    /// then when one of those it named ends.
+    pub(super) last: Option<RunnerActivity>,
+}
+
+impl Records {
+    /// Job `id` started: it runs, and whatever wait the free slots were
+    /// recorded in is over (a claim took a job), until a look says again.
+    pub(super) fn started(&mut self, id: JobId) {
+        self.running.push(id);
+        if matches!(self.last, Some(RunnerActivity::Gated { .. })) {
+            self.last = None;
+            self.gated = None;
+        }
+    }
 }
 
 /// What the loop and every attempt task share, for the run's life.
@@ -223,11 +238,28 @@ impl Worker {
     }
 
     /// Records the attempts running now, for `status`: `Running` with the
-    /// first started and the others.
+    /// first started and the others; or, while a slot is free and the last
+    /// record said the free slots wait (a gate, a paused lane), that wait
+    /// still, with the jobs running now (nothing is written when that is
+    /// what the record says already). A start clears the wait
+    /// ([`Records::started`]): the next look says whether it holds.
     pub(super) async fn record_running(&self) {
-        let running = self.records.lock().map(|r| r.running.clone()).unwrap_or_default();
+        let slots = self.cfg.slots.max(1);
+        let (running, waiting) = match self.records.lock() {
+            Ok(r) => {
+                let waiting = r.last.clone().filter(|a| {
+                    matches!(a, RunnerActivity::Gated { .. }) && r.running.len() < slots
+                });
+                if waiting.is_some() && r.recorded_running == r.running {
+                    return;
+                }
+                (r.running.clone(), waiting)
+            }
+            Err(_) => return,
+        };
         let Some((&job, also)) = running.split_first() else { return };
-        self.record(RunnerActivity::Running { job, also: also.to_vec() }).await;
+        let activity = waiting.unwrap_or(RunnerActivity::Running { job, also: also.to_vec() });
+        self.record(activity).await;
     }
 
     /// Records what this runner does, for `status`. Failing to is not worth
@@ -241,13 +273,12 @@ impl Worker {
                 RunnerActivity::Gated { reading, .. } => Some(reading.clone()),
                 _ => None,
             };
-            r.recorded_running = match &activity {
-                RunnerActivity::Running { job, also } => {
-                    std::iter::once(*job).chain(also.iter().copied()).collect()
-                }
-                _ => Vec::new(),
-            };
+            // Every record names the jobs running as it is written, so
+            // whichever it was, it is rewritten when one of them ends.
+            r.recorded_running = r.running.clone();
+            r.last = Some(activity.clone());
         }
+        let running = self.records.lock().map(|r| r.running.clone()).unwrap_or_default();
         let record = RunnerRecord {
             owner: self.cfg.owner.clone(),
             queues: self.cfg.queues.clone(),
@@ -256,6 +287,8 @@ impl Worker {
             started_at: self.started_at,
             updated_at: self.now(),
             activity,
+            slots: u32::try_from(self.cfg.slots.max(1)).unwrap_or(u32::MAX),
+            running,
             gpus: self.gpu_seen(),
         };
         if let Err(e) = self.store.put_runner(&record).await {

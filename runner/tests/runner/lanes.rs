@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use slothqueue_core::{
     ClaimRequest, ClockOnly, Completion, JobState, LaneChange, LaneScope, RunnerActivity, Stamp,
-    Store,
+    Store, WaitCause,
 };
 use slothqueue_runner::{Mode, Runner, RunnerEvent, this_process_owner};
 
@@ -147,4 +147,64 @@ async fn a_limit_holds_across_this_runners_slots() {
     cfg.slots = 3;
     let (summary, lines) = env.drain(Runner::new(store.clone(), cfg)).await;
     assert_eq!((summary.done, summary.failed), (3, 0), "{lines:?}");
+}
+
+/// With two slots, one running a job and the other held by a paused queue,
+/// the record says both: the job it runs and the wait, caused by the lanes
+/// (`status` used to say only "waiting on its gate: queue backups paused").
+/// The running job's own record, written once it has run a little, keeps
+/// the wait rather than replacing it.
+#[tokio::test]
+async fn a_slot_held_by_a_paused_queue_beside_a_running_one_is_recorded_as_both() {
+    let env = env();
+    let store = Arc::new(Intercepted::new(env.store.clone()));
+    store.change_lane(&q("backups"), &pause(&env)).await.unwrap();
+    let runs = env.add("touch started; until [ -e go ]; do sleep 0.05; done", |j| j).await;
+    env.add("true", |j| j.queue("backups")).await;
+    let mut cfg = env.config();
+    cfg.mode = Mode::Follow;
+    cfg.slots = 2;
+    let mut running = env.start(Runner::new(store.clone(), cfg));
+    running
+        .events
+        .wait_for("the lane wait", |e| matches!(e, RunnerEvent::LanesWaiting { .. }))
+        .await;
+    // Past the running job's own record (its process group in its lease
+    // is written at the same moment).
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let job = env.job(runs).await;
+        if job.lease.as_ref().is_some_and(|l| l.child_pgid.is_some()) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job #{runs}'s process group never recorded"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let record = loop {
+        let record = env.store.runners().await.unwrap().remove(0);
+        if record.running == [runs] || tokio::time::Instant::now() >= deadline {
+            break record;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(record.slots, 2);
+    assert_eq!(record.running, [runs], "{record:?}");
+    assert!(
+        matches!(&record.activity, RunnerActivity::Gated { reading, cause: WaitCause::Lanes, .. }
+            if reading == "queue backups paused — 1 due job waiting"),
+        "{record:?}"
+    );
+    std::fs::write(env.path("go"), "").unwrap();
+    running.events.wait_for("the job done", |e| matches!(e, RunnerEvent::Done { .. })).await;
+    // The record no longer names the job that ended.
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !env.store.runners().await.unwrap()[0].running.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the record still names #{runs}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    running.trigger.trigger();
+    running.finish().await.unwrap();
 }

@@ -212,6 +212,8 @@ async fn workload(image: &Image) -> Vec<(u64, String)> {
         started_at: T,
         updated_at: at(12),
         activity: RunnerActivity::Idle { until: None },
+        slots: 1,
+        running: Vec::new(),
         gpus: None,
     };
     step!(s.put_runner(&record).await.unwrap());

@@ -112,6 +112,8 @@ async fn write_v1_fixture() {
         started_at: T,
         updated_at: at(9),
         activity: RunnerActivity::Running { job: 2, also: Vec::new() },
+        slots: 1,
+        running: Vec::new(),
         gpus: None,
     })
     .await

@@ -105,6 +105,8 @@ async fn write_v2_fixture() {
         started_at: T,
         updated_at: at(7),
         activity: RunnerActivity::Running { job: 2, also: Vec::new() },
+        slots: 1,
+        running: Vec::new(),
         gpus: None,
     })
     .await

@@ -112,6 +112,8 @@ async fn write_v3_fixture() {
         started_at: T,
         updated_at: at(8),
         activity: RunnerActivity::Running { job: 2, also: Vec::new() },
+        slots: 1,
+        running: Vec::new(),
         gpus: None,
     })
     .await

@@ -61,6 +61,8 @@ fn runner_record() -> RunnerRecord {
         started_at: t(0),
         updated_at: t(2),
         activity: RunnerActivity::Running { job: 1, also: Vec::new() },
+        slots: 1,
+        running: Vec::new(),
         gpus: None,
     }
 }

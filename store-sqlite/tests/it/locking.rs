@@ -86,6 +86,8 @@ async fn every_write_waits_for_the_busy_timeout_then_says_busy() {
         started_at: t(0),
         updated_at: t(0),
         activity: RunnerActivity::Starting,
+        slots: 1,
+        running: Vec::new(),
         gpus: None,
     };
     s.put_runner(&record).await.unwrap();

@@ -3,7 +3,7 @@
 
 use slothqueue_core::{
     Completion, Event, EventKind, Failure, Job, JobState, ListFilter, ListOrder, RunnerActivity,
-    RunnerRecord, Store, StoreError, Timestamp,
+    RunnerRecord, Store, StoreError, Timestamp, WaitCause,
 };
 
 use crate::{Harness, event_kinds, job, refused_in_batch, secs, shell};
@@ -44,7 +44,13 @@ fn runner(h: &Harness, id: &str, t: Timestamp) -> RunnerRecord {
         refused: Vec::new(),
         started_at: t,
         updated_at: t,
-        activity: RunnerActivity::Gated { reading: "load 3.20 >= ceiling 2.00".into(), since: t },
+        activity: RunnerActivity::Gated {
+            reading: "load 3.20 >= ceiling 2.00".into(),
+            since: t,
+            cause: WaitCause::Gate,
+        },
+        slots: 1,
+        running: Vec::new(),
         gpus: None,
     }
 }
@@ -391,13 +397,21 @@ pub async fn runner_records_are_put_listed_and_removed(h: &Harness) {
     let r1b = RunnerRecord {
         updated_at: h.at(secs(5)),
         activity: RunnerActivity::Running { job: 7, also: vec![8] },
+        slots: 2,
+        running: vec![7, 8],
         ..r1.clone()
     };
     s.put_runner(&r1b).await.expect("refresh r1");
     assert_eq!(sorted(&*s).await, [r1b.clone(), r2.clone()]);
     let r2b = RunnerRecord {
         updated_at: h.at(secs(6)),
-        activity: RunnerActivity::Idle { until: Some(h.at(secs(60))) },
+        activity: RunnerActivity::Gated {
+            reading: "queue backups paused — 2 due jobs waiting".into(),
+            since: h.at(secs(60)),
+            cause: WaitCause::Lanes,
+        },
+        slots: 3,
+        running: vec![9],
         ..r2.clone()
     };
     s.put_runner(&r2b).await.expect("refresh r2");
