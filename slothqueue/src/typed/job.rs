@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use slothqueue_core::{DEFAULT_QUEUE, JobId};
 use slothqueue_runner::{StopListener, StopReason};
 
+use super::data::SharedData;
 use super::queue::Queue;
 
 /// A job a program defines as a type: its fields are the payload (stored
@@ -92,6 +93,7 @@ pub struct JobContext {
     pub(crate) attempt: u32,
     pub(crate) stop: StopListener,
     pub(crate) queue: Queue,
+    pub(crate) data: SharedData,
 }
 
 impl JobContext {
@@ -120,6 +122,26 @@ impl JobContext {
     /// The queue the job came from, to push further jobs.
     pub fn queue(&self) -> &Queue {
         &self.queue
+    }
+
+    /// The value of type `T` given to the worker with
+    /// [`Worker::data`](super::Worker::data): a pool, a client, a
+    /// configuration, shared by every attempt of every handler of the
+    /// worker (wrap what must change in a `Mutex` or use a type that is
+    /// shared already, as a pool is). Without one, an error naming the
+    /// type, which `?` turns into a permanent failure of the job.
+    ///
+    /// ```
+    /// # use slothqueue::typed::{JobContext, JobError};
+    /// struct Pool { url: String }
+    ///
+    /// async fn handler(ctx: JobContext) -> Result<String, JobError> {
+    ///     let pool = ctx.data::<Pool>()?;
+    ///     Ok(format!("job #{} on {}", ctx.id(), pool.url))
+    /// }
+    /// ```
+    pub fn data<T: Send + Sync + 'static>(&self) -> Result<&T, JobError> {
+        self.data.get::<T>()
     }
 
     /// Why the runner wants this attempt stopped, if it asked yet.

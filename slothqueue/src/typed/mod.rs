@@ -50,6 +50,7 @@
 //! Delivery is at least once, as for every job: an attempt whose program
 //! died runs again.
 
+mod data;
 mod job;
 mod push;
 mod queue;

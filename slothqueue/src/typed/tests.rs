@@ -458,3 +458,45 @@ async fn a_worker_refuses_a_kind_twice_the_shell_kind_and_a_name_that_is_not_pla
     assert_eq!(summary.done, 0);
     assert_eq!(queue.get(shell.job.id).await.unwrap().state, JobState::Pending);
 }
+
+/// Reads the worker's shared `Offset` and adds it: state that is not in
+/// the payload.
+#[derive(Debug, Serialize, Deserialize)]
+struct Shift {
+    n: i64,
+}
+
+struct Offset(i64);
+
+impl Job for Shift {
+    const KIND: &'static str = "shift";
+    type Output = i64;
+
+    async fn run(self, ctx: JobContext) -> Result<i64, JobError> {
+        Ok(self.n + ctx.data::<Offset>()?.0)
+    }
+}
+
+#[tokio::test]
+async fn handlers_read_the_value_the_worker_was_given_whenever_it_was_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = queue_in(&dir);
+    let a = queue.push(Shift { n: 1 }).await.unwrap();
+    // Given after the handler was registered, and replaced once: the last
+    // value is the one every attempt reads.
+    let summary = Worker::new(&queue)
+        .handle::<Shift>()
+        .data(Offset(10))
+        .data(Offset(100))
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(summary.done, 1);
+    assert_eq!(queue.output::<Shift>(a.id).await.unwrap(), Some(101));
+    // Without it: failed at once, naming the type.
+    let b = queue.push(Shift { n: 1 }).await.unwrap();
+    Worker::new(&queue).handle::<Shift>().run_until_idle().await.unwrap();
+    let job = queue.get(b.id).await.unwrap();
+    assert_eq!((job.state, job.attempts), (JobState::Failed, 1));
+    assert!(job.last_error.unwrap_or_default().contains("Offset"), "{:?}", job.id);
+}

@@ -21,6 +21,7 @@ use slothqueue_runner::{
 use tokio::task::{JoinError, JoinHandle};
 
 use super::QueueError;
+use super::data::{DataMap, SharedData};
 use super::job::{Job, JobContext, JobError, encode_output};
 use super::queue::Queue;
 
@@ -55,6 +56,10 @@ pub struct Worker {
     shell: bool,
     problems: Vec<String>,
     reporter: Arc<dyn Reporter>,
+    /// The values given with [`Worker::data`], fixed into `shared` when
+    /// the worker becomes a runner.
+    data: DataMap,
+    shared: SharedData,
 }
 
 /// An executor registered for a kind, and what registered it.
@@ -106,7 +111,41 @@ impl Worker {
             shell: false,
             problems: Vec::new(),
             reporter: Arc::new(|_: RunnerEvent| {}),
+            data: DataMap::default(),
+            shared: SharedData::default(),
         }
+    }
+
+    /// Gives every handler of this worker `value`, read in an attempt with
+    /// [`JobContext::data`] (one value per type; a second of the same type
+    /// replaces the first): a database pool made once at start, not per
+    /// job, as apalis's `Data<T>` does.
+    ///
+    /// ```no_run
+    /// # use slothqueue::typed::{Job, JobContext, JobError, Queue, Worker};
+    /// struct Pool { url: String }
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Save { row: String }
+    ///
+    /// impl Job for Save {
+    ///     const KIND: &'static str = "save";
+    ///     type Output = String;
+    ///     async fn run(self, ctx: JobContext) -> Result<String, JobError> {
+    ///         let pool = ctx.data::<Pool>()?;
+    ///         Ok(format!("saved {} to {}", self.row, pool.url))
+    ///     }
+    /// }
+    ///
+    /// # async fn demo() -> Result<(), slothqueue::typed::QueueError> {
+    /// let queue = Queue::open("queue.db")?;
+    /// let pool = Pool { url: "postgres://localhost/app".into() };
+    /// Worker::new(&queue).data(pool).handle::<Save>().run_until_idle().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn data<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.data.insert(value);
+        self
     }
 
     /// Runs jobs of type `J` (those pushed with kind [`Job::KIND`]).
@@ -126,7 +165,8 @@ impl Worker {
                 J::KIND
             ));
         } else {
-            self.add(J::KIND, Handler { executor: typed_executor::<J>(self.queue.clone()), by });
+            let executor = typed_executor::<J>(self.queue.clone(), self.shared.clone());
+            self.add(J::KIND, Handler { executor, by });
         }
         self
     }
@@ -205,6 +245,7 @@ impl Worker {
         if !self.problems.is_empty() {
             return Err(QueueError::Kind(self.problems.join("; ")));
         }
+        self.shared.set(self.data);
         let mut runner = Runner::new(self.queue.store().clone(), self.config);
         if !self.shell {
             runner.unregister(SHELL_KIND);
@@ -260,8 +301,8 @@ impl Worker {
 }
 
 /// The executor of `J`'s jobs.
-fn typed_executor<J: Job>(queue: Queue) -> Arc<dyn Executor> {
-    handler_fn(move |job, ctx| attempt::<J>(queue.clone(), job, ctx))
+fn typed_executor<J: Job>(queue: Queue, data: SharedData) -> Arc<dyn Executor> {
+    handler_fn(move |job, ctx| attempt::<J>(queue.clone(), data.clone(), job, ctx))
 }
 
 /// Aborts the task when dropped: no attempt outlives its executor (the
@@ -278,7 +319,12 @@ impl<T> Drop for AbortOnDrop<T> {
 /// the job permanently: every attempt would read the same bytes), run on a
 /// task of its own (a panic is the attempt's failure, not the runner's),
 /// and obey a stop.
-async fn attempt<J: Job>(queue: Queue, job: slothqueue_core::Job, ctx: ExecContext) -> ExecOutcome {
+async fn attempt<J: Job>(
+    queue: Queue,
+    data: SharedData,
+    job: slothqueue_core::Job,
+    ctx: ExecContext,
+) -> ExecOutcome {
     let value: J = match serde_json::from_value(job.payload.clone()) {
         Ok(value) => value,
         Err(e) => {
@@ -291,7 +337,7 @@ async fn attempt<J: Job>(queue: Queue, job: slothqueue_core::Job, ctx: ExecConte
     };
     let mut stop = ctx.stop();
     let grace = ctx.kill_grace();
-    let context = JobContext { job, attempt: ctx.attempt(), stop: stop.clone(), queue };
+    let context = JobContext { job, attempt: ctx.attempt(), stop: stop.clone(), queue, data };
     let mut task = AbortOnDrop(tokio::spawn(value.run(context)));
     let request = tokio::select! {
         ended = &mut task.0 => return outcome::<J>(ended),
