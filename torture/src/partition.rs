@@ -120,10 +120,29 @@ pub fn s26_partition(ctx: &mut Ctx) -> Result<Status> {
         procs.signal(relay, Signal::STOP)?;
         ctx.tally.kills += 1;
         let b = procs.spawn("runner-b", on_host(ctx, &db, "host-b"))?;
-        wait_for(Duration::from_secs(60), "runner B to take the job over and finish it", || {
-            Ok(rt.block_on(store.get(id)).ok().filter(|j| j.state == JobState::Done).map(|_| ()))
-        })
-        .with_context(|| format!("round {round}"))?;
+        let taken_over = wait_for(
+            Duration::from_secs(60),
+            "runner B to take the job over and finish it",
+            || {
+                Ok(rt
+                    .block_on(store.get(id))
+                    .ok()
+                    .filter(|j| j.state == JobState::Done)
+                    .map(|_| ()))
+            },
+        );
+        if let Err(e) = taken_over {
+            // What each side saw, for a failure too rare to reproduce.
+            let job = rt.block_on(store.get(id)).map_or_else(
+                |e| format!("cannot read it: {e}"),
+                |j| format!("{} attempt {}, lease {:?}", j.state, j.attempts, j.lease),
+            );
+            let (seen_a, seen_b) = (procs.tail_of(a, 30), procs.tail_of(b, 30));
+            return Err(e.context(format!(
+                "round {round}: job #{id} is {job} at {}\nrunner A: {seen_a}\nrunner B: {seen_b}",
+                SystemClock.now()
+            )));
+        }
         procs.signal(relay, Signal::CONT)?;
         wait_for(Duration::from_secs(60), "runner A to report the attempt lost", || {
             Ok((said(&procs, a, LOST)? >= round).then_some(()))

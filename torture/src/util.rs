@@ -182,6 +182,31 @@ impl Procs {
         }
     }
 
+    /// The last `lines` lines of what the live process `pid` printed on
+    /// stdout and stderr, and whether it still runs: what a scenario that
+    /// timed out waiting on it reports, so that a rare failure can be read.
+    pub fn tail_of(&mut self, pid: i32, lines: usize) -> String {
+        let Some(m) = self.live.iter_mut().find(|m| m.pid() == pid) else {
+            return format!("process {pid} is not one of this scenario's");
+        };
+        let state = match m.child.try_wait() {
+            Ok(None) => "still running".to_owned(),
+            Ok(Some(status)) => format!("ended: {status}"),
+            Err(e) => format!("cannot tell whether it runs: {e}"),
+        };
+        let tail = |path: &Path| {
+            let text = read_or_empty(path).unwrap_or_default();
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n    ")
+        };
+        format!(
+            "{} ({state})\n  stdout:\n    {}\n  stderr:\n    {}",
+            m.name,
+            tail(&m.out),
+            tail(&m.err)
+        )
+    }
+
     /// Sends `sig` to the process `pid` alone.
     pub fn signal(&self, pid: i32, sig: Signal) -> Result<()> {
         let p = Pid::from_raw(pid).context("bad pid")?;
