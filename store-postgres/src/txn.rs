@@ -54,6 +54,16 @@ pub struct PgOptions {
     /// the store sends (a bulk `COPY`, a purge), with `busy_timeout`
     /// bounding its lock waits (default 30 s).
     pub call_timeout: Duration,
+    /// How long the server lets one of this store's sessions sit inside a
+    /// transaction waiting for its next statement before it ends the
+    /// session (PostgreSQL's `idle_in_transaction_session_timeout`). A
+    /// client cut off mid-transaction (a partition, a frozen proxy, a
+    /// stopped process) otherwise keeps its locks, the queue's lock among
+    /// them, until the server's TCP keepalive gives up, hours later, and
+    /// every writer of the queue waits on it meanwhile (S26 caught it).
+    /// This store's transactions never wait on anything but the server
+    /// between statements, so seconds are generous (default 10 s).
+    pub idle_in_transaction_timeout: Duration,
     /// This host's wall clock, which the `now` given to every call is read
     /// from; `None` for the system clock. Tests inject a wrong one (see
     /// the crate docs, "One clock").
@@ -68,6 +78,7 @@ impl Default for PgOptions {
             busy_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             call_timeout: DEFAULT_CALL_TIMEOUT,
+            idle_in_transaction_timeout: Duration::from_secs(10),
             host_clock: None,
         }
     }
@@ -81,6 +92,7 @@ impl std::fmt::Debug for PgOptions {
             .field("busy_timeout", &self.busy_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("call_timeout", &self.call_timeout)
+            .field("idle_in_transaction_timeout", &self.idle_in_transaction_timeout)
             .field("host_clock", &self.host_clock.as_ref().map(|_| "injected"))
             .finish()
     }
@@ -234,7 +246,8 @@ impl Keys {
 }
 
 /// The settings of every connection of a store: its schema first in the
-/// search path, the lock timeout, read-only when asked.
+/// search path, the lock timeout, the idle-in-transaction timeout,
+/// read-only when asked.
 pub(crate) fn connection_config(
     target: &Target,
     options: &PgOptions,
@@ -243,9 +256,10 @@ pub(crate) fn connection_config(
     let mut config = target.config.clone();
     let mut settings = config.get_options().unwrap_or("").to_owned();
     settings.push_str(&format!(
-        " -c search_path={} -c lock_timeout={}",
+        " -c search_path={} -c lock_timeout={} -c idle_in_transaction_session_timeout={}",
         target.schema,
-        options.busy_timeout.as_millis().max(1)
+        options.busy_timeout.as_millis().max(1),
+        options.idle_in_transaction_timeout.as_millis().max(1)
     ));
     if read_only {
         settings.push_str(" -c default_transaction_read_only=on");

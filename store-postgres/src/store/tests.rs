@@ -586,3 +586,52 @@ fn a_call_on_a_frozen_link_ends_in_time_and_the_next_one_reconnects() {
     let job = rt.block_on(store.get(id)).expect("the next call, on a new connection, goes through");
     assert_eq!(job.id, id);
 }
+
+/// A store cut off inside a transaction (the link frozen after it took the
+/// queue's lock) does not hold the queue: the server ends its session
+/// after the idle-in-transaction timeout, and another store's write that
+/// waits on the lock goes through. Without the timeout, the lock is held
+/// until the server's TCP keepalive gives up, and the write is `Busy`
+/// (S26's rare takeover that never came).
+#[test]
+fn a_store_cut_off_inside_a_transaction_does_not_hold_the_queue() {
+    let Some((url, _dir)) = fresh("cutoff") else { return };
+    let relay = crate::testing::Relay::start(&url).unwrap();
+    let via = relay.url(&url).unwrap();
+    let rt = runtime();
+    let idle = Duration::from_millis(500);
+    let cut_off = PgStore::open(
+        &via,
+        PgOptions {
+            idle_in_transaction_timeout: idle,
+            call_timeout: Duration::from_secs(2),
+            pool_size: 1,
+            ..PgOptions::default()
+        },
+    )
+    .unwrap();
+    // Waits on the lock three times as long as the server takes to end
+    // the frozen session.
+    let other = PgStore::open(
+        &url,
+        PgOptions { busy_timeout: Duration::from_millis(1500), ..PgOptions::default() },
+    )
+    .unwrap();
+    let mut answer = None;
+    let _whatever_it_became = cut_off.inner.run(true, |db, inner| {
+        db.transaction(&inner.keys, Lock::Exclusive, false, &mut |_| {
+            // Holding the queue's lock, the link goes silent.
+            relay.freeze();
+            answer = Some(rt.block_on(other.push(NewJob::shell("true", "/"), t(0))));
+            Ok(())
+        })
+    });
+    relay.thaw();
+    let answer = answer.expect("the transaction ran");
+    assert!(answer.is_ok(), "the other store's push waited on a frozen session: {answer:?}");
+    // Whatever the cut-off store's transaction became, the push went through
+    // once, and the cut-off store serves again on a new connection.
+    let jobs = rt.block_on(other.list(&slothqueue_core::ListFilter::default())).unwrap();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    rt.block_on(cut_off.get(jobs[0].id)).expect("the cut-off store reconnects");
+}
