@@ -55,19 +55,28 @@ fn draw_footer(frame: &mut Frame<'_>, area: Rect, model: &Model) {
             Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
         ),
         (None, Some(message)) => Line::raw(one_line(message)),
-        (None, None) => Line::styled(keys_help(model.screen), Style::new().fg(Color::DarkGray)),
+        (None, None) => {
+            Line::styled(keys_help(model.screen, area.width), Style::new().fg(Color::DarkGray))
+        }
     };
     frame.render_widget(Paragraph::new(line), area);
 }
 
-/// The keys of a screen, as the footer lists them.
-pub fn keys_help(screen: Screen) -> &'static str {
-    match screen {
-        Screen::List => {
-            "↑↓ move  ⏎ open  s state  u queue  / search  x clear  c cancel  r retry  h hold  p pause queue  P pause all  q quit"
+/// The keys of a screen, as the footer lists them: every key from 120
+/// columns, the main ones below.
+pub fn keys_help(screen: Screen, width: u16) -> &'static str {
+    match (screen, width >= 120) {
+        (Screen::List, true) => {
+            "↑↓ move  ⏎ open  s state  u queue  / search  x clear filters  c cancel  r retry  h hold/release  p pause queue  P pause all  q quit"
         }
-        Screen::Job(_) => {
-            "esc back  c cancel  r retry  h hold/release  p pause/resume its queue  P pause all  q quit"
+        (Screen::List, false) => {
+            "⏎ open  s state  u queue  / find  c cancel  r retry  h hold  p pause  q quit"
+        }
+        (Screen::Job(_), true) => {
+            "esc back  c cancel  r retry  h hold/release  p pause/resume its queue  P pause/resume all  q quit"
+        }
+        (Screen::Job(_), false) => {
+            "esc back  c cancel  r retry  h hold/release  p pause/resume its queue  q quit"
         }
     }
 }
@@ -100,9 +109,8 @@ fn overview_lines(model: &Model) -> Vec<Line<'static>> {
     let view: &StatusView = &s.status;
     let st = &view.stats;
     let mut lines = vec![Line::from(vec![
-        Span::styled("jobs ", Style::new().add_modifier(Modifier::BOLD)),
         Span::raw(format!(
-            "pending {} (due {}, held {}, waiting {})  ",
+            "pending {} ({} due, {} held, {} waiting)  ",
             st.pending, st.due_now, st.held, st.waiting_on_parents
         )),
         Span::styled(format!("running {}", st.running), Style::new().fg(Color::Green)),
