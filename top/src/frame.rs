@@ -62,23 +62,20 @@ fn draw_footer(frame: &mut Frame<'_>, area: Rect, model: &Model) {
     frame.render_widget(Paragraph::new(line), area);
 }
 
-/// The keys of a screen, as the footer lists them: every key from 120
-/// columns, the main ones below.
+/// The keys of a screen, as the footer lists them: every key where they
+/// fit, the main ones where not.
 pub fn keys_help(screen: Screen, width: u16) -> &'static str {
-    match (screen, width >= 120) {
-        (Screen::List, true) => {
-            "↑↓ move  ⏎ open  s state  u queue  / search  x clear filters  c cancel  r retry  h hold/release  p pause queue  P pause all  q quit"
-        }
-        (Screen::List, false) => {
-            "⏎ open  s state  u queue  / find  c cancel  r retry  h hold  p pause  q quit"
-        }
-        (Screen::Job(_), true) => {
-            "esc back  c cancel  r retry  h hold/release  p pause/resume its queue  P pause/resume all  q quit"
-        }
-        (Screen::Job(_), false) => {
-            "esc back  c cancel  r retry  h hold/release  p pause/resume its queue  q quit"
-        }
-    }
+    let (all, main) = match screen {
+        Screen::List => (
+            "↑↓ move  ⏎ open  s state  u queue  / search  x clear filters  c cancel  r retry  h hold/release  p pause queue  P pause all  q quit",
+            "⏎ open  s state  u queue  / find  c cancel  r retry  h hold  p pause  q quit",
+        ),
+        Screen::Job(_) => (
+            "esc back  c cancel  r retry  h hold/release  p pause/resume its queue  P pause/resume all  q quit",
+            "esc back  c cancel  r retry  h hold/release  p pause/resume its queue  q quit",
+        ),
+    };
+    if all.chars().count() <= width as usize { all } else { main }
 }
 
 fn draw_list_screen(frame: &mut Frame<'_>, area: Rect, model: &Model) {
