@@ -177,11 +177,22 @@ fn shell_is_back(screen: &str, before: &str) -> bool {
         && screen.contains(PROMPT.trim_end())
 }
 
-/// Asks the shell in the pane for `stty -g` into `file` and waits for it.
+/// Waits until the shell waits for a command: its prompt is the pane's
+/// last line, alone.
+fn wait_prompt(tmux: &Tmux) {
+    tmux.wait_screen("the shell's prompt", Duration::from_secs(20), |s| {
+        s.lines().rev().find(|l| !l.trim().is_empty()) == Some(PROMPT.trim_end())
+    });
+}
+
+/// Asks the shell in the pane for `stty -g` into `file`, and waits for
+/// it and for the prompt after it.
 fn stty_into(tmux: &Tmux, dir: &Path, file: &str) -> String {
+    wait_prompt(tmux);
     let path = dir.join(file);
     tmux.line(&format!("stty -g > {file}.tmp && mv {file}.tmp {file}"));
-    assert!(poll(Duration::from_secs(10), || path.exists()), "the shell wrote no {file}");
+    assert!(poll(Duration::from_secs(20), || path.exists()), "the shell wrote no {file}");
+    wait_prompt(tmux);
     std::fs::read_to_string(&path).unwrap()
 }
 
@@ -226,9 +237,10 @@ fn top_shows_a_job_start_cancels_it_on_a_confirmed_key_and_gives_the_terminal_ba
     // Output written before top starts, which must be there again after.
     let earlier = "earlier-output-1234";
     tmux.line("echo earlier-output-$((1000+234))");
-    tmux.wait_screen("the earlier output", Duration::from_secs(10), |s| {
+    tmux.wait_screen("the earlier output", Duration::from_secs(20), |s| {
         s.lines().any(|l| l == earlier)
     });
+    wait_prompt(&tmux);
 
     let top = format!("{BIN} --db {} top", db.display());
     tmux.line(&top);
@@ -238,10 +250,15 @@ fn top_shows_a_job_start_cancels_it_on_a_confirmed_key_and_gives_the_terminal_ba
 
     // A job added by the CLI shows as running within a second.
     slothqueue(home, &db, &["add", "sleep 300"]);
-    let running =
-        tmux.wait_screen("job #1 running, within a second of add", Duration::from_secs(1), |s| {
-            row_of(s, 1).is_some_and(|r| r.contains("running"))
-        });
+    tmux.wait_screen("job #1 running, within a second of add", Duration::from_secs(1), |s| {
+        row_of(s, 1).is_some_and(|r| r.contains("running"))
+    });
+    // The frame for a person: once the runner's own line has caught up
+    // (its record is a commit of its own, just after the claim's).
+    let running = tmux.wait_screen("the runner's line naming #1", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.starts_with("runner pid") && l.contains("#1"))
+            && row_of(s, 1).is_some_and(|r| r.contains("running"))
+    });
     let frames = frames_dir();
     std::fs::write(frames.join("list-running.txt"), &running).unwrap();
 
@@ -273,7 +290,20 @@ fn top_shows_a_job_start_cancels_it_on_a_confirmed_key_and_gives_the_terminal_ba
     });
     assert_eq!(stty_into(&tmux, home, "stty-after-q"), stty_before, "q left the tty changed");
 
-    // So does SIGTERM.
+    // So does Ctrl-C (a key in raw mode, not a signal).
+    tmux.line(&top);
+    tmux.wait_screen("top again", Duration::from_secs(20), |s| s.contains("slothqueue top ·"));
+    tmux.key("C-c");
+    tmux.wait_screen("the shell back after Ctrl-C", Duration::from_secs(10), |s| {
+        shell_is_back(s, earlier)
+    });
+    assert_eq!(
+        stty_into(&tmux, home, "stty-after-ctrl-c"),
+        stty_before,
+        "Ctrl-C left the tty changed"
+    );
+
+    // And SIGTERM.
     tmux.line(&format!("sh -c 'echo $$ > top.pid; exec {top}'; echo top-ended-$?"));
     tmux.wait_screen("top again", Duration::from_secs(20), |s| s.contains("slothqueue top ·"));
     let pid = std::fs::read_to_string(home.join("top.pid")).unwrap();

@@ -8,16 +8,17 @@ use super::Ctx;
 use super::inspect::this_host;
 use crate::app::Outcome;
 use crate::app::config::log_dir;
-use crate::app::exit::{Code, usage};
+use crate::app::exit::{Code, NotFound, usage};
 
 /// Runs the view until `q`, Ctrl-C or a signal; the terminal is given
 /// back as it was in every case.
 pub async fn top(ctx: &Ctx, by: String) -> Outcome {
     let Some(store) = ctx.open_existing()? else {
-        return Err(usage(format!(
-            "no queue at {} yet: add a job first (`slothqueue add -- CMD`), then watch it with top",
+        return Err(NotFound(format!(
+            "no queue at {} yet: add a job first (`slothqueue add CMD`), then watch it with top",
             slothqueue::shown(&ctx.db)
-        )));
+        ))
+        .into());
     };
     let options = Options {
         title: slothqueue::shown(&ctx.db),
