@@ -40,6 +40,9 @@ pub struct Options {
 /// The clock's tick: the title's clock and the open log follow it.
 const TICK: Duration = Duration::from_secs(1);
 
+/// The least time between two reads of the queue.
+const READ_GAP: Duration = Duration::from_millis(100);
+
 /// What the key reader sends.
 enum Input {
     Key(KeyEvent),
@@ -91,9 +94,15 @@ async fn steer(
     let judge = ProcJudge::new();
     let judge = move |owner: &Owner| judge.judge_owner(owner);
     let mut stale = true;
+    let mut last_read =
+        tokio::time::Instant::now().checked_sub(READ_GAP).unwrap_or_else(tokio::time::Instant::now);
     loop {
         if stale {
             stale = false;
+            // A queue that changes all the time (a busy runner) is read at
+            // most every READ_GAP, not once per commit.
+            tokio::time::sleep_until(last_read + READ_GAP).await;
+            last_read = tokio::time::Instant::now();
             changes.mark_seen();
             let look = Look {
                 store: store.as_ref(),

@@ -35,8 +35,8 @@ fn draw_title(frame: &mut Frame<'_>, area: Rect, model: &Model) {
     let now = model.snapshot.now;
     let clock = local(now, now);
     let left = format!(" slothqueue top · {}", one_line(&model.title));
-    let room = (area.width as usize).saturating_sub(clock.chars().count() + 1);
-    let text = format!("{}{} ", pad(&left, room), clock);
+    let room = (area.width as usize).saturating_sub(clock.chars().count() + 2);
+    let text = format!("{} {} ", pad(&left, room), clock);
     frame.render_widget(
         Paragraph::new(text).style(Style::new().add_modifier(Modifier::REVERSED)),
         area,
@@ -394,10 +394,29 @@ fn draw_log(frame: &mut Frame<'_>, area: Rect, id: slothqueue::JobId, log: &LogT
     frame.render_widget(Paragraph::new(Text::from(lines)).block(block), area);
 }
 
-/// `s` padded with spaces (or cut) to `width` characters.
+/// `s` padded with spaces to `width` characters, or cut with `…`.
 fn pad(s: &str, width: usize) -> String {
-    let mut out: String = s.chars().take(width).collect();
-    let n = out.chars().count();
+    let n = s.chars().count();
+    if n > width {
+        let mut out: String = s.chars().take(width.saturating_sub(1)).collect();
+        if width > 0 {
+            out.push('…');
+        }
+        return out;
+    }
+    let mut out = s.to_owned();
     out.extend(std::iter::repeat_n(' ', width - n));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_title_is_cut_and_keeps_a_space_before_the_clock() {
+        assert_eq!(pad("abcdef", 4), "abc…");
+        assert_eq!(pad("ab", 4), "ab  ");
+        assert_eq!(pad("ab", 0), "");
+    }
 }

@@ -182,3 +182,22 @@ async fn the_held_filter_at_80x24() {
     assert!(text.contains("state held"), "{text}");
     assert!(text.contains("rsync -a /data") && !text.contains("make test  "), "{text}");
 }
+
+/// A job that is not there (cleared since it was opened) says so.
+#[tokio::test]
+async fn an_unknown_job_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = queue(dir.path()).await;
+    let judge = |_: &Owner| Liveness::Alive;
+    let look = Look { store: store.as_ref(), now: at(60), judge: &judge, this_host: "box" };
+    let mut model = Model::new("q.db", "box");
+    model.screen = Screen::Job(99);
+    let logs = dir.path().join("logs");
+    model.take(load::snapshot(&look, model.screen, &model.filters, &logs, None).await.unwrap());
+    let mut terminal = Terminal::new(TestBackend::new(80, 24)).unwrap();
+    terminal.draw(|f| slothqueue_top::frame::draw(f, &model)).unwrap();
+    let text = terminal.backend().to_string();
+    assert!(text.contains("job #99 does not exist"), "{text}");
+    assert_eq!(model.key(Key::Char('c')), slothqueue_top::model::Effect::Redraw);
+    assert_eq!(model.message.as_deref(), Some("no job selected"));
+}
