@@ -94,6 +94,7 @@ async fn steer(
     let judge = ProcJudge::new();
     let judge = move |owner: &Owner| judge.judge_owner(owner);
     let mut stale = true;
+    let mut failed_read: Option<String> = None;
     let mut last_read =
         tokio::time::Instant::now().checked_sub(READ_GAP).unwrap_or_else(tokio::time::Instant::now);
     loop {
@@ -117,8 +118,17 @@ async fn steer(
                 _ => None,
             };
             match load::snapshot(&look, model.screen, &model.filters, &options.log_dir, log).await {
-                Ok(s) => model.take(s),
-                Err(e) => model.message = Some(e.to_string()),
+                Ok(s) => {
+                    model.take(s);
+                    // A read that failed before is not the news any more.
+                    if model.message.is_some() && model.message == failed_read.take() {
+                        model.message = None;
+                    }
+                }
+                Err(e) => {
+                    failed_read = Some(e.to_string());
+                    model.message.clone_from(&failed_read);
+                }
             }
         }
         screen.terminal.draw(|f| frame::draw(f, model))?;
