@@ -16,7 +16,8 @@
 //! it); [`frame`], pure (what a frame shows, drawn from the model alone,
 //! snapshot-tested on ratatui's `TestBackend`); [`load`] (one read of the
 //! queue through the read model) and [`act`] (the actions); `term` (the
-//! terminal taken and given back) and `app` (the loop), the thin glue.
+//! terminal taken and given back: [`Screen`], [`restore`]) and `app` (the
+//! loop, [`run`]), the thin glue.
 
 pub mod act;
 mod app;
@@ -29,4 +30,4 @@ mod term;
 
 pub use app::{Options, run};
 pub use error::TopError;
-pub use term::restore;
+pub use term::{Screen, restore};
