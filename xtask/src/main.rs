@@ -216,7 +216,7 @@ pub const LIBRARY_LAYER: (&str, &[&str]) =
 /// `core` pulls in no storage engine and no async runtime, no store
 /// depends on another store or on the runner, the read model reads
 /// through the `Store` trait alone (no engine, no runner, no runtime), and
-/// the library and the faces over it (MCP, Python) build without the
+/// the library and the faces over it (MCP, Python, top) build without the
 /// binary's command-line parser.
 fn layering() -> Result<(), String> {
     let forbidden: &[(&str, &[&str])] = &[
@@ -271,6 +271,7 @@ fn layering() -> Result<(), String> {
         // build without the binary's command-line parser, as the library does.
         ("slothqueue-mcp", &["clap", "clap_complete", "slothqueue-cli"]),
         ("slothqueue-python", &["clap", "clap_complete", "slothqueue-cli"]),
+        ("slothqueue-top", &["clap", "clap_complete", "slothqueue-cli"]),
     ];
     for (package, banned) in forbidden {
         depends_on_none(package, banned)?;

@@ -123,6 +123,8 @@ pub enum Command {
     Release(IdsArg),
     /// One row per queue: its jobs, its limit, whether it is paused.
     Queues,
+    /// A live view of the queue in the terminal, with keys to steer it (docs/top.md).
+    Top,
     /// Change a pending or held job (a typo in its command, its priority, …).
     #[command(allow_negative_numbers = true)]
     Edit(ReviseArgs),

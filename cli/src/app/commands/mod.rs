@@ -17,6 +17,8 @@ mod run;
 mod schedules;
 #[cfg(feature = "http")]
 mod serve;
+#[cfg(feature = "top")]
+mod top;
 mod transfer;
 mod wait;
 
@@ -33,7 +35,7 @@ use super::Outcome;
 use super::args::Cli;
 use super::config::{Command, Config};
 use super::exit::Code;
-#[cfg(any(not(feature = "http"), not(feature = "mcp")))]
+#[cfg(any(not(feature = "http"), not(feature = "mcp"), not(feature = "top")))]
 use super::exit::usage;
 
 /// What every command needs besides its own arguments.
@@ -167,6 +169,12 @@ pub async fn execute(config: Config) -> Outcome {
         Command::Hold { ids, by } => lanes::hold(&ctx, &ids, &by).await,
         Command::Release { ids, by } => lanes::release(&ctx, &ids, &by).await,
         Command::Queues => lanes::queues(&ctx).await,
+        #[cfg(feature = "top")]
+        Command::Top { by } => top::top(&ctx, by).await,
+        #[cfg(not(feature = "top"))]
+        Command::Top { .. } => Err(usage(
+            "top needs the terminal view, and this slothqueue was built without the \"top\" feature",
+        )),
         Command::Edit(r) => revise::edit(&ctx, r).await,
         Command::Clone(r) => revise::clone(&ctx, r).await,
         Command::Every(every) => schedules::every(&ctx, every).await,

@@ -167,6 +167,15 @@ pub enum Command {
     },
     /// One row a lane.
     Queues,
+    /// The live terminal view.
+    #[cfg_attr(
+        not(feature = "top"),
+        allow(dead_code, reason = "without the top feature top only says it is missing")
+    )]
+    Top {
+        /// Who acts (holds and pauses record it).
+        by: String,
+    },
     /// Change a job (the rest checked and built by the command: `--delay`
     /// counts from when it writes).
     Edit(Revise),
@@ -425,6 +434,7 @@ impl Config {
             args::Command::Hold(i) => Command::Hold { ids: i.ids, by: env.who() },
             args::Command::Release(i) => Command::Release { ids: i.ids, by: env.who() },
             args::Command::Queues => Command::Queues,
+            args::Command::Top => Command::Top { by: env.who() },
             args::Command::Edit(a) => Command::Edit(revise(a, env)?),
             args::Command::Clone(a) => Command::Clone(revise(a, env)?),
             args::Command::Every(a) => every_command(a, env)?,
