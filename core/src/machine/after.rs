@@ -459,6 +459,37 @@ pub fn plan_purge<G: Graph>(g: &mut G, candidates: &[Job]) -> Result<Vec<JobId>,
     Ok(deleting.into_iter().collect())
 }
 
+/// The unfinished jobs a cancel of `job` ends with it, transitively, as
+/// they are now, lowest id first: the dependents [`plan_with_dependents`]
+/// cancels when `job` ends cancelled. A pending job ends at the cancel
+/// ([`super::cancel`]); a running one only when its runner has stopped it,
+/// and then as cancelled, which this plans now. A finished job takes
+/// nothing (its cancel is refused). Nothing is written: a face asks this
+/// before it offers the cancel.
+pub fn cancel_takes<G: Graph>(g: &mut G, job: &Job, now: Timestamp) -> Result<Vec<Job>, G::Error> {
+    let ending = match job.state {
+        JobState::Pending => super::cancel(job, now)?,
+        JobState::Running => {
+            let mut ended = job.clone();
+            ended.state = JobState::Cancelled;
+            ended.lease = None;
+            ended.finished_at = Some(now);
+            Transition { job: ended, events: Vec::new() }
+        }
+        JobState::Done | JobState::Failed | JobState::Cancelled => return Ok(Vec::new()),
+    };
+    let writes = plan_with_dependents(g, job.clone(), ending, now)?;
+    Ok(writes
+        .into_iter()
+        .filter(|w| {
+            w.before.id != job.id
+                && !w.before.state.is_terminal()
+                && w.after.job.state == JobState::Cancelled
+        })
+        .map(|w| w.before)
+        .collect())
+}
+
 fn invalid(m: String) -> TransitionError {
     TransitionError::InvalidJob(m)
 }
@@ -749,5 +780,34 @@ mod tests {
         assert_eq!(machine::superseded_by(&replaced), Some(9));
         let e = machine::retry(&replaced, &[], T0).unwrap_err().to_string();
         assert!(e.contains("superseded by #9") && e.contains("Retry #9"), "{e}");
+    }
+
+    #[test]
+    fn a_cancel_takes_what_its_ending_cancels_and_writes_nothing() {
+        let mut m = Mem::default();
+        let a = m.push(shell("a"));
+        let b = m.push(shell("b").after(a));
+        let c = m.push(shell("c").after(b));
+        let other = m.push(shell("other"));
+        let d = m.push(shell("d").after(other).after(b));
+        let before = m.jobs.clone();
+        let ids = |jobs: Vec<Job>| jobs.into_iter().map(|j| j.id).collect::<Vec<_>>();
+        assert_eq!(ids(cancel_takes(&mut m, &before[&a], T0).expect("plan")), [b, c, d]);
+        assert_eq!(m.jobs, before, "nothing written");
+        assert_eq!(ids(cancel_takes(&mut m, &before[&other], T0).expect("plan")), [d]);
+        assert_eq!(ids(cancel_takes(&mut m, &before[&c], T0).expect("plan")), Vec::<JobId>::new());
+
+        // Running: what its cancelled ending will take, the same jobs.
+        let mut running = before[&a].clone();
+        running.state = JobState::Running;
+        assert_eq!(ids(cancel_takes(&mut m, &running, T0).expect("plan")), [b, c, d]);
+
+        // What the cancel then does, and a finished job takes nothing.
+        m.apply(a, |j| machine::cancel(j, T0).expect("cancel"));
+        for id in [b, c, d] {
+            assert_eq!(m.state(id).0, JobState::Cancelled, "#{id}");
+        }
+        let cancelled = m.jobs[&a].clone();
+        assert_eq!(cancel_takes(&mut m, &cancelled, T0).expect("plan"), []);
     }
 }
