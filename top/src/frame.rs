@@ -208,7 +208,7 @@ fn draw_jobs(frame: &mut Frame<'_>, area: Rect, model: &Model) {
             Cell::from(format!("#{}", j.id)),
             Cell::from(words::state_word(j)).style(state_style(j)),
             Cell::from(format!("{}/{}", j.attempts, j.max_attempts)),
-            Cell::from(when(j, s.now)),
+            Cell::from(slothqueue_view::listing::when(j, s.now)),
             Cell::from(one_line(&j.queue)),
             Cell::from(what(j)),
         ])
@@ -237,27 +237,6 @@ fn state_style(job: &Job) -> Style {
         "held" | "waiting" => Style::new().fg(Color::Yellow),
         "done" | "cancelled" => Style::new().fg(Color::DarkGray),
         _ => Style::new(),
-    }
-}
-
-/// When, for the list: `due now`, `due 12:00:00`, `after #3`, `since …`.
-fn when(job: &Job, now: Timestamp) -> String {
-    if let Some(h) = job.held.as_ref().filter(|_| job.is_held()) {
-        return format!("since {}", local(h.since, now));
-    }
-    if job.is_waiting_on_parents() {
-        return match job.after.as_slice() {
-            [one] => format!("after #{one}"),
-            _ => format!("after {} jobs", job.pending_parents),
-        };
-    }
-    match job.state {
-        JobState::Pending if job.not_before <= now => "due now".to_owned(),
-        JobState::Pending => format!("due {}", local(job.not_before, now)),
-        JobState::Running => {
-            format!("since {}", local(job.started_at.unwrap_or(job.created_at), now))
-        }
-        _ => local(job.finished_at.unwrap_or(job.created_at), now),
     }
 }
 

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use slothqueue::runner::read_log_piece;
-use slothqueue::{Job, JobId, ListFilter, ListOrder, StoreError};
+use slothqueue::{Job, JobId, StoreError};
 use slothqueue_view::{Look, ViewError};
 
 use crate::error::{TopError, read as named};
@@ -16,13 +16,6 @@ use crate::model::{Detail, Filters, LOG_KEPT, LogTail, Screen, Snapshot};
 /// The most jobs the list holds (a screen shows a few dozen; the rest are
 /// there to scroll to).
 pub const LISTED: usize = 500;
-
-/// The most jobs read to fill the list when a filter leaves most of them
-/// out: a look stays cheap on a long queue.
-const SCANNED: usize = 5_000;
-
-/// Jobs read per page.
-const PAGE: usize = 500;
 
 /// Reads what the frame shows for `screen` and `filters`; `log` is the
 /// open job's log as last read, which this read follows on.
@@ -44,42 +37,16 @@ pub async fn snapshot(
 }
 
 /// The jobs `filters` let through, newest first, at most [`LISTED`]; and
-/// whether more matched (or were left unread).
+/// whether more matched. The store answers every filter in its query.
 async fn jobs(look: &Look<'_>, filters: &Filters) -> Result<(Vec<Job>, bool), TopError> {
-    let mut jobs = Vec::new();
-    let mut cursor = None;
-    let mut scanned = 0;
-    loop {
-        let page = look
-            .store
-            .list(&ListFilter {
-                state: filters.state.stored(),
-                queue: filters.queue.clone(),
-                limit: Some(PAGE),
-                cursor,
-                order: ListOrder::Newest,
-                ..ListFilter::default()
-            })
-            .await
-            .map_err(named("cannot list the jobs"))?;
-        let full_page = page.len() == PAGE;
-        scanned += page.len();
-        cursor = page.last().map(|j| j.id);
-        for job in page {
-            if filters.admits(&job) {
-                if jobs.len() == LISTED {
-                    return Ok((jobs, true));
-                }
-                jobs.push(job);
-            }
-        }
-        if !full_page {
-            return Ok((jobs, false));
-        }
-        if scanned >= SCANNED {
-            return Ok((jobs, true));
-        }
-    }
+    let mut jobs = look
+        .store
+        .list(&filters.list_filter(LISTED + 1))
+        .await
+        .map_err(named("cannot list the jobs"))?;
+    let more = jobs.len() > LISTED;
+    jobs.truncate(LISTED);
+    Ok((jobs, more))
 }
 
 /// The open job as `show` sees it, and its log followed from `log`.

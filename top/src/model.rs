@@ -5,8 +5,8 @@
 //! read, the end), which the runtime performs; nothing here reads the
 //! store, the clock or the terminal, so every rule is a plain test.
 
-use slothqueue::core::QueuesReport;
-use slothqueue::{Job, JobId, JobState, Timestamp};
+use slothqueue::core::{PendingShown, QueuesReport};
+use slothqueue::{Job, JobId, JobState, ListFilter, ListOrder, Timestamp};
 use slothqueue_view::{JobView, StatusView};
 
 use crate::keys::Key;
@@ -165,12 +165,13 @@ impl StateFilter {
         }
     }
 
-    /// Whether `job`, of the stored state, passes the finer filters.
-    pub fn admits(self, job: &Job) -> bool {
+    /// The finer filter of pending jobs a store answers (`list --state
+    /// held|waiting`'s), if this is one.
+    pub fn shown(self) -> Option<PendingShown> {
         match self {
-            StateFilter::Held => job.is_held(),
-            StateFilter::Waiting => job.is_waiting_on_parents() && !job.is_held(),
-            other => other.stored().is_none_or(|s| s == job.state),
+            StateFilter::Held => Some(PendingShown::Held),
+            StateFilter::Waiting => Some(PendingShown::Waiting),
+            _ => None,
         }
     }
 }
@@ -182,23 +183,25 @@ pub struct Filters {
     pub state: StateFilter,
     /// Only this queue.
     pub queue: Option<String>,
-    /// Only jobs whose id, command, kind or key contains this, ignoring case.
+    /// Only jobs whose command, kind or key contains this (case-sensitive,
+    /// as `list --search` and the page's search: the store's one rule).
     pub search: String,
 }
 
 impl Filters {
-    /// Whether `job` passes the state's finer filter and the search.
-    pub fn admits(&self, job: &Job) -> bool {
-        self.state.admits(job) && self.queue.as_ref().is_none_or(|q| *q == job.queue) && {
-            let needle = self.search.to_lowercase();
-            needle.is_empty() || haystack(job).to_lowercase().contains(&needle)
+    /// The store's list filter for these, newest first, at most `limit`:
+    /// every filter is answered by the store's query, none after it.
+    pub fn list_filter(&self, limit: usize) -> ListFilter {
+        ListFilter {
+            state: self.state.stored(),
+            shown: self.state.shown(),
+            queue: self.queue.clone(),
+            search: Some(self.search.clone()).filter(|s| !s.is_empty()),
+            limit: Some(limit),
+            order: ListOrder::Newest,
+            ..ListFilter::default()
         }
     }
-}
-
-/// What a search looks in: `#id`, the command (or kind and payload), the key.
-fn haystack(job: &Job) -> String {
-    format!("#{} {} {}", job.id, what(job), job.idempotency_key.as_deref().unwrap_or(""))
 }
 
 /// What a job does, in a few words: the command, or `[kind] payload`.
@@ -566,13 +569,10 @@ mod tests {
         m.key(Key::Backspace);
         assert_eq!(m.key(Key::Enter), Effect::Reload);
         assert_eq!(m.filters.search, "tar");
-        assert!(m.filters.admits(&job(1, JobState::Done, "default", "TAR c /")));
-        assert!(!m.filters.admits(&job(1, JobState::Done, "default", "ls")));
-        assert!(m.filters.admits(&{
-            let mut j = job(2, JobState::Done, "default", "ls");
-            j.idempotency_key = Some("nightly-tar".into());
-            j
-        }));
+        let filter = m.filters.list_filter(10);
+        assert_eq!((filter.search.as_deref(), filter.limit), (Some("tar"), Some(10)));
+        m.key(Key::Char('x'));
+        assert_eq!(m.filters.list_filter(10).search, None, "cleared");
     }
 
     #[test]
@@ -612,10 +612,11 @@ mod tests {
             words,
             ["all", "pending", "running", "held", "waiting", "done", "failed", "cancelled"]
         );
-        let mut held = job(1, JobState::Pending, "default", "x");
-        assert!(!StateFilter::Held.admits(&held));
-        held.held = Some(slothqueue::core::Stamp::new("a@b", Timestamp::from_millis(1)));
-        assert!(StateFilter::Held.admits(&held) && StateFilter::Pending.admits(&held));
+        assert_eq!(
+            (StateFilter::Held.stored(), StateFilter::Held.shown()),
+            (Some(JobState::Pending), Some(PendingShown::Held))
+        );
+        assert_eq!(StateFilter::Pending.shown(), None);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! does in a few words. The CLI's `list` and the HTTP list answer (which
 //! the page shows) both take these, so a row says the same everywhere.
 
-use slothqueue_core::{Job, SHELL_KIND};
+use slothqueue_core::{Job, JobState, SHELL_KIND, Timestamp};
 
 use crate::words::{self, one_line};
 
@@ -22,6 +22,26 @@ pub fn waiting_after(job: &Job) -> Option<String> {
     })
 }
 
+/// A list row's time column: `since 12:01:02` for a held or running job,
+/// `after #16` for a waiting one, `due now` / `due 14:00:00` for a pending
+/// one, else when it finished (the CLI's table and `top` share it).
+pub fn when(job: &Job, now: Timestamp) -> String {
+    if let Some(h) = job.held.as_ref().filter(|_| job.is_held()) {
+        return format!("since {}", words::local(h.since, now));
+    }
+    if let Some(after) = waiting_after(job) {
+        return after;
+    }
+    match job.state {
+        JobState::Pending if job.not_before <= now => "due now".to_owned(),
+        JobState::Pending => format!("due {}", words::local(job.not_before, now)),
+        JobState::Running => {
+            format!("since {}", words::local(job.started_at.unwrap_or(job.created_at), now))
+        }
+        _ => words::local(job.finished_at.unwrap_or(job.created_at), now),
+    }
+}
+
 /// A shell job's command on one line, else its kind: how a job is named
 /// beside its id where there is room for a few words only.
 pub fn command_or_kind(job: &Job) -> String {
@@ -35,7 +55,7 @@ pub fn command_or_kind(job: &Job) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
-    use slothqueue_core::{JobId, JobState, NewJob, Policy, Stamp, Timestamp, machine};
+    use slothqueue_core::{JobId, NewJob, Policy, Stamp, machine};
 
     /// Job #7 of `new`, after `after`, of which `pending_parents` are not
     /// done yet.

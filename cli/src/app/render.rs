@@ -629,7 +629,7 @@ pub fn table(jobs: &[Job], now: Timestamp, width: Option<usize>, color: bool) ->
                 state_word(j).to_owned(),
                 j.priority.to_string(),
                 format!("{}/{}", j.attempts, j.max_attempts),
-                when(j, now),
+                slothqueue_view::listing::when(j, now),
                 j.queue.clone(),
                 what(j),
             ]
@@ -684,23 +684,6 @@ pub fn table(jobs: &[Job], now: Timestamp, width: Option<usize>, color: bool) ->
         out.push('\n');
     }
     out
-}
-
-fn when(job: &Job, now: Timestamp) -> String {
-    if let Some(h) = job.held.as_ref().filter(|_| job.is_held()) {
-        return format!("since {}", local(h.since, now));
-    }
-    if let Some(after) = slothqueue_view::listing::waiting_after(job) {
-        return after;
-    }
-    match job.state {
-        JobState::Pending if job.not_before <= now => "due now".to_owned(),
-        JobState::Pending => format!("due {}", local(job.not_before, now)),
-        JobState::Running => {
-            format!("since {}", local(job.started_at.unwrap_or(job.created_at), now))
-        }
-        _ => local(job.finished_at.unwrap_or(job.created_at), now),
-    }
 }
 
 fn truncate(s: &str, width: Option<usize>) -> String {
