@@ -452,8 +452,9 @@
     $("act-retry").hidden = !(job.state === "failed" || job.state === "cancelled");
     $("act-hold").hidden = !(pending && !job.held);
     $("act-release").hidden = !(pending && job.held);
+    // An open edit form stays when the job leaves pending under it: its
+    // Save then gets the server's refusal, which says what happened.
     $("act-edit").hidden = !pending;
-    if (!pending && view.editing === "edit") closeEdit();
     const env = job.kind === "shell" && job.payload && job.payload.env ? Object.entries(job.payload.env) : [];
     $("job-fields").replaceChildren(
       ...field("Kind", job.kind),
