@@ -123,6 +123,7 @@
    */
   function confirmed(text, okLabel) {
     const d = $("confirm");
+    if (d.open) return Promise.resolve(false); // one question at a time
     $("confirm-text").textContent = text;
     $("confirm-ok").textContent = okLabel;
     d.returnValue = "";
@@ -440,8 +441,7 @@
     const failedNow = job.state === "failed" || (job.state === "pending" && job.last_error);
     $("job-error").hidden = !(failedNow && job.last_error);
     $("job-error").textContent = job.last_error
-      ? (job.state === "failed" ? "Failed" : "The last attempt failed") +
-        (job.exit_code !== null && job.exit_code !== undefined ? " (exit code " + job.exit_code + ")" : "") + ": " + job.last_error
+      ? (job.state === "failed" ? "Failed: " : "The last attempt failed: ") + job.last_error
       : "";
     // Why it is not running, or who runs it: the server's words (the read
     // model's, the same `slothqueue show` prints), never the page's own.
@@ -491,7 +491,7 @@
     $("job-title").textContent = "Job #" + id;
     $("job-body").hidden = true;
     const m = $("job-missing");
-    m.textContent = "No job #" + id + " in this queue (" + message + "). It may have been cleared, or the link is wrong.";
+    m.textContent = "No job #" + id + " in this queue: it may have been cleared, or the link is wrong. (The server said: " + message + ".)";
     m.hidden = false;
   }
 
@@ -650,7 +650,7 @@
       const state = s.paused ? "paused since " + new Date(s.paused.since).toLocaleString() + " by " + s.paused.by : "active";
       return el("tr", { "data-key": s.key },
         cell("Key", { class: "name" }, s.key),
-        cell("When", {}, specText(s.spec), el("br"), el("span", { class: "muted" }, s.zone)),
+        cell("When", {}, el("span", { class: "nowrap" }, specText(s.spec)), el("br"), el("span", { class: "muted" }, s.zone)),
         cell("Next ticks", { class: "next" }, next),
         cell("Last fire", {}, fire),
         cell("Missed", { class: "missed" }, missed.length ? missed : "—"),
