@@ -44,8 +44,8 @@ pub use schedule::{
 pub use serving::{Coverage, Unserved};
 pub use shell::{EnvMode, IoClass, Limits};
 pub use store::{
-    ChangeGuard, ChangeWaker, JobSource, ListFilter, ListOrder, PurgeFilter, Pushed, PushedId,
-    PutSchedule, RefusedKind, RunnerActivity, RunnerRecord, SettledAndClaimed, Stats, Store,
-    StoreError,
+    ChangeGuard, ChangeWaker, JobSource, ListFilter, ListOrder, PendingShown, PurgeFilter, Pushed,
+    PushedId, PutSchedule, RefusedKind, RunnerActivity, RunnerRecord, SettledAndClaimed, Stats,
+    Store, StoreError,
 };
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};

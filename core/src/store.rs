@@ -117,6 +117,26 @@ pub struct ListFilter {
     pub cursor: Option<JobId>,
     /// The order.
     pub order: ListOrder,
+    /// Of the pending jobs, only those a face words this way
+    /// ([`PendingShown`]); implies pending, and refuses another `state`.
+    pub shown: Option<PendingShown>,
+    /// Only jobs whose kind, idempotency key or payload JSON text (a shell
+    /// job's command is in it) contains this, case-sensitive.
+    pub search: Option<String>,
+    /// Only jobs that finished at or after this time (`finished_at`):
+    /// what a history of the last hour reads.
+    pub finished_since: Option<Timestamp>,
+}
+
+/// The two kinds of pending job a user sees apart, as
+/// `slothqueue_view::words::state_word` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PendingShown {
+    /// Pending and held by a user (waiting on parents or not).
+    Held,
+    /// Pending, not held, waiting on parents not done yet.
+    Waiting,
 }
 
 impl ListFilter {
@@ -128,8 +148,37 @@ impl ListFilter {
                 "a cursor cannot be used with the due-first order".to_owned(),
             ));
         }
+        if self.shown.is_some() && self.state.is_some_and(|s| s != JobState::Pending) {
+            return Err(StoreError::InvalidInput(
+                "held and waiting jobs are pending: no other state can be asked with them"
+                    .to_owned(),
+            ));
+        }
         Ok(())
     }
+
+    /// **List eligibility**, every condition but the order, the cursor and
+    /// the limit: what a store's query answers (the SQL stores say it in
+    /// SQL, and a conformance scenario holds them to this).
+    pub fn admits(&self, job: &Job) -> bool {
+        self.state.is_none_or(|s| job.state == s)
+            && self.queue.as_ref().is_none_or(|q| &job.queue == q)
+            && self.kind.as_ref().is_none_or(|k| &job.kind == k)
+            && self.shown.is_none_or(|w| match w {
+                PendingShown::Held => job.is_held(),
+                PendingShown::Waiting => !job.is_held() && job.is_waiting_on_parents(),
+            })
+            && self.finished_since.is_none_or(|t| job.finished_at.is_some_and(|f| f >= t))
+            && self.search.as_deref().is_none_or(|text| search_hits(job, text))
+    }
+}
+
+/// Whether `text` is in the job's kind, key or payload JSON text (the
+/// compact JSON every store writes: `{"command":"echo hi",…}`).
+pub fn search_hits(job: &Job, text: &str) -> bool {
+    job.kind.contains(text)
+        || job.idempotency_key.as_deref().is_some_and(|k| k.contains(text))
+        || serde_json::to_string(&job.payload).is_ok_and(|p| p.contains(text))
 }
 
 /// Counts per state and what is due.

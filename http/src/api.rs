@@ -9,6 +9,7 @@ mod logs;
 mod openapi;
 mod runners;
 mod schedules;
+mod steer;
 
 use axum::Json;
 use axum::routing::{MethodRouter, delete, get, patch, post, put};
@@ -97,6 +98,12 @@ pub(crate) const ROUTES: &[RouteSpec] = &[
         operation: logs::op_log,
     },
     RouteSpec {
+        method: "GET",
+        path: "/api/tasks/outbox/{id}/dependents",
+        handler: || get(steer::dependents),
+        operation: steer::op_dependents,
+    },
+    RouteSpec {
         method: "POST",
         path: "/api/tasks/outbox/{id}/hold",
         handler: || post(jobs::hold),
@@ -137,6 +144,30 @@ pub(crate) const ROUTES: &[RouteSpec] = &[
         path: "/api/queues/{queue}/resume",
         handler: || post(lanes::resume_queue),
         operation: lanes::op_resume_queue,
+    },
+    RouteSpec {
+        method: "POST",
+        path: "/api/queues/{queue}/retry-failed",
+        handler: || post(steer::retry_failed),
+        operation: steer::op_retry_failed,
+    },
+    RouteSpec {
+        method: "POST",
+        path: "/api/queues/{queue}/cancel-pending",
+        handler: || post(steer::cancel_pending),
+        operation: steer::op_cancel_pending,
+    },
+    RouteSpec {
+        method: "POST",
+        path: "/api/clear",
+        handler: || post(steer::clear),
+        operation: steer::op_clear,
+    },
+    RouteSpec {
+        method: "GET",
+        path: "/api/history",
+        handler: || get(steer::history),
+        operation: steer::op_history,
     },
     RouteSpec {
         method: "POST",

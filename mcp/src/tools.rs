@@ -309,6 +309,7 @@ impl Queue {
             limit: Some(limit + 1),
             cursor: None,
             order,
+            ..ListFilter::default()
         };
         let mut jobs =
             self.store.list(&filter).await.map_err(ToolError::store("cannot list jobs"))?;

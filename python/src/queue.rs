@@ -411,7 +411,8 @@ impl NativeQueue {
                 )));
             }
         };
-        let filter = ListFilter { state, queue, kind, limit, cursor: None, order };
+        let filter =
+            ListFilter { state, queue, kind, limit, cursor: None, order, ..ListFilter::default() };
         let store = self.store(py)?;
         json(&block(py, store.list(&filter))?.map_err(error::store)?)
     }

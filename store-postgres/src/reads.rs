@@ -4,7 +4,8 @@
 //! answers from SQL aggregates over the job indexes.
 
 use slothqueue_core::{
-    Event, Job, JobId, ListFilter, ListOrder, QueueCounts, RunnerRecord, Stats, Timestamp,
+    Event, Job, JobId, ListFilter, ListOrder, PendingShown, QueueCounts, RunnerRecord, Stats,
+    Timestamp,
 };
 use tokio_postgres::types::ToSql;
 
@@ -34,11 +35,32 @@ pub(crate) fn list_sql(
     if let Some(k) = &filter.kind {
         bind(&mut sql, "kind =", Box::new(k.clone()));
     }
+    // Literals, so the planner may pick `jobs_held` or `jobs_waiting`
+    // (`ListFilter::admits` is the rule).
+    match filter.shown {
+        Some(PendingShown::Held) => sql.push_str(" AND state = 'pending' AND held"),
+        Some(PendingShown::Waiting) => {
+            sql.push_str(" AND state = 'pending' AND pending_parents > 0 AND NOT held");
+        }
+        None => {}
+    }
+    if let Some(since) = filter.finished_since {
+        bind(&mut sql, "finished_at >=", Box::new(since.as_millis()));
+    }
     match (filter.order, filter.cursor) {
         (ListOrder::Newest, Some(c)) => bind(&mut sql, "id <", Box::new(c)),
         (ListOrder::Oldest, Some(c)) => bind(&mut sql, "id >", Box::new(c)),
         // `ListFilter::check` refused a cursor with the due-first order.
         (ListOrder::DueFirst, Some(_)) | (_, None) => {}
+    }
+    if let Some(t) = &filter.search {
+        // `strpos`, not `LIKE`: case-sensitive, and no wildcard in `t`.
+        params.push(Box::new(t.clone()));
+        let n = params.len();
+        sql.push_str(&format!(
+            " AND (strpos(kind, ${n}) > 0 OR strpos(idempotency_key, ${n}) > 0 \
+             OR strpos(payload, ${n}) > 0)"
+        ));
     }
     sql.push_str(match filter.order {
         ListOrder::Newest => " ORDER BY id DESC",

@@ -55,11 +55,7 @@ pub(crate) fn runners_in(txn: &ReadTransaction) -> Result<Vec<RunnerRecord>, Fai
 pub(crate) fn list_in(txn: &ReadTransaction, filter: &ListFilter) -> Result<Vec<Job>, Failure> {
     let jobs = txn.open_table(JOBS)?;
     let limit = filter.limit.unwrap_or(usize::MAX);
-    let admits = |j: &Job| {
-        filter.state.is_none_or(|s| j.state == s)
-            && filter.queue.as_ref().is_none_or(|q| &j.queue == q)
-            && filter.kind.as_ref().is_none_or(|k| &j.kind == k)
-    };
+    let admits = |j: &Job| filter.admits(j);
     let mut out = Vec::new();
     if limit == 0 {
         return Ok(out);

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use rusqlite::types::Value;
 use rusqlite::{Connection, params_from_iter};
 use slothqueue_core::{
-    Event, Job, JobId, JobState, ListFilter, ListOrder, QueueCounts, RunnerRecord, Stats,
-    StoreError, Timestamp,
+    Event, Job, JobId, JobState, ListFilter, ListOrder, PendingShown, QueueCounts, RunnerRecord,
+    Stats, StoreError, Timestamp,
 };
 
 use crate::error::Error;
@@ -44,11 +44,33 @@ pub(crate) fn list_sql(filter: &ListFilter) -> Result<(String, Vec<Value>), Erro
     if let Some(k) = &filter.kind {
         bind(&mut sql, "kind =", text(k));
     }
+    // The held and waiting refinements and their state as literals, so
+    // the planner may pick `jobs_held` or `jobs_waiting`
+    // (`ListFilter::admits` is the rule).
+    match filter.shown {
+        Some(PendingShown::Held) => sql.push_str(" AND state = 'pending' AND held = 1"),
+        Some(PendingShown::Waiting) => {
+            sql.push_str(" AND state = 'pending' AND pending_parents > 0 AND held = 0");
+        }
+        None => {}
+    }
+    if let Some(since) = filter.finished_since {
+        bind(&mut sql, "finished_at >=", Value::Integer(since.as_millis()));
+    }
     match (filter.order, filter.cursor) {
         (ListOrder::Newest, Some(c)) => bind(&mut sql, "id <", Value::Integer(c)),
         (ListOrder::Oldest, Some(c)) => bind(&mut sql, "id >", Value::Integer(c)),
         // `ListFilter::check` refused a cursor with the due-first order.
         (ListOrder::DueFirst, Some(_)) | (_, None) => {}
+    }
+    if let Some(t) = &filter.search {
+        // `instr`, not `LIKE`: case-sensitive, and no wildcard in `t`.
+        params.push(text(t));
+        let n = params.len();
+        sql.push_str(&format!(
+            " AND (instr(kind, ?{n}) > 0 OR instr(idempotency_key, ?{n}) > 0 \
+             OR instr(payload, ?{n}) > 0)"
+        ));
     }
     sql.push_str(match filter.order {
         ListOrder::Newest => " ORDER BY id DESC",

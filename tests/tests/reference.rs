@@ -395,9 +395,7 @@ slothqueue_core::store_ops! {
                 let mut jobs: Vec<Job> = st
                     .jobs
                     .values()
-                    .filter(|j| f.state.is_none_or(|s| j.state == s))
-                    .filter(|j| f.queue.as_ref().is_none_or(|q| &j.queue == q))
-                    .filter(|j| f.kind.as_ref().is_none_or(|k| &j.kind == k))
+                    .filter(|j| f.admits(j))
                     .cloned()
                     .collect();
                 match f.order {

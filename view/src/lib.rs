@@ -15,10 +15,16 @@
 //!
 //! Rooms: [`words`] the phrases every face shares (times, stamps, job
 //! references, lane reasons); [`why`] the one explanation of a job's
-//! situation, pure; [`mod@job`] and [`mod@status`] the assembly.
+//! situation, pure; [`mod@job`] and [`mod@status`] the assembly;
+//! [`listing`] a job as a list's row; [`history`] what ran per minute
+//! over the last hour; [`steer`] what a cancel takes with it and the
+//! bulk actions (retry a queue's failed jobs, cancel its pending ones).
 
+pub mod history;
 pub mod job;
+pub mod listing;
 pub mod status;
+pub mod steer;
 pub mod why;
 pub mod words;
 

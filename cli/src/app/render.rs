@@ -690,11 +690,8 @@ fn when(job: &Job, now: Timestamp) -> String {
     if let Some(h) = job.held.as_ref().filter(|_| job.is_held()) {
         return format!("since {}", local(h.since, now));
     }
-    if job.is_waiting_on_parents() {
-        return match job.after.as_slice() {
-            [one] => format!("after #{one}"),
-            _ => format!("after {} jobs", job.pending_parents),
-        };
+    if let Some(after) = slothqueue_view::listing::waiting_after(job) {
+        return after;
     }
     match job.state {
         JobState::Pending if job.not_before <= now => "due now".to_owned(),

@@ -39,6 +39,7 @@
 //!   handed out, a killed runner's GPU frees, `show` says why a job waits.
 //! - `handlers`: `run --handlers DIR` refuses a world-writable handler,
 //!   says so once, and leaves its job pending (issue 31 finding 1).
+//! - `listing`: `list --search` and `list --state held|waiting` (issue 36).
 //! - `schedules`: `every`, its pause, resume and removal, `schedules`,
 //!   `show` of a tick's job, schedules through export/import (issue #19).
 //! - `postgres`: the commands on a queue on a PostgreSQL server, and a
@@ -61,6 +62,7 @@ mod handlers;
 mod import;
 mod lanes;
 mod limits;
+mod listing;
 #[cfg(feature = "http")]
 mod long_polls;
 #[cfg(feature = "sqlite")]

@@ -459,6 +459,37 @@ pub fn plan_purge<G: Graph>(g: &mut G, candidates: &[Job]) -> Result<Vec<JobId>,
     Ok(deleting.into_iter().collect())
 }
 
+/// The unfinished jobs a cancel of `job` ends with it, transitively, as
+/// they are now, lowest id first: the dependents [`plan_with_dependents`]
+/// cancels when `job` ends cancelled. A pending job ends at the cancel
+/// ([`super::cancel`]); a running one only when its runner has stopped it,
+/// and then as cancelled, which this plans now. A finished job takes
+/// nothing (its cancel is refused). Nothing is written: a face asks this
+/// before it offers the cancel.
+pub fn cancel_takes<G: Graph>(g: &mut G, job: &Job, now: Timestamp) -> Result<Vec<Job>, G::Error> {
+    let ending = match job.state {
+        JobState::Pending => super::cancel(job, now)?,
+        JobState::Running => {
+            let mut ended = job.clone();
+            ended.state = JobState::Cancelled;
+            ended.lease = None;
+            ended.finished_at = Some(now);
+            Transition { job: ended, events: Vec::new() }
+        }
+        JobState::Done | JobState::Failed | JobState::Cancelled => return Ok(Vec::new()),
+    };
+    let writes = plan_with_dependents(g, job.clone(), ending, now)?;
+    Ok(writes
+        .into_iter()
+        .filter(|w| {
+            w.before.id != job.id
+                && !w.before.state.is_terminal()
+                && w.after.job.state == JobState::Cancelled
+        })
+        .map(|w| w.before)
+        .collect())
+}
+
 fn invalid(m: String) -> TransitionError {
     TransitionError::InvalidJob(m)
 }

@@ -21,8 +21,8 @@ mod lanes;
 mod validate;
 
 pub use after::{
-    Graph, MAX_PARENTS, check_retry, check_supersede, count_not_done, load_parents, plan_purge,
-    plan_with_dependents, resolve_parents, restored,
+    Graph, MAX_PARENTS, cancel_takes, check_retry, check_supersede, count_not_done, load_parents,
+    plan_purge, plan_with_dependents, resolve_parents, restored,
 };
 pub use claim::{
     CLAIM_SCAN_CAP, ClaimFilter, ClaimPlan, ClaimRequest, Claimed, PlannedWrite, Reclaim,

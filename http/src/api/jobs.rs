@@ -11,8 +11,8 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use slothqueue_core::{
-    Event, Job, JobEdit, JobId, JobState, ListFilter, ListOrder, RunnerRecord, SHELL_KIND, Stamp,
-    Stats, Unserved, machine,
+    Event, Job, JobEdit, JobId, JobState, ListFilter, ListOrder, PendingShown, RunnerRecord,
+    SHELL_KIND, Stamp, Stats, Unserved, machine,
 };
 use slothqueue_runner::RunnerError;
 use slothqueue_runner::wait::{WaitTarget, wait_briefly};
@@ -122,6 +122,7 @@ pub(super) struct ListQuery {
     limit: Option<String>,
     cursor: Option<String>,
     show_secrets: Option<String>,
+    search: Option<String>,
 }
 
 /// The query of `GET /api/tasks/outbox/{id}`.
@@ -134,8 +135,43 @@ pub(super) struct ShowQuery {
 
 #[derive(Debug, Serialize)]
 pub(super) struct JobPage {
-    jobs: Vec<Job>,
+    jobs: Vec<ListedJob>,
     next_cursor: Option<JobId>,
+}
+
+/// A job as a row of the list: the job, and the words the CLI's `list`
+/// prints for its state (`slothqueue_view::listing`).
+#[derive(Debug, Serialize)]
+pub(super) struct ListedJob {
+    #[serde(flatten)]
+    job: Job,
+    /// `held`, `waiting`, or the state (`state_word`).
+    shown_state: &'static str,
+    /// For a waiting job: `after #16`, `after 3 jobs`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiting_on: Option<String>,
+}
+
+impl ListedJob {
+    fn of(job: Job, secrets: Secrets) -> Self {
+        let shown_state = slothqueue_view::words::state_word(&job);
+        let waiting_on = slothqueue_view::listing::waiting_after(&job);
+        ListedJob { job: mask::job(job, secrets), shown_state, waiting_on }
+    }
+}
+
+/// `?state=`: a state, or `held` / `waiting`, the two kinds of pending
+/// job `state_word` names.
+fn state_query(raw: Option<String>) -> Result<(Option<JobState>, Option<PendingShown>), HttpError> {
+    match raw.as_deref() {
+        None => Ok((None, None)),
+        Some("held") => Ok((None, Some(PendingShown::Held))),
+        Some("waiting") => Ok((None, Some(PendingShown::Waiting))),
+        Some(s) => match s.parse::<JobState>() {
+            Ok(state) => Ok((Some(state), None)),
+            Err(e) => Err(bad(format!("{e}; or held or waiting"))),
+        },
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -191,8 +227,7 @@ pub(super) async fn list(
     State(app): State<AppState>,
     QueryParams(q): QueryParams<ListQuery>,
 ) -> Result<Json<JobPage>, HttpError> {
-    let state =
-        q.state.map(|s| s.parse::<JobState>()).transpose().map_err(|e| bad(e.to_string()))?;
+    let (state, shown) = state_query(q.state)?;
     let limit = match q.limit {
         None => DEFAULT_LIMIT,
         Some(l) => l
@@ -212,6 +247,9 @@ pub(super) async fn list(
         limit: Some(limit + 1),
         cursor,
         order: ListOrder::Newest,
+        shown,
+        search: q.search,
+        finished_since: None,
     };
     let mut jobs = app.store.list(&filter).await?;
     let next_cursor = if jobs.len() > limit {
@@ -220,7 +258,7 @@ pub(super) async fn list(
     } else {
         None
     };
-    let jobs = jobs.into_iter().map(|j| mask::job(j, secrets)).collect();
+    let jobs = jobs.into_iter().map(|j| ListedJob::of(j, secrets)).collect();
     Ok(Json(JobPage { jobs, next_cursor }))
 }
 
@@ -373,7 +411,8 @@ pub(super) fn op_list() -> Value {
         "operationId": "listJobs",
         "summary": "jobs, newest first, a page at a time",
         "parameters": [
-            q("state", json!({ "$ref": "#/components/schemas/JobState" }), "only jobs in this state"),
+            q("state", json!({ "anyOf": [{ "$ref": "#/components/schemas/JobState" }, { "enum": ["held", "waiting"] }] }), "only jobs in this state; `held`: the pending jobs a user holds; `waiting`: the pending jobs not held that wait on parents (`pending` is every pending job)"),
+            q("search", json!({ "type": "string" }), "only jobs whose kind, idempotency key or payload JSON text (a shell job's command is in it) contains this text, case-sensitive"),
             q("kind", plain_name("a kind"), "only jobs of this kind"),
             q("queue", plain_name("a queue"), "only jobs in this queue"),
             q("limit", json!({ "type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT }), "page size"),
@@ -585,10 +624,19 @@ pub(super) fn schemas() -> Value {
                 }, "required": ["events"] }
             ]
         },
+        "ListedJob": {
+            "allOf": [
+                { "$ref": "#/components/schemas/Job" },
+                { "type": "object", "properties": {
+                    "shown_state": { "type": "string", "enum": ["held", "waiting", "pending", "running", "done", "failed", "cancelled"], "description": "the state as `slothqueue list` words it: `held` for a pending job a user holds, `waiting` for a pending one waiting on parents, else the state" },
+                    "waiting_on": { "type": "string", "description": "for a waiting job: `after #16` (its one parent) or `after 3 jobs` (the parents not done yet), as `slothqueue list` prints it; absent for any other job" }
+                }, "required": ["shown_state"] }
+            ]
+        },
         "JobPage": {
             "type": "object",
             "properties": {
-                "jobs": { "type": "array", "items": { "$ref": "#/components/schemas/Job" } },
+                "jobs": { "type": "array", "items": { "$ref": "#/components/schemas/ListedJob" } },
                 "next_cursor": { "type": ["integer", "null"], "description": "pass as `cursor` for the next page; null on the last" }
             },
             "required": ["jobs", "next_cursor"]

@@ -1,8 +1,9 @@
 //! The OpenAPI document: the paths from the route table, the schemas from
-//! the room of each route (`jobs`, `enqueue`, `lanes`, `schedules`).
+//! the room of each route (`jobs`, `enqueue`, `lanes`, `schedules`,
+//! `steer`).
 
 use super::doc::responses;
-use super::{ROUTES, enqueue, jobs, lanes, schedules};
+use super::{ROUTES, enqueue, jobs, lanes, schedules, steer};
 use crate::AppState;
 use axum::Json;
 use axum::extract::State;
@@ -91,7 +92,7 @@ pub(super) fn schemas() -> Value {
     });
     let enqueue = enqueue::schemas();
     let schedule_schemas = schedules::schemas(&enqueue["EnqueueRequest"]);
-    for more in [enqueue, jobs::schemas(), lanes::schemas(), schedule_schemas] {
+    for more in [enqueue, jobs::schemas(), lanes::schemas(), schedule_schemas, steer::schemas()] {
         if let (Value::Object(all), Value::Object(more)) = (&mut all, more) {
             all.extend(more);
         }

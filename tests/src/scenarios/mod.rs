@@ -2,6 +2,7 @@
 //! whose doc comment states the contract it checks.
 
 pub mod after;
+pub mod browse;
 pub mod cancel;
 pub mod claim;
 pub mod concurrency;
@@ -172,6 +173,9 @@ macro_rules! __with_scenarios {
             schedules::a_ticks_job_is_the_schedules_job_with_the_ticks_key,
             gpus::a_gpu_hold_is_a_claim_condition,
             gpus::a_dead_owners_gpus_are_free_again_once_its_attempt_is_reclaimed,
+            browse::list_search_finds_kind_key_and_payload_text,
+            browse::list_tells_held_and_waiting_jobs_apart,
+            browse::list_finished_since_reads_when_jobs_ended,
         ] }
     };
 }

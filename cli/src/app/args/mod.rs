@@ -17,11 +17,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use slothqueue::core::{CatchUp, Overlap, Parent};
-use slothqueue::{Backend, JobId, JobState};
+use slothqueue::{Backend, JobId};
 
 use super::duration;
 pub use mcp::McpArgs;
-pub use values::{MaxRuntime, parse_id};
+pub use values::{ListState, MaxRuntime, parse_id};
 use values::{
     backend_parser, catch_up_parser, overlap_parser, parse_addr, parse_attempts, parse_ceiling,
     parse_cpu_weight, parse_ionice, parse_limit, parse_max_runtime, parse_memory, parse_nice,
@@ -626,9 +626,16 @@ pub struct RunnerArgs {
 /// `list`.
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// Only jobs in this state: pending, running, done, failed or cancelled.
+    /// Only jobs in this state: pending, running, done, failed or cancelled;
+    /// or held (pending jobs a user holds) or waiting (pending, not held,
+    /// waiting on parents), as the table words them.
     #[arg(long, short = 's', value_name = "S", ignore_case = true, value_parser = state_parser())]
-    pub state: Option<JobState>,
+    pub state: Option<ListState>,
+
+    /// Only jobs whose command, kind or key contains this text (the whole
+    /// payload's JSON text is searched; case-sensitive).
+    #[arg(long, value_name = "TEXT")]
+    pub search: Option<String>,
 
     /// Only jobs in this queue.
     #[arg(long, short = 'q', value_name = "Q")]
@@ -724,6 +731,8 @@ pub struct CompletionsArgs {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use slothqueue::JobState;
+    use slothqueue::core::PendingShown;
 
     #[test]
     fn the_cli_definition_is_consistent() {
@@ -760,7 +769,10 @@ mod tests {
         assert_eq!(values(backend), ["sqlite", "redb"]);
         let list = cmd.find_subcommand("list").unwrap();
         let state = list.get_arguments().find(|a| a.get_id() == "state").unwrap();
-        assert_eq!(values(state), ["pending", "running", "done", "failed", "cancelled"]);
+        assert_eq!(
+            values(state),
+            ["pending", "running", "done", "failed", "cancelled", "held", "waiting"]
+        );
         let mut bash = Vec::new();
         clap_complete::generate(
             clap_complete::Shell::Bash,
@@ -772,7 +784,16 @@ mod tests {
         assert!(bash.contains("sqlite redb"), "--backend completes to file names");
         let cli = Cli::try_parse_from(["slothqueue", "list", "--state", "DONE"]).unwrap();
         let Command::List(l) = cli.command else { panic!("not list") };
-        assert_eq!(l.state, Some(JobState::Done));
+        assert_eq!(l.state, Some(ListState::Is(JobState::Done)));
+        for (word, shown) in [("held", PendingShown::Held), ("Waiting", PendingShown::Waiting)] {
+            let cli = Cli::try_parse_from(["slothqueue", "list", "--state", word]).unwrap();
+            let Command::List(l) = cli.command else { panic!("not list") };
+            assert_eq!(l.state, Some(ListState::Shown(shown)), "{word}");
+        }
+        let cli = Cli::try_parse_from(["slothqueue", "list", "--search", "make backup"]).unwrap();
+        let Command::List(l) = cli.command else { panic!("not list") };
+        assert_eq!(l.search.as_deref(), Some("make backup"));
+        assert!(Cli::try_parse_from(["slothqueue", "list", "--state", "asleep"]).is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use slothqueue::core::{CatchUp, Overlap, Parent};
+use slothqueue::core::{CatchUp, Overlap, Parent, PendingShown};
 use slothqueue::{Backend, JobId, JobState};
 
 use crate::app::duration;
@@ -129,20 +129,35 @@ pub(super) fn parse_ceiling(s: &str) -> Result<f64, String> {
     }
 }
 
-/// `--state`: the names offered to shell completion (not file names).
-pub(super) fn state_parser() -> impl clap::builder::TypedValueParser<Value = JobState> {
+/// What `list --state` asks for: a state, or one of the two kinds of
+/// pending job `list` words apart (`held`, `waiting`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListState {
+    /// Jobs in this state (`pending`: every pending job).
+    Is(JobState),
+    /// Pending jobs shown as `held` or `waiting`.
+    Shown(PendingShown),
+}
+
+/// `list --state`: the names offered to shell completion (not file
+/// names): the states, then `held` and `waiting`.
+pub(super) fn state_parser() -> impl clap::builder::TypedValueParser<Value = ListState> {
     use clap::builder::TypedValueParser as _;
-    clap::builder::PossibleValuesParser::new(
-        [
-            JobState::Pending,
-            JobState::Running,
-            JobState::Done,
-            JobState::Failed,
-            JobState::Cancelled,
-        ]
-        .map(JobState::as_str),
+    let states = [
+        JobState::Pending,
+        JobState::Running,
+        JobState::Done,
+        JobState::Failed,
+        JobState::Cancelled,
+    ]
+    .map(JobState::as_str);
+    clap::builder::PossibleValuesParser::new(states.into_iter().chain(["held", "waiting"])).try_map(
+        |s| match s.to_ascii_lowercase().as_str() {
+            "held" => Ok(ListState::Shown(PendingShown::Held)),
+            "waiting" => Ok(ListState::Shown(PendingShown::Waiting)),
+            other => other.parse::<JobState>().map(ListState::Is),
+        },
     )
-    .try_map(|s| s.to_ascii_lowercase().parse::<JobState>())
 }
 
 /// The most `--slots` a runner takes: more would be a fork bomb by typo.

@@ -526,8 +526,16 @@ fn list_filter(l: args::ListArgs) -> anyhow::Result<ListFilter> {
     if let Some(k) = &l.kind {
         plain_name("--kind", k)?;
     }
+    let (state, shown) = match l.state {
+        None => (None, None),
+        Some(args::ListState::Is(s)) => (Some(s), None),
+        Some(args::ListState::Shown(w)) => (None, Some(w)),
+    };
     Ok(ListFilter {
-        state: l.state,
+        state,
+        shown,
+        search: l.search,
+        finished_since: None,
         queue: l.queue,
         kind: l.kind,
         limit: Some(l.limit.unwrap_or(DEFAULT_LIST_LIMIT)),
