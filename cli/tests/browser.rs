@@ -24,6 +24,8 @@
 )]
 #![allow(clippy::print_stderr, reason = "a skipped test says so loudly; screenshots are named")]
 
+#[path = "browser/controls.rs"]
+mod controls;
 #[path = "browser/harness.rs"]
 mod harness;
 #[path = "browser/story.rs"]

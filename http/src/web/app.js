@@ -316,14 +316,17 @@
         svg("rect", { x: i * W + 1, y: H - hf, width: W - 2, height: hf, class: "failed" })));
     });
     const chart = svg("svg", { viewBox: "0 0 " + Math.max(1, minutes.length) * W + " " + H, preserveAspectRatio: "none", role: "img" }, ...bars);
-    $("history").replaceChildren(chart);
+    $("history").replaceChildren(chart, el("div", { class: "axis muted" }, el("span", {}, "an hour ago"), el("span", {}, "now")));
     $("history-note").textContent = "(" + done + " done, " + failed + " failed; the busiest minute " + top + ")";
     $("history-box").hidden = false;
   }
-  async function refreshHistory() {
-    // Once every ten seconds is enough for minutes.
-    if (Date.now() - view.historyAt < 10000) return;
+  async function refreshHistory(stats) {
+    // Once every ten seconds is enough for minutes, unless a job ended
+    // since (the counts of done and failed jobs moved).
+    const ended = stats.done + "/" + stats.failed;
+    if (Date.now() - view.historyAt < 10000 && ended === view.historyEnded) return;
     view.historyAt = Date.now();
+    view.historyEnded = ended;
     try {
       renderHistory(await api("GET", "/api/history"));
     } catch (e) {
@@ -378,7 +381,7 @@
     renderRunners(runners.runners);
     renderGpus(stats.gpus || []);
     renderJobs(page);
-    await refreshHistory();
+    await refreshHistory(stats);
   }
 
   // ---- bulk actions ----------------------------------------------------------
