@@ -318,7 +318,12 @@ async fn the_page_edits_clones_retries_in_bulk_and_steers_schedules() {
     let width = client.execute("return document.documentElement.clientWidth", vec![]).await;
     assert!(width.ok().and_then(|w| w.as_u64()).is_some_and(|w| w <= 390), "a phone's width");
     client
-        .execute("document.getElementById('lanes').scrollIntoView()", vec![])
+        .execute(
+            "const bar = document.querySelector('.bar').offsetHeight; \
+             const heading = document.getElementById('lanes').closest('.table-wrap').previousElementSibling; \
+             window.scrollTo(0, heading.getBoundingClientRect().top + window.scrollY - bar - 8)",
+            vec![],
+        )
         .await
         .expect("scroll to the queues");
     s.screenshot("list-phone.png").await;

@@ -317,7 +317,8 @@
     });
     const chart = svg("svg", { viewBox: "0 0 " + Math.max(1, minutes.length) * W + " " + H, preserveAspectRatio: "none", role: "img" }, ...bars);
     $("history").replaceChildren(chart, el("div", { class: "axis muted" }, el("span", {}, "an hour ago"), el("span", {}, "now")));
-    $("history-note").textContent = "(" + done + " done, " + failed + " failed; the busiest minute " + top + ")";
+    const busiest = Math.max(0, ...minutes.map((m) => m.done + m.failed));
+    $("history-note").textContent = "(" + done + " done, " + failed + " failed" + (busiest ? "; at most " + busiest + " a minute" : "") + ")";
     $("history-box").hidden = false;
   }
   async function refreshHistory(stats) {
