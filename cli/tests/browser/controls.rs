@@ -1,15 +1,16 @@
 //! The second story: steering (issue 36's page). A failed job found by
-//! searching its command, cloned with a fixed command from its page (a
-//! wrong field refused in the CLI's own sentence first), and the clone run
-//! by `serve`'s runner; a pending job edited; an unknown job shown as such
-//! with nothing of the previous one left; every failed job of a queue
-//! retried and every pending one cancelled, each with one confirmed
-//! action; the pause buttons' words while every queue is paused; a
-//! waiting job filtered and worded as the CLI words it, and the cancel of
-//! its running parent naming it; the history panel; finished jobs
-//! cleared; a schedule paused, resumed and removed from the schedules
-//! view; and at 390×844 every queue's state and buttons inside the
-//! screen. Each effect is checked through the CLI (`--json show`, `list`,
+//! searching its command, its error first on its page, cloned with a fixed
+//! command (a bad queue refused first, nothing added), and the clone run by
+//! `serve`'s runner; a pending job edited, and an edit that lost the race
+//! refused in the CLI's own sentence; an unknown job shown as such with
+//! nothing of the previous one left; every failed job of a queue retried
+//! and every pending one cancelled, each with one confirmed action; the
+//! pause buttons' words while every queue is paused; a waiting job (and a
+//! held one) filtered and worded as the CLI words it, and the cancel of its
+//! running parent naming it; the history panel; finished jobs cleared; a
+//! schedule paused, resumed and removed from the schedules view; and at
+//! 390×844 every queue's state and buttons inside the screen. Each effect
+//! is checked through the CLI (`--json show`, `list`, `queues`,
 //! `schedules`). Screenshots: `list-search.png`, `job-failed.png`,
 //! `schedules.png`, `list-phone.png`.
 
@@ -199,6 +200,14 @@ async fn the_page_edits_clones_retries_in_bulk_and_steers_schedules() {
     state.select_by_value("waiting").await.expect("choose waiting");
     list_shows(&s, &[child]).await;
     wait_text(client, &format!("tr[data-id='{child}']"), &format!("waiting after #{parent}")).await;
+    // And a held one by the held filter.
+    let out = harness::slothqueue(&s.db, &["hold", &waits.to_string()]);
+    assert!(out.status.success(), "{out:?}");
+    state.select_by_value("held").await.expect("choose held");
+    list_shows(&s, &[waits]).await;
+    wait_text(client, &format!("tr[data-id='{waits}'] .state"), "held").await;
+    let out = harness::slothqueue(&s.db, &["release", &waits.to_string()]);
+    assert!(out.status.success(), "{out:?}");
     state.select_by_value("").await.expect("choose any");
     click(client, &format!("a[href='#/job/{parent}']")).await;
     wait_text(client, "#job-title", "running").await;
