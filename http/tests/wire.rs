@@ -143,7 +143,7 @@ async fn answers_match_the_documented_schemas(backend: Backend) {
     let (_, page) = s.get("/api/tasks/outbox").await;
     assert_documented(&doc, "JobPage", &page);
     for job in page["jobs"].as_array().unwrap() {
-        assert_documented(&doc, "Job", job);
+        assert_documented(&doc, "ListedJob", job);
     }
     s.stop().await.unwrap();
 }

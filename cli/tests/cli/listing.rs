@@ -32,6 +32,10 @@ both_backends! {
         assert!(row.contains("waiting") && row.contains("after #1"), "{table}");
         assert_eq!(table.lines().count(), 2, "{table}");
 
+        assert_eq!(ctx.ok(&["list", "--state", "held", "--search", "nightly"]), "no held jobs contain `nightly`\n");
+        ctx.ok(&["release", "3"]);
+        assert_eq!(ctx.ok(&["list", "--state", "held"]), "no held jobs\n");
+
         let out = ctx.run(&["list", "--state", "asleep"]);
         assert_eq!(out.status.code(), Some(2));
         let err = String::from_utf8_lossy(&out.stderr);

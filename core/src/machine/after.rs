@@ -781,4 +781,33 @@ mod tests {
         let e = machine::retry(&replaced, &[], T0).unwrap_err().to_string();
         assert!(e.contains("superseded by #9") && e.contains("Retry #9"), "{e}");
     }
+
+    #[test]
+    fn a_cancel_takes_what_its_ending_cancels_and_writes_nothing() {
+        let mut m = Mem::default();
+        let a = m.push(shell("a"));
+        let b = m.push(shell("b").after(a));
+        let c = m.push(shell("c").after(b));
+        let other = m.push(shell("other"));
+        let d = m.push(shell("d").after(other).after(b));
+        let before = m.jobs.clone();
+        let ids = |jobs: Vec<Job>| jobs.into_iter().map(|j| j.id).collect::<Vec<_>>();
+        assert_eq!(ids(cancel_takes(&mut m, &before[&a], T0).expect("plan")), [b, c, d]);
+        assert_eq!(m.jobs, before, "nothing written");
+        assert_eq!(ids(cancel_takes(&mut m, &before[&other], T0).expect("plan")), [d]);
+        assert_eq!(ids(cancel_takes(&mut m, &before[&c], T0).expect("plan")), Vec::<JobId>::new());
+
+        // Running: what its cancelled ending will take, the same jobs.
+        let mut running = before[&a].clone();
+        running.state = JobState::Running;
+        assert_eq!(ids(cancel_takes(&mut m, &running, T0).expect("plan")), [b, c, d]);
+
+        // What the cancel then does, and a finished job takes nothing.
+        m.apply(a, |j| machine::cancel(j, T0).expect("cancel"));
+        for id in [b, c, d] {
+            assert_eq!(m.state(id).0, JobState::Cancelled, "#{id}");
+        }
+        let cancelled = m.jobs[&a].clone();
+        assert_eq!(cancel_takes(&mut m, &cancelled, T0).expect("plan"), []);
+    }
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use slothqueue::core::PendingShown;
 use slothqueue::runner::ProcJudge;
 use slothqueue::{Job, JobId, ListFilter, Owner, RunnerRecord, Stats, Store};
 use slothqueue_view::{DEPENDENTS_LISTED, Look, StatusView, ViewError, words};
@@ -152,9 +153,15 @@ pub async fn list(ctx: &Ctx, filter: ListFilter, show_secrets: bool) -> Outcome 
         return Ok(Code::Success);
     }
     if jobs.is_empty() {
-        match filter.state {
-            Some(s) => writeln!(out, "no {s} jobs")?,
-            None => writeln!(out, "no jobs")?,
+        let what = match (filter.shown, filter.state) {
+            (Some(PendingShown::Held), _) => "held ".to_owned(),
+            (Some(PendingShown::Waiting), _) => "waiting ".to_owned(),
+            (None, Some(s)) => format!("{s} "),
+            (None, None) => String::new(),
+        };
+        match &filter.search {
+            Some(text) => writeln!(out, "no {what}jobs contain `{}`", render::one_line(text))?,
+            None => writeln!(out, "no {what}jobs")?,
         }
         return Ok(Code::Success);
     }
