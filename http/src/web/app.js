@@ -390,7 +390,10 @@
   function didBulk(verb, answer) {
     const ids = (answer.ids || []).slice(0, 20).map((id) => "#" + id).join(", ");
     const more = (answer.ids || []).length > 20 ? ", …" : "";
-    flash(verb + " " + plural(answer.count, "job") + (ids ? ": " + ids + more : "") + ".", null, true);
+    // Jobs that moved on since they were counted, with the server's why.
+    const skipped = (answer.skipped || []).map((k) => "#" + k.id + " (" + k.why + ")").join("; ");
+    flash(verb + " " + plural(answer.count, "job") + (ids ? ": " + ids + more : "") + "." +
+      (skipped ? " Skipped: " + skipped + "." : ""), null, true);
   }
   async function bulk(verb, path, body) {
     try {
