@@ -73,7 +73,7 @@ const CASES: &[Case] = &[
     case(
         &["list", "--state", "nope"],
         2,
-        "[possible values: pending, running, done, failed, cancelled]",
+        "[possible values: pending, running, done, failed, cancelled, held, waiting]",
     ),
     case(&["list", "--limit", "0"], 2, "not a limit"),
     case(&["list", "--order", "random"], 2, "invalid value 'random'"),
