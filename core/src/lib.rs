@@ -17,6 +17,7 @@ pub mod liveness;
 pub mod machine;
 pub mod ops;
 pub mod policy;
+pub mod runners;
 pub mod schedule;
 pub mod serving;
 pub mod shell;

@@ -9,12 +9,10 @@
 //! lines of our own rather than `http::Extensions`: the library builds
 //! without the `http` crate when its server is not wanted.)
 
-use std::any::{Any, TypeId, type_name};
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
-
-use super::job::JobError;
 
 /// The values, by type.
 #[derive(Default)]
@@ -48,17 +46,9 @@ impl SharedData {
         let _ = self.0.set(map);
     }
 
-    /// The value of type `T`, or the handler's error naming the type and
-    /// how to give it: a permanent one, as a retry in the same program
-    /// would find the same map.
-    pub(crate) fn get<T: Send + Sync + 'static>(&self) -> Result<&T, JobError> {
-        self.0.get().and_then(DataMap::get::<T>).ok_or_else(|| {
-            JobError::new(format!(
-                "no shared value of type {} was given to this worker (`Worker::data`)",
-                type_name::<T>()
-            ))
-            .permanent()
-        })
+    /// The value of type `T`, if the worker was given one.
+    pub(crate) fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.0.get().and_then(DataMap::get::<T>)
     }
 }
 

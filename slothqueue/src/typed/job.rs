@@ -141,7 +141,14 @@ impl JobContext {
     /// }
     /// ```
     pub fn data<T: Send + Sync + 'static>(&self) -> Result<&T, JobError> {
-        self.data.get::<T>()
+        // Permanent: a retry in the same program would find the same map.
+        self.data.get::<T>().ok_or_else(|| {
+            JobError::new(format!(
+                "no shared value of type {} was given to this worker (`Worker::data`)",
+                std::any::type_name::<T>()
+            ))
+            .permanent()
+        })
     }
 
     /// Why the runner wants this attempt stopped, if it asked yet.
