@@ -228,10 +228,18 @@ async fn clear_removes_finished_jobs(backend: Backend) {
     assert!(err["error"].as_str().unwrap().contains("every queue"), "{err}");
     assert_eq!(ids(&list(&s, "").await).len(), 4, "a refused clear removes nothing");
 
+    // The cleared jobs' logs go with them; a kept job's log stays.
+    let logs = slothqueue_http::log_dir_beside(&s.queue_path);
+    std::fs::create_dir_all(&logs).unwrap();
+    for id in [done, pending] {
+        std::fs::write(logs.join(format!("{id}.log")), "out\n").unwrap();
+    }
     let (status, bulk) = s.post_empty("/api/clear").await;
     assert_eq!(status, StatusCode::OK, "{bulk}");
     assert_eq!(bulk, json!({ "count": 3, "ids": [done, failed, cancelled] }));
     assert_eq!(ids(&list(&s, "").await), [pending]);
+    assert!(!logs.join(format!("{done}.log")).exists(), "a cleared job's log is removed");
+    assert!(logs.join(format!("{pending}.log")).exists(), "a kept job's log stays");
     let (status, bulk) = s.post("/api/clear", &json!({})).await;
     assert_eq!(status, StatusCode::OK, "{bulk}");
     assert_eq!(bulk, json!({ "count": 0, "ids": [] }));

@@ -91,7 +91,7 @@ pub use exec::{
 };
 pub use fmt::{format_duration, format_timestamp};
 pub use gate::{AcPowerGate, Gate, GateReading, LoadGate, LoadProbe, PressureGate};
-pub use logfile::{log_dir_for, log_file_name, log_path};
+pub use logfile::{log_dir_for, log_file_name, log_path, remove_logs};
 pub use logread::{LogPiece, read_log_piece};
 pub use owner::{ProcJudge, this_process_owner};
 pub use process::group::group_members;

@@ -27,6 +27,15 @@ pub fn log_path(dir: &Path, id: JobId) -> PathBuf {
     dir.join(log_file_name(id))
 }
 
+/// Removes the log files of jobs a purge deleted (`clear`, from the CLI
+/// or the page). Best effort: a log left behind is harmless, and a clear
+/// that failed over one would be worse.
+pub fn remove_logs(dir: &Path, ids: &[JobId]) {
+    for id in ids {
+        let _ = std::fs::remove_file(log_path(dir, *id));
+    }
+}
+
 /// The name of job `id`'s log file inside the log directory, for a reader
 /// that opens it relative to the directory's descriptor (the HTTP log
 /// route, which follows no symlink).

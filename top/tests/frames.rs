@@ -51,18 +51,7 @@ fn shell(command: &str) -> NewJob {
 /// test run with a log, a backup in a paused queue, a report waiting on
 /// the tests, a held rsync and a job due in an hour; one live runner.
 async fn queue(dir: &Path) -> Arc<dyn Store> {
-    let store = slothqueue::open(
-        &dir.join("queue.db"),
-        OpenOptions {
-            backend: None,
-            create: true,
-            create_folder: false,
-            read_only: false,
-            lease_ttl: None,
-            full_check: false,
-        },
-    )
-    .unwrap();
+    let store = slothqueue::open(&dir.join("queue.db"), OpenOptions::default()).unwrap();
     let claim = async |s: &Arc<dyn Store>, t| {
         s.claim(&ClaimRequest::new(owner(), Arc::new(ClockOnly)), t).await.unwrap().unwrap()
     };

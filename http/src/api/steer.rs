@@ -100,10 +100,7 @@ pub(super) async fn clear(
     }
     let ids = app.store.purge(&PurgeFilter::default()).await?;
     if let Some(dir) = &app.api.log_dir {
-        for id in &ids {
-            // Best effort, as `slothqueue clear`: a log left is harmless.
-            let _ = std::fs::remove_file(slothqueue_runner::log_path(dir, *id));
-        }
+        slothqueue_runner::remove_logs(dir, &ids);
     }
     Ok(Json(Bulk { count: ids.len(), ids, skipped: Vec::new() }))
 }

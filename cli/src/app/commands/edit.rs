@@ -9,9 +9,10 @@ use slothqueue::core::Liveness;
 use slothqueue::runner::ProcJudge;
 use slothqueue::{JobId, JobState, PurgeFilter, Store};
 
-use super::inspect::{jobs_by_id, log_file};
+use super::inspect::jobs_by_id;
 use super::{Ctx, job_json, print_json};
 use crate::app::Outcome;
+use crate::app::config::log_dir;
 use crate::app::exit::Code;
 use crate::app::render;
 
@@ -140,10 +141,7 @@ pub async fn clear(ctx: &Ctx, include_pending: bool, older_than: Option<Duration
     let filter =
         PurgeFilter { include_pending, older_than: older_than.map(|d| now.saturating_sub(d)) };
     let deleted = store.purge(&filter).await.context("cannot clear jobs")?;
-    for id in &deleted {
-        // Best effort: a log left behind is harmless, a failed clear is not.
-        let _ = std::fs::remove_file(log_file(&ctx.files, *id));
-    }
+    slothqueue::runner::remove_logs(&log_dir(&ctx.files), &deleted);
     if ctx.json {
         print_json(&mut out, &serde_json::json!({ "deleted": deleted }))?;
     } else {

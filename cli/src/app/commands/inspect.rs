@@ -2,7 +2,7 @@
 //! them creates a queue file; on a missing one they say so.
 
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -383,11 +383,6 @@ fn copy_from(path: &Path, offset: u64, json: Option<JobId>) -> anyhow::Result<u6
     }
     out.flush()?;
     Ok(offset + buf.len() as u64)
-}
-
-/// The log file of a job, for other commands.
-pub fn log_file(db: &Path, id: JobId) -> PathBuf {
-    slothqueue::runner::log_path(&log_dir(db), id)
 }
 
 #[cfg(test)]
