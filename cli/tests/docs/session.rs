@@ -84,16 +84,9 @@ impl Session {
         let mut child = cmd.spawn().map_err(|e| format!("cannot start bash: {e}"))?;
         let pgid = i32::try_from(child.id()).map_err(|e| e.to_string())?;
         self.groups.push(pgid);
-        let deadline = Instant::now() + BLOCK_LIMIT;
-        loop {
-            if child.try_wait().map_err(|e| e.to_string())?.is_some() {
-                break;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                return Err(format!("still running after {BLOCK_LIMIT:?}"));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if !wait_for(BLOCK_LIMIT, || child.try_wait().is_ok_and(|s| s.is_some())) {
+            let _ = child.kill();
+            return Err(format!("still running after {BLOCK_LIMIT:?}"));
         }
         let mut ran = Vec::new();
         for n in 0..commands.len() {
@@ -112,18 +105,39 @@ impl Session {
 }
 
 impl Drop for Session {
+    /// What a block left running (`serve &`) gets SIGTERM and the grace a
+    /// service manager gives (it hands its job back), then SIGKILL.
     fn drop(&mut self) {
-        use rustix::process::{Pid, Signal, kill_process_group};
+        use rustix::process::{Pid, Signal, kill_process_group, test_kill_process_group};
         let groups: Vec<Pid> = self.groups.iter().filter_map(|&g| Pid::from_raw(g)).collect();
         for &group in &groups {
             let _ = kill_process_group(group, Signal::TERM);
         }
-        // What a block left running (`serve &`) gets the grace a service
-        // manager gives, then is killed.
-        std::thread::sleep(Duration::from_millis(300));
-        for &group in &groups {
-            let _ = kill_process_group(group, Signal::KILL);
+        let gone = || groups.iter().all(|&g| test_kill_process_group(g).is_err());
+        if !wait_for(Duration::from_secs(10), gone) {
+            for &group in &groups {
+                let _ = kill_process_group(group, Signal::KILL);
+            }
         }
+    }
+}
+
+/// Calls `done` every 20 ms until it holds (true) or `within` has passed
+/// (false).
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a deadline on the wall clock and a short poll interval: the test waits on processes, not on time"
+)]
+fn wait_for(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
