@@ -23,7 +23,9 @@ pub fn write(dir: &Path) -> Outcome {
     pages.extend(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
     let mut out = std::io::stdout().lock();
     for page in pages {
-        let man = clap_mangen::Man::new(page).manual("slothqueue manual");
+        // A subcommand has no version of its own: name the program's.
+        let man =
+            clap_mangen::Man::new(page).source(format!("slothqueue {}", env!("CARGO_PKG_VERSION")));
         let path = man
             .generate_to(dir)
             .with_context(|| format!("cannot write a man page into {}", dir.display()))?;
