@@ -100,6 +100,13 @@ fn values(offered: BTreeSet<String>) -> BTreeSet<String> {
 /// completed (the registered function called as readline calls it),
 /// flags left out.
 fn bash_offers(s: &Setup, db: &Path, words: &[&str]) -> BTreeSet<String> {
+    let (offered, stderr) = bash_run(s, db, words);
+    assert_eq!(stderr, "", "completion wrote to the terminal");
+    offered
+}
+
+/// [`bash_offers`] with what the function wrote to stderr.
+fn bash_run(s: &Setup, db: &Path, words: &[&str]) -> (BTreeSet<String>, String) {
     let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
     let script = format!(
         r#"source <(slothqueue completions bash) || exit 9
@@ -114,9 +121,9 @@ printf '%s\n' "${{COMPREPLY[@]}}""#,
         cword = words.len() - 1,
     );
     let out = s.shell("bash", db).args(["--norc", "--noprofile", "-c", &script]).output().unwrap();
-    values(
-        stdout(&out).lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect(),
-    )
+    let offered =
+        stdout(&out).lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect();
+    (values(offered), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// What fish offers for the command line `line` (`complete -C`, what a
@@ -173,6 +180,32 @@ fn bash_completes_ids_queues_and_schedule_keys() {
     // A queue that does not exist completes nothing, and is not made.
     assert_eq!(bash_offers(&s, &elsewhere, &["slothqueue", "show", ""]), BTreeSet::new());
     assert!(!elsewhere.exists(), "completion created the queue file");
+}
+
+/// A queue another process holds locked completes nothing, quickly and
+/// silently: no error in the command line, no wait for the store's own
+/// five seconds of patience.
+#[test]
+#[expect(clippy::disallowed_methods, reason = "the wall time a TAB takes is what is checked")]
+fn a_locked_queue_completes_nothing_at_once() {
+    if !have("bash", "--version") {
+        return;
+    }
+    let s = setup();
+    let db = &s.ctx.db;
+    let lock = rusqlite::Connection::open(db).unwrap();
+    lock.execute_batch(
+        "PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; UPDATE jobs SET priority = priority;",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(bash_offers(&s, db, &["slothqueue", "show", ""]), BTreeSet::new());
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(4500), "a TAB took {took:?}");
+    // In exclusive locking mode only closing lets go of the file.
+    lock.execute_batch("ROLLBACK").unwrap();
+    drop(lock);
+    assert_eq!(bash_offers(&s, db, &["slothqueue", "show", ""]), set(&["1", "2"]));
 }
 
 #[test]
