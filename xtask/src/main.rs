@@ -14,6 +14,7 @@
 mod agents;
 mod bench;
 mod conformance;
+mod man;
 mod pg;
 mod py;
 mod python;
@@ -74,6 +75,13 @@ const COMMANDS: &[Command] = &[
                temporary folder, a unix socket), runs the command with SLOTHQUEUE_PG_URL set, \
                and stops it; without a command, prints the address and waits for Enter",
         run: pg::run,
+    },
+    Command {
+        name: "man",
+        args: "[--out DIR]",
+        help: "the man pages, one per command (slothqueue.1, slothqueue-add.1, …), written to \
+               DIR/man1 (default target/man): add DIR to MANPATH",
+        run: man::run,
     },
     Command { name: "help", args: "", help: "this list", run: |_| help() },
 ];

@@ -8,6 +8,7 @@
 
 use std::io::{self, Write};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use slothqueue::runner::RunnerError;
 use slothqueue::{OpenError, StoreError};
@@ -143,13 +144,30 @@ fn store_code(e: &StoreError) -> Code {
     }
 }
 
+/// Whether errors are said as JSON (`--json`): set once by `main`, read
+/// by [`report`], [`warn`] and [`clap_error`].
+static JSON_ERRORS: AtomicBool = AtomicBool::new(false);
+
+/// Errors from now on are said as JSON lines (`--json`), or as text.
+pub fn json_errors(on: bool) {
+    JSON_ERRORS.store(on, Ordering::Relaxed);
+}
+
+/// Whether `--json` stands among the arguments before a `--` (after it
+/// comes a job's command): for clap's own errors, which come before the
+/// arguments are known to parse.
+pub fn json_asked(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    args.take_while(|a| a != "--").any(|a| a == "--json")
+}
+
 /// Prints the error as one line (causes joined by `: `) unless it is a
 /// closed pipe (`slothqueue list | head` is not an error), and returns the
-/// exit code.
+/// exit code. Under `--json` the line is `{"error": MESSAGE, "code": N}`
+/// (docs/json.md), the exit code the same.
 pub fn report(err: &anyhow::Error) -> ExitCode {
     let code = code_for(err);
     if code != Code::Success {
-        say(&format!("error: {}", one_line(err)));
+        say_error(&one_line(err), code);
     }
     code.into()
 }
@@ -158,8 +176,22 @@ pub fn report(err: &anyhow::Error) -> ExitCode {
 /// for a command that goes on after one refusal (`hold 3 4 5`).
 pub fn warn(err: &anyhow::Error) -> Code {
     let code = code_for(err);
-    say(&format!("error: {}", one_line(err)));
+    say_error(&one_line(err), code);
     code
+}
+
+/// `error: MESSAGE`, or its JSON under `--json`.
+fn say_error(message: &str, code: Code) {
+    say(&error_line(message, code, JSON_ERRORS.load(Ordering::Relaxed)));
+}
+
+/// The line an error is said in: text, or `{"error": …, "code": N}`.
+fn error_line(message: &str, code: Code, json: bool) -> String {
+    if json {
+        serde_json::json!({ "error": message, "code": code as u8 }).to_string()
+    } else {
+        format!("error: {message}")
+    }
 }
 
 /// One line on stderr; a stderr that cannot be written (a full disk, a
@@ -204,7 +236,13 @@ pub fn clap_error(err: &clap::Error) -> ExitCode {
             }
         }
         _ => {
-            say(&clap_line(&err.render().to_string()));
+            let line = clap_line(&err.render().to_string());
+            if JSON_ERRORS.load(Ordering::Relaxed) {
+                let message = line.strip_prefix("error: ").unwrap_or(&line);
+                say(&error_line(message, Code::Usage, true));
+            } else {
+                say(&line);
+            }
             Code::Usage.into()
         }
     }
@@ -340,6 +378,17 @@ mod tests {
             line,
             "error: the following required arguments were not provided: <ID> (usage: slothqueue show <ID>)"
         );
+    }
+
+    #[test]
+    fn a_json_error_is_one_object_with_its_code() {
+        let line = error_line("no job #9", Code::NotFound, true);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v, serde_json::json!({ "error": "no job #9", "code": 3 }));
+        assert_eq!(error_line("no job #9", Code::NotFound, false), "error: no job #9");
+        let args = |a: &[&str]| a.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        assert!(json_asked(args(&["slothqueue", "show", "--json"]).into_iter()));
+        assert!(!json_asked(args(&["slothqueue", "add", "--", "jq", "--json"]).into_iter()));
     }
 
     #[test]

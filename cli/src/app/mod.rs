@@ -4,10 +4,12 @@
 pub mod args;
 mod batch;
 mod commands;
+mod complete;
 pub mod config;
 pub mod duration;
 mod every;
 pub mod exit;
+mod man;
 mod render;
 use slothqueue::spec;
 pub mod time;
@@ -20,13 +22,21 @@ use self::exit::Code;
 
 /// The whole program: arguments in, exit code out.
 pub fn main() -> ExitCode {
+    // A call from the shell's completion function (`COMPLETE` set) is
+    // answered and exits here, before anything else is written.
+    complete::complete_if_asked();
+    if help_of_help(std::env::args_os()) {
+        return print_help_of_help();
+    }
     if password_on_command_line(std::env::args_os()) {
         exit::say(PASSWORD_WARNING);
     }
+    exit::json_errors(exit::json_asked(std::env::args_os()));
     let cli = match args::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return exit::clap_error(&e),
     };
+    exit::json_errors(cli.json);
     let config = match config::Config::new(cli, &config::Env::from_process()) {
         Ok(c) => c,
         Err(e) => return exit::report(&e),
@@ -38,6 +48,38 @@ pub fn main() -> ExitCode {
     match runtime.block_on(commands::execute(config)) {
         Ok(code) => code.into(),
         Err(e) => exit::report(&e),
+    }
+}
+
+/// Whether the command line is `help --help` (or `help -h`), global
+/// flags around it: clap's own `help` command takes no flag of its own,
+/// and would call `--help` an unexpected argument.
+fn help_of_help(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    let mut args = args.skip(1).take_while(|a| a != "--");
+    while let Some(arg) = args.next() {
+        match arg.to_str() {
+            Some("--db" | "--backend") => {
+                args.next();
+            }
+            Some(a) if a.starts_with('-') => {}
+            Some("help") => return args.any(|a| a == "--help" || a == "-h"),
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// `help --help`: what `help` does, as clap describes it.
+fn print_help_of_help() -> ExitCode {
+    use clap::CommandFactory as _;
+    let mut cmd = args::Cli::command();
+    cmd.build();
+    let Some(help) = cmd.find_subcommand_mut("help") else { return Code::Failure.into() };
+    let text = help.render_long_help().to_string();
+    let mut out = std::io::stdout().lock();
+    match std::io::Write::write_all(&mut out, text.as_bytes()) {
+        Ok(()) => Code::Success.into(),
+        Err(e) => exit::report(&e.into()),
     }
 }
 

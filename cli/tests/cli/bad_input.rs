@@ -75,7 +75,7 @@ const CASES: &[Case] = &[
         2,
         "[possible values: pending, running, done, failed, cancelled, held, waiting]",
     ),
-    case(&["list", "--limit", "0"], 2, "not a limit"),
+    case(&["list", "--limit", "ten"], 2, "not a limit"),
     case(&["list", "--order", "random"], 2, "invalid value 'random'"),
     case(&["show", "0"], 2, "not a job id"),
     case(&["show", "abc"], 2, "not a job id"),

@@ -46,6 +46,11 @@
 //!   queue moved from a file to the server by export and import;
 //!   `postgres_hosts`: runners on several hosts sharing it, judged by
 //!   lease (issue #20). Both need `SLOTHQUEUE_PG_URL` (`cargo xtask pg`).
+//! - `shell`, `completion`, `man_pages`, `units`: the shell knows the
+//!   queue (issue 37): many ids for `retry`/`cancel`, a cut `list` said,
+//!   JSON errors under `--json`, `help --help`; ids, queues and schedule
+//!   keys completed in bash, fish and zsh (each shell driven); the man
+//!   pages read by `man`; `contrib/`'s units verified by systemd.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -53,6 +58,7 @@
 )]
 
 mod bad_input;
+mod completion;
 mod creation;
 mod e2e;
 mod env;
@@ -67,6 +73,7 @@ mod listing;
 mod long_polls;
 #[cfg(feature = "sqlite")]
 mod long_queue;
+mod man_pages;
 mod namespaces;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -80,9 +87,11 @@ mod schedules;
 mod secrets;
 #[cfg(feature = "http")]
 mod serve;
+mod shell;
 mod signals;
 mod snapshots;
 pub mod support;
+mod units;
 mod usage;
 mod wait;
 mod workflows;

@@ -11,7 +11,6 @@ fn a_missing_argument_is_named() {
         (&["show"][..], "were not provided: <ID> (usage: slothqueue show <ID>)"),
         (&["retry"], "were not provided: <ID>"),
         (&["completions"], "were not provided: <SHELL>"),
-        (&["help", "--help"], "usage: slothqueue [OPTIONS] <COMMAND>"),
     ] {
         let out = ctx.run(args);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -91,17 +91,18 @@ pub enum Command {
     Show(ShowArgs),
     /// The captured output of a job.
     Logs(LogsArgs),
-    /// Cancel a pending job, or ask the runner to stop a running one.
-    Cancel(IdArg),
-    /// Put a failed or cancelled job back in the queue, attempts reset.
-    Retry(IdArg),
+    /// Cancel pending jobs, or ask the runner to stop running ones.
+    Cancel(IdsArg),
+    /// Put failed or cancelled jobs back in the queue, attempts reset.
+    Retry(IdsArg),
     /// Delete finished jobs (done, failed, cancelled); never running ones.
     Clear(ClearArgs),
     /// Write every job with its events, the schedules and lane settings as JSON lines.
     Export,
     /// Read jobs written by `export` (also from the other backend).
     Import(ImportArgs),
-    /// Print shell completions.
+    /// Print the shell's completion set-up (it completes job ids, queues, schedule keys).
+    #[command(after_long_help = COMPLETIONS_HELP)]
     Completions(CompletionsArgs),
     /// Show slothqueue's stories with real processes in a temp dir (< 30 s).
     Demo,
@@ -148,6 +149,25 @@ pub enum Command {
     Every(EveryArgs),
     /// One row per schedule: its next tick, its last fire, what it missed, its pause.
     Schedules,
+    /// Writes the man pages, one per command, into DIR (`cargo xtask man`).
+    #[command(name = "__man", hide = true)]
+    Man(ManArgs),
+}
+
+/// Printed under `completions --help`.
+const COMPLETIONS_HELP: &str = "\
+Set-up, one line per shell (the function calls slothqueue back at each TAB, so `show <TAB>`
+offers the ids of the queue --db or $SLOTHQUEUE_DB names):
+  bash  echo 'source <(slothqueue completions bash)' >> ~/.bashrc
+  zsh   echo 'source <(slothqueue completions zsh)' >> ~/.zshrc     (after compinit)
+  fish  echo 'slothqueue completions fish | source' >> ~/.config/fish/config.fish";
+
+/// `__man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The folder the pages go into (`…/man1`), made if missing.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
 }
 
 /// Printed under `every --help`.
@@ -286,11 +306,13 @@ pub struct LaneArgs {
     pub queue: Option<String>,
 }
 
-/// `hold`, `release`.
+/// `hold`, `release`, `cancel`, `retry`. A negative number is taken as
+/// an id (to be refused as one: `-1` is not a job id), but not a flag:
+/// `hold 3 --json` is a flag after the ids, not a fourth id.
 #[derive(Debug, Args)]
 pub struct IdsArg {
     /// The jobs (`12` or `#12`), each in turn.
-    #[arg(value_name = "ID", required = true, value_parser = parse_id, allow_hyphen_values = true)]
+    #[arg(value_name = "ID", required = true, value_parser = parse_id, allow_negative_numbers = true)]
     pub ids: Vec<JobId>,
 }
 
@@ -647,9 +669,14 @@ pub struct ListArgs {
     #[arg(long, value_name = "K")]
     pub kind: Option<String>,
 
-    /// At most this many rows (default 50).
+    /// At most this many rows (default 50; 0: no limit, as --all). A
+    /// list cut short says how many more there are.
     #[arg(long, short = 'n', value_name = "N", value_parser = parse_limit)]
     pub limit: Option<usize>,
+
+    /// Every matching row, however many (with --json too).
+    #[arg(long, conflicts_with = "limit")]
+    pub all: bool,
 
     /// newest: most recent first; due: in the order runners will take them.
     #[arg(long, value_enum, default_value_t = Order::Newest)]
@@ -679,14 +706,6 @@ pub enum Order {
     Newest,
     /// The order runners take them: priority, due time, id.
     Due,
-}
-
-/// A job id.
-#[derive(Debug, Args)]
-pub struct IdArg {
-    /// The job's id (`12` or `#12`).
-    #[arg(value_name = "ID", value_parser = parse_id, allow_hyphen_values = true)]
-    pub id: JobId,
 }
 
 /// `logs`.

@@ -192,8 +192,7 @@ pub(super) fn parse_pressure(s: &str) -> Result<f64, String> {
 }
 
 pub(super) fn parse_limit(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(format!("`{s}` is not a limit: expected a positive number of rows")),
-    }
+    s.parse::<usize>().map_err(|_| {
+        format!("`{s}` is not a limit: expected a number of rows (0 for no limit, as --all)")
+    })
 }

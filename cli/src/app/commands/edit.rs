@@ -1,5 +1,6 @@
 //! The commands that change jobs a user already added: `cancel`, `retry`,
-//! `clear`. None of them creates a queue file.
+//! `clear`. None of them creates a queue file. `cancel` and `retry` take
+//! many ids, each in turn, as `hold` and `release` do.
 
 use std::io::{self, Write};
 use std::time::Duration;
@@ -7,28 +8,41 @@ use std::time::Duration;
 use anyhow::Context as _;
 use slothqueue::core::Liveness;
 use slothqueue::runner::ProcJudge;
-use slothqueue::{JobId, JobState, PurgeFilter, Store};
+use slothqueue::{Job, JobId, JobState, PurgeFilter, Store, StoreError};
 
 use super::inspect::jobs_by_id;
 use super::{Ctx, job_json, print_json};
 use crate::app::Outcome;
 use crate::app::config::log_dir;
-use crate::app::exit::Code;
+use crate::app::exit::{self, Code};
 use crate::app::render;
 
-/// Cancels a pending job, or asks the runner of a running one to stop it.
-pub async fn cancel(ctx: &Ctx, id: JobId) -> Outcome {
+/// Cancels each pending job, or asks the runner of each running one to
+/// stop it, one line each (`cancel 3 4 5`, `… | xargs slothqueue cancel`).
+pub async fn cancel(ctx: &Ctx, ids: &[JobId]) -> Outcome {
     let store = ctx.open(false)?;
-    let job = store.cancel(id, ctx.now()).await?;
+    let mut code = Code::Success;
+    for &id in ids {
+        match store.cancel(id, ctx.now()).await {
+            Ok(job) => said_cancelled(ctx, store.as_ref(), &job).await?,
+            Err(e) => refused(e, &mut code)?,
+        }
+    }
+    Ok(code)
+}
+
+/// What `cancel` says of one job it cancelled (or asked to stop).
+async fn said_cancelled(ctx: &Ctx, store: &dyn Store, job: &Job) -> anyhow::Result<()> {
+    let id = job.id;
     let mut out = io::stdout().lock();
     if ctx.json {
-        print_json(&mut out, &job_json(&job, None)?)?;
+        print_json(&mut out, &job_json(job, None)?)?;
     } else if job.state == JobState::Cancelled {
-        let with = cancelled_under(store.as_ref(), id).await?;
+        let with = cancelled_under(store, id).await?;
         if with.is_empty() {
             writeln!(out, "cancelled job #{id}")?;
         } else {
-            let listed = jobs_by_id(store.as_ref(), &with[..with.len().min(LISTED)]).await?;
+            let listed = jobs_by_id(store, &with[..with.len().min(LISTED)]).await?;
             writeln!(
                 out,
                 "cancelled job #{id}, and with it {} that waited on it: {} (`slothqueue retry {id}` brings them back)",
@@ -52,25 +66,43 @@ pub async fn cancel(ctx: &Ctx, id: JobId) -> Outcome {
             )?;
         }
     }
-    Ok(Code::Success)
+    Ok(())
 }
 
-/// Puts a failed or cancelled job back to pending, due now, attempts reset.
-pub async fn retry(ctx: &Ctx, id: JobId) -> Outcome {
+/// Puts each failed or cancelled job back to pending, due now, attempts
+/// reset, one line each.
+pub async fn retry(ctx: &Ctx, ids: &[JobId]) -> Outcome {
     let store = ctx.open(false)?;
-    let under = cancelled_under(store.as_ref(), id).await?;
-    let job = store.retry(id, ctx.now()).await?;
+    let mut code = Code::Success;
+    for &id in ids {
+        let under = cancelled_under(store.as_ref(), id).await?;
+        match store.retry(id, ctx.now()).await {
+            Ok(job) => said_retried(ctx, store.as_ref(), &job, &under).await?,
+            Err(e) => refused(e, &mut code)?,
+        }
+    }
+    Ok(code)
+}
+
+/// What `retry` says of one job it put back (`under`: the jobs its
+/// failure had cancelled, read before the retry brought them back).
+async fn said_retried(
+    ctx: &Ctx,
+    store: &dyn Store,
+    job: &Job,
+    under: &[JobId],
+) -> anyhow::Result<()> {
+    let id = job.id;
     let mut out = io::stdout().lock();
     if ctx.json {
-        print_json(&mut out, &job_json(&job, None)?)?;
-        return Ok(Code::Success);
+        return print_json(&mut out, &job_json(job, None)?);
     }
     let mut line = format!("job #{id} is pending again (attempts reset)");
     if job.is_waiting_on_parents() {
-        let parents = jobs_by_id(store.as_ref(), &job.after).await?;
-        line.push_str(&format!(", {}", render::waiting_on(&job, &parents)));
+        let parents = jobs_by_id(store, &job.after).await?;
+        line.push_str(&format!(", {}", render::waiting_on(job, &parents)));
     }
-    let back: Vec<_> = jobs_by_id(store.as_ref(), &under)
+    let back: Vec<_> = jobs_by_id(store, under)
         .await?
         .into_iter()
         .filter(|j| j.state == JobState::Pending)
@@ -83,7 +115,28 @@ pub async fn retry(ctx: &Ctx, id: JobId) -> Outcome {
         ));
     }
     writeln!(out, "{line}")?;
-    Ok(Code::Success)
+    Ok(())
+}
+
+/// One id of several refused, as `hold` treats it: a job that does not
+/// exist, whose state forbids the change, or that the store refuses for
+/// its own sake (a retry of a job whose parent failed) gets an error line
+/// and the rest go on, the first such refusal's code kept for the exit;
+/// any other failure (a busy or damaged file) stops at once. The store's
+/// refusals name the job and the verb themselves.
+fn refused(e: StoreError, code: &mut Code) -> anyhow::Result<()> {
+    match e {
+        StoreError::NotFound(_)
+        | StoreError::InvalidTransition { .. }
+        | StoreError::InvalidInput(_) => {
+            let this = exit::warn(&anyhow::Error::new(e));
+            if *code == Code::Success {
+                *code = this;
+            }
+            Ok(())
+        }
+        e => Err(e.into()),
+    }
 }
 
 /// Jobs a line names before it only counts the rest.

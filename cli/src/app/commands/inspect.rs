@@ -14,7 +14,7 @@ use slothqueue_view::{DEPENDENTS_LISTED, Look, StatusView, ViewError, words};
 use super::{Ctx, Secrets, job_json_with, print_json};
 use crate::app::Outcome;
 use crate::app::config::log_dir;
-use crate::app::exit::{Code, NotFound};
+use crate::app::exit::{self, Code, NotFound};
 use crate::app::render;
 
 /// This host's name, as runners record it in their owner.
@@ -145,11 +145,24 @@ pub async fn list(ctx: &Ctx, filter: ListFilter, show_secrets: bool) -> Outcome 
         return Ok(Code::Success);
     };
     let jobs = store.list(&filter).await.context("cannot list jobs")?;
+    let more = match filter.limit {
+        Some(limit) if jobs.len() >= limit => more_than_shown(store.as_ref(), &filter).await?,
+        _ => More::None,
+    };
     if ctx.json {
         let secrets = if show_secrets { Secrets::Shown } else { Secrets::Masked };
         let all: Vec<serde_json::Value> =
             jobs.iter().map(|j| job_json_with(j, None, secrets)).collect::<anyhow::Result<_>>()?;
         print_json(&mut out, &serde_json::Value::Array(all))?;
+        if let Some(line) = more.line() {
+            // The array stays what scripts already read; the sign that it
+            // was cut goes beside it, as JSON on stderr (docs/json.md).
+            let (more, at_least) = more.count();
+            exit::say(
+                &serde_json::json!({ "warning": line, "more": more, "at_least": at_least })
+                    .to_string(),
+            );
+        }
         return Ok(Code::Success);
     }
     if jobs.is_empty() {
@@ -167,10 +180,78 @@ pub async fn list(ctx: &Ctx, filter: ListFilter, show_secrets: bool) -> Outcome 
     }
     let now = ctx.now();
     write!(out, "{}", render::table(&jobs, now, terminal_width(), ctx.color))?;
-    if let Some(limit) = filter.limit.filter(|l| jobs.len() >= *l) {
-        writeln!(out, "(first {limit} shown; --limit N for more)")?;
+    if let Some(line) = more.line() {
+        writeln!(out, "{line}")?;
     }
     Ok(Code::Success)
+}
+
+/// How many matching jobs a cut list left out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum More {
+    /// None: the list is whole.
+    None,
+    /// Exactly this many.
+    Exactly(usize),
+    /// At least this many (counting stopped at [`MORE_COUNTED`]).
+    AtLeast(usize),
+}
+
+/// The most jobs past a cut list that are counted, in pages of
+/// [`COUNT_PAGE`]: the line only needs a size, not a walk of a huge queue.
+const MORE_COUNTED: usize = 10_000;
+
+/// The page size of that count.
+const COUNT_PAGE: usize = 1_000;
+
+impl More {
+    /// The list's last line: `… 12 more; --all or --limit`.
+    fn line(self) -> Option<String> {
+        match self {
+            More::None => None,
+            More::Exactly(n) => Some(format!("… {n} more; --all or --limit")),
+            More::AtLeast(n) => Some(format!("… {n}+ more; --all or --limit")),
+        }
+    }
+
+    /// The count and whether it is a lower bound.
+    fn count(self) -> (usize, bool) {
+        match self {
+            More::None => (0, false),
+            More::Exactly(n) => (n, false),
+            More::AtLeast(n) => (n, true),
+        }
+    }
+}
+
+/// How many jobs match `filter` beyond its limit: the matching jobs are
+/// counted newest first, page by page (whatever order the list was in,
+/// it held the limit's worth of the same set), up to [`MORE_COUNTED`]
+/// past the limit.
+async fn more_than_shown(store: &dyn Store, filter: &ListFilter) -> anyhow::Result<More> {
+    let Some(shown) = filter.limit else { return Ok(More::None) };
+    let mut page = ListFilter {
+        limit: Some(COUNT_PAGE),
+        cursor: None,
+        order: slothqueue::ListOrder::Newest,
+        ..filter.clone()
+    };
+    let mut matching = 0usize;
+    loop {
+        let jobs = store.list(&page).await.context("cannot count the jobs left out")?;
+        matching += jobs.len();
+        if matching >= shown + MORE_COUNTED {
+            return Ok(More::AtLeast(matching - shown));
+        }
+        match jobs.last() {
+            Some(last) if jobs.len() == COUNT_PAGE => page.cursor = Some(last.id),
+            _ => break,
+        }
+    }
+    Ok(match matching.saturating_sub(shown) {
+        0 => More::None,
+        n => More::Exactly(n),
+    })
 }
 
 /// The terminal's width when stdout is one, else `$COLUMNS`, else no limit.

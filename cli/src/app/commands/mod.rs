@@ -27,12 +27,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::CommandFactory;
 use slothqueue::core::Schedule;
 use slothqueue::{Backend, Clock, Event, Job, NewJob, OpenOptions, Store, SystemClock, Timestamp};
 
 use super::Outcome;
-use super::args::Cli;
 use super::config::{Command, Config};
 use super::exit::Code;
 #[cfg(any(not(feature = "http"), not(feature = "mcp"), not(feature = "top")))]
@@ -148,8 +146,8 @@ pub async fn execute(config: Config) -> Outcome {
         Command::List { filter, show_secrets } => inspect::list(&ctx, filter, show_secrets).await,
         Command::Show { id, show_secrets } => inspect::show(&ctx, id, show_secrets).await,
         Command::Logs { id, follow } => inspect::logs(&ctx, id, follow).await,
-        Command::Cancel(id) => edit::cancel(&ctx, id).await,
-        Command::Retry(id) => edit::retry(&ctx, id).await,
+        Command::Cancel(ids) => edit::cancel(&ctx, &ids).await,
+        Command::Retry(ids) => edit::retry(&ctx, &ids).await,
         Command::Clear { include_pending, older_than } => {
             edit::clear(&ctx, include_pending, older_than).await
         }
@@ -157,10 +155,11 @@ pub async fn execute(config: Config) -> Outcome {
         Command::Import(file) => transfer::import(&ctx, file).await,
         Command::Completions(shell) => {
             let mut out = io::stdout().lock();
-            clap_complete::generate(shell, &mut Cli::command(), "slothqueue", &mut out);
+            crate::app::complete::registration(shell, &mut out)?;
             out.flush()?;
             Ok(Code::Success)
         }
+        Command::Man(dir) => crate::app::man::write(&dir),
         Command::Demo => demo::demo(&ctx).await,
         Command::Wait { target, timeout } => wait::wait(&ctx, target, timeout).await,
         Command::Parallel { queue, limit } => lanes::parallel(&ctx, &queue, limit).await,

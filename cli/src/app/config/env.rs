@@ -130,7 +130,7 @@ pub fn server_files(url: &Path, env: &Env) -> anyhow::Result<PathBuf> {
 /// it: `SLOTHQUEUE_DB='~/q.db'` in a unit file or a quoted `--db` must not
 /// create a folder named `~`. `~user/` is not expanded (it then names a
 /// folder that does not exist, which `open` refuses).
-pub(super) fn expand_home(path: PathBuf, env: &Env) -> anyhow::Result<PathBuf> {
+pub fn expand_home(path: PathBuf, env: &Env) -> anyhow::Result<PathBuf> {
     let rest = match path.strip_prefix("~") {
         Ok(rest) => rest.to_owned(),
         Err(_) => return Ok(path),

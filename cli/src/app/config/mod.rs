@@ -28,8 +28,7 @@ use super::args::{self, Cli, Order};
 use super::exit::usage;
 pub use super::spec::When;
 use super::spec::{self, JobSpec};
-use env::expand_home;
-pub use env::{Env, default_db, log_dir, server_files};
+pub use env::{Env, default_db, expand_home, log_dir, server_files};
 use job::{add_command, every_command, revise};
 use runner::{run_config, runner_options};
 
@@ -91,10 +90,10 @@ pub enum Command {
         /// Keep reading until it ends.
         follow: bool,
     },
-    /// Cancel a job.
-    Cancel(JobId),
-    /// Retry a job.
-    Retry(JobId),
+    /// Cancel jobs, each in turn.
+    Cancel(Vec<JobId>),
+    /// Retry jobs, each in turn.
+    Retry(Vec<JobId>),
     /// Delete finished jobs.
     Clear {
         /// Pending ones too.
@@ -108,6 +107,8 @@ pub enum Command {
     Import(Option<PathBuf>),
     /// Shell completions.
     Completions(clap_complete::Shell),
+    /// The man pages, into this folder.
+    Man(PathBuf),
     /// The guided tour.
     Demo,
     /// The HTTP API with a drain worker.
@@ -407,14 +408,15 @@ impl Config {
             }
             args::Command::Show(s) => Command::Show { id: s.id, show_secrets: s.show_secrets },
             args::Command::Logs(l) => Command::Logs { id: l.id, follow: l.follow },
-            args::Command::Cancel(i) => Command::Cancel(i.id),
-            args::Command::Retry(i) => Command::Retry(i.id),
+            args::Command::Cancel(i) => Command::Cancel(i.ids),
+            args::Command::Retry(i) => Command::Retry(i.ids),
             args::Command::Clear(c) => {
                 Command::Clear { include_pending: c.all, older_than: c.older_than }
             }
             args::Command::Export => Command::Export,
             args::Command::Import(i) => Command::Import(i.file.filter(|f| f.as_os_str() != "-")),
             args::Command::Completions(c) => Command::Completions(c.shell),
+            args::Command::Man(m) => Command::Man(m.dir),
             args::Command::Demo => Command::Demo,
             args::Command::Serve(a) => Command::Serve(ServeConfig {
                 addr: a.addr,
@@ -548,7 +550,12 @@ fn list_filter(l: args::ListArgs) -> anyhow::Result<ListFilter> {
         finished_since: None,
         queue: l.queue,
         kind: l.kind,
-        limit: Some(l.limit.unwrap_or(DEFAULT_LIST_LIMIT)),
+        // `--all` and `--limit 0` lift the limit.
+        limit: match (l.all, l.limit) {
+            (true, _) | (false, Some(0)) => None,
+            (false, Some(n)) => Some(n),
+            (false, None) => Some(DEFAULT_LIST_LIMIT),
+        },
         cursor: None,
         order: match l.order {
             Order::Newest => ListOrder::Newest,
