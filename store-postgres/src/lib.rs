@@ -171,7 +171,7 @@ mod txn;
 mod url;
 mod verbs;
 
-pub use listen::ChangeListener;
+pub use listen::{ChangeListener, POLL_EVERY};
 pub use schema::SCHEMA_VERSION;
 pub use store::PgStore;
 pub use txn::{DEFAULT_CALL_TIMEOUT, DEFAULT_SCHEMA, HostClock, PgOptions, valid_schema_name};
