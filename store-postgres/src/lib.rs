@@ -132,6 +132,23 @@
 //! [`PgStore::on_change`] listens on one dedicated connection, reconnects
 //! after a lost one, and calls back once after each (re)connect.
 //!
+//! # Through a pooler, and on a standby
+//!
+//! `?pooler=transaction` in the URL (PgBouncer's `pool_mode =
+//! transaction`): no session state, since each transaction may run on
+//! another server connection. The settings are `SET LOCAL` in `BEGIN`'s
+//! round trip instead of startup `options`, statements are unnamed
+//! (`query_typed`, types learnt once per connection), and change
+//! listening polls every second instead of `LISTEN` (`txn::Session`,
+//! `listen.rs`). Explicit, not detected: the direct path keeps its
+//! prepared statements and instant wake-ups.
+//!
+//! A writing open on a hot standby (`pg_is_in_recovery()`) is refused
+//! before anything is written
+//! ([`StoreError::ReadOnlyStandby`](slothqueue_core::StoreError::ReadOnlyStandby)),
+//! as is a later write a writer's server refuses as read-only (a
+//! failover); a read-only open works there.
+//!
 //! # Tests
 //!
 //! Its tests need a server: `cargo xtask pg -- <command>` makes a
