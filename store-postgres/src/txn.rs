@@ -221,8 +221,9 @@ pub(crate) fn parse_url(url: &str) -> Result<Target, StoreError> {
     let server = if hosts.is_empty() { "localhost:5432".to_owned() } else { hosts.join(",") };
     let user = config.get_user().unwrap_or("");
     let db = config.get_dbname().unwrap_or(user);
-    let name = format!("postgres://{user}@{server}/{db}?schema={schema}");
-    let name = if pooler { format!("{name}&pooler=transaction") } else { name };
+    // The schema last: `PgStore::schema` reads it from the end.
+    let pooled = if pooler { "pooler=transaction&" } else { "" };
+    let name = format!("postgres://{user}@{server}/{db}?{pooled}schema={schema}");
     Ok(Target { config, schema, name, server, pooler })
 }
 

@@ -15,6 +15,7 @@ mod agents;
 mod bench;
 mod conformance;
 mod pg;
+mod pgbouncer;
 mod py;
 mod python;
 mod run;

@@ -8,7 +8,7 @@
 //! fails: CI installs them (`.ci/run`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio_postgres::config::Host;
@@ -152,7 +152,6 @@ fn moved(url: &str, dir: &Path, port: u16, extra: &str) -> String {
 /// user: few, so a client's transactions run on whichever is free, as in
 /// production. Listens on a unix socket in a folder of its own.
 pub struct PgBouncer {
-    child: Child,
     dir: Folder,
     port: u16,
 }
@@ -192,14 +191,16 @@ impl PgBouncer {
                 checked(Command::new("chown").arg("-R").arg(&owner).arg(dir.path()), "chown")?;
             }
         }
-        let child = as_server_user(&program)
-            .arg(dir.path().join("pgbouncer.ini"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start pgbouncer: {e}"))?;
-        let bouncer = PgBouncer { child, dir, port };
+        // A daemon (`-d`), stopped by the pid it writes: `runuser` forks,
+        // so killing a child of ours would leave PgBouncer running.
+        checked(
+            as_server_user(&program)
+                .arg("-d")
+                .arg(dir.path().join("pgbouncer.ini"))
+                .stdin(Stdio::null()),
+            "pgbouncer",
+        )?;
+        let bouncer = PgBouncer { dir, port };
         let socket = bouncer.dir.path().join(format!(".s.PGSQL.{port}"));
         if !wait_for(&socket, Duration::from_secs(20)) {
             return Err(format!("pgbouncer did not listen: {}", bouncer.log()));
@@ -222,8 +223,17 @@ impl PgBouncer {
 
 impl Drop for PgBouncer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop_daemon(&self.dir.path().join("pgbouncer.pid"));
+    }
+}
+
+/// Stops the daemon whose pid `pidfile` holds (SIGTERM: PgBouncer 1.18
+/// shuts down at once on it).
+fn stop_daemon(pidfile: &Path) {
+    let Ok(pid) = std::fs::read_to_string(pidfile) else { return };
+    let pid = pid.trim();
+    if !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) {
+        let _ = Command::new("kill").args(["-TERM", pid]).output();
     }
 }
 
