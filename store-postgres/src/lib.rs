@@ -164,8 +164,10 @@
 // files before it:
 // - `error`: every tokio-postgres error onto `StoreError`, in one place;
 // - `schema`: the layout (DDL, versions, migrations);
-// - `txn`: the options and URL, the runtime's connections and pool, the
-//   synchronous face of a connection, the transactions, the clock offset;
+// - `clock`: the clock offset to the server;
+// - `txn`: the options and URL, the runtime's connections and pool (and
+//   the pooler mode), the synchronous face of a connection, the
+//   transactions;
 // - `rows`: jobs, events, runner records, lanes and schedules as rows and
 //   back, the queries, the buffer of new jobs written by `COPY`;
 // - `verbs`: `PgTx`, the row verbs core's operations run on, the claim's
@@ -174,6 +176,7 @@
 // - `open`: creation and migration under the schema's lock;
 // - `listen`: the change listener (`LISTEN`);
 // - `store`: `PgStore` and `impl Store`, each write one `ops` call.
+mod clock;
 mod error;
 mod listen;
 mod open;
