@@ -164,10 +164,10 @@
 // files before it:
 // - `error`: every tokio-postgres error onto `StoreError`, in one place;
 // - `schema`: the layout (DDL, versions, migrations);
-// - `clock`: the clock offset to the server;
 // - `txn`: the options and URL, the runtime's connections and pool (and
 //   the pooler mode), the synchronous face of a connection, the
 //   transactions;
+// - `clock`: the clock offset to the server;
 // - `rows`: jobs, events, runner records, lanes and schedules as rows and
 //   back, the queries, the buffer of new jobs written by `COPY`;
 // - `verbs`: `PgTx`, the row verbs core's operations run on, the claim's

@@ -7,9 +7,10 @@
 use slothqueue_core::StoreError;
 use tokio::runtime::Handle;
 
+use crate::clock::ServerClock;
 use crate::error::{self, Context, Error};
 use crate::schema::{ID_HIGH_WATER, MIGRATIONS, SCHEMA_VERSION, TABLES, VERSION_ROW};
-use crate::txn::{Conn, Db, Keys, PgOptions, ServerClock, Target, connect, connection_config};
+use crate::txn::{Conn, Db, Keys, PgOptions, Target, connect, connection_config};
 
 /// The store's first connection: the queue opened (created and migrated,
 /// or only looked at when `read_only`) and the clock offset measured on

@@ -20,14 +20,13 @@ use slothqueue_core::{
     StoreError, Ticks, Timestamp,
 };
 
+use crate::clock::{Judged, ServerClock};
 use crate::error::{Context, Error};
 use crate::listen::{self, ChangeListener};
 use crate::open;
 use crate::reads::{events_tx, list_tx, next_due_tx, queue_counts_tx, runners_tx, stats_tx};
 use crate::rows::{dependents, load, read_lanes, read_schedules};
-use crate::txn::{
-    Db, Judged, Keys, Lock, PgOptions, Pool, ServerClock, connection_config, parse_url, runtime,
-};
+use crate::txn::{Db, Keys, Lock, PgOptions, Pool, connection_config, parse_url, runtime};
 use crate::verbs::{PgTx, shared_or_exclusive};
 
 /// A batch of at least this many new jobs is followed by `ANALYZE jobs`

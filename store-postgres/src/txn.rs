@@ -27,10 +27,6 @@ use tokio_postgres::{Client, NoTls, Row, Statement};
 
 use crate::error::Error;
 
-// The clock offset lives in `clock.rs`; named here, where the rest of the
-// crate finds the connection's pieces.
-pub(crate) use crate::clock::{Judged, ServerClock};
-
 /// The host's wall clock, as [`PgOptions::host_clock`] takes it.
 pub type HostClock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
