@@ -335,6 +335,13 @@ pub enum StoreError {
     /// server and the cause.
     #[error("cannot reach the database server: {0}")]
     Unreachable(String),
+    /// The database server only reads: a PostgreSQL hot standby (a
+    /// replica in recovery), found at open (`pg_is_in_recovery()`) or by a
+    /// write it refused. Not temporary for the caller: a writer pointed at
+    /// a standby must be pointed at the primary, not retried (a runner
+    /// would restart forever). The message names the server.
+    #[error("{0}: this server is a read-only standby; point --db at the primary")]
+    ReadOnlyStandby(String),
     /// A backend failure with no better mapping.
     #[error("storage error: {0}")]
     Backend(String),

@@ -93,6 +93,9 @@ pub(crate) struct Context {
     pub server: String,
     /// How long a lock is waited for before [`StoreError::Busy`].
     pub busy_timeout: Duration,
+    /// A store that writes: a write refused as read-only can only be the
+    /// server's refusal (a hot standby), never our own read-only session's.
+    pub writer: bool,
 }
 
 impl Context {
@@ -143,6 +146,10 @@ impl Context {
             corrupt(&self.name, format!("its schema is not slothqueue's ({detail})"))
         } else if *code == SqlState::DISK_FULL {
             StoreError::DiskFull(self.name.clone())
+        } else if *code == SqlState::READ_ONLY_SQL_TRANSACTION && self.writer {
+            // Opened on the primary, which has since become a standby (a
+            // failover), or reached through something that routes to one.
+            StoreError::ReadOnlyStandby(self.server.clone())
         } else if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
             StoreError::Io {
                 context: format!("cannot write to {}", self.name.display()),
@@ -165,6 +172,15 @@ impl Context {
             Some(s) => format!("{e}: {s}"),
             None => e.to_string(),
         };
+        if cause.contains("unsupported startup parameter") {
+            // PgBouncer refusing the session settings this store sends
+            // straight to a server: say how to reach it through one.
+            return StoreError::Unreachable(format!(
+                "{}: {cause} (a pooler such as PgBouncer: add `pooler=transaction` to the URL's \
+                 query, e.g. postgres://USER@HOST/DB?pooler=transaction; see docs/postgres.md)",
+                self.server
+            ));
+        }
         StoreError::Unreachable(format!("{}: {cause}", self.server))
     }
 }
@@ -194,6 +210,7 @@ mod tests {
             name: PathBuf::from("postgres://u@h/db?schema=q"),
             server: "h:5432".into(),
             busy_timeout: Duration::from_millis(200),
+            writer: true,
         }
     }
 

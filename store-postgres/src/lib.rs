@@ -132,6 +132,23 @@
 //! [`PgStore::on_change`] listens on one dedicated connection, reconnects
 //! after a lost one, and calls back once after each (re)connect.
 //!
+//! # Through a pooler, and on a standby
+//!
+//! `?pooler=transaction` in the URL (PgBouncer's `pool_mode =
+//! transaction`): no session state, since each transaction may run on
+//! another server connection. The settings are `SET LOCAL` in `BEGIN`'s
+//! round trip instead of startup `options`, statements are unnamed
+//! (`query_typed`, types learnt once per connection), and change
+//! listening polls every second instead of `LISTEN` (`txn::Session`,
+//! `listen.rs`). Explicit, not detected: the direct path keeps its
+//! prepared statements and instant wake-ups.
+//!
+//! A writing open on a hot standby (`pg_is_in_recovery()`) is refused
+//! before anything is written
+//! ([`StoreError::ReadOnlyStandby`](slothqueue_core::StoreError::ReadOnlyStandby)),
+//! as is a later write a writer's server refuses as read-only (a
+//! failover); a read-only open works there.
+//!
 //! # Tests
 //!
 //! Its tests need a server: `cargo xtask pg -- <command>` makes a
@@ -147,8 +164,10 @@
 // files before it:
 // - `error`: every tokio-postgres error onto `StoreError`, in one place;
 // - `schema`: the layout (DDL, versions, migrations);
-// - `txn`: the options and URL, the runtime's connections and pool, the
-//   synchronous face of a connection, the transactions, the clock offset;
+// - `txn`: the options and URL, the runtime's connections and pool (and
+//   the pooler mode), the synchronous face of a connection, the
+//   transactions;
+// - `clock`: the clock offset to the server;
 // - `rows`: jobs, events, runner records, lanes and schedules as rows and
 //   back, the queries, the buffer of new jobs written by `COPY`;
 // - `verbs`: `PgTx`, the row verbs core's operations run on, the claim's
@@ -157,6 +176,7 @@
 // - `open`: creation and migration under the schema's lock;
 // - `listen`: the change listener (`LISTEN`);
 // - `store`: `PgStore` and `impl Store`, each write one `ops` call.
+mod clock;
 mod error;
 mod listen;
 mod open;
@@ -171,7 +191,7 @@ mod txn;
 mod url;
 mod verbs;
 
-pub use listen::ChangeListener;
+pub use listen::{ChangeListener, POLL_EVERY};
 pub use schema::SCHEMA_VERSION;
 pub use store::PgStore;
 pub use txn::{DEFAULT_CALL_TIMEOUT, DEFAULT_SCHEMA, HostClock, PgOptions, valid_schema_name};

@@ -6,6 +6,15 @@
 //! A lost connection is retried after a pause, and the callback called
 //! once each time listening (re)starts: notifications sent while nobody
 //! listened are gone.
+//!
+//! Through a pooler in transaction mode (`?pooler=transaction`) there is
+//! no session to `LISTEN` on: the pooler hands the server connection to
+//! another client after each transaction, and the notifications would go
+//! to whoever holds it. There the callback is called every
+//! [`POLL_EVERY`] instead (and once at once), and the caller looks for
+//! itself: a waiting runner makes one claim a second (one transaction of
+//! a few statements) where a direct connection would wake it only on a
+//! change, and a change is seen up to a second late.
 
 use std::future::poll_fn;
 use std::time::Duration;
@@ -28,12 +37,27 @@ impl Drop for ChangeListener {
 /// The pause after a failed or lost connection.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// Through a pooler: how often the callback is called.
+pub const POLL_EVERY: Duration = Duration::from_secs(1);
+
 pub(crate) fn spawn(
     rt: &Handle,
-    config: tokio_postgres::Config,
+    session: crate::txn::Session,
     channel: String,
     f: Box<dyn Fn() + Send + Sync>,
 ) -> ChangeListener {
+    if session.per_transaction.is_some() {
+        let task = rt.spawn(async move {
+            let mut every = tokio::time::interval(POLL_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                f();
+            }
+        });
+        return ChangeListener { task };
+    }
+    let config = session.config;
     let task = rt.spawn(async move {
         loop {
             // Each return is a lost connection (or one never made).

@@ -7,9 +7,10 @@
 use slothqueue_core::StoreError;
 use tokio::runtime::Handle;
 
+use crate::clock::ServerClock;
 use crate::error::{self, Context, Error};
 use crate::schema::{ID_HIGH_WATER, MIGRATIONS, SCHEMA_VERSION, TABLES, VERSION_ROW};
-use crate::txn::{Conn, Db, Keys, PgOptions, ServerClock, Target, connect, connection_config};
+use crate::txn::{Conn, Db, Keys, PgOptions, Target, connect, connection_config};
 
 /// The store's first connection: the queue opened (created and migrated,
 /// or only looked at when `read_only`) and the clock offset measured on
@@ -124,6 +125,24 @@ fn vet(db: &Db<'_>, schema: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// A hot standby (a replica in recovery) answers every write with "cannot
+/// execute INSERT in a read-only transaction", from whichever statement
+/// writes first: a writer is refused at open instead, in one line that
+/// says what to do ([`StoreError::ReadOnlyStandby`]), before it creates or
+/// migrates anything. A store that only looks opens on a standby as on
+/// the primary.
+fn refuse_a_standby(db: &Db<'_>, ctx: &Context) -> Result<(), StoreError> {
+    let row = db.query_opt("SELECT pg_is_in_recovery()", &[]).map_err(|e| ctx.map(e))?;
+    let in_recovery = match row {
+        Some(row) => row.try_get::<_, bool>(0).map_err(|e| ctx.map(e.into()))?,
+        None => false,
+    };
+    if in_recovery {
+        return Err(StoreError::ReadOnlyStandby(ctx.server.clone()));
+    }
+    Ok(())
+}
+
 /// A writing connection to the queue, the schema created or migrated
 /// first. Runs on a thread outside any runtime's async context.
 pub(crate) fn open(
@@ -137,6 +156,7 @@ pub(crate) fn open(
     let keys = Keys::new(&target.schema);
     let schema = target.schema.as_str();
     let db = Db::on(&conn, rt, true);
+    refuse_a_standby(&db, ctx)?;
     let out = db.transaction_with_key(keys.create, &mut |db| match probe(db, schema)? {
         Found::Missing => {
             db.batch(&format!("CREATE SCHEMA {schema}"))?;

@@ -20,14 +20,13 @@ use slothqueue_core::{
     StoreError, Ticks, Timestamp,
 };
 
+use crate::clock::{Judged, ServerClock};
 use crate::error::{Context, Error};
 use crate::listen::{self, ChangeListener};
 use crate::open;
 use crate::reads::{events_tx, list_tx, next_due_tx, queue_counts_tx, runners_tx, stats_tx};
 use crate::rows::{dependents, load, read_lanes, read_schedules};
-use crate::txn::{
-    Db, Judged, Keys, Lock, PgOptions, Pool, ServerClock, connection_config, parse_url, runtime,
-};
+use crate::txn::{Db, Keys, Lock, PgOptions, Pool, connection_config, parse_url, runtime};
 use crate::verbs::{PgTx, shared_or_exclusive};
 
 /// A batch of at least this many new jobs is followed by `ANALYZE jobs`
@@ -53,7 +52,7 @@ pub(crate) struct Inner {
     clock: ServerClock,
     rt: tokio::runtime::Handle,
     /// The settings a change listener connects with.
-    listen_config: tokio_postgres::Config,
+    listen_config: crate::txn::Session,
     read_only: bool,
 }
 
@@ -105,6 +104,7 @@ impl PgStore {
             name: target.name.clone().into(),
             server: target.server.clone(),
             busy_timeout: options.busy_timeout,
+            writer: !read_only,
         };
         let runtime = runtime(options.pool_size)?;
         let rt = runtime.handle().clone();
@@ -220,7 +220,10 @@ impl PgStore {
         if rows < BULK_ANALYZE {
             return;
         }
-        let _ = self.with(true, |db, _| db.batch("ANALYZE jobs")).await;
+        // Named with its schema: through a pooler no search path is set
+        // outside a transaction (and `ANALYZE` may run in none).
+        let sql = format!("ANALYZE {}.jobs", self.schema());
+        let _ = self.with(true, move |db, _| db.batch(&sql)).await;
     }
 
     /// Runs `f` in one read-only transaction (one snapshot).
@@ -514,11 +517,11 @@ impl Store for PgStore {
     }
 
     async fn get(&self, id: JobId) -> Result<Job, StoreError> {
-        self.with(false, move |db, _| load(db, id)).await
+        self.with(false, move |db, _| db.single(|db| load(db, id))).await
     }
 
     async fn dependents(&self, id: JobId) -> Result<Vec<JobId>, StoreError> {
-        self.with(false, move |db, _| dependents(db, id)).await
+        self.with(false, move |db, _| db.single(|db| dependents(db, id))).await
     }
 
     async fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
@@ -527,7 +530,7 @@ impl Store for PgStore {
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError> {
         let filter = filter.clone();
-        self.with(false, move |db, _| list_tx(db, &filter)).await
+        self.with(false, move |db, _| db.single(|db| list_tx(db, &filter))).await
     }
 
     async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError> {
@@ -605,7 +608,7 @@ impl Store for PgStore {
     }
 
     async fn runners(&self) -> Result<Vec<RunnerRecord>, StoreError> {
-        self.with(false, |db, _| runners_tx(db)).await
+        self.with(false, |db, _| db.single(runners_tx)).await
     }
 }
 

@@ -15,6 +15,8 @@ use tokio_postgres::config::Host;
 
 use crate::txn::fnv64;
 
+pub mod servers;
+
 /// The URL of the server the tests use, e.g.
 /// `postgres://slothqueue@localhost/postgres?host=/tmp/pgdev`.
 pub const URL_ENV: &str = "SLOTHQUEUE_PG_URL";

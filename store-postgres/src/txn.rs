@@ -2,7 +2,9 @@
 //! `schema` parameter), the store's private runtime and its small pool of
 //! connections, the synchronous face the operations use ([`Db`]), the one
 //! transaction runner every call goes through ([`Db::transaction`]), and
-//! the clock offset to the server ([`ServerClock`]).
+//! how all of that does without session state through a pooler in
+//! transaction mode ([`Session`]). The clock offset to the server is
+//! `clock.rs`.
 //!
 //! The operations are written as plain synchronous code (the core's
 //! dependency rule reads through a synchronous `Graph`), run on the
@@ -16,11 +18,11 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use slothqueue_core::{Clock, JobSource, NewJob, Policy, StoreError, SystemClock, Timestamp};
+use slothqueue_core::{Policy, StoreError, Timestamp};
 use tokio::runtime::Handle;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::config::Host;
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, NoTls, Row, Statement};
 
 use crate::error::Error;
@@ -114,6 +116,9 @@ pub(crate) struct Target {
     pub name: String,
     /// The server(s) alone: `host:port` or the socket directory.
     pub server: String,
+    /// Reached through a pooler in transaction mode (`?pooler=transaction`):
+    /// no session state (see [`Session`]).
+    pub pooler: bool,
 }
 
 /// Whether `name` may name a queue's schema: a plain lowercase identifier
@@ -144,10 +149,20 @@ pub(crate) fn parse_url(url: &str) -> Result<Target, StoreError> {
     };
     let mut schema = DEFAULT_SCHEMA.to_owned();
     let mut passfile = None;
+    let mut pooler = false;
     let mut kept: Vec<&str> = Vec::new();
     for pair in query.into_iter().flat_map(|q| q.split('&')).filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("schema", v)) => schema = v.to_owned(),
+            // Ours: how the server is reached (see `Session`).
+            Some(("pooler", "transaction")) => pooler = true,
+            Some(("pooler", "none" | "session")) => pooler = false,
+            Some(("pooler", other)) => {
+                return Err(invalid(format!(
+                    "`pooler={other}`: give `pooler=transaction` for a pooler in transaction \
+                     mode (PgBouncer's `pool_mode = transaction`), or leave it out"
+                )));
+            }
             // libpq's, which tokio-postgres does not know.
             Some(("passfile", v)) => passfile = Some(v),
             _ => kept.push(pair),
@@ -208,8 +223,10 @@ pub(crate) fn parse_url(url: &str) -> Result<Target, StoreError> {
     let server = if hosts.is_empty() { "localhost:5432".to_owned() } else { hosts.join(",") };
     let user = config.get_user().unwrap_or("");
     let db = config.get_dbname().unwrap_or(user);
-    let name = format!("postgres://{user}@{server}/{db}?schema={schema}");
-    Ok(Target { config, schema, name, server })
+    // The schema last: `PgStore::schema` reads it from the end.
+    let pooled = if pooler { "pooler=transaction&" } else { "" };
+    let name = format!("postgres://{user}@{server}/{db}?{pooled}schema={schema}");
+    Ok(Target { config, schema, name, server, pooler })
 }
 
 /// A 64-bit FNV-1a hash: the advisory lock keys and test schema names,
@@ -245,33 +262,72 @@ impl Keys {
     }
 }
 
-/// The settings of every connection of a store: its schema first in the
+/// How every connection of a store is set up: its schema first in the
 /// search path, the lock timeout, the idle-in-transaction timeout,
 /// read-only when asked.
-pub(crate) fn connection_config(
-    target: &Target,
-    options: &PgOptions,
-    read_only: bool,
-) -> tokio_postgres::Config {
+///
+/// Straight to the server, these are the session's, sent once as the
+/// startup `options` (`-c search_path=…`), and each statement is prepared
+/// once per connection (named) and kept: one round trip a statement.
+///
+/// Through a pooler in transaction mode (PgBouncer's `pool_mode =
+/// transaction`, `?pooler=transaction` in the URL) a client's next
+/// transaction may run on another server connection, so nothing may live
+/// in the session: the pooler refuses startup `options`, and a named
+/// statement prepared on one server connection is missing on the next (or
+/// its name taken there by another client: `prepared statement "s0"
+/// already exists`). So the settings ride on each `BEGIN` as `SET LOCAL`
+/// (same round trip), and statements are unnamed: `query_typed` /
+/// `execute_typed` send parse, bind and execute in one round trip with the
+/// parameters' types, which are learnt once per connection and SQL text
+/// by a prepare closed again inside the same transaction (types are the
+/// server's built-in ones, the same on every server connection). A
+/// `COPY` prepares and closes its statement each time (one round trip
+/// more). The queue's locks are transaction-level already
+/// (`pg_advisory_xact_lock`); `LISTEN` needs a session, so change
+/// listening polls instead (`listen.rs`).
+#[derive(Clone, Debug)]
+pub(crate) struct Session {
+    pub config: tokio_postgres::Config,
+    /// Through a pooler: the `SET LOCAL` statements every transaction
+    /// starts with; `None` straight to the server.
+    pub per_transaction: Option<String>,
+}
+
+/// The [`Session`] of a store's connections to `target`.
+pub(crate) fn connection_config(target: &Target, options: &PgOptions, read_only: bool) -> Session {
     let mut config = target.config.clone();
-    let mut settings = config.get_options().unwrap_or("").to_owned();
-    settings.push_str(&format!(
-        " -c search_path={} -c lock_timeout={} -c idle_in_transaction_session_timeout={}",
-        target.schema,
-        options.busy_timeout.as_millis().max(1),
-        options.idle_in_transaction_timeout.as_millis().max(1)
-    ));
-    if read_only {
-        settings.push_str(" -c default_transaction_read_only=on");
-    }
-    config.options(settings.trim());
+    let lock_ms = options.busy_timeout.as_millis().max(1);
+    let idle_ms = options.idle_in_transaction_timeout.as_millis().max(1);
+    let per_transaction = if target.pooler {
+        let mut set = format!(
+            "SET LOCAL search_path TO {}; SET LOCAL lock_timeout = {lock_ms}; \
+             SET LOCAL idle_in_transaction_session_timeout = {idle_ms}",
+            target.schema
+        );
+        if read_only {
+            set.push_str("; SET LOCAL transaction_read_only = on");
+        }
+        Some(set)
+    } else {
+        let mut settings = config.get_options().unwrap_or("").to_owned();
+        settings.push_str(&format!(
+            " -c search_path={} -c lock_timeout={lock_ms} -c idle_in_transaction_session_timeout={idle_ms}",
+            target.schema,
+        ));
+        if read_only {
+            settings.push_str(" -c default_transaction_read_only=on");
+        }
+        config.options(settings.trim());
+        None
+    };
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(options.connect_timeout);
     }
     if config.get_application_name().is_none() {
         config.application_name("slothqueue");
     }
-    config
+    Session { config, per_transaction }
 }
 
 // ---------------------------------------------------------------------------
@@ -298,6 +354,13 @@ pub(crate) fn runtime(pool_size: usize) -> Result<tokio::runtime::Runtime, Store
 pub(crate) struct Conn {
     client: Client,
     stmts: RefCell<HashMap<String, Statement>>,
+    /// Through a pooler ([`Session`]): what each transaction starts with,
+    /// and the parameters' types by SQL text (no statement is kept).
+    per_transaction: Option<String>,
+    types: RefCell<HashMap<String, Vec<Type>>>,
+    /// Inside `BEGIN` … `COMMIT`: a statement prepared to learn its types
+    /// is closed on the same server connection.
+    in_transaction: std::cell::Cell<bool>,
     /// How long a round trip on it may wait ([`PgOptions::call_timeout`]).
     timeout: Duration,
     /// A round trip waited longer than `timeout`: the connection is cut
@@ -313,12 +376,8 @@ pub(crate) struct Conn {
 /// spawns the connection's task on it, all within `timeout` (a server
 /// behind a frozen link accepts the socket and never answers the login).
 /// Called from a thread outside any runtime's async context.
-pub(crate) fn connect(
-    rt: &Handle,
-    config: &tokio_postgres::Config,
-    timeout: Duration,
-) -> Result<Conn, Error> {
-    let config = config.clone();
+pub(crate) fn connect(rt: &Handle, session: &Session, timeout: Duration) -> Result<Conn, Error> {
+    let config = session.config.clone();
     let spawner = rt.clone();
     let client = rt.block_on(async move {
         let connected = tokio::time::timeout(timeout, config.connect(NoTls)).await;
@@ -333,6 +392,9 @@ pub(crate) fn connect(
     Ok(Conn {
         client,
         stmts: RefCell::new(HashMap::new()),
+        per_transaction: session.per_transaction.clone(),
+        types: RefCell::new(HashMap::new()),
+        in_transaction: std::cell::Cell::new(false),
         timeout,
         silent: std::cell::Cell::new(false),
         #[cfg(test)]
@@ -342,7 +404,7 @@ pub(crate) fn connect(
 
 /// A few connections, opened on demand and kept while they work.
 pub(crate) struct Pool {
-    config: tokio_postgres::Config,
+    config: Session,
     rt: Handle,
     timeout: Duration,
     idle: Mutex<Vec<Conn>>,
@@ -351,7 +413,7 @@ pub(crate) struct Pool {
 
 impl Pool {
     pub fn new(
-        config: tokio_postgres::Config,
+        config: Session,
         rt: Handle,
         size: usize,
         timeout: Duration,
@@ -485,9 +547,55 @@ impl<'a> Db<'a> {
         Ok(s)
     }
 
+    /// The types of `sql`'s parameters, through a pooler ([`Session`]):
+    /// learnt once per connection by a prepare whose statement is closed
+    /// again at once, inside a transaction so that the close reaches the
+    /// server connection the prepare did.
+    fn types(&self, sql: &str) -> Result<Vec<Type>, Error> {
+        if let Some(t) = self.conn.types.borrow().get(sql) {
+            return Ok(t.clone());
+        }
+        if !sql.contains('$') {
+            return Ok(Vec::new());
+        }
+        let outside = !self.conn.in_transaction.get();
+        if outside {
+            self.batch(&self.begin("BEGIN"))?;
+        }
+        // Dropped here: its close is sent before anything after it.
+        let prepared = self.wait(self.conn.client.prepare(sql)).map(|s| s.params().to_vec());
+        if outside {
+            self.batch(if prepared.is_ok() { "COMMIT" } else { "ROLLBACK" })?;
+        }
+        let types = prepared?;
+        self.conn.types.borrow_mut().insert(sql.to_owned(), types.clone());
+        Ok(types)
+    }
+
+    /// `params` with their types, for `query_typed` / `execute_typed`.
+    fn typed<'p>(
+        &self,
+        sql: &str,
+        params: &Params<'p>,
+    ) -> Result<Vec<(&'p (dyn ToSql + Sync), Type)>, Error> {
+        let types = self.types(sql)?;
+        if types.len() != params.len() {
+            return Err(Error::Store(StoreError::Backend(format!(
+                "{} parameters for a statement of {} ({sql})",
+                params.len(),
+                types.len()
+            ))));
+        }
+        Ok(params.iter().copied().zip(types).collect())
+    }
+
     /// Every row of a query.
     pub fn query(&self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>, Error> {
         self.count();
+        if self.conn.per_transaction.is_some() {
+            let typed = self.typed(sql, params)?;
+            return self.wait(self.conn.client.query_typed(sql, &typed));
+        }
         let stmt = self.statement(sql)?;
         self.wait(self.conn.client.query(&stmt, params))
     }
@@ -500,6 +608,10 @@ impl<'a> Db<'a> {
     /// Runs a statement; the number of rows it changed.
     pub fn execute(&self, sql: &str, params: &Params<'_>) -> Result<u64, Error> {
         self.count();
+        if self.conn.per_transaction.is_some() {
+            let typed = self.typed(sql, params)?;
+            return self.wait(self.conn.client.execute_typed(sql, &typed));
+        }
         let stmt = self.statement(sql)?;
         self.wait(self.conn.client.execute(&stmt, params))
     }
@@ -518,8 +630,14 @@ impl<'a> Db<'a> {
         rows: impl IntoIterator<Item = Vec<&'v (dyn ToSql + Sync)>>,
     ) -> Result<u64, Error> {
         self.count();
-        let types = self.statement(insert)?.params().to_vec();
-        let stmt = self.statement(copy)?;
+        let (types, stmt) = if self.conn.per_transaction.is_some() {
+            // Prepared for this COPY alone, and closed when dropped at the
+            // end of this call, after the COPY, on the same server
+            // connection (inside the caller's transaction).
+            (self.types(insert)?, self.wait(self.conn.client.prepare(copy))?)
+        } else {
+            (self.statement(insert)?.params().to_vec(), self.statement(copy)?)
+        };
         self.wait(async {
             let sink = self.conn.client.copy_in(&stmt).await?;
             let mut writer = std::pin::pin!(BinaryCopyInWriter::new(sink, &types));
@@ -544,6 +662,20 @@ impl<'a> Db<'a> {
     pub fn batch(&self, sql: &str) -> Result<(), Error> {
         self.count();
         self.wait(self.conn.client.batch_execute(sql))
+    }
+
+    /// `begin`, and through a pooler the session's settings for this
+    /// transaction alone ([`Session`]), in the same round trip.
+    fn begin(&self, begin: &str) -> String {
+        match &self.conn.per_transaction {
+            Some(set) => format!("{begin}; {set}"),
+            None => begin.to_owned(),
+        }
+    }
+
+    /// Whether this connection goes through a pooler in transaction mode.
+    pub fn pooled(&self) -> bool {
+        self.conn.per_transaction.is_some()
     }
 
     /// ` FOR UPDATE` inside a write transaction, else nothing.
@@ -595,10 +727,11 @@ impl<'a> Db<'a> {
         // runs a string of statements at once): two round trips fewer per
         // write, out of 7 for a push. The key is a number and the channel a
         // checked schema name, so neither needs a parameter.
+        let begin = self.begin("BEGIN");
         let begin = match lock {
-            None => "BEGIN".to_owned(),
-            Some((key, true)) => format!("BEGIN; SELECT pg_advisory_xact_lock_shared({key})"),
-            Some((key, false)) => format!("BEGIN; SELECT pg_advisory_xact_lock({key})"),
+            None => begin,
+            Some((key, true)) => format!("{begin}; SELECT pg_advisory_xact_lock_shared({key})"),
+            Some((key, false)) => format!("{begin}; SELECT pg_advisory_xact_lock({key})"),
         };
         let commit = match channel {
             None => "COMMIT".to_owned(),
@@ -611,13 +744,16 @@ impl<'a> Db<'a> {
             // A `BEGIN` whose lock timed out left the transaction open
             // (aborted): it is rolled back like any failed attempt.
             let out = self.batch(&begin).and_then(|()| {
+                self.conn.in_transaction.set(true);
                 let v = f(self)?;
                 self.batch(&commit)?;
+                self.conn.in_transaction.set(false);
                 Ok(v)
             });
             match out {
                 Ok(v) => return Ok(v),
                 Err(e) => {
+                    self.conn.in_transaction.set(false);
                     self.batch("ROLLBACK")?;
                     tries += 1;
                     if !e.is_retryable() || tries >= TRIES {
@@ -629,11 +765,21 @@ impl<'a> Db<'a> {
         }
     }
 
+    /// Runs `f`, one statement read outside a transaction: as it is
+    /// straight to the server, in a read-only transaction through a
+    /// pooler (where the schema is set per transaction: two round trips
+    /// more, see [`Session`]).
+    pub fn single<T>(&self, f: impl FnOnce(&Db<'_>) -> Result<T, Error>) -> Result<T, Error> {
+        if self.pooled() && !self.conn.in_transaction.get() { self.read(f) } else { f(self) }
+    }
+
     /// Runs `f` in a read-only transaction, so its queries see one
     /// snapshot (`REPEATABLE READ`).
     pub fn read<T>(&self, f: impl FnOnce(&Db<'_>) -> Result<T, Error>) -> Result<T, Error> {
-        self.batch("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
+        self.batch(&self.begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"))?;
+        self.conn.in_transaction.set(true);
         let out = f(self);
+        self.conn.in_transaction.set(false);
         let end = self.batch(if out.is_ok() { "COMMIT" } else { "ROLLBACK" });
         let v = out?;
         end?;
@@ -647,101 +793,4 @@ impl<'a> Db<'a> {
 )]
 pub(crate) fn nap_blocking(d: Duration) {
     std::thread::sleep(d);
-}
-
-// ---------------------------------------------------------------------------
-// One clock
-
-/// Below this, an offset between the host's clock and the server's is
-/// taken for noise (round trips, hosts synced by NTP) and treated as 0, so
-/// the times a caller passes go through exactly.
-pub(crate) const NEGLIGIBLE_OFFSET_MS: i64 = 250;
-
-/// How often the offset is measured again.
-pub(crate) const REMEASURE_EVERY_MS: i64 = 60_000;
-
-/// The offset of the server's clock from this host's, measured at open
-/// and again every minute: every call is judged at `now + offset`.
-pub(crate) struct ServerClock {
-    host: HostClock,
-    /// (offset in ms, host time it was measured at).
-    state: Mutex<(i64, Option<Timestamp>)>,
-}
-
-/// The jobs of a [`slothqueue_core::Store::push_stream`] with their own
-/// times on the server's clock, as a batch's are: `judge` applied to each
-/// as the push takes it.
-pub(crate) struct Judged<F> {
-    pub source: Arc<dyn JobSource>,
-    pub judge: F,
-}
-
-impl<F: Fn(NewJob) -> NewJob + Send + Sync> JobSource for Judged<F> {
-    fn jobs(&self) -> Box<dyn Iterator<Item = Result<NewJob, StoreError>> + '_> {
-        Box::new(self.source.jobs().map(|job| job.map(&self.judge)))
-    }
-}
-
-impl ServerClock {
-    pub fn new(host: Option<HostClock>) -> ServerClock {
-        let host = host.unwrap_or_else(|| Arc::new(|| SystemClock.now()));
-        ServerClock { host, state: Mutex::new((0, None)) }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, (i64, Option<Timestamp>)> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The offset now in force, in milliseconds (0 when negligible).
-    pub fn offset_ms(&self) -> i64 {
-        self.lock().0
-    }
-
-    /// `now` of the host's clock on the server's.
-    pub fn judge(&self, now: Timestamp) -> Timestamp {
-        Timestamp::from_millis(now.as_millis().saturating_add(self.offset_ms()))
-    }
-
-    /// A new job's own times (its due time), given on the host's clock, on
-    /// the server's.
-    pub fn judge_new(&self, mut job: NewJob) -> NewJob {
-        job.not_before = job.not_before.map(|t| self.judge(t));
-        job
-    }
-
-    /// A time of the server's clock on the host's.
-    pub fn to_host(&self, t: Timestamp) -> Timestamp {
-        Timestamp::from_millis(t.as_millis().saturating_sub(self.offset_ms()))
-    }
-
-    /// Whether the last measure is older than [`REMEASURE_EVERY_MS`].
-    pub fn stale(&self) -> bool {
-        let at = self.lock().1;
-        at.is_none_or(|at| ((self.host)().as_millis() - at.as_millis()).abs() >= REMEASURE_EVERY_MS)
-    }
-
-    /// Measures the offset on `db`: a few `clock_timestamp()` samples, the
-    /// one with the shortest round trip, its midpoint.
-    pub fn measure(&self, db: &Db<'_>) -> Result<i64, Error> {
-        let mut best: Option<(i64, i64)> = None;
-        for _ in 0..5 {
-            let before = (self.host)().as_millis();
-            let row =
-                db.query_opt("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT", &[])?;
-            let after = (self.host)().as_millis();
-            let Some(row) = row else { continue };
-            let server: i64 = row.try_get(0)?;
-            let rtt = after - before;
-            let offset = server - (before + rtt / 2);
-            if best.is_none_or(|(r, _)| rtt < r) {
-                best = Some((rtt, offset));
-            }
-        }
-        let offset = match best {
-            Some((_, o)) if o.abs() >= NEGLIGIBLE_OFFSET_MS => o,
-            _ => 0,
-        };
-        *self.lock() = (offset, Some((self.host)()));
-        Ok(offset)
-    }
 }

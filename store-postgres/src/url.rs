@@ -158,6 +158,33 @@ mod tests {
         assert!(parse_url("postgres:///d?hostaddr=127.0.0.1").is_ok());
     }
 
+    /// `?pooler=transaction` (PgBouncer's transaction mode): no startup
+    /// options, the settings `SET LOCAL` in every transaction instead,
+    /// and the queue's name says it; anything else is refused with the
+    /// value to give.
+    #[test]
+    fn a_pooler_in_transaction_mode_sends_no_session_settings() {
+        use crate::txn::{PgOptions, connection_config};
+        let pooled = parse_url("postgres://u@h/d?pooler=transaction&schema=q").unwrap();
+        assert!(pooled.pooler);
+        assert_eq!(pooled.name, "postgres://u@h:5432/d?pooler=transaction&schema=q");
+        let session = connection_config(&pooled, &PgOptions::default(), true);
+        assert_eq!(session.config.get_options(), None);
+        let set = session.per_transaction.unwrap();
+        assert!(
+            set.starts_with("SET LOCAL search_path TO q; SET LOCAL lock_timeout = 5000"),
+            "{set}"
+        );
+        assert!(set.ends_with("SET LOCAL transaction_read_only = on"), "{set}");
+        let direct = parse_url("postgres://u@h/d?schema=q").unwrap();
+        assert!(!direct.pooler);
+        let session = connection_config(&direct, &PgOptions::default(), false);
+        assert!(session.per_transaction.is_none());
+        assert!(session.config.get_options().unwrap().contains("-c search_path=q"));
+        let e = parse_url("postgres://u@h/d?pooler=statement").unwrap_err().to_string();
+        assert!(e.contains("give `pooler=transaction`"), "{e}");
+    }
+
     #[test]
     fn a_url_without_host_or_port_in_its_query_is_left_alone() {
         let url = "postgres://u:p%40ss@db:5432/d?sslmode=disable";

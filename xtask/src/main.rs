@@ -16,6 +16,7 @@ mod bench;
 mod conformance;
 mod man;
 mod pg;
+mod pgbouncer;
 mod py;
 mod python;
 mod run;

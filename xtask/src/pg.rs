@@ -15,6 +15,10 @@
 //! `fsync=on`: it measures a durable queue against durable raw commits, as
 //! it does the file backends.
 //!
+//! A PgBouncer in transaction mode runs in front of it when installed
+//! (`crate::pgbouncer`), its URL in `SLOTHQUEUE_PG_POOLER_URL`, for the
+//! conformance suite through a pooler.
+//!
 //! The tests read the cluster's address from [`URL_ENV`]; without it they
 //! say loudly that they were skipped, unless [`REQUIRED_ENV`] is set (as
 //! `ci` sets it), when they fail instead.
@@ -45,6 +49,8 @@ pub struct Cluster {
     root: PathBuf,
     run_as: Option<&'static str>,
     url: String,
+    /// A PgBouncer in front of it, when installed (not for the bench).
+    bouncer: Option<crate::pgbouncer::Bouncer>,
 }
 
 impl Cluster {
@@ -83,7 +89,8 @@ impl Cluster {
             checked(Command::new("chown").arg(user).arg(&root), "chown the cluster folder")?;
         }
         let data = root.join("data");
-        let cluster = Cluster { bin, url: url_for(&root), root: root.clone(), run_as };
+        let mut cluster =
+            Cluster { bin, url: url_for(&root), root: root.clone(), run_as, bouncer: None };
         cluster.server_command("initdb", |c| {
             c.arg("-D").arg(&data).args([
                 "-U",
@@ -112,6 +119,9 @@ impl Cluster {
         cluster
             .server_command("createdb", |c| c.arg("-h").arg(&root).args(["-U", ROLE, DATABASE]))?;
         println!("xtask: PostgreSQL cluster up: {}", cluster.url);
+        if !durable {
+            cluster.bouncer = crate::pgbouncer::Bouncer::start(&root, ROLE, DATABASE, run_as)?;
+        }
         Ok(cluster)
     }
 
@@ -132,6 +142,9 @@ impl Cluster {
         ];
         if let Some(user) = self.run_as {
             env.push((USER_ENV.to_owned(), user.to_owned()));
+        }
+        if let Some(bouncer) = &self.bouncer {
+            env.push((crate::pgbouncer::URL_ENV.to_owned(), bouncer.url().to_owned()));
         }
         env
     }
@@ -161,6 +174,8 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // Before its folder (holding its pid file) goes.
+        drop(self.bouncer.take());
         let data = self.root.join("data");
         let stopped = self.server_command("pg_ctl", |c| {
             c.arg("-D").arg(&data).args(["-m", "immediate", "-w", "stop"])

@@ -31,6 +31,9 @@ pub enum Code {
     Busy = 5,
     /// The queue file cannot be used by this build.
     Unusable = 6,
+    /// The PostgreSQL server is a read-only standby: a writer must be
+    /// pointed at the primary (a runner's unit does not restart on it).
+    Standby = 7,
     /// `wait`: the timeout came before the jobs finished (124, as
     /// `timeout(1)` exits).
     TimedOut = 124,
@@ -140,6 +143,7 @@ fn store_code(e: &StoreError) -> Code {
         StoreError::InvalidInput(_) => Code::Usage,
         StoreError::Busy { .. } => Code::Busy,
         StoreError::Corrupt { .. } | StoreError::SchemaTooNew { .. } => Code::Unusable,
+        StoreError::ReadOnlyStandby(_) => Code::Standby,
         _ => Code::Failure,
     }
 }
@@ -322,6 +326,8 @@ mod tests {
                 Code::Success,
             ),
             (anyhow::anyhow!("something else"), Code::Failure),
+            (StoreError::ReadOnlyStandby("db:5432".into()).into(), Code::Standby),
+            (OpenError::Store(StoreError::ReadOnlyStandby("db:5432".into())).into(), Code::Standby),
             (
                 StoreError::InBatch {
                     index: 4,

@@ -635,3 +635,108 @@ fn a_store_cut_off_inside_a_transaction_does_not_hold_the_queue() {
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     rt.block_on(cut_off.get(jobs[0].id)).expect("the cut-off store reconnects");
 }
+
+/// The constraint names of a queue's `jobs` CHECKs, sorted.
+fn check_names(store: &PgStore) -> Vec<String> {
+    store
+        .inner
+        .run(false, |db, _| {
+            let rows = db.query(
+                "SELECT conname::TEXT FROM pg_constraint
+                 WHERE conrelid = 'jobs'::regclass AND contype = 'c' ORDER BY 1",
+                &[],
+            )?;
+            rows.iter().map(|r| Ok(r.try_get(0)?)).collect::<Result<Vec<String>, Error>>()
+        })
+        .unwrap()
+}
+
+const NAMED_CHECKS: [&str; 6] = [
+    "jobs_held_stamped",
+    "jobs_lease_cleared",
+    "jobs_lease_complete",
+    "jobs_pending_parents_not_negative",
+    "jobs_running_iff_leased",
+    "jobs_state_known",
+];
+
+/// A DBA reads the layout from the catalog (`\d+`): every table and
+/// column of a queue has a comment, every CHECK a name saying what it
+/// holds, and a job's parents are found through `edges_child`.
+#[test]
+fn the_schema_is_described_in_the_catalog() {
+    let Some((url, _dir)) = fresh("described") else { return };
+    let store = PgStore::open(&url, PgOptions::default()).unwrap();
+    let (bare, commented, tables, child_index) = store
+        .inner
+        .run(false, |db, _| {
+            let bare = db.query(
+                "SELECT c.relname || '.' || a.attname FROM pg_attribute a
+                 JOIN pg_class c ON c.oid = a.attrelid
+                 WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
+                   AND a.attnum > 0 AND NOT a.attisdropped
+                   AND col_description(c.oid, a.attnum) IS NULL",
+                &[],
+            )?;
+            let bare: Vec<String> = bare.iter().map(|r| r.try_get(0)).collect::<Result<_, _>>()?;
+            let commented = db.query(
+                "SELECT count(*) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+                 WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
+                   AND a.attnum > 0 AND col_description(c.oid, a.attnum) IS NOT NULL",
+                &[],
+            )?[0]
+                .try_get::<_, i64>(0)?;
+            let tables = db.query(
+                "SELECT relname::TEXT FROM pg_class
+                 WHERE relnamespace = current_schema()::regnamespace AND relkind = 'r'
+                   AND obj_description(oid, 'pg_class') IS NULL",
+                &[],
+            )?;
+            let tables: Vec<String> =
+                tables.iter().map(|r| r.try_get(0)).collect::<Result<_, _>>()?;
+            let index = db.query("SELECT to_regclass('edges_child') IS NOT NULL", &[])?[0]
+                .try_get::<_, bool>(0)?;
+            Ok((bare, commented, tables, index))
+        })
+        .unwrap();
+    assert!(bare.is_empty(), "columns without a comment: {bare:?}");
+    assert_eq!(commented, crate::schema::COMMENTED_COLUMNS as i64);
+    assert!(tables.is_empty(), "tables without a comment: {tables:?}");
+    assert!(child_index, "edges_child");
+    assert_eq!(check_names(&store), NAMED_CHECKS);
+}
+
+/// A version-2 queue (made by version 2's own DDL, so its CHECKs carry the
+/// names PostgreSQL made up) is migrated by the next open: the CHECKs
+/// renamed, the comments and `edges_child` added, and it works on.
+#[test]
+fn a_version_2_queue_is_migrated_to_a_described_schema() {
+    let Some((url, _dir)) = fresh("v2") else { return };
+    let Some((other, _other_dir)) = fresh("v2-maker") else { return };
+    let schema = url.rsplit_once("schema=").unwrap().1.to_owned();
+    let maker = PgStore::open(&other, PgOptions::default()).unwrap();
+    let ddl = format!(
+        "BEGIN; CREATE SCHEMA {schema}; SET LOCAL search_path TO {schema}; {} {} \
+         INSERT INTO meta (name, value) VALUES ('schema_version', 2); COMMIT",
+        crate::schema::MIGRATIONS[0],
+        crate::schema::MIGRATIONS[1]
+    );
+    maker.inner.run(true, |db, _| db.batch(&ddl)).unwrap();
+    let store = PgStore::open(&url, PgOptions::default()).unwrap();
+    let version = store
+        .inner
+        .run(false, |db, _| {
+            let row = db.query_opt("SELECT value FROM meta WHERE name = 'schema_version'", &[])?;
+            Ok(row.map(|r| r.get::<_, i64>(0)))
+        })
+        .unwrap();
+    assert_eq!(version, Some(3));
+    assert_eq!(check_names(&store), NAMED_CHECKS);
+    let rt = runtime();
+    let parent = rt.block_on(store.push(NewJob::shell("p", "/"), t(0))).unwrap().job.id;
+    let child = rt.block_on(store.push(NewJob::shell("c", "/").after(parent), t(0))).unwrap();
+    assert_eq!(child.job.pending_parents, 1);
+    let request = ClaimRequest::new(Owner::named("w"), Arc::new(ClockOnly));
+    let claimed = rt.block_on(store.claim(&request, t(1))).unwrap().unwrap();
+    assert_eq!(claimed.job.id, parent);
+}

@@ -39,6 +39,7 @@ Exit codes:
   5    the queue file stayed busy (locked by another process) for too long; try again
   6    the queue file cannot be used: foreign, damaged, from a newer slothqueue, or
        in a backend this build was compiled without
+  7    the PostgreSQL server is a read-only standby: point --db at the primary
   124  wait: the --timeout came first (as timeout(1) says it)
   130  run: interrupted by SIGINT or SIGTERM (the running job went back to pending)
 
