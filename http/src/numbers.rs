@@ -12,11 +12,14 @@
 //!   payload, any JSON) as it was sent; a body's own numbers read by hand
 //!   (a lane's limit, a parent id) and query numbers go through [`whole`]
 //!   and [`query_number`].
-//! - **No integer is silently rounded.** An integer literal in a body that
-//!   does not fit 64 bits (below `-2^63` or above `2^64 - 1`: a 30-digit
-//!   id in a payload) would be read as a double and lose digits; the body
-//!   is refused instead ([`check_big_integers`]), naming the number and
-//!   saying to send it as a string.
+//! - **No integer is silently rounded.** An integer in a body that does
+//!   not fit 64 bits (below `-2^63` or above `2^64 - 1`: a 30-digit id in
+//!   a payload) would be read as a double and lose digits; the body is
+//!   refused instead ([`check_big_integers`]), naming the number and
+//!   saying to send it as a string. The rule is on the value, as JSON
+//!   Schema's `integer` is: `1e30` is such a whole number too (every
+//!   double past 2^53 is whole), so it is refused alike; a number with a
+//!   fraction (`1.5e-3`) or within 64 bits is a double as ever.
 //! - **A query number is any JSON number** (`?wait=88.2499479254102`,
 //!   `?wait=1e1`), nothing else (`NaN`, `inf`, ` 5`, `+5`).
 
@@ -102,8 +105,9 @@ pub(crate) fn query_integer(raw: &str, min: i128, max: i128) -> Option<i128> {
     query_number(raw).as_ref().and_then(whole).filter(|n| (min..=max).contains(n))
 }
 
-/// Refuses a body with an integer literal (no point, no exponent) outside
-/// 64 bits, which a JSON reader rounds to a double: the error names it.
+/// Refuses a body with a whole number outside 64 bits: an integer literal
+/// a JSON reader would round to a double, or a double that large (whole,
+/// as JSON Schema sees it). The error names it.
 /// Strings are skipped (with their escapes); the body need not be valid
 /// JSON (the parser says what else is wrong).
 pub(crate) fn check_big_integers(body: &[u8]) -> Result<(), String> {
@@ -134,18 +138,27 @@ pub(crate) fn check_big_integers(body: &[u8]) -> Result<(), String> {
                 i += 1;
             }
             let token = &body[start..i];
+            let text = String::from_utf8_lossy(token);
             let integer = !token.iter().any(|c| matches!(c, b'.' | b'e' | b'E'));
-            if integer {
-                let text = String::from_utf8_lossy(token);
-                if text.parse::<i64>().is_err()
+            let too_big = if integer {
+                text.parse::<i64>().is_err()
                     && text.parse::<u64>().is_err()
                     && text.bytes().any(|c| c.is_ascii_digit())
-                {
-                    let shown: String = text.chars().take(60).collect();
-                    return Err(format!(
-                        "the integer {shown} does not fit 64 bits (-9223372036854775808 to 18446744073709551615): it would lose digits; send it as a string"
-                    ));
-                }
+            } else {
+                // A double past 2^64 is whole (every one past 2^53 is), so
+                // JSON Schema calls it an integer out of range, as the
+                // document does: refused too, whatever its form.
+                text.parse::<f64>().is_ok_and(|f| {
+                    f.is_finite()
+                        && f.fract() == 0.0
+                        && !(-(2f64.powi(63))..2f64.powi(64)).contains(&f)
+                })
+            };
+            if too_big {
+                let shown: String = text.chars().take(60).collect();
+                return Err(format!(
+                    "the number {shown} is a whole number past 64 bits (-9223372036854775808 to 18446744073709551615): it would lose digits; send it as a string"
+                ));
             }
             continue;
         }
@@ -439,14 +452,16 @@ mod tests {
     #[test]
     fn an_integer_past_64_bits_is_named_not_rounded() {
         assert!(
-            check_big_integers(br#"{"id": 123456789012345678901234567890}"#)
-                .unwrap_err()
-                .contains("the integer 123456789012345678901234567890 does not fit 64 bits")
+            check_big_integers(br#"{"id": 123456789012345678901234567890}"#).unwrap_err().contains(
+                "the number 123456789012345678901234567890 is a whole number past 64 bits"
+            )
         );
         assert!(check_big_integers(b"[-9223372036854775809]").is_err());
+        assert!(check_big_integers(b"[1e30]").is_err());
+        assert!(check_big_integers(b"[-1.2e300]").is_err());
         for fine in [
             r#"{"id": 18446744073709551615, "n": -9223372036854775808}"#,
-            r#"{"f": 1.23456789012345678901234567890, "e": 1e300}"#,
+            r#"{"f": 1.23456789012345678901234567890, "e": 1e19, "s": 5e-324, "m": -1e-300}"#,
             r#"{"s": "123456789012345678901234567890", "t": "a \" 123456789012345678901234567890"}"#,
         ] {
             assert_eq!(check_big_integers(fine.as_bytes()), Ok(()), "{fine}");

@@ -340,7 +340,7 @@ fn json_values() -> serde_json::Map<String, Value> {
                 json!({ "$ref": format!("#/components/schemas/{}", name(level + 1)) })
             };
             let schema = json!({
-                "description": "any JSON value whose integers are from -2^63 to 2^64-1: a longer one would be read as a double and lose digits, so it is refused (send it as a string); a number with a fraction or an exponent is a double, as JSON readers take it",
+                "description": "any JSON value whose whole numbers are from -2^63 to 2^64-1: a longer one would be read as a double and lose digits, so it is refused (send it as a string), and so is a double past 2^64 (`1e30`: every double past 2^53 is whole); a number with a fraction is a double, as JSON readers take it",
                 "anyOf": [
                     { "type": ["string", "boolean", "null"] },
                     { "type": "number", "not": { "type": "integer" } },

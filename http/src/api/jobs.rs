@@ -115,6 +115,10 @@ impl EditRequest {
                     HttpError::BadRequest(m) => HttpError::Conflict(m),
                     other => other,
                 })?;
+                // The whole shell payload checked now, by the enqueue's
+                // rule, as this job's kind makes it: 409 like the above.
+                let probe = slothqueue_core::NewJob::new(SHELL_KIND, p.clone());
+                machine::validate(&probe).map_err(|e| HttpError::Conflict(e.to_string()))?;
                 super::enqueue::check_cwd(SHELL_KIND, &p)?;
                 Some(p)
             }
@@ -729,7 +733,7 @@ pub(super) fn edit_schemas() -> Value {
                 "command": { "type": "string", "description": "a new shell command (shell jobs only)" },
                 "payload": { "description": "a new payload, whole (not with command, env or limits); for a shell job a ShellPayload" },
                 "priority": { "type": "integer", "format": "int32" },
-                "max_runtime": { "type": ["integer", "null"], "minimum": 1, "description": "milliseconds; null for no limit" },
+                "max_runtime": { "type": ["integer", "null"], "minimum": 1, "maximum": machine::MAX_MAX_RUNTIME.as_millis() as u64, "description": "milliseconds (at most 100 years); null for no limit" },
                 "max_attempts": { "type": "integer", "minimum": 1, "maximum": machine::MAX_ATTEMPTS, "description": "above the attempts already made" },
                 "not_before": { "type": "integer", "format": "int64", "minimum": 0, "description": "due at: UTC milliseconds since the epoch, not before it (not with delay)" },
                 "delay": { "type": "integer", "minimum": 0, "description": "due this many milliseconds from now (not with not_before)" },
