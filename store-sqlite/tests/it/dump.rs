@@ -20,9 +20,14 @@ fn have_sqlite3() -> bool {
     if Command::new("sqlite3").arg("-version").output().is_ok_and(|o| o.status.success()) {
         return true;
     }
-    assert!(std::env::var_os("CI").is_none(), "CI is set but sqlite3 cannot be run: install sqlite3");
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI is set but sqlite3 cannot be run: install sqlite3"
+    );
     #[expect(clippy::print_stderr, reason = "a skipped test says so loudly")]
-    let () = eprintln!("SKIPPED: README's dump recipe, for want of sqlite3 (install it to run this test)");
+    let () = eprintln!(
+        "SKIPPED: README's dump recipe, for want of sqlite3 (install it to run this test)"
+    );
     false
 }
 
