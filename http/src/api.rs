@@ -244,6 +244,12 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     Option::<T>::deserialize(d).map(Some)
 }
 
+/// A field that may be left out but is never `null`: the document gives
+/// it one type, and `null` would read as "left out" with no word said.
+fn given<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
 fn bad(msg: impl Into<String>) -> HttpError {
     HttpError::BadRequest(msg.into())
 }
@@ -254,15 +260,32 @@ fn api_words(message: &str) -> String {
     message.replace("--after", "after")
 }
 
-/// A store refusal in the API's words.
+/// A store refusal in the API's words. The refusals that depend on what
+/// the queue holds now, not on the request's form, are 409 (the request
+/// conflicts with the queue's state; the same body may pass later): a
+/// parent in `after` that is not there or cannot be waited on, a retry
+/// while a parent is failed or cancelled. The rest of the store's invalid
+/// input is the request's own fault: 400.
 fn refusal(e: StoreError) -> HttpError {
     match e {
+        StoreError::InvalidInput(m) if depends_on_the_queue(&m) => {
+            HttpError::Conflict(api_words(&m))
+        }
         StoreError::InvalidInput(m) => HttpError::Store(StoreError::InvalidInput(api_words(&m))),
         StoreError::InBatch { index, error } => {
             HttpError::InBatch { index, error: Box::new(refusal(*error)) }
         }
         e => HttpError::Store(e),
     }
+}
+
+/// Whether the store's refusal is about the jobs a request names as they
+/// are now (`core::machine`'s words: `--after 9: no job #9`, `cannot
+/// retry job #5: it waits on #4, which is cancelled; …`, `job #9 is a
+/// `resize` job: its command, env and limits are its payload's`).
+fn depends_on_the_queue(message: &str) -> bool {
+    let message = message.strip_prefix("invalid job: ").unwrap_or(message);
+    ["--after ", "cannot retry job #", "job #"].iter().any(|p| message.starts_with(p))
 }
 
 async fn healthz() -> Json<Value> {

@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use slothqueue_core::{JobId, machine, schedule};
 
 use crate::guard::is_json_content_type;
+use crate::numbers;
 use crate::{AppState, HttpError};
 
 /// How long a client may take to send a body once its headers arrived; a
@@ -58,10 +59,17 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
         if bytes.len() > limit {
             return Err(HttpError::PayloadTooLarge { limit });
         }
-        let mut de = serde_json::Deserializer::from_slice(&bytes);
-        let value = serde_path_to_error::deserialize(&mut de).map_err(json_error)?;
-        // Trailing bytes after the object are as malformed as missing ones.
-        de.end().map_err(|e| HttpError::BadRequest(format!("invalid json body: {e}")))?;
+        // Parsed whole first (trailing bytes after the object are as
+        // malformed as missing ones), then read into the request by the
+        // API's number rules (`numbers`): an integral float is an integer
+        // where one is asked; an integer past 64 bits is refused, not
+        // rounded.
+        let parsed: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| HttpError::BadRequest(format!("invalid json body: {e}")))?;
+        numbers::check_big_integers(&bytes)
+            .map_err(|e| HttpError::BadRequest(format!("invalid json body: {e}")))?;
+        let value =
+            serde_path_to_error::deserialize(numbers::Integral(parsed)).map_err(json_error)?;
         Ok(JsonBody(value))
     }
 }

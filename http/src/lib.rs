@@ -67,6 +67,7 @@ mod guard;
 mod long_poll;
 mod mask;
 mod metrics;
+mod numbers;
 mod server;
 mod serving;
 mod token;

@@ -1,6 +1,8 @@
-//! `GET /metrics`: the queue in the Prometheus text exposition format
-//! (OpenMetrics 1.0, as the official Rust client `prometheus-client`
-//! writes it).
+//! `GET /metrics`: the queue in a Prometheus exposition format, chosen by
+//! the scraper's `Accept` as Prometheus' own Go client chooses it:
+//! OpenMetrics 1.0 (as the official Rust client `prometheus-client` writes
+//! it) when asked for, else the 0.0.4 text format (what `promtool check
+//! metrics` reads, and what a plain `curl` gets).
 //!
 //! Gauges are read from the queue file at each scrape, so they hold for
 //! every process on it; counters are this server's drain worker's, from
@@ -10,8 +12,10 @@
 
 use std::sync::atomic::AtomicU64;
 
+use std::collections::HashSet;
+
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{HeaderMap, header};
 use axum::response::IntoResponse;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -28,8 +32,98 @@ use crate::{AppState, HttpError};
 /// Where the exposition is served.
 pub(crate) const PATH: &str = "/metrics";
 
-/// The content type of the exposition.
-pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The content type of the OpenMetrics exposition.
+pub(crate) const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The content type of the 0.0.4 text exposition.
+pub(crate) const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The exposition formats a scraper may get.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Format {
+    /// The Prometheus text format 0.0.4: every family's HELP and TYPE name
+    /// its series (`…_total` for a counter), no `# EOF`.
+    Text,
+    /// OpenMetrics 1.0: a counter's family is named without `_total`, and
+    /// the body ends with `# EOF`.
+    OpenMetrics,
+}
+
+/// The format an `Accept` header asks for, by the rule of Prometheus' Go
+/// client (`expfmt.Negotiate`): the media ranges from the highest `q` down
+/// (the order given among equals), the first that names one of the two
+/// formats wins (`text/plain` with no version or `0.0.4`;
+/// `application/openmetrics-text` with no version, `0.0.1` or `1.0.0`);
+/// anything else, no header and `*/*` included, gets the text format. A
+/// range with `q=0` (or a `q` that is no number from 0 to 1) is left out.
+/// Prometheus itself sends OpenMetrics first, so it gets OpenMetrics.
+pub(crate) fn negotiate(accept: Option<&str>) -> Format {
+    let mut ranges: Vec<(f32, Option<Format>)> = Vec::new();
+    for range in accept.unwrap_or("").split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("").to_ascii_lowercase();
+        let (mut q, mut version) = (1.0_f32, None);
+        for param in parts {
+            let Some((name, value)) = param.split_once('=') else { continue };
+            let value = value.trim().trim_matches('"');
+            match name.trim().to_ascii_lowercase().as_str() {
+                "q" => q = value.parse().ok().filter(|q| (0.0..=1.0).contains(q)).unwrap_or(0.0),
+                "version" => version = Some(value.to_owned()),
+                _ => {}
+            }
+        }
+        let format = match (media.as_str(), version.as_deref()) {
+            ("text/plain", None | Some("0.0.4")) => Some(Format::Text),
+            ("application/openmetrics-text", None | Some("0.0.1" | "1.0.0")) => {
+                Some(Format::OpenMetrics)
+            }
+            _ => None,
+        };
+        if q > 0.0 {
+            ranges.push((q, format));
+        }
+    }
+    // A stable sort: among equal `q`, the order the client gave.
+    ranges.sort_by(|a, b| b.0.total_cmp(&a.0));
+    ranges.into_iter().find_map(|(_, f)| f).unwrap_or(Format::Text)
+}
+
+/// The 0.0.4 text form of an OpenMetrics exposition as `prometheus-client`
+/// writes it: a counter family's HELP and TYPE lines name its `_total`
+/// series (the 0.0.4 parser, promtool's, knows a family only by its
+/// series' name), `# UNIT` and `# EOF` go, and a HELP text loses the
+/// `\"` escape the 0.0.4 format does not have. The samples are the same
+/// lines in both formats.
+pub(crate) fn text_004(open_metrics: &str) -> String {
+    let counters: HashSet<&str> = open_metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.split_once(' '))
+        .filter(|(_, kind)| *kind == "counter")
+        .map(|(name, _)| name)
+        .collect();
+    let mut text = String::with_capacity(open_metrics.len());
+    for line in open_metrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)))
+            .and_then(|(p, rest)| rest.split_once(' ').map(|(name, tail)| (p, name, tail)));
+        match meta {
+            Some((prefix, name, tail)) => {
+                let total = if counters.contains(name) { "_total" } else { "" };
+                let tail =
+                    if prefix == "# HELP " { tail.replace("\\\"", "\"") } else { tail.to_owned() };
+                text.push_str(&format!("{prefix}{name}{total} {tail}"));
+            }
+            None => text.push_str(line),
+        }
+        text.push('\n');
+    }
+    text
+}
 
 /// A label set: `(name, value)` pairs.
 type Labels = Vec<(&'static str, String)>;
@@ -110,7 +204,11 @@ fn count(n: u64) -> i64 {
 }
 
 /// The exposition: read the queue file now, add the worker's counters.
-pub(crate) async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, HttpError> {
+pub(crate) async fn metrics(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse, HttpError> {
+    let format = negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     let store = app.store.as_ref();
     let now = app.api.clock.now();
     // What `status` says (the read model's), and each queue's counts
@@ -222,7 +320,11 @@ pub(crate) async fn metrics(State(app): State<AppState>) -> Result<impl IntoResp
     );
     let mut text = String::new();
     encode(&mut text, &registry).map_err(|_| HttpError::Internal)?;
-    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text))
+    let (content_type, body) = match format {
+        Format::OpenMetrics => (OPENMETRICS, text),
+        Format::Text => (TEXT, text_004(&text)),
+    };
+    Ok(([(header::CONTENT_TYPE, content_type), (header::VARY, "Accept")], body))
 }
 
 /// The GPUs the live runners last saw (`status`'s list): how many of each
@@ -271,11 +373,14 @@ fn register_gpus(registry: &mut Registry, hosts: &[slothqueue_view::HostGpus]) {
 pub(crate) fn op_metrics() -> Value {
     json!({
         "operationId": "metrics",
-        "summary": "the queue in the Prometheus text format (OpenMetrics 1.0): jobs by state and by queue, the oldest pending job's age, runners alive, jobs no runner can run, schedule lag, and the drain worker's attempts, retries and failures (docs/metrics.md)",
+        "summary": "the queue in a Prometheus exposition format: OpenMetrics 1.0 when `Accept` asks for it first (as Prometheus does), else the text format 0.0.4 (promtool's); jobs by state and by queue, the oldest pending job's age, runners alive, jobs no runner can run, schedule lag, and the drain worker's attempts, retries and failures (docs/metrics.md)",
         "responses": {
             "200": {
                 "description": "the exposition",
-                "content": { CONTENT_TYPE: { "schema": { "type": "string" } } }
+                "content": {
+                    TEXT: { "schema": { "type": "string" } },
+                    OPENMETRICS: { "schema": { "type": "string" } }
+                }
             },
             "401": { "$ref": "#/components/responses/Error" },
             "403": { "$ref": "#/components/responses/Error" },
@@ -290,6 +395,44 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn prometheus_gets_openmetrics_and_everyone_else_the_text_format() {
+        // What Prometheus 2.42 sends.
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(negotiate(Some(prometheus)), Format::OpenMetrics);
+        assert_eq!(negotiate(Some("application/openmetrics-text")), Format::OpenMetrics);
+        for text in [
+            None,
+            Some(""),
+            Some("*/*"),
+            Some("text/plain"),
+            Some("text/plain;version=0.0.4"),
+            Some("text/plain; version=0.0.4; charset=utf-8"),
+            Some("application/json"),
+            Some("application/openmetrics-text;version=2.0.0"),
+            Some("application/openmetrics-text;q=0"),
+            Some("application/openmetrics-text;q=0.2, text/plain;q=0.9"),
+            Some("text/plain, application/openmetrics-text"),
+            Some("application/openmetrics-text;q=x"),
+        ] {
+            assert_eq!(negotiate(text), Format::Text, "{text:?}");
+        }
+        assert_eq!(
+            negotiate(Some("text/plain;q=0.5, application/openmetrics-text;q=0.6")),
+            Format::OpenMetrics
+        );
+        assert_eq!(negotiate(Some("*/*, application/openmetrics-text")), Format::OpenMetrics);
+    }
+
+    #[test]
+    fn the_text_format_names_a_counter_by_its_series() {
+        let om = "# HELP q_attempts Attempts \\\"ended\\\".\n# TYPE q_attempts counter\n# UNIT q_attempts seconds\nq_attempts_total{outcome=\"done\"} 1\n# HELP q_jobs Jobs.\n# TYPE q_jobs gauge\nq_jobs 2\n# EOF\n";
+        assert_eq!(
+            text_004(om),
+            "# HELP q_attempts_total Attempts \"ended\".\n# TYPE q_attempts_total counter\nq_attempts_total{outcome=\"done\"} 1\n# HELP q_jobs Jobs.\n# TYPE q_jobs gauge\nq_jobs 2\n"
+        );
+    }
 
     #[test]
     fn a_fence_is_counted_apart_from_the_attempts_outcomes() {

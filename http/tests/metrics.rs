@@ -21,6 +21,7 @@ on_both_backends!(
     metrics_parse_and_count_a_small_queue,
     a_kind_without_a_handler_is_named,
     a_metrics_addr_serves_metrics_alone_without_the_token,
+    each_format_is_what_prometheus_tools_read,
 );
 
 /// A handlers folder with an executable `download` that reads its payload
@@ -49,13 +50,28 @@ async fn start_with_handlers(backend: Backend, dir: &Path) -> Server {
 /// One sample: the metric's name and its labels, sorted.
 type Key = (String, Vec<(String, String)>);
 
-/// The exposition as a scraper reads it: every sample by name and labels.
-async fn scrape(s: &Server) -> (String, BTreeMap<Key, f64>) {
-    let resp = s.req(Method::GET, "/metrics").send().await.unwrap();
+/// What Prometheus 2.42 sends as its `Accept`.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The exposition's content type and body for an `Accept` (none: `None`).
+async fn exposition(s: &Server, accept: Option<&str>) -> (String, String) {
+    let mut req = s.req(Method::GET, "/metrics");
+    if let Some(accept) = accept {
+        req = req.header(reqwest::header::ACCEPT, accept);
+    }
+    let resp = req.send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     let ct = resp.headers()[reqwest::header::CONTENT_TYPE].to_str().unwrap().to_owned();
-    assert_eq!(ct, "application/openmetrics-text; version=1.0.0; charset=utf-8");
-    let text = resp.text().await.unwrap();
+    (ct, resp.text().await.unwrap())
+}
+
+/// The exposition as Prometheus scrapes it: every sample by name and labels.
+async fn scrape(s: &Server) -> (String, BTreeMap<Key, f64>) {
+    let (ct, text) = exposition(s, Some(PROMETHEUS_ACCEPT)).await;
+    assert_eq!(ct, OPENMETRICS);
     let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
     let mut samples = BTreeMap::new();
     for sample in scrape.samples {
@@ -237,6 +253,127 @@ async fn a_metrics_addr_serves_metrics_alone_without_the_token(backend: Backend)
     tokio::time::timeout(Duration::from_secs(30), task).await.unwrap().unwrap().unwrap();
     // The metrics listener closed with the server.
     assert!(tokio::net::TcpStream::connect(metrics).await.is_err());
+}
+
+/// Whether promtool (Debian's `prometheus` package) can be run; under `CI`
+/// it must be.
+fn have_promtool() -> bool {
+    let ran = std::process::Command::new("promtool").arg("--version").output();
+    if ran.is_ok_and(|o| o.status.success()) {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI is set but promtool cannot be run: install Debian's prometheus package"
+    );
+    #[expect(clippy::print_stderr, reason = "a skipped test says so loudly")]
+    let () = eprintln!(
+        "SKIPPED: promtool's checks of /metrics, for want of promtool (install Debian's prometheus package)"
+    );
+    false
+}
+
+/// Runs promtool with `args`, `input` on its stdin; its exit status and
+/// what it printed.
+fn promtool(args: &[&str], input: &str) -> (bool, String) {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("promtool")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), said)
+}
+
+async fn each_format_is_what_prometheus_tools_read(backend: Backend) {
+    let dir = handlers();
+    let s = start_with_handlers(backend, dir.path()).await;
+    let done = s.enqueue(json!({"kind": "download", "payload": {}})).await;
+    s.wait_for(done["job"]["id"].as_i64().unwrap(), Duration::from_secs(20), |j| {
+        j["state"] == "done"
+    })
+    .await;
+    s.enqueue(json!({"kind": "resize", "payload": {}, "queue": "media"})).await;
+
+    // The text format for a plain client, for `text/plain` and whenever
+    // text/plain is preferred; OpenMetrics for Prometheus and whoever asks.
+    for accept in [None, Some("*/*"), Some("text/plain;version=0.0.4"), Some("text/plain")] {
+        assert_eq!(exposition(&s, accept).await.0, TEXT, "{accept:?}");
+    }
+    for accept in [Some(PROMETHEUS_ACCEPT), Some("application/openmetrics-text")] {
+        assert_eq!(exposition(&s, accept).await.0, OPENMETRICS, "{accept:?}");
+    }
+    let (_, text) = exposition(&s, Some("text/plain;version=0.0.4")).await;
+    let (_, open_metrics) = exposition(&s, Some(PROMETHEUS_ACCEPT)).await;
+    assert!(!text.contains("# EOF"), "{text}");
+    assert!(text.contains("# HELP slothqueue_attempts_total "), "{text}");
+    assert!(text.contains("# TYPE slothqueue_attempts_total counter"), "{text}");
+    assert!(open_metrics.ends_with("# EOF\n"), "{open_metrics}");
+    assert!(open_metrics.contains("# TYPE slothqueue_attempts counter"), "{open_metrics}");
+    // Both parse, to the same series (the age moves between the two);
+    // the text format types the counters for a 0.0.4 parser.
+    let series = |body: &str| {
+        let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_owned())));
+        let mut all: Vec<(String, Vec<(String, String)>)> = scrape
+            .unwrap()
+            .samples
+            .iter()
+            .map(|s| {
+                let mut labels: Vec<(String, String)> =
+                    s.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                labels.sort();
+                (s.metric.clone(), labels)
+            })
+            .collect();
+        all.sort();
+        all
+    };
+    assert_eq!(series(&text), series(&open_metrics));
+    let parsed = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    let done = parsed
+        .samples
+        .iter()
+        .find(|s| {
+            s.metric == "slothqueue_attempts_total" && s.labels.get("outcome") == Some("done")
+        })
+        .unwrap();
+    assert_eq!(done.value, prometheus_parse::Value::Counter(1.0));
+    s.stop().await.unwrap();
+
+    if !have_promtool() {
+        return;
+    }
+    // The text format: promtool's linter has nothing to say.
+    let (ok, said) = promtool(&["check", "metrics"], &text);
+    assert!(ok && said.is_empty(), "promtool check metrics: {said}\n{text}");
+    // OpenMetrics: `check metrics` reads the text format only (a counter's
+    // `_total` series would be a family without HELP there), so this one
+    // goes through Prometheus' OpenMetrics parser, the one a scrape uses:
+    // promtool's backfill, which wants a timestamp on every sample.
+    let stamped: String = open_metrics
+        .lines()
+        .map(|l| if l.starts_with('#') { format!("{l}\n") } else { format!("{l} 1700000000\n") })
+        .collect();
+    let input = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(input.path(), &stamped).unwrap();
+    let blocks = tempfile::tempdir().unwrap();
+    let (ok, said) = promtool(
+        &[
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            &input.path().to_string_lossy(),
+            &blocks.path().to_string_lossy(),
+        ],
+        "",
+    );
+    assert!(ok, "promtool's OpenMetrics parser: {said}\n{stamped}");
 }
 
 /// Now, as the stores take it.

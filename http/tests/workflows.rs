@@ -45,16 +45,18 @@ async fn enqueue_names_parents_by_id_and_key(backend: Backend) {
     let plain = s.enqueue(with(shell("true"), "after", Value::Null)).await;
     assert!(plain["job"].get("after").is_none(), "{plain}");
 
-    for (after, says) in [
-        (json!([999]), "after 999"),
-        (json!(["nobody-has-this-key"]), "nobody-has-this-key"),
-        (json!([1.5]), "after[0]"),
-        (json!([build_id, true]), "after[1]"),
-        (json!("build"), "after"),
+    // A parent that is not there is the queue's state (409: the same body
+    // passes once it is); a malformed `after` is the request's (400).
+    for (after, says, code) in [
+        (json!([999]), "after 999", StatusCode::CONFLICT),
+        (json!(["nobody-has-this-key"]), "nobody-has-this-key", StatusCode::CONFLICT),
+        (json!([1.5]), "after[0]", StatusCode::BAD_REQUEST),
+        (json!([build_id, true]), "after[1]", StatusCode::BAD_REQUEST),
+        (json!("build"), "after", StatusCode::BAD_REQUEST),
     ] {
         let (status, body) =
             s.post("/api/tasks/enqueue", &with(shell("x"), "after", after.clone())).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{after}: {body}");
+        assert_eq!(status, code, "{after}: {body}");
         let error = body["error"].as_str().unwrap();
         assert!(error.contains(says), "{after}: {error}");
         assert!(!error.contains("--after"), "the CLI's flag in the API's answer: {error}");
@@ -77,7 +79,7 @@ async fn a_batch_is_written_whole_or_not_at_all(backend: Backend) {
         with(shell("c"), "after", json!([12345])),
     ])
     .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(body["index"], 2, "{body}");
     assert!(body["error"].as_str().unwrap().starts_with("job 3 of the batch"), "{body}");
     // A job the door refuses is named the same way, before the store is asked.

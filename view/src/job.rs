@@ -122,7 +122,8 @@ pub async fn job(look: &Look<'_>, id: JobId) -> Result<JobView, ViewError> {
     let listed = &dependents[..dependents.len().min(DEPENDENTS_LISTED)];
     let listed_dependents = jobs_by_id(store, listed).await?;
     let runners = if job.state.is_terminal() { Vec::new() } else { look.runners().await? };
-    let ahead = if job.is_due(now) { jobs_ahead(store, &job, &runners, now).await? } else { 0 };
+    let (ahead, ahead_higher) =
+        if job.is_due(now) { jobs_ahead(store, &job, &runners, now).await? } else { (0, 0) };
     let lease_owner = job.lease.as_ref().map_or(Liveness::Unknown, |l| (look.judge)(&l.owner));
     let lanes = if job.state == JobState::Pending {
         store.lanes().await.map_err(read("cannot read the lanes"))?
@@ -146,6 +147,7 @@ pub async fn job(look: &Look<'_>, id: JobId) -> Result<JobView, ViewError> {
         job: &job,
         now,
         ahead,
+        ahead_higher,
         runners: &runners,
         lease_owner,
         this_host: look.this_host,
@@ -211,12 +213,13 @@ pub async fn jobs_by_id(store: &dyn Store, ids: &[JobId]) -> Result<Vec<Job>, Vi
 /// only live runners that serve its queue and run its kind count, and of
 /// the jobs before it in claim order only those such a runner would take
 /// (its queues, its kinds). With no such runner, every due job before it.
+/// Also how many of them are of a higher priority.
 async fn jobs_ahead(
     store: &dyn Store,
     job: &Job,
     runners: &[RunnerView],
     now: Timestamp,
-) -> Result<usize, ViewError> {
+) -> Result<(usize, usize), ViewError> {
     let capable: Vec<&RunnerRecord> = runners
         .iter()
         .filter(|r| r.live && r.record.serves_queue(&job.queue) && r.record.runs_kind(&job.kind))
@@ -230,7 +233,7 @@ async fn jobs_ahead(
         ..ListFilter::default()
     };
     let mine = job.claim_order();
-    let ahead = store
+    let ahead: Vec<Job> = store
         .list(&filter)
         .await
         .map_err(read("cannot list pending jobs"))?
@@ -238,6 +241,7 @@ async fn jobs_ahead(
         .filter(|j| j.id != job.id && j.is_due(now) && j.claim_order() < mine)
         .filter(|j| all_queues || capable.iter().any(|r| r.queues.contains(&j.queue)))
         .filter(|j| capable.is_empty() || capable.iter().any(|r| r.runs_kind(&j.kind)))
-        .count();
-    Ok(ahead)
+        .collect();
+    let higher = ahead.iter().filter(|j| j.priority > job.priority).count();
+    Ok((ahead.len(), higher))
 }

@@ -27,6 +27,10 @@ pub struct Situation<'a> {
     pub now: Timestamp,
     /// Due pending jobs that claims take before this one.
     pub ahead: usize,
+    /// Of them, those of a higher priority (the others have the same one
+    /// and come first by the claim order's next keys: due earlier, or
+    /// added earlier; `Job::claim_order`).
+    pub ahead_higher: usize,
     /// Every recorded runner, judged.
     pub runners: &'a [RunnerView],
     /// The judge's verdict on the job's lease owner (running jobs).
@@ -118,9 +122,16 @@ fn pending(s: &Situation<'_>) -> String {
         .copied()
         .filter(|r| r.record.serves_queue(&job.queue) && r.record.runs_kind(&job.kind))
         .collect();
-    let ahead = match s.ahead {
-        0 => String::new(),
-        n => format!("waiting behind {n} due job(s) of higher priority"),
+    let ahead = match (s.ahead, s.ahead_higher) {
+        (0, _) => String::new(),
+        (n, higher) if higher >= n => format!("waiting behind {n} due job(s) of higher priority"),
+        (n, 0) => format!(
+            "waiting behind {n} due job(s) ahead of it in the queue (the same priority, due or added earlier)"
+        ),
+        (n, higher) => format!(
+            "waiting behind {n} due job(s): {higher} of higher priority, {} of the same priority due or added earlier",
+            n - higher
+        ),
     };
     let coverage = serving::coverage(&job.queue, &job.kind, alive.iter().map(|r| &r.record));
     // A plain `run` runs shell jobs only: another kind needs its handler,
@@ -264,10 +275,16 @@ mod tests {
     }
 
     fn why_of(job: &Job, ahead: usize, runners: &[RunnerView]) -> String {
+        why_with(job, ahead, ahead, runners)
+    }
+
+    /// With `higher` of the `ahead` jobs of a higher priority.
+    fn why_with(job: &Job, ahead: usize, higher: usize, runners: &[RunnerView]) -> String {
         why(&Situation {
             job,
             now: NOW,
             ahead,
+            ahead_higher: higher,
             runners,
             lease_owner: Liveness::Unknown,
             this_host: "box",
@@ -314,6 +331,7 @@ mod tests {
             job: &waiting,
             now: NOW,
             ahead: 0,
+            ahead_higher: 0,
             runners: &runners,
             lease_owner: Liveness::Unknown,
             this_host: "box",
@@ -351,6 +369,15 @@ mod tests {
         assert_eq!(
             why_of(&due, 0, &seen),
             "next in line: runner pid 42 on this host is running job #7"
+        );
+        // Only jobs of a higher priority are said to be of one.
+        assert_eq!(
+            why_with(&due, 1, 0, &seen),
+            "waiting behind 1 due job(s) ahead of it in the queue (the same priority, due or added earlier)"
+        );
+        assert_eq!(
+            why_with(&due, 3, 1, &seen),
+            "waiting behind 3 due job(s): 1 of higher priority, 2 of the same priority due or added earlier"
         );
         let dead = [RunnerView { record: busy, live: false }];
         assert!(why_of(&due, 0, &dead).starts_with("no runner is alive"));
@@ -454,6 +481,7 @@ mod tests {
                 job: &flagged,
                 now: NOW,
                 ahead: 0,
+                ahead_higher: 0,
                 runners: &[],
                 lease_owner,
                 this_host: "box",
@@ -488,6 +516,7 @@ mod tests {
                 job: &child,
                 now: NOW,
                 ahead: 0,
+                ahead_higher: 0,
                 runners: &[],
                 lease_owner: Liveness::Unknown,
                 this_host: "box",
@@ -522,6 +551,7 @@ mod tests {
             job: &child,
             now: NOW,
             ahead: 0,
+            ahead_higher: 0,
             runners: &[],
             lease_owner: Liveness::Unknown,
             this_host: "box",
@@ -556,6 +586,7 @@ mod tests {
                 job,
                 now: NOW,
                 ahead: 0,
+                ahead_higher: 0,
                 runners: &[],
                 lease_owner: Liveness::Unknown,
                 this_host: "box",

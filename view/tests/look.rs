@@ -69,6 +69,31 @@ async fn only_jobs_a_capable_runner_takes_first_are_ahead() {
 }
 
 #[tokio::test]
+async fn jobs_ahead_of_the_same_priority_are_not_called_of_a_higher_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("q.db"), SqliteOptions::default()).unwrap();
+    let store: &dyn Store = &store;
+    store.put_runner(&runner("box:42:1:aa", &["default"], &["shell"])).await.unwrap();
+    push(store, NewJob::shell("true", "/")).await;
+    let mine = push(store, NewJob::shell("true", "/")).await;
+    let view = slothqueue_view::job(&look(store), mine).await.unwrap();
+    assert_eq!(
+        view.why.as_deref(),
+        Some(
+            "waiting behind 1 due job(s) ahead of it in the queue (the same priority, due or added earlier)"
+        )
+    );
+    push(store, NewJob::shell("true", "/").priority(3)).await;
+    let view = slothqueue_view::job(&look(store), mine).await.unwrap();
+    assert_eq!(
+        view.why.as_deref(),
+        Some(
+            "waiting behind 2 due job(s): 1 of higher priority, 1 of the same priority due or added earlier"
+        )
+    );
+}
+
+#[tokio::test]
 async fn a_paused_lane_is_the_reason_and_the_status_counts_its_lane() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(&dir.path().join("q.db"), SqliteOptions::default()).unwrap();

@@ -20,6 +20,7 @@ mod pgbouncer;
 mod py;
 mod python;
 mod run;
+mod schemathesis;
 mod torture;
 
 use std::process::ExitCode;
@@ -206,6 +207,7 @@ fn ci() -> Result<(), String> {
     }
     agents::run()?;
     python::run()?;
+    schemathesis::run()?;
     conformance::run(&[])?;
     // Keeps the bench harness alive; asserts nothing about speed. The dev
     // profile reuses the test build instead of a release one.

@@ -18,8 +18,10 @@ const VENV_DIR: &str = "target/py-venv";
 /// What every Python test of the project needs, pinned to the majors the
 /// tests were written against: pytest runs them, `mcp` is the official MCP
 /// SDK (its stdio client drives `slothqueue mcp`), maturin builds the
-/// Python package, mypy checks its stubs.
-pub const PACKAGES: &[&str] = &["pytest>=8,<10", "mcp>=1.9,<2", "maturin>=1.7,<2", "mypy>=1.10,<2"];
+/// Python package, mypy checks its stubs, schemathesis tests `serve`
+/// against its own OpenAPI document.
+pub const PACKAGES: &[&str] =
+    &["pytest>=8,<10", "mcp>=1.9,<2", "maturin>=1.7,<2", "mypy>=1.10,<2", "schemathesis>=4.3,<5"];
 
 /// A ready virtual environment with [`PACKAGES`] installed; returns the
 /// path of its `python`.

@@ -41,6 +41,9 @@ pub(super) fn id_param() -> Value {
 /// body too large or not JSON, a busy queue.
 pub(super) const AUTHED: &[&str] = &["400", "401", "403", "405", "413", "415", "503"];
 
+/// The I/O classes a job's `limits.ionice` may name (`shell::Limits`).
+pub(super) const IONICE_PATTERN: &str = "^(idle|best-effort(:[0-7])?)$";
+
 /// The rule of a queue or kind name (`machine::is_plain_name`).
 pub(super) const PLAIN_NAME: &str = "^[A-Za-z0-9_-][A-Za-z0-9._-]*$";
 

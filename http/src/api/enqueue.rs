@@ -15,7 +15,7 @@ use slothqueue_core::{
     DEFAULT_MAX_RUNTIME, DEFAULT_QUEUE, NewJob, Parent, Pushed, SHELL_KIND, machine,
 };
 
-use super::doc::{ok_json, plain_name, responses};
+use super::doc::{IONICE_PATTERN, ok_json, plain_name, responses};
 use super::{api_words, bad, present, refusal};
 use crate::extract::JsonBody;
 use crate::mask;
@@ -92,6 +92,7 @@ impl EnqueueRequest {
         }
         new.after = parents(self.after.unwrap_or_default())?;
         machine::validate(&new).map_err(|e| bad(api_words(&e.to_string())))?;
+        check_cwd(&new.kind, &new.payload)?;
         Ok(new)
     }
 }
@@ -136,7 +137,10 @@ pub(super) fn parents(after: Vec<Value>) -> Result<Vec<Parent>, HttpError> {
         .into_iter()
         .enumerate()
         .map(|(i, v)| match v {
-            Value::Number(n) => n.as_i64().map(Parent::Id).ok_or_else(|| {
+            Value::Number(n) => {
+                crate::numbers::whole(&n).and_then(|id| i64::try_from(id).ok()).map(Parent::Id)
+            }
+            .ok_or_else(|| {
                 bad(format!("after[{i}]: {n} is not a job id (a positive integer)"))
             }),
             Value::String(key) => Ok(Parent::Key(key)),
@@ -145,6 +149,28 @@ pub(super) fn parents(after: Vec<Value>) -> Result<Vec<Parent>, HttpError> {
             ))),
         })
         .collect()
+}
+
+/// A shell job's `cwd` names a directory that exists here, by the
+/// runner's rule ([`slothqueue_runner::exec::working_dir_exists`]): a
+/// typo is refused when the job is given, not found when it first runs.
+/// 409: the body is well formed, the machine lacks the directory (the
+/// same body passes once it is made).
+pub(super) fn check_cwd(kind: &str, payload: &Value) -> Result<(), HttpError> {
+    let cwd = payload.get("cwd").and_then(Value::as_str);
+    match cwd {
+        // A relative one is refused by `machine::validate` (absolute only).
+        Some(dir)
+            if kind == SHELL_KIND
+                && dir.starts_with('/')
+                && !slothqueue_runner::exec::working_dir_exists(dir) =>
+        {
+            Err(HttpError::Conflict(format!(
+                "cwd {dir} is not a directory on this machine: a shell job runs in an existing directory"
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// A shell payload as the runner expects it: `command`, `cwd` (the server's
@@ -176,6 +202,17 @@ pub(super) fn shell_payload(payload: Value, app: &AppState) -> Result<Value, Htt
                 .to_str()
                 .ok_or_else(|| bad("the server's working directory is not utf-8: give a `cwd`"))?;
             map.insert("cwd".to_owned(), Value::String(cwd.to_owned()));
+        }
+    }
+    // The limits are integers, read from the payload by the core: an
+    // integral float is one there too (`numbers`).
+    if let Some(Value::Object(limits)) = map.get_mut("limits") {
+        for value in limits.values_mut() {
+            if let Value::Number(n) = value
+                && let Some(whole) = crate::numbers::whole(n)
+            {
+                *value = crate::numbers::integer_value(whole);
+            }
         }
     }
     match map.get("env") {
@@ -246,7 +283,7 @@ pub(super) fn op_enqueue() -> Value {
                 ("201", ok_json("a new job was created", "EnqueueResponse")),
                 ("200", ok_json("an identical job with this idempotency key already exists", "EnqueueResponse")),
             ],
-            &["400", "401", "403", "405", "408", "413", "415", "503"],
+            &["400", "401", "403", "405", "408", "409", "413", "415", "503"],
         )
     })
 }
@@ -277,28 +314,69 @@ pub(super) fn op_enqueue_batch() -> Value {
                     "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } }
                 })),
             ],
-            &["401", "403", "405", "408", "413", "415", "503"],
+            &["401", "403", "405", "408", "409", "413", "415", "503"],
         )
     })
 }
 
+/// How deep [`json_values`] follows a payload's arrays and objects.
+const JSON_DEPTH: usize = 4;
+
+/// `JsonValue`, a payload: any JSON whose integers fit 64 bits, as the
+/// body's reader takes it (`numbers::check_big_integers`). Written as one
+/// schema per level, `JsonValue`, `JsonValue1`, … to [`JSON_DEPTH`], below
+/// which anything goes: a schema that refers to itself is beyond some
+/// generators (schemathesis' coverage phase overflows on it), and
+/// payloads nest a few levels at most.
+fn json_values() -> serde_json::Map<String, Value> {
+    let name = |level: usize| {
+        if level == 0 { "JsonValue".to_owned() } else { format!("JsonValue{level}") }
+    };
+    (0..JSON_DEPTH)
+        .map(|level| {
+            let inner = if level + 1 == JSON_DEPTH {
+                json!({})
+            } else {
+                json!({ "$ref": format!("#/components/schemas/{}", name(level + 1)) })
+            };
+            let schema = json!({
+                "description": "any JSON value whose whole numbers are from -2^63 to 2^64-1: a longer one would be read as a double and lose digits, so it is refused (send it as a string), and so is a double past 2^64 (`1e30`: every double past 2^53 is whole); a number with a fraction is a double, as JSON readers take it",
+                "anyOf": [
+                    { "type": ["string", "boolean", "null"] },
+                    { "type": "number", "not": { "type": "integer" } },
+                    { "type": "integer", "minimum": i64::MIN, "maximum": u64::MAX },
+                    { "type": "array", "items": inner },
+                    { "type": "object", "additionalProperties": inner }
+                ]
+            });
+            (name(level), schema)
+        })
+        .collect()
+}
+
+/// An idempotency key's characters: printable (no C0 or C1 control).
+const KEY_PATTERN: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$";
+
 /// The schemas of the enqueue body and answer.
 pub(super) fn schemas() -> Value {
-    json!({
+    let mut all = json!({
         "EnqueueRequest": {
             "type": "object",
             "additionalProperties": false,
             "required": ["kind", "payload"],
+            "not": { "required": ["max_runtime", "max_runtime_secs"], "description": "max_runtime and max_runtime_secs are two forms of one limit: give one" },
+            "if": { "required": ["kind"], "properties": { "kind": { "const": "shell" } } },
+            "then": { "properties": { "payload": { "$ref": "#/components/schemas/ShellPayload" } } },
             "properties": {
                 "kind": plain_name("`shell` for a command (its payload is a ShellPayload); any other name runs the handler of that name"),
-                "payload": { "description": "any JSON; for kind `shell` a ShellPayload" },
+                "payload": { "$ref": "#/components/schemas/JsonValue", "description": "any JSON whose integers fit 64 bits (JsonValue); for kind `shell` a ShellPayload" },
                 "idempotency_key": {
                     "type": ["string", "null"], "minLength": 1, "maxLength": machine::MAX_NAME_LEN,
-                    "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]+$",
+                    "pattern": KEY_PATTERN,
                     "description": "1 to 128 bytes of printable characters"
                 },
                 "priority": { "type": ["integer", "null"], "format": "int32", "default": 0 },
-                "scheduled_for": { "type": ["string", "null"], "format": "date-time", "description": "RFC 3339, in the years 1970 to 9999; the job is not run before" },
+                "scheduled_for": { "type": ["string", "null"], "format": "date-time", "pattern": "^(19[7-9][0-9]|[2-9][0-9]{3})-", "description": "RFC 3339, in the years 1970 to 9999 (UTC); the job is not run before" },
                 "max_attempts": { "type": ["integer", "null"], "minimum": 1, "maximum": machine::MAX_ATTEMPTS, "default": 3 },
                 "max_runtime": {
                     "type": ["integer", "null"],
@@ -323,7 +401,7 @@ pub(super) fn schemas() -> Value {
                     "maxItems": machine::MAX_PARENTS,
                     "items": { "oneOf": [
                         { "type": "integer", "format": "int64", "minimum": 1, "description": "a job id" },
-                        { "type": "string", "minLength": 1, "maxLength": machine::MAX_NAME_LEN, "description": "the idempotency key of a job" }
+                        { "type": "string", "minLength": 1, "maxLength": machine::MAX_NAME_LEN, "pattern": KEY_PATTERN, "description": "the idempotency key of a job" }
                     ] },
                     "description": "the jobs this one runs after: it is not run until each is done, and is cancelled when one fails or is cancelled; each must exist (in a batch: earlier in it)"
                 },
@@ -368,7 +446,7 @@ pub(super) fn schemas() -> Value {
                     "additionalProperties": false,
                     "properties": {
                         "nice": { "type": "integer", "minimum": -20, "maximum": 19 },
-                        "ionice": { "type": "string", "pattern": "^(idle|best-effort(:[0-7])?)$" },
+                        "ionice": { "type": "string", "pattern": IONICE_PATTERN },
                         "memory_max": { "type": "integer", "minimum": 1048576, "description": "bytes" },
                         "cpu_weight": { "type": "integer", "minimum": 1, "maximum": 10000 }
                     },
@@ -385,5 +463,9 @@ pub(super) fn schemas() -> Value {
             },
             "required": ["job", "created", "superseded"]
         }
-    })
+    });
+    if let Value::Object(all) = &mut all {
+        all.extend(json_values());
+    }
+    all
 }

@@ -17,10 +17,10 @@ use slothqueue_core::{
 use slothqueue_runner::RunnerError;
 use slothqueue_runner::wait::{WaitTarget, wait_briefly};
 
-use super::doc::{AUTHED, id_param, ok_json, plain_name, responses};
+use super::doc::{AUTHED, IONICE_PATTERN, id_param, ok_json, plain_name, responses};
 use super::enqueue::shell_payload;
-use super::{bad, present, refusal};
-use crate::extract::{IdParam, JsonBody, MaybeJsonBody, QueryParams, Who, parse_id};
+use super::{bad, given, present, refusal};
+use crate::extract::{IdParam, JsonBody, MaybeJsonBody, QueryParams, Who};
 use crate::mask::{self, Secrets};
 use crate::serving;
 use crate::{AppState, HttpError};
@@ -40,28 +40,29 @@ pub(super) const MAX_WAIT_SECS: u64 = 120;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct EditRequest {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "given")]
     command: Option<String>,
-    #[serde(default)]
+    /// A whole new payload; `null` is one (a handler's payload may be).
+    #[serde(default, deserialize_with = "given")]
     payload: Option<Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "given")]
     priority: Option<i32>,
     /// Absent: unchanged; `null`: no limit; a number: milliseconds.
     #[serde(default, deserialize_with = "present")]
     max_runtime: Option<Option<u64>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "given")]
     max_attempts: Option<u32>,
     /// UTC milliseconds since the epoch.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "given")]
     not_before: Option<i64>,
     /// Milliseconds from now (not with `not_before`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "given")]
     delay: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "given")]
     queue: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "given")]
     env: Option<BTreeMap<String, String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "given")]
     limits: Option<slothqueue_core::Limits>,
     /// Absent: unchanged; `null`: none any more; an object: the new request.
     #[serde(default, deserialize_with = "present")]
@@ -77,9 +78,22 @@ impl EditRequest {
         kind: Option<&str>,
         now: slothqueue_core::Timestamp,
     ) -> Result<JobEdit, HttpError> {
+        // The OpenAPI document's rule, as it says it: a whole payload
+        // comes without the fields that change a shell payload's parts,
+        // even empty ones.
+        if self.payload.is_some()
+            && (self.command.is_some() || self.env.is_some() || self.limits.is_some())
+        {
+            return Err(bad(
+                "a whole payload cannot be given with a command, env or limits".to_owned()
+            ));
+        }
         let not_before = match (self.not_before, self.delay) {
             (Some(_), Some(_)) => return Err(bad("give `not_before` or `delay`, not both")),
             (Some(ms), None) => Some(slothqueue_core::Timestamp::from_millis(ms)),
+            (None, Some(ms)) if ms > i64::MAX as u64 => {
+                return Err(bad(format!("delay must be at most {} milliseconds", i64::MAX)));
+            }
             (None, Some(ms)) => Some(now.saturating_add(Duration::from_millis(ms))),
             (None, None) => None,
         };
@@ -94,7 +108,20 @@ impl EditRequest {
         let limits = self.limits.unwrap_or_default();
         limits.check().map_err(|e| bad(format!("limits: {e}")))?;
         let payload = match (self.payload, kind) {
-            (Some(p), Some(SHELL_KIND)) => Some(shell_payload(p, app)?),
+            (Some(p), Some(SHELL_KIND)) => {
+                // What a shell job's payload must be depends on the job
+                // being a shell job: the same body fits a handler job.
+                let p = shell_payload(p, app).map_err(|e| match e {
+                    HttpError::BadRequest(m) => HttpError::Conflict(m),
+                    other => other,
+                })?;
+                // The whole shell payload checked now, by the enqueue's
+                // rule, as this job's kind makes it: 409 like the above.
+                let probe = slothqueue_core::NewJob::new(SHELL_KIND, p.clone());
+                machine::validate(&probe).map_err(|e| HttpError::Conflict(e.to_string()))?;
+                super::enqueue::check_cwd(SHELL_KIND, &p)?;
+                Some(p)
+            }
             (p, _) => p,
         };
         Ok(JobEdit {
@@ -203,24 +230,21 @@ pub(super) struct StatsAnswer {
     gpus: Vec<slothqueue_view::HostGpus>,
 }
 
-/// `?wait=SECONDS`: a non-negative decimal number of seconds (`5`, `0.5`),
-/// at most [`MAX_WAIT_SECS`].
+/// `?wait=SECONDS`: any JSON number from 0 to [`MAX_WAIT_SECS`] (`5`,
+/// `0.5`, `88.2499479254102`, `1e1`: a client computing `deadline - now`
+/// sends what its language prints), as the OpenAPI document's `number`
+/// says.
 pub(super) fn parse_wait(raw: &str) -> Result<Duration, HttpError> {
     let refused = || {
         bad(format!(
             "wait must be a number of seconds from 0 to {MAX_WAIT_SECS}, such as 30 or 0.5"
         ))
     };
-    let (whole, frac) = raw.split_once('.').unwrap_or((raw, "0"));
-    let digits = |s: &str| !s.is_empty() && s.len() <= 9 && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(whole) || !digits(frac) {
-        return Err(refused());
-    }
-    let secs: f64 = raw.parse().map_err(|_| refused())?;
+    let secs = crate::numbers::query_number(raw).and_then(|n| n.as_f64()).ok_or_else(refused)?;
     if !(0.0..=MAX_WAIT_SECS as f64).contains(&secs) {
         return Err(refused());
     }
-    Duration::try_from_secs_f64(secs).map_err(|_| refused())
+    Duration::try_from_secs_f64(secs.max(0.0)).map_err(|_| refused())
 }
 
 pub(super) async fn list(
@@ -230,14 +254,28 @@ pub(super) async fn list(
     let (state, shown) = state_query(q.state)?;
     let limit = match q.limit {
         None => DEFAULT_LIMIT,
-        Some(l) => l
-            .parse::<usize>()
-            .ok()
-            .filter(|l| (1..=MAX_LIMIT).contains(l))
+        Some(l) => crate::numbers::query_integer(&l, 1, MAX_LIMIT as i128)
+            .and_then(|l| usize::try_from(l).ok())
             .ok_or_else(|| bad(format!("limit must be an integer from 1 to {MAX_LIMIT}")))?,
     };
-    let cursor =
-        q.cursor.map(|c| parse_id(&c).ok_or_else(|| bad("cursor must be a job id"))).transpose()?;
+    let cursor = q
+        .cursor
+        .map(|c| {
+            crate::numbers::query_integer(&c, 1, i128::from(i64::MAX))
+                .and_then(|id| i64::try_from(id).ok())
+                .ok_or_else(|| bad("cursor must be a job id"))
+        })
+        .transpose()?;
+    for (what, name) in [("kind", &q.kind), ("queue", &q.queue)] {
+        if let Some(name) = name
+            && (!machine::is_plain_name(name) || name.len() > machine::MAX_NAME_LEN)
+        {
+            return Err(bad(format!(
+                "{what} must be a name: 1 to {} letters, digits, '-', '_' and '.', not starting with '.'",
+                machine::MAX_NAME_LEN
+            )));
+        }
+    }
     let secrets = Secrets::from_query(q.show_secrets.as_deref())?;
     let filter = ListFilter {
         state,
@@ -440,7 +478,7 @@ pub(super) fn op_show() -> Value {
             {
                 "name": "wait", "in": "query", "required": false,
                 "schema": { "type": "number", "minimum": 0, "maximum": MAX_WAIT_SECS },
-                "description": "seconds to wait for the job to finish, at most 120 (a decimal such as 0.5 is allowed); the wait sees runners in other processes"
+                "description": "seconds to wait for the job to finish, any JSON number from 0 to 120 (`30`, `0.5`, `88.2499479254102`, `1e1`); the wait sees runners in other processes"
             },
             {
                 "name": "show_secrets", "in": "query", "required": false,
@@ -492,7 +530,7 @@ pub(super) fn op_clone() -> Value {
             "required": false,
             "content": { "application/json": { "schema": { "$ref": "#/components/schemas/EditRequest" } } }
         },
-        "responses": responses(&[("201", ok_json("the new job", "Job"))], &["400", "401", "403", "404", "405", "408", "413", "415", "503"])
+        "responses": responses(&[("201", ok_json("the new job", "Job"))], &["400", "401", "403", "404", "405", "408", "409", "413", "415", "503"])
     })
 }
 
@@ -685,13 +723,19 @@ pub(super) fn edit_schemas() -> Value {
             "type": "object",
             "additionalProperties": false,
             "description": "what to change; a field left out stays as the job has it",
+            "allOf": [
+                { "not": { "required": ["not_before", "delay"] }, "description": "not_before or delay, not both" },
+                { "not": { "required": ["payload", "command"] }, "description": "a whole payload, or its parts" },
+                { "not": { "required": ["payload", "env"] } },
+                { "not": { "required": ["payload", "limits"] } }
+            ],
             "properties": {
                 "command": { "type": "string", "description": "a new shell command (shell jobs only)" },
                 "payload": { "description": "a new payload, whole (not with command, env or limits); for a shell job a ShellPayload" },
                 "priority": { "type": "integer", "format": "int32" },
-                "max_runtime": { "type": ["integer", "null"], "minimum": 1, "description": "milliseconds; null for no limit" },
+                "max_runtime": { "type": ["integer", "null"], "minimum": 1, "maximum": machine::MAX_MAX_RUNTIME.as_millis() as u64, "description": "milliseconds (at most 100 years); null for no limit" },
                 "max_attempts": { "type": "integer", "minimum": 1, "maximum": machine::MAX_ATTEMPTS, "description": "above the attempts already made" },
-                "not_before": { "type": "integer", "format": "int64", "description": "due at: UTC milliseconds since the epoch (not with delay)" },
+                "not_before": { "type": "integer", "format": "int64", "minimum": 0, "description": "due at: UTC milliseconds since the epoch, not before it (not with delay)" },
                 "delay": { "type": "integer", "minimum": 0, "description": "due this many milliseconds from now (not with not_before)" },
                 "queue": plain_name("move the job to this queue"),
                 "env": {
@@ -706,7 +750,7 @@ pub(super) fn edit_schemas() -> Value {
                     "description": "the job's own limits to set (the others stay)",
                     "properties": {
                         "nice": { "type": "integer", "minimum": -20, "maximum": 19 },
-                        "ionice": { "type": "string", "description": "`idle`, `best-effort` or `best-effort:0` to `:7`" },
+                        "ionice": { "type": "string", "pattern": IONICE_PATTERN, "description": "`idle`, `best-effort` or `best-effort:0` to `:7`" },
                         "memory_max": { "type": "integer", "minimum": slothqueue_core::shell::MIN_MEMORY_MAX, "description": "bytes" },
                         "cpu_weight": { "type": "integer", "minimum": 1, "maximum": 10000 }
                     }

@@ -21,7 +21,11 @@ pub(super) fn lane_limit(body: serde_json::Map<String, Value>) -> Result<u32, Ht
         return Err(bad(format!("invalid json body: unknown field `{key}`, expected `limit`")));
     }
     let v = body.get("limit").ok_or_else(|| bad("invalid json body: missing field `limit`"))?;
-    v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+    let whole = match v {
+        Value::Number(n) => crate::numbers::whole(n),
+        _ => None,
+    };
+    whole.and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
         bad(format!(
             "invalid json body: limit: expected a whole number from 0 (no limit) to {}, got {v}",
             u32::MAX

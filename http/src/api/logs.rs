@@ -48,11 +48,15 @@ pub(crate) struct LogChunk {
     text: String,
 }
 
-fn number(raw: Option<&str>, what: &str, max: u64) -> Result<Option<u64>, HttpError> {
+/// A query number from `min` to `max`, by the API's number rule
+/// (`numbers::query_integer`: `20.0` is 20).
+fn number(raw: Option<&str>, what: &str, min: u64, max: u64) -> Result<Option<u64>, HttpError> {
     raw.map(|r| {
-        r.parse::<u64>().ok().filter(|n| *n <= max).ok_or_else(|| {
-            HttpError::BadRequest(format!("{what} must be a whole number from 0 to {max}"))
-        })
+        crate::numbers::query_integer(r, i128::from(min), i128::from(max))
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or_else(|| {
+                HttpError::BadRequest(format!("{what} must be a whole number from {min} to {max}"))
+            })
     })
     .transpose()
 }
@@ -63,10 +67,8 @@ pub(crate) async fn log(
     IdParam(id): IdParam,
     QueryParams(q): QueryParams<LogQuery>,
 ) -> Result<Json<LogChunk>, HttpError> {
-    let offset = number(q.offset.as_deref(), "offset", i64::MAX as u64)?;
-    let limit = number(q.limit.as_deref(), "limit", MAX_LOG_CHUNK)?
-        .filter(|l| *l > 0)
-        .unwrap_or(DEFAULT_LOG_CHUNK);
+    let offset = number(q.offset.as_deref(), "offset", 0, i64::MAX as u64)?;
+    let limit = number(q.limit.as_deref(), "limit", 1, MAX_LOG_CHUNK)?.unwrap_or(DEFAULT_LOG_CHUNK);
     // A job that does not exist is a 404, whatever files lie about.
     app.store.get(id).await?;
     let Some(dir) = app.api.log_dir.clone() else {
@@ -101,7 +103,7 @@ pub(crate) fn op_log() -> Value {
             super::id_param(),
             {
                 "name": "offset", "in": "query", "required": false,
-                "schema": { "type": "integer", "minimum": 0 },
+                "schema": { "type": "integer", "format": "int64", "minimum": 0, "maximum": i64::MAX },
                 "description": "the byte to start at (a `next_offset`); absent, or past the end of a log that was rewritten: the last `limit` bytes"
             },
             {

@@ -24,7 +24,7 @@ pub(crate) fn openapi_document(addr: Option<std::net::SocketAddr>) -> Value {
             ops.insert(route.method.to_ascii_lowercase(), (route.operation)());
         }
     }
-    json!({
+    let mut doc = json!({
         "openapi": "3.1.0",
         "info": {
             "title": "slothqueue",
@@ -44,7 +44,9 @@ pub(crate) fn openapi_document(addr: Option<std::net::SocketAddr>) -> Value {
                 }
             }
         }
-    })
+    });
+    crate::numbers::bound_integers(&mut doc);
+    doc
 }
 
 pub(super) fn op_openapi() -> Value {

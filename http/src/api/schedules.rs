@@ -45,6 +45,33 @@ pub(super) struct ScheduleRequest {
     job: EnqueueRequest,
 }
 
+/// The common forms of a cron spec as a JSON Schema pattern, so that a
+/// client generated from the document knows an empty or blank one is
+/// refused: per field `*`, `*/N` (N from 1 to 9) or a list of values in
+/// the field's range (days of the month to 28); or an `@` name. The parser (`Spec::cron`) takes
+/// more (ranges, names, bigger steps) and says what it refuses.
+fn cron_pattern() -> String {
+    let field = |value: &str| format!("(\\*(/[1-9])?|{value}(,{value})*)");
+    let fields = [
+        field("[0-5]?[0-9]"),
+        field("([01]?[0-9]|2[0-3])"),
+        // Days 29 to 31 are left out: with February alone they never match.
+        field("([1-9]|1[0-9]|2[0-8])"),
+        field("([1-9]|1[0-2])"),
+        field("[0-7]"),
+    ];
+    format!("^({}|@(hourly|daily|weekly|monthly|yearly))$", fields.join(" "))
+}
+
+/// The zones a schedule may name: the IANA database the core reads them
+/// from (`schedule::zone`, jiff's bundled copy).
+fn zone_names() -> Vec<String> {
+    let db = jiff::tz::TimeZoneDatabase::bundled();
+    let mut names: Vec<String> = db.available().map(|n| n.as_str().to_owned()).collect();
+    names.sort();
+    names
+}
+
 /// When a schedule fires, as a request says it: `{"cron": "0 3 * * *"}`
 /// or `{"every": SECONDS}` (seconds, as the enqueue body's deprecated
 /// `max_runtime_secs`).
@@ -384,7 +411,7 @@ pub(super) fn schemas(enqueue: &Value) -> Value {
         "oneOf": [
             {
                 "type": "object", "additionalProperties": false, "required": ["cron"],
-                "properties": { "cron": { "type": "string", "description": "five fields (minute hour day-of-month month day-of-week, read as a wall clock in `zone`) or @hourly, @daily, @weekly, @monthly, @yearly" } }
+                "properties": { "cron": { "type": "string", "minLength": 1, "pattern": cron_pattern(), "description": "five fields (minute hour day-of-month month day-of-week, read as a wall clock in `zone`) or @hourly, @daily, @weekly, @monthly, @yearly; the pattern is the common forms (`*`, `*/N`, values and lists of them), and ranges (`1-5`) and names are accepted too" } }
             },
             {
                 "type": "object", "additionalProperties": false, "required": ["every"],
@@ -409,7 +436,7 @@ pub(super) fn schemas(enqueue: &Value) -> Value {
             "properties": {
                 "key": schedule_key("the schedule's name; its ticks' jobs have the idempotency key `KEY@SLOT` (the slot in RFC 3339 UTC)"),
                 "spec": spec_request,
-                "zone": { "type": "string", "default": DEFAULT_ZONE, "description": "the IANA zone the cron fields are read in (`Europe/Berlin`); an interval counts in absolute time from the schedule's creation" },
+                "zone": { "type": "string", "enum": zone_names(), "default": DEFAULT_ZONE, "description": "the IANA zone the cron fields are read in (`Europe/Berlin`); an interval counts in absolute time from the schedule's creation" },
                 "catch_up": catch_up,
                 "overlap": overlap,
                 "job": { "$ref": "#/components/schemas/ScheduleJob" }

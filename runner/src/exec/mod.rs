@@ -213,6 +213,15 @@ where
     }
 }
 
+/// Whether a shell job's `cwd` is a directory a job can start in here (it
+/// exists, and following links, is a directory). The one rule for it:
+/// the executor checks it before each attempt, and the HTTP API at
+/// enqueue, so that a `cwd` with a typo is refused when it is given, as
+/// `slothqueue add` records only the directory it runs in.
+pub fn working_dir_exists(dir: &str) -> bool {
+    Path::new(dir).is_dir()
+}
+
 /// Runs `shell` jobs: `/bin/sh -c <command>` in the recorded `cwd`, with
 /// the payload's `env`, stdin from `/dev/null`, output to the job's log.
 ///
@@ -237,7 +246,7 @@ impl Executor for ShellExecutor {
         let cwd = match job.payload.get("cwd") {
             None | Some(serde_json::Value::Null) => None,
             Some(serde_json::Value::String(dir)) => {
-                if !Path::new(dir).is_dir() {
+                if !working_dir_exists(dir) {
                     return ExecOutcome::failure(format!(
                         "working directory {dir} no longer exists (recorded when the job was added)"
                     ));

@@ -25,6 +25,8 @@
 //! - `read_only`: the open of commands that only look (nothing created,
 //!   empty files refused, writes refused, immutable where `-shm` cannot be
 //!   made);
+//! - `dump`: README's recipe for a queue kept as sqlite3's `.dump` replays
+//!   it without a stray error and the marked file opens;
 //! - `import`: how long a `restore_many` of 100,000 jobs takes (a measurement, run when asked).
 //!
 //! The shared `Store` contract is not here: it is `tests/conformance.rs`, its
@@ -33,6 +35,7 @@
 mod damaged_schema;
 mod dependencies;
 mod disk_full;
+mod dump;
 mod files;
 mod fixture;
 mod gpus;
