@@ -17,7 +17,7 @@
 //! Commands run in bash, one shell per block, in a home folder shared by
 //! the document's blocks (`session.rs`). A command that ends in `&` is
 //! waited on until it prints its first line, as a reader would before
-//! typing the next.
+//! typing the next (unless its output is sent to a file with `>`).
 
 /// How a block is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

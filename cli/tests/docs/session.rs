@@ -58,8 +58,9 @@ impl Session {
                 "{{\n{command}\n}} > {out} 2>&1 < /dev/null\necho $? > {status}\n"
             ));
             // A server started in the background (`serve &`) is typed after
-            // by a reader who saw its first line: wait for it (10 s at most).
-            if command.trim_end().ends_with('&') {
+            // by a reader who saw its first line: wait for it (10 s at
+            // most). One whose output goes to a file says nothing here.
+            if command.trim_end().ends_with('&') && !command.contains('>') {
                 script.push_str(&format!(
                     "for _ in $(seq 100); do [ -s {out} ] && break; sleep 0.1; done\n"
                 ));
