@@ -1,7 +1,7 @@
 //! The command blocks of a Markdown file, and what the comment above each
 //! says about checking it.
 //!
-//! A block is a fence whose info string is `sh` (commands, each checked for
+//! A block is a fence whose info string is `sh` or `bash` (commands, each checked for
 //! its exit status) or `console` (a transcript: `$ command` lines, each
 //! followed by what it prints). Other blocks (`json`, `rust`, `text`, …)
 //! are not commands. An HTML comment on the lines right above a block —
@@ -49,25 +49,30 @@ pub fn blocks(text: &str) -> Result<Vec<Block>, String> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < lines.len() {
-        let Some(info) = lines[i].strip_prefix("```") else {
+        // A fence may be indented (a block inside a list item); its lines
+        // are read without that indent.
+        let indent = lines[i].len() - lines[i].trim_start().len();
+        let Some(info) = lines[i].trim_start().strip_prefix("```") else {
             i += 1;
             continue;
         };
         let start = i;
         let end = (i + 1..lines.len())
-            .find(|&j| lines[j].trim_end() == "```")
+            .find(|&j| lines[j].trim() == "```")
             .ok_or_else(|| format!("line {}: a fence that is never closed", start + 1))?;
         let kind = match info.trim() {
-            "sh" => Some(Kind::Sh),
+            "sh" | "bash" => Some(Kind::Sh),
             "console" => Some(Kind::Console),
             _ => None,
         };
         if let Some(kind) = kind {
             let (not_checked, before) = comments_above(&lines[..start])?;
+            let pad = &lines[start][..indent];
+            let unindent = |l: &&str| l.strip_prefix(pad).unwrap_or(l.trim_start()).to_owned();
             out.push(Block {
                 line: start + 1,
                 kind,
-                body: lines[start + 1..end].iter().map(|l| (*l).to_owned()).collect(),
+                body: lines[start + 1..end].iter().map(unindent).collect(),
                 not_checked,
                 before,
             });
