@@ -67,6 +67,17 @@ fn every_command_block_does_what_its_document_says() {
                 set_aside.push(format!("{at} ({reason})"));
                 continue;
             }
+            if let Some(tool) = missing_tool(block, &TOOLS) {
+                // As the other tests of real tools: a failure under CI,
+                // which installs them, and a loud skip elsewhere.
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "{at} needs `{tool}`: CI installs it (.ci/run)"
+                );
+                println!("SKIPPED: {at}, for want of `{tool}` (install it to check this block)");
+                set_aside.push(format!("{at} (no `{tool}` here)"));
+                continue;
+            }
             checked += 1;
             if let Err(e) = check(&mut session, block) {
                 failures.push(format!("{at}: {e}"));
@@ -83,6 +94,28 @@ fn every_command_block_does_what_its_document_says() {
         failures.len(),
         failures.join("\n\n")
     );
+}
+
+/// The programs the documents' examples call besides `slothqueue` and a
+/// shell's basics, which a developer's machine may lack.
+const TOOLS: [&str; 5] = ["curl", "promtool", "sqlite3", "make", "jq"];
+
+/// A program the block names (as a word) that is not on `PATH`.
+fn missing_tool(block: &Block, tools: &[&'static str]) -> Option<&'static str> {
+    let text: String = block.before.iter().chain(&block.body).map(|l| format!("{l}\n")).collect();
+    let names = |tool: &str| {
+        text.match_indices(tool).any(|(at, _)| {
+            let word = |c: Option<char>| {
+                c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            };
+            !word(text[..at].chars().next_back()) && !word(text[at + tool.len()..].chars().next())
+        })
+    };
+    let on_path = |tool: &str| {
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .any(|d| d.join(tool).is_file())
+    };
+    tools.iter().copied().find(|&tool| names(tool) && !on_path(tool))
 }
 
 /// Runs one block and says how it differs from its document.
@@ -150,4 +183,22 @@ fn check(session: &mut Session, block: &Block) -> Result<(), String> {
 
 fn indent(lines: &[String]) -> String {
     lines.iter().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn a_block_naming_a_program_not_installed_is_known() {
+    let block = |line: &str| Block {
+        line: 1,
+        kind: Kind::Sh,
+        body: vec![line.to_owned()],
+        not_checked: None,
+        before: Vec::new(),
+    };
+    let tools = ["no-such-tool-here", "sh"];
+    assert_eq!(
+        missing_tool(&block("no-such-tool-here -v | sh"), &tools),
+        Some("no-such-tool-here")
+    );
+    assert_eq!(missing_tool(&block("echo no-such-tool-here-too"), &tools), None);
+    assert_eq!(missing_tool(&block("sh -c true"), &tools), None);
 }
