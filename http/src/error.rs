@@ -140,9 +140,13 @@ impl HttpError {
                     StatusCode::CONFLICT
                 }
                 StoreError::InvalidInput(_) => StatusCode::BAD_REQUEST,
-                StoreError::Busy { .. } | StoreError::DiskFull(_) => {
-                    StatusCode::SERVICE_UNAVAILABLE
-                }
+                // The server cannot take this write now, and says why: a
+                // busy or full queue, a PostgreSQL server gone or demoted
+                // to a read-only standby under a running `serve`.
+                StoreError::Busy { .. }
+                | StoreError::DiskFull(_)
+                | StoreError::Unreachable(_)
+                | StoreError::ReadOnlyStandby(_) => StatusCode::SERVICE_UNAVAILABLE,
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             },
             HttpError::Internal
@@ -235,6 +239,19 @@ mod tests {
         let kept = json_refusals(ours).await;
         let bytes = axum::body::to_bytes(kept.into_body(), 1024).await.unwrap();
         assert_eq!(bytes, r#"{"error":"it is done","status":409}"#);
+    }
+
+    #[test]
+    fn a_server_gone_or_a_standby_is_unavailable_and_says_which() {
+        for e in [
+            StoreError::ReadOnlyStandby("db:5432".to_owned()),
+            StoreError::Unreachable("db:5432: connection refused".to_owned()),
+        ] {
+            let words = e.to_string();
+            let error = HttpError::Store(e);
+            assert_eq!(error.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert!(error.to_string().contains(&words), "{error}");
+        }
     }
 
     #[test]
