@@ -277,6 +277,12 @@ async fn the_document_declares_what_the_parser_refuses(backend: Backend) {
         schemas["ShellPayload"]["properties"]["limits"]["properties"]["ionice"]["pattern"]
     );
     assert!(ionice["pattern"].is_string(), "{ionice}");
+    // A clone's or an edit's command is refused blank as a new job's is
+    // (schemathesis's stateful phase cloned with `"command": ""`).
+    let command = &schemas["EditRequest"]["properties"]["command"];
+    assert_eq!(command["minLength"], 1, "{command}");
+    assert_eq!(command["pattern"], schemas["ShellPayload"]["properties"]["command"]["pattern"]);
+    assert!(command["pattern"].is_string(), "{command}");
     let cron = &schemas["ScheduleRequest"]["properties"]["spec"]["oneOf"][0]["properties"]["cron"];
     assert_eq!(cron["minLength"], 1, "{cron}");
     // Every integer a request may carry has its bounds.
@@ -286,10 +292,13 @@ async fn the_document_declares_what_the_parser_refuses(backend: Backend) {
         (json!(i32::MIN), json!(i32::MAX))
     );
     assert_eq!(schemas["EditRequest"]["properties"]["delay"]["maximum"], json!(i64::MAX));
-    // A payload's integers fit 64 bits.
-    assert_eq!(
-        schemas["EnqueueRequest"]["properties"]["payload"]["$ref"],
-        "#/components/schemas/JsonValue"
-    );
+    // A payload's integers fit 64 bits, a new job's and an edit's alike
+    // (schemathesis's stateful phase edited in `-2.39e301`).
+    for request in ["EnqueueRequest", "EditRequest"] {
+        assert_eq!(
+            schemas[request]["properties"]["payload"]["$ref"], "#/components/schemas/JsonValue",
+            "{request}"
+        );
+    }
     s.stop().await.unwrap();
 }

@@ -358,6 +358,17 @@ fn json_values() -> serde_json::Map<String, Value> {
 const KEY_PATTERN: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$";
 
 /// The schemas of the enqueue body and answer.
+/// A shell command as every body takes it (a new job's, an edit's, a
+/// clone's): what `machine::validate` accepts, so a document-valid command
+/// is never refused.
+pub(super) fn shell_command(what: &str) -> Value {
+    json!({
+        "type": "string", "minLength": 1, "maxLength": machine::MAX_ARG_LEN - 1,
+        "pattern": "^[^\\u0000]*\\S[^\\u0000]*$",
+        "description": format!("{what}; not blank, no NUL, under Linux's 128 KiB argument limit (in bytes)")
+    })
+}
+
 pub(super) fn schemas() -> Value {
     let mut all = json!({
         "EnqueueRequest": {
@@ -425,11 +436,7 @@ pub(super) fn schemas() -> Value {
             "additionalProperties": false,
             "required": ["command"],
             "properties": {
-                "command": {
-                    "type": "string", "minLength": 1, "maxLength": machine::MAX_ARG_LEN - 1,
-                    "pattern": "^[^\\u0000]*\\S[^\\u0000]*$",
-                    "description": "run with `sh -c`; not blank, no NUL, under Linux's 128 KiB argument limit (in bytes)"
-                },
+                "command": shell_command("run with `sh -c`"),
                 "cwd": { "type": "string", "pattern": "^/[^\\u0000]*$", "description": "an absolute path; the server's working directory when absent" },
                 "env": {
                     "type": "object",

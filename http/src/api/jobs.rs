@@ -730,8 +730,8 @@ pub(super) fn edit_schemas() -> Value {
                 { "not": { "required": ["payload", "limits"] } }
             ],
             "properties": {
-                "command": { "type": "string", "description": "a new shell command (shell jobs only)" },
-                "payload": { "description": "a new payload, whole (not with command, env or limits); for a shell job a ShellPayload" },
+                "command": super::enqueue::shell_command("a new shell command (shell jobs only)"),
+                "payload": { "$ref": "#/components/schemas/JsonValue", "description": "a new payload, whole (not with command, env or limits): any JSON whose integers fit 64 bits (JsonValue); for a shell job a ShellPayload" },
                 "priority": { "type": "integer", "format": "int32" },
                 "max_runtime": { "type": ["integer", "null"], "minimum": 1, "maximum": machine::MAX_MAX_RUNTIME.as_millis() as u64, "description": "milliseconds (at most 100 years); null for no limit" },
                 "max_attempts": { "type": "integer", "minimum": 1, "maximum": machine::MAX_ATTEMPTS, "description": "above the attempts already made" },
